@@ -1,0 +1,52 @@
+# The top-level Makefile only orchestrates: CMake builds, ctest runs tests.
+#   make test        build into build/ and run every test
+#   make bench       build and run the benchmark (for now: sx_info)
+#   make test-asan   the same tests under ASan+UBSan, in build-asan/
+#   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+SX_WERROR  ?= ON
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+
+CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
+
+.PHONY: all deps build test bench build-asan test-asan build-tsan test-tsan install format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@$(CONFIGURE) -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build -j $(JOBS)
+
+test: build
+	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+bench: build
+	./build/sx_info
+
+build-asan: deps
+	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+
+test-asan: build-asan
+	ctest --test-dir build-asan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+build-tsan: deps
+	@$(CONFIGURE) -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+
+test-tsan: build-tsan
+	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+PREFIX ?= /usr/local
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-tsan

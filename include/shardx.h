@@ -1,0 +1,214 @@
+/*
+ * shardx — a sharded communication progress engine for threaded MPI runtimes.
+ *
+ * Public API. Everything here is declared with SX_API; nothing else in the
+ * library is exported.
+ *
+ * Thread safety: every function in this header may be called from any
+ * thread at any time, unless its comment says otherwise. Handles are
+ * opaque. Output parameters come last, end in `_p`, and are written only
+ * when the call returns SX_OK.
+ *
+ * Parameter structs can grow: set `field_mask` to the fields you filled in;
+ * fields whose bit is clear are ignored and take their defaults.
+ */
+#ifndef SHARDX_H
+#define SHARDX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SX_BUILDING_LIBRARY) && defined(__GNUC__)
+#define SX_API __attribute__((visibility("default")))
+#else
+#define SX_API
+#endif
+
+/*
+ * Status codes. This one table generates both the enum and sx_strerror(),
+ * so a code and its message can never drift apart. SX_OK and SX_INPROGRESS
+ * are not errors; every error is negative.
+ */
+#define SX_STATUS_TABLE(X)                                               \
+    X(SX_OK, 0, "success")                                               \
+    X(SX_INPROGRESS, 1, "operation in progress; it will complete later") \
+    X(SX_ERR_INVALID_PARAM, -1, "invalid parameter")                     \
+    X(SX_ERR_NO_MEMORY, -2, "out of memory")                             \
+    X(SX_ERR_AGAIN, -3, "resource temporarily unavailable; try again")   \
+    X(SX_ERR_NOT_FOUND, -4, "no such object")                            \
+    X(SX_ERR_EXISTS, -5, "object already exists")                        \
+    X(SX_ERR_UNSUPPORTED, -6, "operation not supported")                 \
+    X(SX_ERR_NO_DEVICE, -7, "no usable device or transport")             \
+    X(SX_ERR_TOPOLOGY, -8, "hardware topology discovery failed")         \
+    X(SX_ERR_IO, -9, "input/output error")                               \
+    X(SX_ERR_PEER_UNREACHABLE, -10, "peer unreachable")                  \
+    X(SX_ERR_CANCELED, -11, "operation canceled")                        \
+    X(SX_ERR_TRUNCATED, -12, "message truncated")                        \
+    X(SX_ERR_OUT_OF_RANGE, -13, "value or address out of range")         \
+    X(SX_ERR_ACCESS, -14, "access denied")                               \
+    X(SX_ERR_FULL, -15, "no room left")                                  \
+    X(SX_ERR_SHUTDOWN, -16, "engine is shutting down")                   \
+    X(SX_ERR_INTERNAL, -17, "internal error")
+
+#define SX_STATUS_ENUM_ENTRY_(name, value, message) name = (value),
+typedef enum sx_status { SX_STATUS_TABLE(SX_STATUS_ENUM_ENTRY_) } sx_status_t;
+#undef SX_STATUS_ENUM_ENTRY_
+
+/** The message for a status code; never NULL, also for unknown codes. */
+SX_API const char *sx_strerror(int status);
+
+/** The symbolic name of a status code ("SX_ERR_AGAIN"); "unknown" if none. */
+SX_API const char *sx_status_name(int status);
+
+/* ------------------------------------------------------------------------ */
+/* Version and build                                                         */
+/* ------------------------------------------------------------------------ */
+
+/** Optional parts; a bit is set in sx_build_info_t.features when the part
+ *  is compiled into this build (its dependency was found at build time). */
+enum sx_feature {
+    SX_FEATURE_OFI = 1u << 0,    /**< libfabric transport */
+    SX_FEATURE_VERBS = 1u << 1,  /**< libibverbs transport */
+    SX_FEATURE_RDMACM = 1u << 2, /**< librdmacm connection manager */
+    SX_FEATURE_PMIX = 1u << 3,   /**< PMIx modex */
+    SX_FEATURE_DEBUG = 1u << 4,  /**< lock-ownership assertions */
+    SX_FEATURE_ASAN = 1u << 5,   /**< built with AddressSanitizer + UBSan */
+    SX_FEATURE_TSAN = 1u << 6,   /**< built with ThreadSanitizer */
+};
+
+typedef struct sx_build_info {
+    const char *version;      /**< "MAJOR.MINOR.PATCH" */
+    const char *build_type;   /**< CMake build type */
+    const char *compiler;     /**< compiler id and version */
+    const char *dependencies; /**< versions of the required libraries */
+    const char *optional;     /**< optional libraries found at build time */
+    unsigned features;        /**< bitwise OR of enum sx_feature */
+} sx_build_info_t;
+
+/** Fills *info_p with static strings describing this build. */
+SX_API int sx_build_info(sx_build_info_t *info_p);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration parameters                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every tunable has a name (NAME, read from the environment as SX_NAME), a
+ * type, a default, a range or word list, and a description. Values come
+ * from the engine parameters first, then the environment, then defaults.
+ */
+typedef enum sx_param_type {
+    SX_PARAM_UINT,   /**< unsigned integer, decimal or 0x hex */
+    SX_PARAM_SIZE,   /**< byte count; suffixes k, m, g (powers of 1024) */
+    SX_PARAM_DOUBLE, /**< floating point */
+    SX_PARAM_BOOL,   /**< 1/0, yes/no, on/off, true/false */
+    SX_PARAM_ENUM,   /**< one word of a fixed list */
+    SX_PARAM_STRING, /**< free text */
+} sx_param_type_t;
+
+typedef struct sx_param_info {
+    const char *name;      /**< without the SX_ prefix, e.g. "SHARDS" */
+    sx_param_type_t type;  /**< how the value is parsed */
+    const char *type_name; /**< "uint", "size", "double", "bool", "enum", "string" */
+    const char *default_value;
+    const char *allowed; /**< range or word list, human readable */
+    const char *description;
+} sx_param_info_t;
+
+/** Number of configuration parameters. */
+SX_API size_t sx_param_count(void);
+
+/** Describes parameter @p index; SX_ERR_NOT_FOUND past the end. */
+SX_API int sx_param_info(size_t index, sx_param_info_t *info_p);
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sx_engine *sx_engine_h;
+
+/** One configuration setting given in code; same names as the environment. */
+typedef struct sx_config_kv {
+    const char *name;  /**< "SHARDS" or "SX_SHARDS" */
+    const char *value; /**< text, parsed as the parameter's type */
+} sx_config_kv_t;
+
+enum sx_engine_param_field {
+    SX_ENGINE_PARAM_CONFIG = 1u << 0, /**< config, config_count */
+    SX_ENGINE_PARAM_NAME = 1u << 1,   /**< name */
+};
+
+typedef struct sx_engine_params {
+    uint64_t field_mask;          /**< bitwise OR of enum sx_engine_param_field */
+    const sx_config_kv_t *config; /**< settings that win over the environment */
+    size_t config_count;
+    const char *name; /**< shown in log lines; copied */
+} sx_engine_params_t;
+
+/**
+ * Creates an engine: discovers the topology, builds one shard per core of
+ * the process's cpuset (or SX_SHARDS), and reads the configuration. An
+ * invalid parameter fails with SX_ERR_INVALID_PARAM and a log line naming
+ * the variable, the value and what is allowed. @p params may be NULL.
+ * The library never pins the calling thread.
+ */
+SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engine_p);
+
+/**
+ * Destroys the engine. No other thread may use the engine, or be inside a
+ * call on it, once this is called; this is the one exception to the "any
+ * thread, any time" rule.
+ */
+SX_API void sx_engine_destroy(sx_engine_h engine);
+
+/** Number of shards the engine runs. */
+SX_API int sx_engine_shard_count(sx_engine_h engine, unsigned *count_p);
+
+typedef struct sx_shard_info {
+    unsigned index;  /**< shard number, 0 .. count-1 */
+    int core;        /**< hwloc logical index of the core it maps to */
+    int first_pu;    /**< OS index of the first processing unit of that core */
+    int numa_node;   /**< hwloc logical index of its NUMA node, -1 if unknown */
+    char cpuset[64]; /**< the core's cpuset as a list, e.g. "2-3" (truncated) */
+} sx_shard_info_t;
+
+typedef struct sx_topology_info {
+    unsigned cores;      /**< cores in the process's cpuset */
+    unsigned numa_nodes; /**< NUMA nodes in the machine */
+    unsigned shards;     /**< shards the engine runs */
+    int cores_are_pus;   /**< 1 if the machine reported no cores and PUs stand in */
+} sx_topology_info_t;
+
+/** What the engine found: cores, NUMA nodes, shards. */
+SX_API int sx_engine_topology(sx_engine_h engine, sx_topology_info_t *info_p);
+
+/** Describes shard @p index; SX_ERR_NOT_FOUND past the last shard. */
+SX_API int sx_engine_shard_info(sx_engine_h engine, unsigned index, sx_shard_info_t *info_p);
+
+/**
+ * Sets the calling thread's home shard for @p engine. Without a call, a
+ * thread's home shard is chosen on first use from the core it runs on.
+ * This never changes the thread's CPU affinity.
+ */
+SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard);
+
+/** The calling thread's home shard (choosing it if not chosen yet). */
+SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
+
+/**
+ * Progresses the calling thread's home shard: drains its request inbox and
+ * fires due timers. Returns the number of events handled (>= 0), or a
+ * negative status. Returns 0 at once if another thread is progressing the
+ * same shard.
+ */
+SX_API int sx_progress(sx_engine_h engine);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHARDX_H */

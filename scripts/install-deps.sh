@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shardx needs, and only those that are missing.
+# Idempotent; prints nothing when everything is already present.
+set -euo pipefail
+
+packages=(
+    # toolchain
+    cmake make gcc pkg-config
+    # required libraries
+    libhwloc-dev liburcu-dev libck-dev libcmocka-dev
+    # optional parts: compiled when present (sx_info says which)
+    libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+if [[ $(id -u) -eq 0 ]]; then
+    sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+else
+    echo "install-deps: missing packages (${missing[*]}) and not root; install them with apt-get" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

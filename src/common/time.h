@@ -1,0 +1,33 @@
+/* Monotonic time in nanoseconds and wrap-safe comparisons. */
+#ifndef SX_COMMON_TIME_H
+#define SX_COMMON_TIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/** Nanoseconds on CLOCK_MONOTONIC: never jumps with wall-clock changes. */
+static inline uint64_t sx_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Wrap-safe "a is before b" for free-running 64-bit counters: the
+ * difference is read as signed, so the answer stays right across a wrap as
+ * long as the two are less than 2^63 apart (the same trick as the kernel's
+ * time_before() and RFC 1982 serial-number arithmetic).
+ */
+static inline bool sx_u64_before(uint64_t a, uint64_t b)
+{
+    return (int64_t)(a - b) < 0;
+}
+
+static inline bool sx_u64_before_eq(uint64_t a, uint64_t b)
+{
+    return (int64_t)(a - b) <= 0;
+}
+
+#endif /* SX_COMMON_TIME_H */
