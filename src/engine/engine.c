@@ -1,0 +1,278 @@
+/* Engine lifetime, shard map and home shards; see engine.h. */
+#include "engine/engine.h"
+
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+#define SX_ENGINE_KNOWN_FIELDS ((uint64_t)(SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME))
+
+static int sx_engine_apply_logging(const sx_config_t *cfg)
+{
+    sx_log_set_level((sx_log_level_t)cfg->log_level);
+    if (cfg->log_file != NULL && cfg->log_file[0] != '\0') {
+        int rc = sx_log_set_file(cfg->log_file);
+        if (rc != 0) {
+            sx_error("config", "invalid value SX_LOG_FILE='%s': cannot open it for appending (%s)",
+                     cfg->log_file, strerror(-rc));
+            return SX_ERR_INVALID_PARAM;
+        }
+    }
+    return SX_OK;
+}
+
+static unsigned sx_engine_shard_target(struct sx_engine *e)
+{
+    if (e->global_mode) {
+        if (e->cfg.shards > 1)
+            sx_warn("engine", "SX_SHARDS=%llu ignored: SX_THREAD_MODE=global runs one shard",
+                    (unsigned long long)e->cfg.shards);
+        return 1;
+    }
+    if (e->cfg.shards == 0)
+        return e->topo.ncores;
+    if (e->cfg.shards > e->topo.ncores)
+        sx_warn("engine",
+                "SX_SHARDS=%llu is more than the %u cores this process may use; shards will "
+                "share cores",
+                (unsigned long long)e->cfg.shards, e->topo.ncores);
+    return (unsigned)e->cfg.shards;
+}
+
+static int sx_engine_create_shards(struct sx_engine *e)
+{
+    e->shards = calloc(e->nshards, sizeof(*e->shards));
+    if (e->shards == NULL)
+        return SX_ERR_NO_MEMORY;
+    for (unsigned i = 0; i < e->nshards; i++) {
+        /* Shards are spread round-robin over the cores, so shard i and
+         * shard i + ncores share a core when there are more shards. */
+        const sx_topo_core_t *core = &e->topo.cores[i % e->topo.ncores];
+        sx_shard_conf_t conf = {
+            .index = i,
+            .core = core->logical,
+            .first_pu = core->first_pu,
+            .numa_node = core->numa_node,
+            .cpuset = core->cpuset,
+            .hotel_rooms = (unsigned)e->cfg.hotel_rooms,
+            .tick_ns = e->cfg.timer_tick_us * 1000u,
+        };
+        int rc = sx_shard_create(&conf, &e->shards[i]);
+        if (rc != SX_OK)
+            return rc;
+    }
+    return SX_OK;
+}
+
+static void sx_engine_free(struct sx_engine *e)
+{
+    if (e->shards != NULL) {
+        for (unsigned i = 0; i < e->nshards; i++)
+            sx_shard_destroy(e->shards[i]);
+        free(e->shards);
+    }
+    if (e->peers_created)
+        sx_peer_table_fini(&e->peers);
+    if (e->home_key_created)
+        pthread_key_delete(e->home_key);
+    if (e->global_lock_created)
+        sx_rlock_destroy(&e->global_lock);
+    sx_topo_fini(&e->topo);
+    sx_config_release(&e->cfg);
+    free(e);
+}
+
+SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engine_p)
+{
+    const sx_config_kv_t *kv = NULL;
+    size_t kv_count = 0;
+    int rc;
+
+    sx_log_init_from_env();
+    if (engine_p == NULL) {
+        sx_error("engine", "sx_engine_create: engine_p is NULL");
+        return SX_ERR_INVALID_PARAM;
+    }
+    if (params != NULL) {
+        if ((params->field_mask & ~SX_ENGINE_KNOWN_FIELDS) != 0) {
+            sx_error("engine", "sx_engine_create: unknown field_mask bits 0x%llx",
+                     (unsigned long long)(params->field_mask & ~SX_ENGINE_KNOWN_FIELDS));
+            return SX_ERR_INVALID_PARAM;
+        }
+        if (params->field_mask & SX_ENGINE_PARAM_CONFIG) {
+            kv = params->config;
+            kv_count = params->config_count;
+            if (kv == NULL && kv_count != 0) {
+                sx_error("engine", "sx_engine_create: config is NULL but config_count is %zu",
+                         kv_count);
+                return SX_ERR_INVALID_PARAM;
+            }
+        }
+    }
+
+    struct sx_engine *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return SX_ERR_NO_MEMORY;
+    snprintf(e->name, sizeof(e->name), "%s",
+             (params != NULL && (params->field_mask & SX_ENGINE_PARAM_NAME) && params->name)
+                 ? params->name
+                 : "shardx");
+    atomic_init(&e->next_rr, 0);
+
+    rc = sx_config_load(&e->cfg, kv, kv_count);
+    if (rc != SX_OK) {
+        free(e);
+        return rc;
+    }
+    rc = sx_engine_apply_logging(&e->cfg);
+    if (rc != SX_OK)
+        goto fail;
+    (void)sx_config_check_environment();
+    e->global_mode = (e->cfg.thread_mode == SX_THREAD_MODE_GLOBAL);
+
+    rc = sx_topo_init(&e->topo);
+    if (rc != SX_OK)
+        goto fail;
+    e->nshards = sx_engine_shard_target(e);
+
+    rc = sx_rlock_init(&e->global_lock);
+    if (rc != SX_OK)
+        goto fail;
+    e->global_lock_created = true;
+    if (pthread_key_create(&e->home_key, NULL) != 0) {
+        sx_error("engine", "out of thread-specific keys for the home-shard map");
+        rc = SX_ERR_NO_MEMORY;
+        goto fail;
+    }
+    e->home_key_created = true;
+    rc = sx_peer_table_init(&e->peers);
+    if (rc != SX_OK)
+        goto fail;
+    e->peers_created = true;
+    rc = sx_engine_create_shards(e);
+    if (rc != SX_OK)
+        goto fail;
+
+    sx_info("engine", "%s: %u shard(s) over %u core(s), %s mode", e->name, e->nshards,
+            e->topo.ncores, e->global_mode ? "global" : "sharded");
+    *engine_p = e;
+    return SX_OK;
+
+fail:
+    sx_engine_free(e);
+    return rc;
+}
+
+SX_API void sx_engine_destroy(sx_engine_h engine)
+{
+    if (engine == NULL)
+        return;
+    sx_engine_free(engine);
+}
+
+SX_API int sx_engine_shard_count(sx_engine_h engine, unsigned *count_p)
+{
+    if (engine == NULL || count_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    *count_p = engine->nshards;
+    return SX_OK;
+}
+
+SX_API int sx_engine_topology(sx_engine_h engine, sx_topology_info_t *info_p)
+{
+    if (engine == NULL || info_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    info_p->cores = engine->topo.ncores;
+    info_p->numa_nodes = engine->topo.nnuma;
+    info_p->shards = engine->nshards;
+    info_p->cores_are_pus = engine->topo.used_pu_fallback;
+    return SX_OK;
+}
+
+SX_API int sx_engine_shard_info(sx_engine_h engine, unsigned index, sx_shard_info_t *info_p)
+{
+    if (engine == NULL || info_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (index >= engine->nshards)
+        return SX_ERR_NOT_FOUND;
+    const sx_shard_t *s = engine->shards[index];
+    memset(info_p, 0, sizeof(*info_p));
+    info_p->index = index;
+    info_p->core = s->core;
+    info_p->first_pu = s->first_pu;
+    info_p->numa_node = s->numa_node;
+    hwloc_bitmap_list_snprintf(info_p->cpuset, sizeof(info_p->cpuset), s->cpuset);
+    return SX_OK;
+}
+
+/*
+ * A thread's first home shard follows the core it is running on, so that a
+ * runtime which pins its threads gets shards on those cores for free. Among
+ * several shards on one core, and for threads running outside the
+ * process's cpuset, choices rotate so threads spread out.
+ */
+static unsigned sx_engine_choose_home(struct sx_engine *e)
+{
+    if (e->global_mode || e->nshards == 1)
+        return 0;
+    unsigned rr = atomic_fetch_add_explicit(&e->next_rr, 1, memory_order_relaxed);
+    int core = sx_topo_core_of_pu(&e->topo, sched_getcpu());
+    unsigned ncores = e->topo.ncores;
+    if (core >= 0 && (unsigned)core < e->nshards) {
+        unsigned on_core = (e->nshards - (unsigned)core + ncores - 1) / ncores;
+        return (unsigned)core + ncores * (rr % on_core);
+    }
+    return rr % e->nshards;
+}
+
+unsigned sx_engine_home_shard(struct sx_engine *e)
+{
+    uintptr_t v = (uintptr_t)pthread_getspecific(e->home_key);
+    if (v != 0)
+        return (unsigned)(v - 1);
+    unsigned shard = sx_engine_choose_home(e);
+    (void)pthread_setspecific(e->home_key, (void *)(uintptr_t)(shard + 1));
+    return shard;
+}
+
+SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
+{
+    if (engine == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (shard >= engine->nshards) {
+        sx_error("engine", "sx_thread_bind: shard %u out of range (the engine has %u)", shard,
+                 engine->nshards);
+        return SX_ERR_OUT_OF_RANGE;
+    }
+    if (pthread_setspecific(engine->home_key, (void *)(uintptr_t)(shard + 1)) != 0)
+        return SX_ERR_NO_MEMORY;
+    return SX_OK;
+}
+
+SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
+{
+    if (engine == NULL || shard_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    *shard_p = sx_engine_home_shard(engine);
+    return SX_OK;
+}
+
+SX_API int sx_progress(sx_engine_h engine)
+{
+    int n;
+
+    if (engine == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (engine->global_mode) {
+        /* The baseline: every entry point serialises on one lock. */
+        sx_rlock_lock(&engine->global_lock);
+        n = sx_shard_progress(engine->shards[0]);
+        sx_rlock_unlock(&engine->global_lock);
+        return n;
+    }
+    return sx_shard_progress(engine->shards[sx_engine_home_shard(engine)]);
+}

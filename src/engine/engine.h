@@ -1,0 +1,50 @@
+/*
+ * The engine: one per process (or per runtime instance), owning the shards,
+ * the topology, the configuration and the peer table.
+ *
+ * Synchronization:
+ *
+ *   field            | written                  | read
+ *   -----------------+--------------------------+------------------------------
+ *   cfg, topo        | create only              | any thread, no lock
+ *   shards[]         | create/destroy only      | any thread, no lock
+ *   home_key values  | each thread, its own     | that thread
+ *   next_rr          | any thread (relaxed RMW) | any thread
+ *   global_lock      | SX_THREAD_MODE=global: held around every entry point
+ *   peers            | see engine/peer_table.h
+ */
+#ifndef SX_ENGINE_ENGINE_H
+#define SX_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <shardx.h>
+
+#include "common/config.h"
+#include "engine/peer_table.h"
+#include "engine/topo.h"
+#include "locks/rlock.h"
+#include "shard/shard.h"
+
+struct sx_engine {
+    sx_config_t cfg;
+    char name[64];
+    bool global_mode;
+    sx_topo_t topo;
+    unsigned nshards;
+    sx_shard_t **shards;
+    pthread_key_t home_key;
+    bool home_key_created;
+    atomic_uint next_rr;
+    sx_rlock_t global_lock;
+    bool global_lock_created;
+    sx_peer_table_t peers;
+    bool peers_created;
+};
+
+/** The calling thread's home shard index, chosen on first use. */
+unsigned sx_engine_home_shard(struct sx_engine *engine);
+
+#endif /* SX_ENGINE_ENGINE_H */

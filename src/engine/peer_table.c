@@ -1,0 +1,126 @@
+/* The RCU-protected peer table; see peer_table.h. */
+#include "engine/peer_table.h"
+
+#include <shardx.h>
+
+#include "common/log.h"
+
+/* splitmix64's finaliser: peer ids are often small consecutive ranks, and
+ * rculfhash splits buckets by the low bits, so spread them first. */
+static unsigned long sx_peer_hash(uint64_t id)
+{
+    id ^= id >> 30;
+    id *= 0xbf58476d1ce4e5b9ull;
+    id ^= id >> 27;
+    id *= 0x94d049bb133111ebull;
+    id ^= id >> 31;
+    return (unsigned long)id;
+}
+
+static int sx_peer_match(struct cds_lfht_node *node, const void *key)
+{
+    const sx_peer_entry_t *e = caa_container_of(node, sx_peer_entry_t, node);
+    /* The node was published by sx_peer_table_insert (release on e). */
+    SX_TSAN_ACQUIRE(e);
+    return e->id == *(const uint64_t *)key;
+}
+
+int sx_peer_table_init(sx_peer_table_t *table)
+{
+    table->ht = cds_lfht_new(16, 16, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING, NULL);
+    if (table->ht == NULL)
+        return SX_ERR_NO_MEMORY;
+    sx_fairlock_init(&table->writer_lock);
+    atomic_init(&table->count, 0);
+    return SX_OK;
+}
+
+static void sx_peer_entry_free_rcu(struct rcu_head *head)
+{
+    sx_peer_entry_t *e = caa_container_of(head, sx_peer_entry_t, rcu);
+    /* The remover's hand-off through call_rcu, then every reader's exit
+     * from its read section (the grace period). */
+    SX_TSAN_ACQUIRE(e);
+    SX_TSAN_ACQUIRE(&e->table->tsan_grace_period);
+    e->free_fn(e);
+}
+
+int sx_peer_table_insert(sx_peer_table_t *table, sx_peer_entry_t *entry)
+{
+    if (entry == NULL || entry->free_fn == NULL)
+        return SX_ERR_INVALID_PARAM;
+    entry->table = table;
+    cds_lfht_node_init(&entry->node);
+    /* Publish the entry's contents to readers that find it. */
+    SX_TSAN_RELEASE(entry);
+
+    sx_fairlock_lock(&table->writer_lock);
+    rcu_read_lock();
+    struct cds_lfht_node *old = cds_lfht_add_unique(table->ht, sx_peer_hash(entry->id),
+                                                    sx_peer_match, &entry->id, &entry->node);
+    rcu_read_unlock();
+    if (old == &entry->node)
+        atomic_fetch_add_explicit(&table->count, 1, memory_order_relaxed);
+    sx_fairlock_unlock(&table->writer_lock);
+    return (old == &entry->node) ? SX_OK : SX_ERR_EXISTS;
+}
+
+int sx_peer_table_remove(sx_peer_table_t *table, uint64_t id)
+{
+    struct cds_lfht_iter iter;
+    int rc = SX_ERR_NOT_FOUND;
+
+    sx_fairlock_lock(&table->writer_lock);
+    rcu_read_lock();
+    cds_lfht_lookup(table->ht, sx_peer_hash(id), sx_peer_match, &id, &iter);
+    struct cds_lfht_node *node = cds_lfht_iter_get_node(&iter);
+    if (node != NULL && cds_lfht_del(table->ht, node) == 0) {
+        sx_peer_entry_t *e = caa_container_of(node, sx_peer_entry_t, node);
+        atomic_fetch_sub_explicit(&table->count, 1, memory_order_relaxed);
+        SX_TSAN_RELEASE(e);
+        call_rcu(&e->rcu, sx_peer_entry_free_rcu);
+        rc = SX_OK;
+    }
+    rcu_read_unlock();
+    sx_fairlock_unlock(&table->writer_lock);
+    return rc;
+}
+
+sx_peer_entry_t *sx_peer_table_lookup_rcu(sx_peer_table_t *table, uint64_t id)
+{
+    struct cds_lfht_iter iter;
+
+    cds_lfht_lookup(table->ht, sx_peer_hash(id), sx_peer_match, &id, &iter);
+    struct cds_lfht_node *node = cds_lfht_iter_get_node(&iter);
+    if (node == NULL)
+        return NULL;
+    return caa_container_of(node, sx_peer_entry_t, node);
+}
+
+void sx_peer_table_fini(sx_peer_table_t *table)
+{
+    struct cds_lfht_iter iter;
+    struct cds_lfht_node *node;
+
+    if (table->ht == NULL)
+        return;
+    sx_fairlock_lock(&table->writer_lock);
+    rcu_read_lock();
+    cds_lfht_first(table->ht, &iter);
+    while ((node = cds_lfht_iter_get_node(&iter)) != NULL) {
+        if (cds_lfht_del(table->ht, node) == 0) {
+            sx_peer_entry_t *e = caa_container_of(node, sx_peer_entry_t, node);
+            SX_TSAN_RELEASE(e);
+            call_rcu(&e->rcu, sx_peer_entry_free_rcu);
+        }
+        cds_lfht_next(table->ht, &iter);
+    }
+    rcu_read_unlock();
+    sx_fairlock_unlock(&table->writer_lock);
+    /* Every deferred free must have run before the table goes away. */
+    rcu_barrier();
+    if (cds_lfht_destroy(table->ht, NULL) != 0)
+        sx_warn("peer", "peer table not empty at destruction; leaking its buckets");
+    table->ht = NULL;
+    atomic_store_explicit(&table->count, 0, memory_order_relaxed);
+}

@@ -1,0 +1,121 @@
+/* The shard inbox and the token-or-delegate protocol; see inbox.h. */
+#include "shard/inbox.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "common/tsan.h"
+
+void sx_inbox_init(sx_inbox_t *inbox)
+{
+    __cds_wfcq_init(&inbox->head, &inbox->tail);
+    atomic_init(&inbox->requests_run, 0);
+}
+
+void sx_inbox_fini(sx_inbox_t *inbox, void *owner)
+{
+    /* Running leftovers keeps the "every request runs exactly once" promise
+     * even for a caller that destroys a shard too early. */
+    bool blocked = false;
+    (void)sx_inbox_drain_locked(inbox, owner, &blocked);
+}
+
+void sx_inbox_enqueue_mpsc(sx_inbox_t *inbox, sx_inbox_req_t *req)
+{
+    cds_wfcq_node_init(&req->node);
+    /* Everything the producer wrote into req happens-before the consumer's
+     * reads; the queue's own ordering is invisible to TSan. */
+    SX_TSAN_RELEASE(req);
+    cds_wfcq_enqueue(&inbox->head, &inbox->tail, &req->node);
+}
+
+bool sx_inbox_empty(sx_inbox_t *inbox)
+{
+    return cds_wfcq_empty(&inbox->head, &inbox->tail);
+}
+
+size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
+{
+    size_t ran = 0;
+
+    for (;;) {
+        struct cds_wfcq_node *node = __cds_wfcq_dequeue_nonblocking(&inbox->head, &inbox->tail);
+        if (node == NULL)
+            break;
+        if (node == CDS_WFCQ_WOULDBLOCK) {
+            if (blocked_p != NULL)
+                *blocked_p = true;
+            sx_stat_add(&inbox->requests_run, ran);
+            return ran;
+        }
+        sx_inbox_req_t *req = caa_container_of(node, sx_inbox_req_t, node);
+        SX_TSAN_ACQUIRE(req);
+        req->run(owner, req);
+        ran++;
+    }
+    if (blocked_p != NULL)
+        *blocked_p = false;
+    sx_stat_add(&inbox->requests_run, ran);
+    return ran;
+}
+
+bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
+{
+    if (!sx_token_try_acquire(token))
+        return false;
+    size_t ran = sx_inbox_drain_locked(inbox, owner, NULL);
+    if (ran_p != NULL)
+        *ran_p = ran;
+    return true;
+}
+
+size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owner)
+{
+    size_t ran = 0;
+
+    for (unsigned round = 0;; round++) {
+        bool blocked = false;
+        ran += sx_inbox_drain_locked(inbox, owner, &blocked);
+        sx_token_release(token);
+        /* Pairs with the barrier in sx_delegate_submit_mpsc between the
+         * producer's enqueue and its try of the token (see inbox.h). */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (sx_inbox_empty(inbox))
+            return ran;
+        /* A request whose enqueue is half done blocks the queue for the few
+         * instructions until its producer links it; if that producer was
+         * preempted, give it the CPU instead of spinning against it. */
+        if (blocked && round >= 16)
+            sched_yield();
+        if (!sx_token_try_acquire(token))
+            return ran; /* the new holder now owes the same re-check */
+    }
+}
+
+bool sx_delegate_submit_mpsc(sx_token_t *token, sx_inbox_t *inbox, void *owner, sx_inbox_req_t *req)
+{
+    if (sx_token_try_acquire(token)) {
+        bool blocked = false;
+        (void)sx_inbox_drain_locked(inbox, owner, &blocked);
+        if (!blocked) {
+            /* Everything queued before this call has run: running now keeps
+             * the caller's order. */
+            req->run(owner, req);
+            sx_stat_add(&inbox->requests_run, 1);
+            (void)sx_delegate_leave_locked(token, inbox, owner);
+            return true;
+        }
+        /* An earlier request of this very thread may sit behind the
+         * half-done enqueue; queue behind it to keep FIFO order. */
+        sx_inbox_enqueue_mpsc(inbox, req);
+        (void)sx_delegate_leave_locked(token, inbox, owner);
+        return false;
+    }
+    sx_inbox_enqueue_mpsc(inbox, req);
+    /* Full barrier between the enqueue and the look at the token; pairs
+     * with the one in sx_delegate_leave_locked. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (sx_token_try_acquire(token))
+        (void)sx_delegate_leave_locked(token, inbox, owner);
+    return false;
+}

@@ -1,0 +1,170 @@
+/*
+ * sx_info: what this shardx build contains, every configuration parameter,
+ * and the topology the engine sees. `--json` prints one JSON object.
+ */
+#include <shardx.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    unsigned bit;
+    const char *name;
+} sx_info_features[] = {
+    {SX_FEATURE_OFI, "ofi"},   {SX_FEATURE_VERBS, "verbs"}, {SX_FEATURE_RDMACM, "rdmacm"},
+    {SX_FEATURE_PMIX, "pmix"}, {SX_FEATURE_DEBUG, "debug"}, {SX_FEATURE_ASAN, "asan"},
+    {SX_FEATURE_TSAN, "tsan"},
+};
+#define SX_INFO_NFEATURES (sizeof(sx_info_features) / sizeof(sx_info_features[0]))
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; s != NULL && *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_text(const sx_build_info_t *b, sx_engine_h engine, int engine_rc)
+{
+    printf("shardx %s\n", b->version);
+    printf("  build type:    %s\n", b->build_type);
+    printf("  compiler:      %s\n", b->compiler);
+    printf("  dependencies:  %s\n", b->dependencies);
+    printf("  optional libs: %s\n", b->optional[0] != '\0' ? b->optional : "(none found)");
+    printf("  compiled parts:");
+    for (size_t i = 0; i < SX_INFO_NFEATURES; i++)
+        printf(" %s=%s", sx_info_features[i].name,
+               (b->features & sx_info_features[i].bit) ? "yes" : "no");
+    printf("\n\nParameters (environment SX_<NAME>; engine parameters take precedence):\n");
+    for (size_t i = 0; i < sx_param_count(); i++) {
+        sx_param_info_t p;
+        if (sx_param_info(i, &p) != SX_OK)
+            continue;
+        printf("  SX_%-16s %-7s default '%s', allowed %s\n      %s\n", p.name, p.type_name,
+               p.default_value, p.allowed, p.description);
+    }
+    printf("\nTopology:\n");
+    if (engine_rc != SX_OK) {
+        printf("  unavailable: %s\n", sx_strerror(engine_rc));
+        return;
+    }
+    sx_topology_info_t topo;
+    sx_engine_topology(engine, &topo);
+    unsigned n = topo.shards;
+    printf("  cores: %u%s, NUMA nodes: %u, shards: %u\n", topo.cores,
+           topo.cores_are_pus ? " (PUs; no core objects reported)" : "", topo.numa_nodes, n);
+    for (unsigned i = 0; i < n; i++) {
+        sx_shard_info_t s;
+        if (sx_engine_shard_info(engine, i, &s) != SX_OK)
+            continue;
+        printf("  shard %-3u core %-3d first PU %-3d NUMA node %-2d cpuset %s\n", s.index, s.core,
+               s.first_pu, s.numa_node, s.cpuset);
+    }
+}
+
+static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_rc)
+{
+    printf("{\"version\":");
+    json_string(b->version);
+    printf(",\"build\":{\"type\":");
+    json_string(b->build_type);
+    printf(",\"compiler\":");
+    json_string(b->compiler);
+    printf(",\"dependencies\":");
+    json_string(b->dependencies);
+    printf(",\"optional\":");
+    json_string(b->optional);
+    printf(",\"features\":{");
+    for (size_t i = 0; i < SX_INFO_NFEATURES; i++)
+        printf("%s\"%s\":%s", i ? "," : "", sx_info_features[i].name,
+               (b->features & sx_info_features[i].bit) ? "true" : "false");
+    printf("}},\"parameters\":[");
+    for (size_t i = 0; i < sx_param_count(); i++) {
+        sx_param_info_t p;
+        if (sx_param_info(i, &p) != SX_OK)
+            continue;
+        printf("%s{\"name\":", i ? "," : "");
+        json_string(p.name);
+        printf(",\"env\":\"SX_%s\",\"type\":", p.name);
+        json_string(p.type_name);
+        printf(",\"default\":");
+        json_string(p.default_value);
+        printf(",\"allowed\":");
+        json_string(p.allowed);
+        printf(",\"description\":");
+        json_string(p.description);
+        putchar('}');
+    }
+    printf("],\"topology\":");
+    if (engine_rc != SX_OK) {
+        printf("{\"error\":");
+        json_string(sx_strerror(engine_rc));
+        printf("}}\n");
+        return;
+    }
+    sx_topology_info_t topo;
+    sx_engine_topology(engine, &topo);
+    unsigned n = topo.shards;
+    printf("{\"cores\":%u,\"cores_are_pus\":%s,\"numa_nodes\":%u,\"shards\":[", topo.cores,
+           topo.cores_are_pus ? "true" : "false", topo.numa_nodes);
+    for (unsigned i = 0; i < n; i++) {
+        sx_shard_info_t s;
+        if (sx_engine_shard_info(engine, i, &s) != SX_OK)
+            continue;
+        printf("%s{\"index\":%u,\"core\":%d,\"first_pu\":%d,\"numa_node\":%d,\"cpuset\":",
+               i ? "," : "", s.index, s.core, s.first_pu, s.numa_node);
+        json_string(s.cpuset);
+        putchar('}');
+    }
+    printf("]}}\n");
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: sx_info [--json]\n"
+                 "Prints the shardx version, build options, configuration parameters and\n"
+                 "the topology (shards, cores, NUMA nodes) an engine would use here.\n");
+}
+
+int main(int argc, char **argv)
+{
+    bool json = false;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "sx_info: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    sx_build_info_t build;
+    sx_build_info(&build);
+    sx_engine_h engine = NULL;
+    int rc = sx_engine_create(NULL, &engine);
+    if (json)
+        print_json(&build, engine, rc);
+    else
+        print_text(&build, engine, rc);
+    if (rc == SX_OK)
+        sx_engine_destroy(engine);
+    /* An invalid SX_* setting is worth a non-zero exit: scripts check it. */
+    return rc == SX_OK ? 0 : 1;
+}
