@@ -102,7 +102,7 @@ SX_API int sx_build_info(sx_build_info_t *info_p);
  * from the engine parameters first, then the environment, then defaults.
  */
 typedef enum sx_param_type {
-    SX_PARAM_UINT,   /**< unsigned integer, decimal or 0x hex */
+    SX_PARAM_UINT,   /**< unsigned integer, decimal or 0x hex (a leading 0 is not octal) */
     SX_PARAM_SIZE,   /**< byte count; suffixes k, m, g (powers of 1024) */
     SX_PARAM_DOUBLE, /**< floating point */
     SX_PARAM_BOOL,   /**< 1/0, yes/no, on/off, true/false */
@@ -151,7 +151,10 @@ typedef struct sx_engine_params {
 
 /**
  * Creates an engine: discovers the topology, builds one shard per core of
- * the process's cpuset (or SX_SHARDS), and reads the configuration. An
+ * the process's cpuset (or SX_SHARDS), and reads the configuration. The
+ * cpuset is the creating thread's CPU binding, which is the process's
+ * when a launcher bound the process. Logging settings (SX_LOG_LEVEL,
+ * SX_LOG_FILE) are process-wide: the latest engine created sets them. An
  * invalid parameter fails with SX_ERR_INVALID_PARAM and a log line naming
  * the variable, the value and what is allowed. @p params may be NULL.
  * The library never pins the calling thread.

@@ -145,19 +145,36 @@ const char *sx_config_closest(const char *name)
     return best_dist <= limit ? best : NULL;
 }
 
+/*
+ * Numbers are decimal, or hexadecimal after 0x. A leading zero does not
+ * mean octal (strtoull's base 0 would read SX_SHARDS=010 as 8), and no
+ * sign or white space is accepted anywhere.
+ */
+static int sx_parse_number(const char *text, uint64_t *out, char **end_p)
+{
+    int base = 10;
+
+    if (!isdigit((unsigned char)text[0]))
+        return -1;
+    if (text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+        base = 16;
+        if (!isxdigit((unsigned char)text[2]))
+            return -1;
+    }
+    errno = 0;
+    unsigned long long v = strtoull(text, end_p, base);
+    if (errno != 0 || *end_p == text)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int sx_parse_uint(const char *text, uint64_t *out)
 {
     char *end;
 
-    while (isspace((unsigned char)*text))
-        text++;
-    if (*text == '\0' || *text == '-' || *text == '+')
+    if (sx_parse_number(text, out, &end) != 0 || *end != '\0')
         return -1;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 0);
-    if (errno != 0 || end == text || *end != '\0')
-        return -1;
-    *out = v;
     return 0;
 }
 
@@ -165,14 +182,9 @@ static int sx_parse_size(const char *text, uint64_t *out)
 {
     char *end;
     uint64_t mult = 1;
+    uint64_t v;
 
-    while (isspace((unsigned char)*text))
-        text++;
-    if (*text == '\0' || *text == '-' || *text == '+')
-        return -1;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 0);
-    if (errno != 0 || end == text)
+    if (sx_parse_number(text, &v, &end) != 0)
         return -1;
     switch (tolower((unsigned char)*end)) {
     case 'k':
@@ -237,26 +249,28 @@ static int sx_parse_enum(const char *text, const char *words, int *out)
     return -1;
 }
 
-/* Parses @p text into the field of @p d; returns 0 or -1 (value invalid). */
-static int sx_config_parse_desc(const sx_config_desc_t *d, const char *text, sx_config_t *cfg)
+int sx_config_parse_typed(sx_param_type_t type, const char *words, double min, double max,
+                          const char *text, void *field)
 {
-    char *field = (char *)cfg + d->offset;
-
-    switch (d->type) {
+    if (text == NULL || field == NULL)
+        return -1;
+    switch (type) {
     case SX_PARAM_UINT:
     case SX_PARAM_SIZE: {
         uint64_t v;
-        int rc = (d->type == SX_PARAM_UINT) ? sx_parse_uint(text, &v) : sx_parse_size(text, &v);
-        if (rc != 0 || (double)v < d->min || (double)v > d->max)
+        int rc = (type == SX_PARAM_UINT) ? sx_parse_uint(text, &v) : sx_parse_size(text, &v);
+        if (rc != 0 || (double)v < min || (double)v > max)
             return -1;
         memcpy(field, &v, sizeof(v));
         return 0;
     }
     case SX_PARAM_DOUBLE: {
         char *end;
+        if (isspace((unsigned char)text[0]))
+            return -1;
         errno = 0;
         double v = strtod(text, &end);
-        if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || v < d->min || v > d->max)
+        if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || v < min || v > max)
             return -1;
         memcpy(field, &v, sizeof(v));
         return 0;
@@ -270,7 +284,7 @@ static int sx_config_parse_desc(const sx_config_desc_t *d, const char *text, sx_
     }
     case SX_PARAM_ENUM: {
         int v;
-        if (sx_parse_enum(text, d->words, &v) != 0)
+        if (words == NULL || sx_parse_enum(text, words, &v) != 0)
             return -1;
         memcpy(field, &v, sizeof(v));
         return 0;
@@ -287,6 +301,12 @@ static int sx_config_parse_desc(const sx_config_desc_t *d, const char *text, sx_
     }
     }
     return -1;
+}
+
+/* Parses @p text into the field of @p d; returns 0 or -1 (value invalid). */
+static int sx_config_parse_desc(const sx_config_desc_t *d, const char *text, sx_config_t *cfg)
+{
+    return sx_config_parse_typed(d->type, d->words, d->min, d->max, text, (char *)cfg + d->offset);
 }
 
 int sx_config_parse_one(size_t index, const char *text, sx_config_t *cfg)
@@ -318,6 +338,15 @@ void sx_config_release(sx_config_t *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
+static bool sx_config_overridden(size_t index, const sx_config_kv_t *kv, size_t kv_count)
+{
+    for (size_t k = 0; k < kv_count; k++) {
+        if (sx_config_find(kv[k].name) == (int)index)
+            return true;
+    }
+    return false;
+}
+
 int sx_config_load(sx_config_t *cfg, const sx_config_kv_t *kv, size_t kv_count)
 {
     if (cfg == NULL || (kv == NULL && kv_count != 0))
@@ -337,6 +366,8 @@ int sx_config_load(sx_config_t *cfg, const sx_config_kv_t *kv, size_t kv_count)
 
     for (size_t i = 0; i < SX_CONFIG_COUNT; i++) {
         char envname[96];
+        if (sx_config_overridden(i, kv, kv_count))
+            continue; /* the engine parameters win; their value is checked below */
         snprintf(envname, sizeof(envname), "SX_%s", sx_config_descs[i].name);
         const char *value = getenv(envname);
         if (value != NULL && sx_config_parse_desc(&sx_config_descs[i], value, cfg) != 0) {

@@ -73,6 +73,17 @@ size_t sx_config_check_environment(void);
  */
 const char *sx_config_closest(const char *name);
 
+/**
+ * Parses @p text as a value of @p type into @p field: a uint64_t for UINT
+ * and SIZE, double, bool, int (the word's index in the '|'-separated
+ * @p words) for ENUM, or char * for STRING (the old string is freed).
+ * Numbers must lie in [min, max]. Returns 0, or -1 with @p field
+ * untouched. The table parser is built on it; tests call it directly for
+ * types the table does not use yet.
+ */
+int sx_config_parse_typed(sx_param_type_t type, const char *words, double min, double max,
+                          const char *text, void *field);
+
 /** Parses @p text as parameter @p index would; for tests. */
 int sx_config_parse_one(size_t index, const char *text, sx_config_t *cfg);
 

@@ -76,7 +76,7 @@ static void sx_engine_free(struct sx_engine *e)
         free(e->shards);
     }
     if (e->peers_created)
-        sx_peer_table_fini(&e->peers);
+        sx_rcu_table_fini(&e->peers);
     if (e->home_key_created)
         pthread_key_delete(e->home_key);
     if (e->global_lock_created)
@@ -149,7 +149,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
         goto fail;
     }
     e->home_key_created = true;
-    rc = sx_peer_table_init(&e->peers);
+    rc = sx_rcu_table_init(&e->peers);
     if (rc != SX_OK)
         goto fail;
     e->peers_created = true;

@@ -11,7 +11,7 @@
  *   home_key values  | each thread, its own     | that thread
  *   next_rr          | any thread (relaxed RMW) | any thread
  *   global_lock      | SX_THREAD_MODE=global: held around every entry point
- *   peers            | see engine/peer_table.h
+ *   peers            | see common/rcu_table.h
  */
 #ifndef SX_ENGINE_ENGINE_H
 #define SX_ENGINE_ENGINE_H
@@ -23,7 +23,7 @@
 #include <shardx.h>
 
 #include "common/config.h"
-#include "engine/peer_table.h"
+#include "common/rcu_table.h"
 #include "engine/topo.h"
 #include "locks/rlock.h"
 #include "shard/shard.h"
@@ -40,7 +40,7 @@ struct sx_engine {
     atomic_uint next_rr;
     sx_rlock_t global_lock;
     bool global_lock_created;
-    sx_peer_table_t peers;
+    sx_rcu_table_t peers;
     bool peers_created;
 };
 

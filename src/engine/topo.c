@@ -66,7 +66,12 @@ int sx_topo_init(sx_topo_t *topo)
         sx_topo_fini(topo);
         return SX_ERR_NO_MEMORY;
     }
-    if (hwloc_get_cpubind(topo->topology, topo->process_set, HWLOC_CPUBIND_PROCESS) != 0 ||
+    /* The creating thread's binding, not HWLOC_CPUBIND_PROCESS: on Linux
+     * the latter is the union over every thread, including helper threads
+     * of libraries (liburcu's workers among them) that keep whatever
+     * affinity they started with. A launcher binds the whole process, so
+     * the creating thread normally carries the process's cpuset. */
+    if (hwloc_get_cpubind(topo->topology, topo->process_set, HWLOC_CPUBIND_THREAD) != 0 ||
         hwloc_bitmap_iszero(topo->process_set)) {
         /* Some containers refuse the query; everything we are allowed to use
          * is the next best answer. */

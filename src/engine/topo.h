@@ -18,7 +18,7 @@ typedef struct sx_topo_core {
 
 typedef struct sx_topo {
     hwloc_topology_t topology;
-    hwloc_bitmap_t process_set; /* the process's CPU binding */
+    hwloc_bitmap_t process_set; /* the creating thread's CPU binding */
     sx_topo_core_t *cores;
     unsigned ncores;
     unsigned nnuma;

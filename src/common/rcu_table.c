@@ -1,13 +1,13 @@
-/* The RCU-protected peer table; see peer_table.h. */
-#include "engine/peer_table.h"
+/* The RCU-protected id table; see rcu_table.h. */
+#include "common/rcu_table.h"
 
 #include <shardx.h>
 
 #include "common/log.h"
 
-/* splitmix64's finaliser: peer ids are often small consecutive ranks, and
+/* splitmix64's finaliser: ids are often small consecutive numbers, and
  * rculfhash splits buckets by the low bits, so spread them first. */
-static unsigned long sx_peer_hash(uint64_t id)
+static unsigned long sx_rcu_table_hash(uint64_t id)
 {
     id ^= id >> 30;
     id *= 0xbf58476d1ce4e5b9ull;
@@ -17,15 +17,15 @@ static unsigned long sx_peer_hash(uint64_t id)
     return (unsigned long)id;
 }
 
-static int sx_peer_match(struct cds_lfht_node *node, const void *key)
+static int sx_rcu_table_match(struct cds_lfht_node *node, const void *key)
 {
-    const sx_peer_entry_t *e = caa_container_of(node, sx_peer_entry_t, node);
-    /* The node was published by sx_peer_table_insert (release on e). */
+    const sx_rcu_entry_t *e = caa_container_of(node, sx_rcu_entry_t, node);
+    /* The node was published by sx_rcu_table_insert (release on e). */
     SX_TSAN_ACQUIRE(e);
     return e->id == *(const uint64_t *)key;
 }
 
-int sx_peer_table_init(sx_peer_table_t *table)
+int sx_rcu_table_init(sx_rcu_table_t *table)
 {
     table->ht = cds_lfht_new(16, 16, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING, NULL);
     if (table->ht == NULL)
@@ -35,9 +35,9 @@ int sx_peer_table_init(sx_peer_table_t *table)
     return SX_OK;
 }
 
-static void sx_peer_entry_free_rcu(struct rcu_head *head)
+static void sx_rcu_entry_free_rcu(struct rcu_head *head)
 {
-    sx_peer_entry_t *e = caa_container_of(head, sx_peer_entry_t, rcu);
+    sx_rcu_entry_t *e = caa_container_of(head, sx_rcu_entry_t, rcu);
     /* The remover's hand-off through call_rcu, then every reader's exit
      * from its read section (the grace period). */
     SX_TSAN_ACQUIRE(e);
@@ -45,7 +45,7 @@ static void sx_peer_entry_free_rcu(struct rcu_head *head)
     e->free_fn(e);
 }
 
-int sx_peer_table_insert(sx_peer_table_t *table, sx_peer_entry_t *entry)
+int sx_rcu_table_insert(sx_rcu_table_t *table, sx_rcu_entry_t *entry)
 {
     if (entry == NULL || entry->free_fn == NULL)
         return SX_ERR_INVALID_PARAM;
@@ -56,8 +56,8 @@ int sx_peer_table_insert(sx_peer_table_t *table, sx_peer_entry_t *entry)
 
     sx_fairlock_lock(&table->writer_lock);
     rcu_read_lock();
-    struct cds_lfht_node *old = cds_lfht_add_unique(table->ht, sx_peer_hash(entry->id),
-                                                    sx_peer_match, &entry->id, &entry->node);
+    struct cds_lfht_node *old = cds_lfht_add_unique(table->ht, sx_rcu_table_hash(entry->id),
+                                                    sx_rcu_table_match, &entry->id, &entry->node);
     rcu_read_unlock();
     if (old == &entry->node)
         atomic_fetch_add_explicit(&table->count, 1, memory_order_relaxed);
@@ -65,20 +65,20 @@ int sx_peer_table_insert(sx_peer_table_t *table, sx_peer_entry_t *entry)
     return (old == &entry->node) ? SX_OK : SX_ERR_EXISTS;
 }
 
-int sx_peer_table_remove(sx_peer_table_t *table, uint64_t id)
+int sx_rcu_table_remove(sx_rcu_table_t *table, uint64_t id)
 {
     struct cds_lfht_iter iter;
     int rc = SX_ERR_NOT_FOUND;
 
     sx_fairlock_lock(&table->writer_lock);
     rcu_read_lock();
-    cds_lfht_lookup(table->ht, sx_peer_hash(id), sx_peer_match, &id, &iter);
+    cds_lfht_lookup(table->ht, sx_rcu_table_hash(id), sx_rcu_table_match, &id, &iter);
     struct cds_lfht_node *node = cds_lfht_iter_get_node(&iter);
     if (node != NULL && cds_lfht_del(table->ht, node) == 0) {
-        sx_peer_entry_t *e = caa_container_of(node, sx_peer_entry_t, node);
+        sx_rcu_entry_t *e = caa_container_of(node, sx_rcu_entry_t, node);
         atomic_fetch_sub_explicit(&table->count, 1, memory_order_relaxed);
         SX_TSAN_RELEASE(e);
-        call_rcu(&e->rcu, sx_peer_entry_free_rcu);
+        call_rcu(&e->rcu, sx_rcu_entry_free_rcu);
         rc = SX_OK;
     }
     rcu_read_unlock();
@@ -86,18 +86,18 @@ int sx_peer_table_remove(sx_peer_table_t *table, uint64_t id)
     return rc;
 }
 
-sx_peer_entry_t *sx_peer_table_lookup_rcu(sx_peer_table_t *table, uint64_t id)
+sx_rcu_entry_t *sx_rcu_table_lookup_rcu(sx_rcu_table_t *table, uint64_t id)
 {
     struct cds_lfht_iter iter;
 
-    cds_lfht_lookup(table->ht, sx_peer_hash(id), sx_peer_match, &id, &iter);
+    cds_lfht_lookup(table->ht, sx_rcu_table_hash(id), sx_rcu_table_match, &id, &iter);
     struct cds_lfht_node *node = cds_lfht_iter_get_node(&iter);
     if (node == NULL)
         return NULL;
-    return caa_container_of(node, sx_peer_entry_t, node);
+    return caa_container_of(node, sx_rcu_entry_t, node);
 }
 
-void sx_peer_table_fini(sx_peer_table_t *table)
+void sx_rcu_table_fini(sx_rcu_table_t *table)
 {
     struct cds_lfht_iter iter;
     struct cds_lfht_node *node;
@@ -109,9 +109,9 @@ void sx_peer_table_fini(sx_peer_table_t *table)
     cds_lfht_first(table->ht, &iter);
     while ((node = cds_lfht_iter_get_node(&iter)) != NULL) {
         if (cds_lfht_del(table->ht, node) == 0) {
-            sx_peer_entry_t *e = caa_container_of(node, sx_peer_entry_t, node);
+            sx_rcu_entry_t *e = caa_container_of(node, sx_rcu_entry_t, node);
             SX_TSAN_RELEASE(e);
-            call_rcu(&e->rcu, sx_peer_entry_free_rcu);
+            call_rcu(&e->rcu, sx_rcu_entry_free_rcu);
         }
         cds_lfht_next(table->ht, &iter);
     }

@@ -1,7 +1,9 @@
 /*
- * The peer table: peers by 64-bit id in an RCU-protected hash table.
+ * An RCU-protected table of entries keyed by a 64-bit id. The engine keeps
+ * its peers in one (keyed by the peer's id) and, with the memory
+ * registration API, its memory keys in another.
  *
- * Receive paths look peers up on every packet, from every shard at once,
+ * Receive paths look entries up on every packet, from every shard at once,
  * so lookups take no lock: they run inside an RCU read-side critical
  * section (liburcu's "bp" flavour, which needs no thread registration —
  * right for a library whose caller owns the threads) over liburcu's
@@ -16,14 +18,14 @@
  *   function                   | who may call             | lock held
  *   ---------------------------+--------------------------+-------------------
  *   sx_rcu_read_lock / unlock  | any thread               | (starts/ends a read section)
- *   sx_peer_table_lookup_rcu   | any thread               | inside a read section
- *   sx_peer_table_insert       | any thread               | takes the writer lock
- *   sx_peer_table_remove       | any thread               | takes the writer lock
- *   sx_peer_table_count        | any thread               | none (approximate)
- *   sx_peer_table_init / fini  | one thread, no others    | none
+ *   sx_rcu_table_lookup_rcu    | any thread               | inside a read section
+ *   sx_rcu_table_insert        | any thread               | takes the writer lock
+ *   sx_rcu_table_remove        | any thread               | takes the writer lock
+ *   sx_rcu_table_count         | any thread               | none (approximate)
+ *   sx_rcu_table_init / fini   | one thread, no others    | none
  */
-#ifndef SX_ENGINE_PEER_TABLE_H
-#define SX_ENGINE_PEER_TABLE_H
+#ifndef SX_COMMON_RCU_TABLE_H
+#define SX_COMMON_RCU_TABLE_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -35,49 +37,49 @@
 #include "common/tsan.h"
 #include "locks/fairlock.h"
 
-typedef struct sx_peer_entry sx_peer_entry_t;
+typedef struct sx_rcu_entry sx_rcu_entry_t;
 
 /** Frees an entry after the grace period that follows its removal. Runs on
  *  liburcu's call_rcu thread: it must not block for long or take a lock
  *  that a reader holds. */
-typedef void (*sx_peer_entry_free_fn)(sx_peer_entry_t *entry);
+typedef void (*sx_rcu_entry_free_fn)(sx_rcu_entry_t *entry);
 
-struct sx_peer_entry {
+struct sx_rcu_entry {
     struct cds_lfht_node node; /* private to the table */
     struct rcu_head rcu;       /* private to the table */
     uint64_t id;               /* key; set before insert, never changed */
-    sx_peer_entry_free_fn free_fn;
-    struct sx_peer_table *table; /* set by insert */
+    sx_rcu_entry_free_fn free_fn;
+    struct sx_rcu_table *table; /* set by insert */
 };
 
-typedef struct sx_peer_table {
+typedef struct sx_rcu_table {
     struct cds_lfht *ht;
     sx_fairlock_t writer_lock;
     atomic_size_t count;
     /* TSan cannot see grace periods; readers release this address when
      * they leave a read section and the deferred free acquires it. */
     char tsan_grace_period;
-} sx_peer_table_t;
+} sx_rcu_table_t;
 
-int sx_peer_table_init(sx_peer_table_t *table);
+int sx_rcu_table_init(sx_rcu_table_t *table);
 
 /** Removes and frees every remaining entry, then waits for all deferred
  *  frees. No other thread may use the table. */
-void sx_peer_table_fini(sx_peer_table_t *table);
+void sx_rcu_table_fini(sx_rcu_table_t *table);
 
 /** Inserts @p entry (id and free_fn set). SX_ERR_EXISTS if the id is taken;
  *  the entry then still belongs to the caller. */
-int sx_peer_table_insert(sx_peer_table_t *table, sx_peer_entry_t *entry);
+int sx_rcu_table_insert(sx_rcu_table_t *table, sx_rcu_entry_t *entry);
 
 /** Unlinks the entry with @p id and frees it after a grace period.
  *  SX_ERR_NOT_FOUND if there is none. */
-int sx_peer_table_remove(sx_peer_table_t *table, uint64_t id);
+int sx_rcu_table_remove(sx_rcu_table_t *table, uint64_t id);
 
 /** The entry with @p id, or NULL. Call inside sx_rcu_read_lock(); the entry
  *  stays valid until the matching sx_rcu_read_unlock(). */
-sx_peer_entry_t *sx_peer_table_lookup_rcu(sx_peer_table_t *table, uint64_t id);
+sx_rcu_entry_t *sx_rcu_table_lookup_rcu(sx_rcu_table_t *table, uint64_t id);
 
-static inline size_t sx_peer_table_count(sx_peer_table_t *table)
+static inline size_t sx_rcu_table_count(sx_rcu_table_t *table)
 {
     return atomic_load_explicit(&table->count, memory_order_relaxed);
 }
@@ -87,10 +89,10 @@ static inline void sx_rcu_read_lock(void)
     rcu_read_lock();
 }
 
-static inline void sx_rcu_read_unlock(sx_peer_table_t *table)
+static inline void sx_rcu_read_unlock(sx_rcu_table_t *table)
 {
     SX_TSAN_RELEASE(&table->tsan_grace_period);
     rcu_read_unlock();
 }
 
-#endif /* SX_ENGINE_PEER_TABLE_H */
+#endif /* SX_COMMON_RCU_TABLE_H */

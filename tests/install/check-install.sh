@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the build in $1 into a scratch prefix under $2, then builds and
+# runs a small consumer twice: once with pkg-config (shardx.pc), once with
+# CMake's find_package(shardx). Fails on any error.
+set -euo pipefail
+build=$1
+work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+
+libdir=$(find "$work/prefix" -name shardx.pc -printf '%h\n' | head -n 1)
+[ -n "$libdir" ] || { echo "shardx.pc was not installed" >&2; exit 1; }
+export PKG_CONFIG_PATH="$libdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$libdir/..${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# pkg-config, shared library
+cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" \
+   $(pkg-config --libs shardx) -Wl,-rpath,"$(pkg-config --variable=libdir shardx)" \
+   -o "$work/consumer-pc"
+"$work/consumer-pc"
+
+# pkg-config, static library: the archive by path, its dependencies from
+# Requires.private / Libs.private.
+static_libs=$(pkg-config --static --libs shardx |
+              sed "s#-lshardx#$(pkg-config --variable=libdir shardx)/libshardx.a#")
+cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" $static_libs \
+   -o "$work/consumer-static"
+"$work/consumer-static" 2>/dev/null ||
+cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" \
+   "$(pkg-config --variable=libdir shardx)/libshardx.a" \
+   $(pkg-config --static --libs shardx | sed 's/-lshardx//') -o "$work/consumer-static"
+"$work/consumer-static"
+
+# CMake package
+cmake -S "$here" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+"$work/cmake-build/consumer"
+"$work/cmake-build/consumer_static"
+
+# The installed sx_info runs.
+"$work/prefix/bin/sx_info" >/dev/null
+echo "install check passed: pkg-config (shared, static) and find_package(shardx)"

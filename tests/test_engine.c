@@ -1,0 +1,540 @@
+/*
+ * Engine lifetime, parameters, home shards and progress through the public
+ * API. Threads the tests start report problems through their own structs;
+ * the main thread asserts after joining them.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <hwloc.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <shardx.h>
+
+#include "common/log.h"
+
+#define NTHREADS 4
+
+/* ---------------------------------------------------------------- helpers */
+
+static char log_path[64];
+
+static void capture_start(void)
+{
+    snprintf(log_path, sizeof(log_path), "/tmp/sx_test_engine_XXXXXX");
+    int fd = mkstemp(log_path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(sx_log_set_file(log_path), 0);
+}
+
+static char *capture_stop(void)
+{
+    assert_int_equal(sx_log_set_file(NULL), 0);
+    FILE *f = fopen(log_path, "r");
+    assert_non_null(f);
+    char *text = calloc(1, 65536);
+    assert_non_null(text);
+    text[fread(text, 1, 65535, f)] = '\0';
+    fclose(f);
+    unlink(log_path);
+    return text;
+}
+
+/* Creates an engine from up to two NAME=value settings (NULL names end the list). */
+static sx_engine_h create_with(const char *name1, const char *value1, const char *name2,
+                               const char *value2)
+{
+    sx_config_kv_t kv[2] = {{name1, value1}, {name2, value2}};
+    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_CONFIG,
+                                 .config = kv,
+                                 .config_count = name1 == NULL   ? 0
+                                                 : name2 == NULL ? 1
+                                                                 : 2};
+    sx_engine_h e = NULL;
+    assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+    assert_non_null(e);
+    return e;
+}
+
+static unsigned shard_count(sx_engine_h e)
+{
+    unsigned n = 0;
+    assert_int_equal(sx_engine_shard_count(e, &n), SX_OK);
+    assert_true(n >= 1);
+    return n;
+}
+
+static unsigned home_of(sx_engine_h e)
+{
+    unsigned s = UINT_MAX;
+    assert_int_equal(sx_thread_home_shard(e, &s), SX_OK);
+    return s;
+}
+
+static unsigned cores_of(sx_engine_h e)
+{
+    sx_topology_info_t t;
+    assert_int_equal(sx_engine_topology(e, &t), SX_OK);
+    return t.cores;
+}
+
+/* Whether shard @p index of @p e runs on a core that holds CPU @p cpu. */
+static bool shard_has_cpu(sx_engine_h e, unsigned index, int cpu)
+{
+    sx_shard_info_t info;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    bool has;
+
+    if (sx_engine_shard_info(e, index, &info) != SX_OK || set == NULL ||
+        hwloc_bitmap_list_sscanf(set, info.cpuset) != 0)
+        has = false;
+    else
+        has = hwloc_bitmap_isset(set, (unsigned)cpu);
+    hwloc_bitmap_free(set);
+    return has;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void test_create_destroy_loop(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 200; i++) {
+        sx_engine_h e = NULL;
+        assert_int_equal(sx_engine_create(NULL, &e), SX_OK);
+        assert_int_equal(shard_count(e), cores_of(e));
+        assert_true(sx_progress(e) >= 0);
+        sx_engine_destroy(e);
+    }
+    for (unsigned i = 0; i < 200; i++) {
+        char shards[16], name[32];
+        snprintf(shards, sizeof(shards), "%u", 1 + i % 3);
+        snprintf(name, sizeof(name), "loop-%u", i);
+        sx_config_kv_t kv[] = {{"SHARDS", shards}};
+        sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME,
+                                     .config = kv,
+                                     .config_count = 1,
+                                     .name = name};
+        sx_engine_h e = NULL;
+        assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+        unsigned n = shard_count(e);
+        assert_int_equal(n, 1 + i % 3);
+        /* The previous engine bound this thread to its last shard; that
+         * choice must not leak into a new engine with fewer shards. */
+        assert_true(home_of(e) < n);
+        assert_int_equal(sx_thread_bind(e, n - 1), SX_OK);
+        assert_int_equal(home_of(e), n - 1);
+        assert_true(sx_progress(e) >= 0);
+        sx_engine_destroy(e);
+    }
+}
+
+static void test_invalid_arguments(void **state)
+{
+    (void)state;
+    sx_engine_h e = create_with(NULL, NULL, NULL, NULL);
+    sx_topology_info_t topo;
+    sx_shard_info_t info;
+    unsigned u;
+
+    assert_int_equal(sx_engine_create(NULL, NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_engine_shard_count(NULL, &u), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_engine_shard_count(e, NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_engine_topology(NULL, &topo), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_engine_topology(e, NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_engine_shard_info(NULL, 0, &info), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_engine_shard_info(e, 0, NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_thread_bind(NULL, 0), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_thread_home_shard(NULL, &u), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_thread_home_shard(e, NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_progress(NULL), SX_ERR_INVALID_PARAM);
+    sx_engine_destroy(NULL);
+    sx_engine_destroy(e);
+}
+
+static void test_field_mask(void **state)
+{
+    (void)state;
+    static const uint64_t unknown[] = {1u << 2, 1u << 31, 1ull << 63, ~0ull,
+                                       SX_ENGINE_PARAM_CONFIG | (1u << 5)};
+    static char dummy;
+    sx_engine_params_t params = {0};
+    sx_engine_h e;
+
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+        e = (sx_engine_h)(void *)&dummy;
+        params.field_mask = unknown[i];
+        assert_int_equal(sx_engine_create(&params, &e), SX_ERR_INVALID_PARAM);
+        assert_ptr_equal(e, (sx_engine_h)(void *)&dummy);
+    }
+    assert_int_equal(sx_engine_create(&params, NULL), SX_ERR_INVALID_PARAM);
+
+    /* Fields whose bit is clear are ignored, even when they are nonsense. */
+    params.field_mask = 0;
+    params.config = NULL;
+    params.config_count = 7;
+    params.name = NULL;
+    assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+    sx_engine_destroy(e);
+    /* With the bit set, a NULL config with a count is an error. */
+    params.field_mask = SX_ENGINE_PARAM_CONFIG;
+    assert_int_equal(sx_engine_create(&params, &e), SX_ERR_INVALID_PARAM);
+    params.field_mask = SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME;
+    params.config_count = 0;
+    assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+    sx_engine_destroy(e);
+}
+
+static void test_name_in_log(void **state)
+{
+    (void)state;
+    static const sx_config_kv_t kv[] = {{"LOG_LEVEL", "info"}};
+    char name[] = "engine-under-test";
+    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME,
+                                 .config = kv,
+                                 .config_count = 1,
+                                 .name = name};
+    sx_engine_h e;
+
+    capture_start();
+    assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+    sx_engine_destroy(e);
+    params.field_mask = SX_ENGINE_PARAM_CONFIG; /* name ignored without its bit */
+    assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+    sx_engine_destroy(e);
+    sx_log_set_level(SX_LOG_WARN);
+    char *log = capture_stop();
+    const char *first = strstr(log, "engine-under-test: ");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "engine-under-test"));
+    assert_non_null(strstr(first, "shardx: "));
+    free(log);
+}
+
+/* ---------------------------------------------------------------- shards */
+
+static void test_global_mode(void **state)
+{
+    (void)state;
+    sx_topology_info_t topo;
+
+    sx_engine_h e = create_with("THREAD_MODE", "global", NULL, NULL);
+    assert_int_equal(shard_count(e), 1);
+    assert_int_equal(sx_engine_topology(e, &topo), SX_OK);
+    assert_int_equal(topo.shards, 1);
+    assert_int_equal(home_of(e), 0);
+    assert_int_equal(sx_thread_bind(e, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(e, 1), SX_ERR_OUT_OF_RANGE);
+    assert_true(sx_progress(e) >= 0);
+    sx_engine_destroy(e);
+
+    capture_start();
+    e = create_with("SX_THREAD_MODE", "global", "SHARDS", "4");
+    char *log = capture_stop();
+    assert_int_equal(shard_count(e), 1);
+    sx_engine_destroy(e);
+    assert_non_null(strstr(log, "SX_SHARDS=4"));
+    free(log);
+
+    assert_int_equal(setenv("SX_THREAD_MODE", "GLOBAL", 1), 0);
+    e = create_with(NULL, NULL, NULL, NULL);
+    unsetenv("SX_THREAD_MODE");
+    assert_int_equal(shard_count(e), 1);
+    sx_engine_destroy(e);
+}
+
+static void test_shards_parameter(void **state)
+{
+    (void)state;
+    static const char *const counts[] = {"1", "2", "3", "5", "8"};
+    sx_topology_info_t topo;
+
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        sx_engine_h e = create_with("SHARDS", counts[i], NULL, NULL);
+        assert_int_equal(shard_count(e), (unsigned)atoi(counts[i]));
+        assert_int_equal(sx_engine_topology(e, &topo), SX_OK);
+        assert_int_equal(topo.shards, (unsigned)atoi(counts[i]));
+        sx_engine_destroy(e);
+    }
+    assert_int_equal(setenv("SX_SHARDS", "3", 1), 0);
+    sx_engine_h e = create_with(NULL, NULL, NULL, NULL);
+    assert_int_equal(shard_count(e), 3);
+    sx_engine_destroy(e);
+    e = create_with("SHARDS", "2", NULL, NULL); /* kv beats the environment */
+    assert_int_equal(shard_count(e), 2);
+    sx_engine_destroy(e);
+    unsetenv("SX_SHARDS");
+}
+
+static void test_shard_info(void **state)
+{
+    (void)state;
+    sx_engine_h e = create_with("SHARDS", "5", NULL, NULL);
+    sx_topology_info_t topo;
+    sx_shard_info_t info, untouched;
+    unsigned n = shard_count(e);
+
+    assert_int_equal(sx_engine_topology(e, &topo), SX_OK);
+    assert_int_equal(topo.shards, n);
+    assert_true(topo.cores >= 1);
+    assert_true(topo.cores_are_pus == 0 || topo.cores_are_pus == 1);
+    for (unsigned i = 0; i < n; i++) {
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+        assert_int_equal(sx_engine_shard_info(e, i, &info), SX_OK);
+        assert_int_equal(info.index, i);
+        assert_true(info.core >= 0);
+        assert_true(info.numa_node >= -1);
+        assert_true(info.numa_node < (int)topo.numa_nodes);
+        assert_int_equal(hwloc_bitmap_list_sscanf(set, info.cpuset), 0);
+        assert_false(hwloc_bitmap_iszero(set));
+        assert_int_equal(hwloc_bitmap_first(set), info.first_pu);
+        hwloc_bitmap_free(set);
+    }
+    memset(&info, 0x5a, sizeof(info));
+    memcpy(&untouched, &info, sizeof(info));
+    assert_int_equal(sx_engine_shard_info(e, n, &info), SX_ERR_NOT_FOUND);
+    assert_int_equal(sx_engine_shard_info(e, UINT_MAX, &info), SX_ERR_NOT_FOUND);
+    assert_memory_equal(&info, &untouched, sizeof(info));
+    sx_engine_destroy(e);
+
+    e = create_with(NULL, NULL, NULL, NULL);
+    assert_int_equal(sx_engine_topology(e, &topo), SX_OK);
+    assert_int_equal(topo.shards, topo.cores); /* one shard per core by default */
+    assert_int_equal(shard_count(e), topo.cores);
+    sx_engine_destroy(e);
+}
+
+/* ---------------------------------------------------------------- home shards */
+
+static void test_bind_and_home(void **state)
+{
+    (void)state;
+    sx_engine_h e = create_with("SHARDS", "3", NULL, NULL);
+    unsigned home = home_of(e);
+
+    assert_true(home < 3);
+    for (int i = 0; i < 1000; i++) {
+        assert_true(sx_progress(e) >= 0);
+        assert_int_equal(home_of(e), home); /* stable across calls */
+    }
+    assert_int_equal(sx_thread_bind(e, 3), SX_ERR_OUT_OF_RANGE);
+    assert_int_equal(sx_thread_bind(e, UINT_MAX), SX_ERR_OUT_OF_RANGE);
+    assert_int_equal(home_of(e), home); /* a failed bind changes nothing */
+    for (unsigned s = 0; s < 3; s++) {
+        assert_int_equal(sx_thread_bind(e, s), SX_OK);
+        assert_int_equal(home_of(e), s);
+        assert_true(sx_progress(e) >= 0);
+        assert_int_equal(home_of(e), s);
+    }
+    sx_engine_destroy(e);
+}
+
+typedef struct worker {
+    sx_engine_h engine;
+    pthread_barrier_t *start;
+    unsigned id, nshards, iterations;
+    int cpu; /* CPU the thread is pinned to, or -1 */
+    unsigned errors;
+    cpu_set_t mask_before, mask_after;
+} worker_t;
+
+/* Uses home shards and progress, checking every answer. */
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    unsigned home, now;
+
+    sched_getaffinity(0, sizeof(w->mask_before), &w->mask_before);
+    if (w->start != NULL)
+        pthread_barrier_wait(w->start);
+    if (sx_thread_home_shard(w->engine, &home) != SX_OK || home >= w->nshards)
+        w->errors++;
+    if (w->cpu >= 0 && !shard_has_cpu(w->engine, home, w->cpu))
+        w->errors++; /* the first home follows the core the thread runs on */
+    for (unsigned i = 0; i < w->iterations; i++) {
+        if (sx_progress(w->engine) < 0)
+            w->errors++;
+        if (sx_thread_home_shard(w->engine, &now) != SX_OK || now != home)
+            w->errors++;
+        if (i % 100 == 99) {
+            home = (w->id + i) % w->nshards;
+            if (sx_thread_bind(w->engine, home) != SX_OK)
+                w->errors++;
+            if (sx_thread_bind(w->engine, w->nshards) != SX_ERR_OUT_OF_RANGE)
+                w->errors++;
+        }
+    }
+    sched_getaffinity(0, sizeof(w->mask_after), &w->mask_after);
+    return NULL;
+}
+
+static void run_workers(sx_engine_h e, unsigned nthreads, unsigned iterations, bool together)
+{
+    worker_t w[NTHREADS * 2];
+    pthread_t th[NTHREADS * 2];
+    pthread_barrier_t start;
+
+    assert_true(nthreads <= NTHREADS * 2);
+    assert_int_equal(pthread_barrier_init(&start, NULL, nthreads), 0);
+    for (unsigned i = 0; i < nthreads; i++) {
+        w[i] = (worker_t){.engine = e,
+                          .start = together ? &start : NULL,
+                          .id = i,
+                          .nshards = shard_count(e),
+                          .iterations = iterations,
+                          .cpu = -1};
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (unsigned i = 0; i < nthreads; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(w[i].errors, 0);
+        assert_true(CPU_EQUAL(&w[i].mask_before, &w[i].mask_after));
+    }
+    pthread_barrier_destroy(&start);
+}
+
+static void test_new_threads_get_valid_homes(void **state)
+{
+    (void)state;
+    char shards[16];
+    sx_engine_h e = create_with(NULL, NULL, NULL, NULL);
+
+    snprintf(shards, sizeof(shards), "%u", 2 * cores_of(e) + 1);
+    sx_engine_destroy(e);
+    e = create_with("SHARDS", shards, NULL, NULL);
+    run_workers(e, NTHREADS * 2, 200, false);
+    sx_engine_destroy(e);
+}
+
+/* A thread pinned (by the test) to CPU c gets a home shard on c's core. */
+static void test_home_follows_core(void **state)
+{
+    (void)state;
+    cpu_set_t mask;
+    char shards[16];
+
+    assert_int_equal(sched_getaffinity(0, sizeof(mask), &mask), 0);
+    for (int variant = 0; variant < 2; variant++) {
+        sx_engine_h e = create_with(NULL, NULL, NULL, NULL);
+        snprintf(shards, sizeof(shards), "%u", 2 * cores_of(e));
+        if (variant == 1) {
+            sx_engine_destroy(e);
+            e = create_with("SHARDS", shards, NULL, NULL); /* two shards per core */
+        }
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+            if (!CPU_ISSET(cpu, &mask))
+                continue;
+            for (int round = 0; round < 3; round++) {
+                worker_t w = {.engine = e, .nshards = shard_count(e), .cpu = cpu, .iterations = 10};
+                pthread_attr_t attr;
+                pthread_t th;
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(cpu, &one);
+                assert_int_equal(pthread_attr_init(&attr), 0);
+                assert_int_equal(pthread_attr_setaffinity_np(&attr, sizeof(one), &one), 0);
+                assert_int_equal(pthread_create(&th, &attr, worker_main, &w), 0);
+                assert_int_equal(pthread_join(th, NULL), 0);
+                pthread_attr_destroy(&attr);
+                assert_int_equal(w.errors, 0);
+                assert_true(CPU_EQUAL(&w.mask_after, &one)); /* still pinned, untouched */
+            }
+        }
+        sx_engine_destroy(e);
+    }
+}
+
+static void test_affinity_untouched(void **state)
+{
+    (void)state;
+    cpu_set_t before, after;
+    sx_topology_info_t topo;
+    sx_shard_info_t info;
+
+    assert_int_equal(sched_getaffinity(0, sizeof(before), &before), 0);
+    for (int variant = 0; variant < 3; variant++) {
+        sx_engine_h e = variant == 0   ? create_with(NULL, NULL, NULL, NULL)
+                        : variant == 1 ? create_with("SHARDS", "5", NULL, NULL)
+                                       : create_with("THREAD_MODE", "global", NULL, NULL);
+        unsigned n = shard_count(e);
+        assert_int_equal(sched_getaffinity(0, sizeof(after), &after), 0);
+        assert_true(CPU_EQUAL(&before, &after));
+        assert_true(home_of(e) < n);
+        for (unsigned s = 0; s < n; s++) {
+            assert_int_equal(sx_thread_bind(e, s), SX_OK);
+            assert_true(sx_progress(e) >= 0);
+            assert_int_equal(sx_engine_shard_info(e, s, &info), SX_OK);
+            assert_int_equal(sched_getaffinity(0, sizeof(after), &after), 0);
+            assert_true(CPU_EQUAL(&before, &after));
+        }
+        assert_int_equal(sx_engine_topology(e, &topo), SX_OK);
+        assert_true(topo.cores <= (unsigned)CPU_COUNT(&before));
+        sx_engine_destroy(e);
+        assert_int_equal(sched_getaffinity(0, sizeof(after), &after), 0);
+        assert_true(CPU_EQUAL(&before, &after));
+    }
+}
+
+/* ---------------------------------------------------------------- concurrency */
+
+static void test_concurrent_progress(void **state)
+{
+    (void)state;
+    char shards[16];
+    sx_engine_h e = create_with(NULL, NULL, NULL, NULL);
+
+    run_workers(e, NTHREADS, 2000, true); /* one shard per core */
+    sx_engine_destroy(e);
+    e = create_with("SHARDS", "1", NULL, NULL); /* everyone on one token */
+    run_workers(e, NTHREADS, 2000, true);
+    sx_engine_destroy(e);
+    e = create_with(NULL, NULL, NULL, NULL);
+    snprintf(shards, sizeof(shards), "%u", 2 * cores_of(e) + 1);
+    sx_engine_destroy(e);
+    e = create_with("SHARDS", shards, NULL, NULL);
+    run_workers(e, NTHREADS, 2000, true);
+    sx_engine_destroy(e);
+    e = create_with("THREAD_MODE", "global", NULL, NULL); /* the recursive lock */
+    run_workers(e, NTHREADS, 2000, true);
+    sx_engine_destroy(e);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    /* The tests choose their own configuration. */
+    unsetenv("SX_SHARDS");
+    unsetenv("SX_THREAD_MODE");
+    unsetenv("SX_LOG_FILE");
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_destroy_loop),
+        cmocka_unit_test(test_invalid_arguments),
+        cmocka_unit_test(test_field_mask),
+        cmocka_unit_test(test_name_in_log),
+        cmocka_unit_test(test_global_mode),
+        cmocka_unit_test(test_shards_parameter),
+        cmocka_unit_test(test_shard_info),
+        cmocka_unit_test(test_bind_and_home),
+        cmocka_unit_test(test_new_threads_get_valid_homes),
+        cmocka_unit_test(test_home_follows_core),
+        cmocka_unit_test(test_affinity_untouched),
+        cmocka_unit_test(test_concurrent_progress),
+    };
+    return cmocka_run_group_tests_name("engine", tests, setup, NULL);
+}
