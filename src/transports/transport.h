@@ -1,0 +1,184 @@
+/*
+ * The transport interface: unreliable datagrams between shards.
+ *
+ * A transport (udp, self, fault, ofi, verbs) is a const ops table; each
+ * shard opens its own interface of it, so no interface is ever shared
+ * between shards and none of these calls needs a lock. Reliability,
+ * ordering and channels live above (src/shard/); a transport only moves
+ * datagrams of at most `mtu` bytes, may drop, duplicate or reorder them,
+ * and must never hand up a datagram longer than it received.
+ *
+ * Synchronization: every slot is called by the holder of the owning
+ * shard's token, except where a slot's comment says otherwise. No slot
+ * blocks unless its comment says so. Fast-path slots (post_send, poll) are
+ * never NULL.
+ *
+ * Buffers: post_send copies or transmits the datagram before it returns
+ * when caps.sync_send is set (udp, self, fault over them); otherwise the
+ * iovec memory must stay untouched until poll reports the send's context
+ * as completed. Received datagrams stay valid until the next poll call on
+ * the same interface; a caller that keeps data copies it.
+ */
+#ifndef SX_TRANSPORTS_TRANSPORT_H
+#define SX_TRANSPORTS_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define SX_TL_ADDR_MAX  64 /* bytes of a transport address in a business card */
+#define SX_TL_NAME_MAX  16
+#define SX_TL_IOV_MAX   4 /* iovec entries per datagram */
+#define SX_TL_DEST_NONE UINT32_MAX
+
+typedef struct sx_tl_iface sx_tl_iface_t;
+typedef struct sx_tl_ops sx_tl_ops_t;
+
+/** A resolved destination: an index into the interface's address table. */
+typedef uint32_t sx_tl_dest_t;
+
+/** What an interface can do; filled in by open. */
+typedef struct sx_tl_caps {
+    size_t mtu;          /* largest datagram payload, in bytes */
+    size_t inline_limit; /* datagrams up to this size go out without a copy wait */
+    unsigned tx_credits; /* datagrams that may be in flight to the NIC at once */
+    int sync_send;       /* 1: post_send is done with the buffers when it returns */
+} sx_tl_caps_t;
+
+/** Per-interface options, from the engine configuration. */
+typedef struct sx_tl_config {
+    unsigned shard;               /* index of the owning shard */
+    unsigned nshards;             /* shards in the engine */
+    const char *bind_addr;        /* udp: local IPv4/IPv6 address to bind; NULL = loopback */
+    size_t rcvbuf;                /* udp: requested SO_RCVBUF in bytes; 0 = leave default */
+    size_t sndbuf;                /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
+    const char *fault;            /* fault: the SX_FAULT specification */
+    const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
+    void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
+    /* fault: says whether a datagram is a control datagram (for ctrl_loss and
+     * ctrl_blackout); called on iov[0] of each tx only, so a wire header that
+     * tells control from data must sit whole in iov[0]. NULL: nothing is
+     * control. Called by the sending shard's token holder; must not block. */
+    int (*is_control)(const void *data, size_t len);
+} sx_tl_config_t;
+
+/** One datagram to send. */
+typedef struct sx_tl_tx {
+    sx_tl_dest_t dest;
+    struct iovec iov[SX_TL_IOV_MAX];
+    unsigned iovcnt;
+    void *ctx; /* reported back by poll on completion when !caps.sync_send */
+} sx_tl_tx_t;
+
+/** One event from poll: a received datagram, or a completed send. */
+typedef enum sx_tl_event_type {
+    SX_TL_EV_RECV = 1,
+    SX_TL_EV_SEND_DONE = 2,
+} sx_tl_event_type_t;
+
+typedef struct sx_tl_event {
+    sx_tl_event_type_t type;
+    int status;          /* SX_OK, or why a send failed */
+    const uint8_t *data; /* RECV: the datagram; valid until the next poll */
+    size_t len;          /* RECV: its length */
+    void *ctx;           /* SEND_DONE: the tx's ctx */
+} sx_tl_event_t;
+
+/** Counters every interface keeps; read by its owner. */
+typedef struct sx_tl_stats {
+    uint64_t tx_datagrams;
+    uint64_t rx_datagrams;
+    uint64_t tx_again;        /* post_send refused for lack of space */
+    uint64_t rx_truncated;    /* datagrams longer than the mtu, dropped */
+    uint64_t rx_kernel_drops; /* udp: SO_RXQ_OVFL: dropped by a full socket buffer;
+                               * self: dropped by a full destination queue */
+    uint64_t tx_refused;      /* udp: ECONNREFUSED reported and ignored; self: sent to a
+                               * closed interface and dropped */
+} sx_tl_stats_t;
+
+struct sx_tl_ops {
+    const char *name;
+
+    /** Opens the interface of one shard. May block briefly (socket set-up).
+     *  Writes *iface_p only on SX_OK. */
+    int (*open)(const sx_tl_config_t *config, sx_tl_iface_t **iface_p);
+
+    /** Closes it; sends not yet completed are dropped. */
+    void (*close)(sx_tl_iface_t *iface);
+
+    /** Writes the interface's address (for the business card) to @p buf,
+     *  at most *len_p bytes; sets *len_p to the length. Any thread after
+     *  open (the address never changes). */
+    int (*local_addr)(sx_tl_iface_t *iface, void *buf, size_t *len_p);
+
+    /** Resolves a peer interface's address into a destination handle.
+     *  SX_ERR_INVALID_PARAM for a malformed address. */
+    int (*addr_insert)(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p);
+
+    /** Forgets a destination; later sends to it fail with
+     *  SX_ERR_INVALID_PARAM. */
+    void (*addr_remove)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
+
+    /**
+     * Sends up to @p count datagrams, in order, without blocking. Sets
+     * *posted_p to how many were taken. Returns SX_OK when all were taken,
+     * SX_ERR_AGAIN when the interface is out of room (retry after a poll),
+     * or an error for tx[*posted_p] (bad destination, datagram over the
+     * mtu); datagrams after it were not taken. Fast path; never NULL.
+     */
+    int (*post_send)(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
+                     unsigned *posted_p);
+
+    /**
+     * Reports up to @p max events: received datagrams and, for
+     * interfaces without sync_send, completed sends. Returns how many, or
+     * a negative status for a fatal interface error. Never blocks. Fast
+     * path; never NULL.
+     */
+    int (*poll)(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max);
+
+    /** A file descriptor that becomes readable when poll may return
+     *  something, for epoll; -1 if the interface has none. Any thread. */
+    int (*wait_fd)(sx_tl_iface_t *iface);
+};
+
+/** The part every interface struct starts with. */
+struct sx_tl_iface {
+    const sx_tl_ops_t *ops;
+    sx_tl_caps_t caps;
+    sx_tl_stats_t stats;
+};
+
+extern const sx_tl_ops_t sx_tl_udp_ops;
+extern const sx_tl_ops_t sx_tl_self_ops;
+extern const sx_tl_ops_t sx_tl_fault_ops;
+
+/** The transport called @p name ("udp", "self", "fault"), or NULL. */
+const sx_tl_ops_t *sx_tl_find(const char *name);
+
+/**
+ * self: creates the rendezvous that the self interfaces of one engine share
+ * (sx_tl_config_t.self_domain), with room for @p nshards shards. Any thread.
+ * SX_ERR_INVALID_PARAM when @p nshards is 0 or above 65536.
+ */
+int sx_tl_self_domain_create(unsigned nshards, void **domain_p);
+
+/** self: destroys a domain; every interface opened on it must be closed
+ *  first. Datagrams still queued are freed. NULL is ignored. */
+void sx_tl_self_domain_destroy(void *domain);
+
+/** fault: what the fault decorator did, one count per datagram affected. */
+typedef struct sx_tl_fault_stats {
+    uint64_t dropped;      /* by loss, ctrl_loss, blackhole or ctrl_blackout */
+    uint64_t ctrl_dropped; /* the control datagrams among `dropped` */
+    uint64_t duplicated;   /* sent twice (counted when the second copy goes out) */
+    uint64_t reordered;    /* held back behind a later datagram */
+    uint64_t delayed;      /* held for delay_us */
+    uint64_t corrupted;    /* sent with one bit flipped */
+} sx_tl_fault_stats_t;
+
+/** fault: copies the fault counters of @p iface to *stats_p; for the owner
+ *  of the interface. SX_ERR_INVALID_PARAM if @p iface is not a fault one. */
+int sx_tl_fault_stats_get(const sx_tl_iface_t *iface, sx_tl_fault_stats_t *stats_p);
+
+#endif /* SX_TRANSPORTS_TRANSPORT_H */
