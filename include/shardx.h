@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -209,6 +210,85 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * same shard.
  */
 SX_API int sx_progress(sx_engine_h engine);
+
+/* ------------------------------------------------------------------------ */
+/* Peers and business cards                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sx_peer *sx_peer_h;
+
+/**
+ * Writes the engine's business card — what a peer needs to reach it — to
+ * @p buf. On entry *len_p is the buffer size; on SX_OK it is the card's
+ * length. SX_ERR_TRUNCATED (with *len_p set to the size needed) when the
+ * buffer is too small or NULL. Cards are opaque bytes to exchange by any
+ * means (a pipe, a file, PMIx, MPI's own modex).
+ */
+SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p);
+
+/**
+ * Adds the process whose card is @p card as a peer, named @p peer_id in
+ * callbacks. A card of this engine itself is allowed (sends to oneself).
+ * SX_ERR_INVALID_PARAM for a malformed card, SX_ERR_EXISTS if that card's
+ * engine is already a peer. Channels open lazily, on first use.
+ */
+SX_API int sx_peer_add(sx_engine_h engine, uint64_t peer_id, const void *card, size_t len,
+                       sx_peer_h *peer_p);
+
+/**
+ * Removes a peer: operations still pending to it complete with
+ * SX_ERR_CANCELED; the handle must not be used after this returns.
+ */
+SX_API int sx_peer_remove(sx_engine_h engine, sx_peer_h peer);
+
+/** The id the peer was added with. */
+SX_API uint64_t sx_peer_id(sx_peer_h peer);
+
+/* ------------------------------------------------------------------------ */
+/* Active messages                                                           */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * An active-message handler. It runs on a thread inside sx_progress() (or
+ * a call that progresses), with no shardx lock held: it may call any
+ * shardx function, including sx_send(), but not sx_engine_destroy().
+ * @p data is valid only during the call.
+ */
+typedef void (*sx_am_cb_t)(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len);
+
+/** Sets the handler of @p tag (NULL removes it). Messages with a tag that
+ *  has no handler are dropped and counted. */
+SX_API int sx_am_register(sx_engine_h engine, uint8_t tag, sx_am_cb_t cb, void *arg);
+
+/**
+ * A completion: runs exactly once per operation, with SX_OK once the peer
+ * has acknowledged it, or an error (SX_ERR_PEER_UNREACHABLE,
+ * SX_ERR_CANCELED, ...). Same thread rules as sx_am_cb_t.
+ */
+typedef void (*sx_complete_cb_t)(void *ctx, int status);
+
+/**
+ * Sends an active message, the concatenation of @p iov, to @p peer. The
+ * buffers must stay valid and unchanged until the completion runs (the
+ * iovec array itself is copied). Messages from one thread to one peer
+ * arrive in order. Returns SX_INPROGRESS (the completion will run), or an
+ * error, in which case the completion never runs.
+ */
+SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
+                   sx_complete_cb_t cb, void *ctx);
+
+/**
+ * Sends a message now, copying it, or returns SX_ERR_AGAIN instead of
+ * queueing when the calling thread's shard is busy or its window is full.
+ * There is no completion: delivery is as reliable as sx_send's, and a
+ * failure is reported through the error callback.
+ */
+SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt);
+
+/** Called once per failed peer, from a progressing thread. */
+typedef void (*sx_error_cb_t)(void *arg, uint64_t peer_id, int status);
+
+SX_API int sx_error_register(sx_engine_h engine, sx_error_cb_t cb, void *arg);
 
 #ifdef __cplusplus
 }

@@ -366,7 +366,9 @@ static void test_enum_values(void **state)
             assert_int_equal(sx_config_parse_one(i, other, &cfg), SX_ERR_INVALID_PARAM);
         }
         assert_int_equal(sx_config_parse_one(i, "no-such-word", &cfg), SX_ERR_INVALID_PARAM);
-        assert_int_equal(sx_config_parse_one(i, info.allowed, &cfg), SX_ERR_INVALID_PARAM);
+        /* The whole list is not one of its words (when it has several). */
+        if (strchr(info.allowed, '|') != NULL)
+            assert_int_equal(sx_config_parse_one(i, info.allowed, &cfg), SX_ERR_INVALID_PARAM);
     }
 }
 

@@ -20,23 +20,60 @@
 
 #include <shardx.h>
 
-#define SX_CONFIG_TABLE(X)                                                                 \
-    X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                            \
-      "Number of shards; 0 means one per core of the process's cpuset. More shards than "  \
-      "cores is allowed (and warned about).")                                              \
-    X(THREAD_MODE, ENUM, thread_mode, "sharded", 0, 0, "sharded|global",                   \
-      "sharded: one shard per core, each with its own token and inbox. global: one shard " \
-      "behind one recursive lock, the usnic-style baseline kept for comparison.")          \
-    X(LOG_LEVEL, ENUM, log_level, "warn", 0, 0, "error|warn|info|debug|trace",             \
-      "Lowest severity written to the log.")                                               \
-    X(LOG_FILE, STRING, log_file, "", 0, 0, NULL,                                          \
-      "Append log lines to this file instead of standard error.")                          \
-    X(HOTEL_ROOMS, UINT, hotel_rooms, "4096", 16, 1048576, NULL,                           \
-      "Rooms in each shard's hotel: the most packets a shard keeps waiting for an "        \
-      "acknowledgement.")                                                                  \
-    X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                           \
-      "Granularity of each shard's timer wheel in microseconds; timers fire up to one "    \
-      "tick late, never early.")
+#define SX_CONFIG_TABLE(X)                                                                    \
+    X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                               \
+      "Number of shards; 0 means one per core of the process's cpuset. More shards than "     \
+      "cores is allowed (and warned about).")                                                 \
+    X(THREAD_MODE, ENUM, thread_mode, "sharded", 0, 0, "sharded|global",                      \
+      "sharded: one shard per core, each with its own token and inbox. global: one shard "    \
+      "behind one recursive lock, the usnic-style baseline kept for comparison.")             \
+    X(LOG_LEVEL, ENUM, log_level, "warn", 0, 0, "error|warn|info|debug|trace",                \
+      "Lowest severity written to the log.")                                                  \
+    X(LOG_FILE, STRING, log_file, "", 0, 0, NULL,                                             \
+      "Append log lines to this file instead of standard error.")                             \
+    X(HOTEL_ROOMS, UINT, hotel_rooms, "16384", 16, 1048576, NULL,                             \
+      "Rooms in each shard's hotel: the most packets a shard keeps waiting for an "           \
+      "acknowledgement.")                                                                     \
+    X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                              \
+      "Granularity of each shard's timer wheel in microseconds; timers fire up to one "       \
+      "tick late, never early.")                                                              \
+    X(TRANSPORT, ENUM, transport, "udp", 0, 0, "udp", "Network transport between processes.") \
+    X(BIND_ADDR, STRING, bind_addr, "127.0.0.1", 0, 0, NULL,                                  \
+      "IPv4 address the udp transport binds its sockets to.")                                 \
+    X(FAULT, STRING, fault, "", 0, 0, NULL,                                                   \
+      "Inject faults on the network transport, e.g. "                                         \
+      "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")   \
+    X(WINDOW, UINT, window, "4096", 16, 65536, NULL,                                          \
+      "Send window per channel, in packets (rounded up to a power of two).")                  \
+    X(MAX_INFLIGHT, SIZE, max_inflight, "4m", 65536, 1073741824, NULL,                        \
+      "Most unacknowledged bytes per channel; keep it below what the receiving socket "       \
+      "buffer holds.")                                                                        \
+    X(RCVBUF, SIZE, rcvbuf, "16m", 0, 1073741824, NULL,                                       \
+      "Receive socket buffer to request (SO_RCVBUFFORCE, then SO_RCVBUF); 0: the "            \
+      "system default.")                                                                      \
+    X(SNDBUF, SIZE, sndbuf, "4m", 0, 1073741824, NULL,                                        \
+      "Send socket buffer to request; 0: the system default.")                                \
+    X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                               \
+      "Delayed acknowledgement: longest wait before an ACK is sent on its own.")              \
+    X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                        \
+      "Send an ACK at once after this many packets arrived unacknowledged.")                  \
+    X(RTO_MIN_US, UINT, rto_min_us, "2000", 10, 60000000, NULL,                               \
+      "Floor of the retransmission timeout (RFC 6298); high enough that a peer "              \
+      "descheduled for a scheduler slice causes a spurious retransmit, not a failure.")       \
+    X(RTO_MAX_US, UINT, rto_max_us, "1000000", 100, 600000000, NULL,                          \
+      "Ceiling of the retransmission timeout after exponential back-off.")                    \
+    X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                            \
+      "Retransmission timeout before the first round-trip sample.")                           \
+    X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                    \
+      "A channel with unacknowledged data and no progress for this long fails: its "          \
+      "operations complete with SX_ERR_PEER_UNREACHABLE and the error callback runs.")        \
+    X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                            \
+      "CRC32C over every payload (the header checksum is always on).")                        \
+    X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                           \
+      "Largest active message accepted, sent or received; bounds reassembly memory.")         \
+    X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                   \
+      "First sequence number of every channel; for testing wrap-around. Every process "       \
+      "of a job must use the same value.")
 
 /* Word indices of the ENUM parameters; they follow the word lists above. */
 enum { SX_THREAD_MODE_SHARDED = 0, SX_THREAD_MODE_GLOBAL = 1 };
@@ -48,6 +85,22 @@ typedef struct sx_config {
     char *log_file;
     uint64_t hotel_rooms;
     uint64_t timer_tick_us;
+    int transport;
+    char *bind_addr;
+    char *fault;
+    uint64_t window;
+    uint64_t max_inflight;
+    uint64_t rcvbuf;
+    uint64_t sndbuf;
+    uint64_t ack_delay_us;
+    uint64_t ack_every;
+    uint64_t rto_min_us;
+    uint64_t rto_max_us;
+    uint64_t rto_init_us;
+    uint64_t peer_timeout_ms;
+    bool checksum;
+    uint64_t max_msg_size;
+    uint64_t seq_start;
 } sx_config_t;
 
 /**

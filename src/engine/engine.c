@@ -43,11 +43,44 @@ static unsigned sx_engine_shard_target(struct sx_engine *e)
     return (unsigned)e->cfg.shards;
 }
 
+static void sx_engine_init_proto(struct sx_engine *e)
+{
+    const sx_config_t *c = &e->cfg;
+    sx_proto_t *p = &e->proto;
+    uint32_t window = 16;
+
+    while (window < c->window)
+        window <<= 1;
+    p->nshards = e->nshards;
+    p->window = window;
+    p->max_inflight = c->max_inflight;
+    p->ack_delay_ns = c->ack_delay_us * 1000u;
+    p->ack_every = (unsigned)c->ack_every;
+    p->rto_min_ns = c->rto_min_us * 1000u;
+    p->rto_max_ns = c->rto_max_us * 1000u;
+    p->rto_init_ns = c->rto_init_us * 1000u;
+    if (p->rto_max_ns < p->rto_min_ns)
+        p->rto_max_ns = p->rto_min_ns;
+    p->peer_timeout_ns = c->peer_timeout_ms * 1000000u;
+    p->checksum = c->checksum;
+    p->max_msg = c->max_msg_size;
+    p->peers = &e->peers;
+    for (unsigned t = 0; t < 256; t++)
+        atomic_init(&p->am[t], NULL);
+    atomic_init(&p->error, NULL);
+}
+
 static int sx_engine_create_shards(struct sx_engine *e)
 {
+    const sx_tl_ops_t *net = &sx_tl_udp_ops;
+    bool fault = e->cfg.fault != NULL && e->cfg.fault[0] != '\0';
+
     e->shards = calloc(e->nshards, sizeof(*e->shards));
     if (e->shards == NULL)
         return SX_ERR_NO_MEMORY;
+    int rc = sx_tl_self_domain_create(e->nshards, &e->self_domain);
+    if (rc != SX_OK)
+        return rc;
     for (unsigned i = 0; i < e->nshards; i++) {
         /* Shards are spread round-robin over the cores, so shard i and
          * shard i + ncores share a core when there are more shards. */
@@ -60,8 +93,23 @@ static int sx_engine_create_shards(struct sx_engine *e)
             .cpuset = core->cpuset,
             .hotel_rooms = (unsigned)e->cfg.hotel_rooms,
             .tick_ns = e->cfg.timer_tick_us * 1000u,
+            .proto = &e->proto,
+            .net_ops = fault ? &sx_tl_fault_ops : net,
+            .net_config =
+                {
+                    .shard = i,
+                    .nshards = e->nshards,
+                    .bind_addr = e->cfg.bind_addr,
+                    .rcvbuf = e->cfg.rcvbuf,
+                    .sndbuf = e->cfg.sndbuf,
+                    .fault = fault ? e->cfg.fault : NULL,
+                    .inner_ops = fault ? net : NULL,
+                    .is_control = sx_wire_is_control,
+                },
+            .self_config = {.shard = i, .nshards = e->nshards, .self_domain = e->self_domain},
+            .seq_start = (uint32_t)e->cfg.seq_start,
         };
-        int rc = sx_shard_create(&conf, &e->shards[i]);
+        rc = sx_shard_create(&conf, &e->shards[i]);
         if (rc != SX_OK)
             return rc;
     }
@@ -70,6 +118,9 @@ static int sx_engine_create_shards(struct sx_engine *e)
 
 static void sx_engine_free(struct sx_engine *e)
 {
+    /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
+     * the shards, whose inboxes may still hold peer-close requests. */
+    sx_engine_peers_fini(e);
     if (e->shards != NULL) {
         for (unsigned i = 0; i < e->nshards; i++)
             sx_shard_destroy(e->shards[i]);
@@ -77,6 +128,8 @@ static void sx_engine_free(struct sx_engine *e)
     }
     if (e->peers_created)
         sx_rcu_table_fini(&e->peers);
+    sx_tl_self_domain_destroy(e->self_domain);
+    sx_engine_graveyard_fini(e);
     if (e->home_key_created)
         pthread_key_delete(e->home_key);
     if (e->global_lock_created)
@@ -153,7 +206,12 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     e->peers_created = true;
+    sx_fairlock_init(&e->peer_lock);
+    sx_engine_init_proto(e);
     rc = sx_engine_create_shards(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_engine_card_init(e);
     if (rc != SX_OK)
         goto fail;
 

@@ -26,6 +26,8 @@
 #include "common/rcu_table.h"
 #include "engine/topo.h"
 #include "locks/rlock.h"
+#include "shard/peer.h"
+#include "shard/proto.h"
 #include "shard/shard.h"
 
 struct sx_engine {
@@ -40,9 +42,31 @@ struct sx_engine {
     atomic_uint next_rr;
     sx_rlock_t global_lock;
     bool global_lock_created;
-    sx_rcu_table_t peers;
+    sx_rcu_table_t peers; /* by the peer engine's epoch */
     bool peers_created;
+    sx_proto_t proto;
+    void *self_domain;
+    uint8_t card[4096]; /* this engine's business card */
+    size_t card_len;
+    sx_fairlock_t peer_lock; /* the list below, and peer add/remove */
+    struct sx_peer *all_peers;
+    /* Handlers replaced by a later registration; a receive path may still
+     * hold one, so they are freed only with the engine. */
+    void *graveyard;
 };
+
+/** Runs @p req on shard @p shard (token-or-delegate; in global mode under
+ *  the global lock). */
+void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *req);
+
+/** Builds the card and the engine's own epoch; at creation. */
+int sx_engine_card_init(struct sx_engine *engine);
+
+/** Closes every channel and frees every peer; at destruction. */
+void sx_engine_peers_fini(struct sx_engine *engine);
+
+/** Frees replaced and current handlers; at destruction. */
+void sx_engine_graveyard_fini(struct sx_engine *engine);
 
 /** The calling thread's home shard index, chosen on first use. */
 unsigned sx_engine_home_shard(struct sx_engine *engine);

@@ -6,9 +6,10 @@
 
 #include "common/tsan.h"
 
-void sx_inbox_init(sx_inbox_t *inbox)
+void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush)
 {
     __cds_wfcq_init(&inbox->head, &inbox->tail);
+    inbox->flush = flush;
     atomic_init(&inbox->requests_run, 0);
 }
 
@@ -76,6 +77,8 @@ size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owne
     for (unsigned round = 0;; round++) {
         bool blocked = false;
         ran += sx_inbox_drain_locked(inbox, owner, &blocked);
+        if (inbox->flush != NULL)
+            inbox->flush(owner);
         sx_token_release(token);
         /* Pairs with the barrier in sx_delegate_submit_mpsc between the
          * producer's enqueue and its try of the token (see inbox.h). */

@@ -57,6 +57,13 @@ typedef struct sx_inbox_req sx_inbox_req_t;
  */
 typedef void (*sx_inbox_run_fn)(void *owner, sx_inbox_req_t *req);
 
+/**
+ * Called by the token holder after it ran the inbox and before it releases
+ * the token, so work that the requests queued goes out before anyone else
+ * can take the shard (the shard's flush of its channels). May be NULL.
+ */
+typedef void (*sx_inbox_flush_fn)(void *owner);
+
 struct sx_inbox_req {
     struct cds_wfcq_node node; /* private to the inbox */
     sx_inbox_run_fn run;       /* set by the submitter; never NULL */
@@ -70,9 +77,10 @@ typedef struct sx_inbox {
     struct cds_wfcq_tail tail __attribute__((aligned(64)));
     /* Requests run so far, queued or not; written by the token holder. */
     sx_stat_t requests_run __attribute__((aligned(64)));
+    sx_inbox_flush_fn flush;
 } sx_inbox_t;
 
-void sx_inbox_init(sx_inbox_t *inbox);
+void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush);
 
 /** Releases the queue. The inbox must be empty (no thread may still
  *  submit); requests still queued are a caller bug and are run here. */

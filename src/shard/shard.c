@@ -1,11 +1,18 @@
-/* Shard lifetime and progress; see shard.h. */
+/* Shard lifetime, progress, receive dispatch and flushing; see shard.h. */
 #include "shard/shard.h"
 
 #include <shardx.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "common/rcu_table.h"
 #include "common/time.h"
+#include "shard/chan.h"
+#include "shard/peer.h"
+#include "shard/proto.h"
+
+#define SX_SHARD_POLL_BATCH 32
 
 static void sx_shard_on_evict(void *occupant, void *arg)
 {
@@ -15,23 +22,46 @@ static void sx_shard_on_evict(void *occupant, void *arg)
     guest->on_evict(shard, guest);
 }
 
+static void sx_shard_flush_hook(void *owner)
+{
+    sx_shard_flush_locked(owner);
+}
+
+static int sx_shard_open_ifaces(sx_shard_t *s, const sx_shard_conf_t *conf)
+{
+    int rc = conf->net_ops->open(&conf->net_config, &s->ifaces[SX_SHARD_TL_NET]);
+    if (rc != SX_OK) {
+        sx_error("shard", "shard %u: cannot open the %s transport: %s", conf->index,
+                 conf->net_ops->name, sx_strerror(rc));
+        return rc;
+    }
+    rc = sx_tl_self_ops.open(&conf->self_config, &s->ifaces[SX_SHARD_TL_SELF]);
+    if (rc != SX_OK)
+        sx_error("shard", "shard %u: cannot open the self transport: %s", conf->index,
+                 sx_strerror(rc));
+    return rc;
+}
+
 int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
 {
     sx_shard_t *s;
     int rc;
 
-    if (conf == NULL || shard_p == NULL || conf->tick_ns == 0)
+    if (conf == NULL || shard_p == NULL || conf->tick_ns == 0 ||
+        (conf->proto != NULL && conf->net_ops == NULL))
         return SX_ERR_INVALID_PARAM;
     /* Aligned so the token and the inbox ends sit on their own lines. */
     if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0)
         return SX_ERR_NO_MEMORY;
     memset(s, 0, sizeof(*s));
     sx_token_init(&s->token);
-    sx_inbox_init(&s->inbox);
+    sx_inbox_init(&s->inbox, sx_shard_flush_hook);
     s->index = conf->index;
     s->core = conf->core;
     s->first_pu = conf->first_pu;
     s->numa_node = conf->numa_node;
+    s->proto = conf->proto;
+    s->seq_start = conf->seq_start;
     s->cpuset = (conf->cpuset != NULL) ? hwloc_bitmap_dup(conf->cpuset) : hwloc_bitmap_alloc();
     if (s->cpuset == NULL) {
         free(s);
@@ -40,6 +70,8 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     rc = sx_wheel_init(conf->tick_ns, 0, sx_time_ns(), &s->wheel);
     if (rc == SX_OK)
         rc = sx_hotel_init(s->wheel, conf->hotel_rooms, sx_shard_on_evict, s, &s->hotel);
+    if (rc == SX_OK && conf->proto != NULL)
+        rc = sx_shard_open_ifaces(s, conf);
     if (rc != SX_OK) {
         sx_shard_destroy(s);
         return rc;
@@ -55,6 +87,10 @@ void sx_shard_destroy(sx_shard_t *shard)
     sx_inbox_fini(&shard->inbox, shard);
     sx_hotel_fini(shard->hotel);
     sx_wheel_fini(shard->wheel);
+    for (unsigned i = 0; i < SX_SHARD_TL_COUNT; i++) {
+        if (shard->ifaces[i] != NULL)
+            shard->ifaces[i]->ops->close(shard->ifaces[i]);
+    }
     hwloc_bitmap_free(shard->cpuset);
     free(shard);
 }
@@ -64,18 +100,126 @@ bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req)
     return sx_delegate_submit_mpsc(&shard->token, &shard->inbox, shard, req);
 }
 
+void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan)
+{
+    sx_chan_t *prev = NULL;
+
+    if (!chan->on_ready)
+        return;
+    for (sx_chan_t *c = shard->ready_head; c != NULL; prev = c, c = c->ready_next) {
+        if (c != chan)
+            continue;
+        if (prev != NULL)
+            prev->ready_next = c->ready_next;
+        else
+            shard->ready_head = c->ready_next;
+        if (shard->ready_tail == c)
+            shard->ready_tail = prev;
+        break;
+    }
+    chan->on_ready = false;
+}
+
+void sx_shard_flush_locked(sx_shard_t *shard)
+{
+    /* Take the whole list: channels that become ready again while we flush
+     * (a new ACK owed, the interface full) go on a fresh list for the next
+     * pass instead of spinning here. */
+    sx_chan_t *c = shard->ready_head;
+    shard->ready_head = shard->ready_tail = NULL;
+    while (c != NULL) {
+        sx_chan_t *next = c->ready_next;
+        c->on_ready = false;
+        c->ready_next = NULL;
+        sx_chan_flush_locked(c);
+        c = next;
+    }
+}
+
+static void sx_shard_drop(sx_shard_t *shard, sx_drop_reason_t why)
+{
+    sx_stat_add(&shard->stats.drops[why], 1);
+    sx_debug("shard", "shard %u: packet dropped: %s", shard->index, sx_drop_reason_text(why));
+}
+
+void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
+{
+    const sx_proto_t *p = shard->proto;
+    sx_wire_hdr_t h;
+
+    sx_stat_add(&shard->stats.rx_packets, 1);
+    sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
+    if (why != SX_DROP_COUNT) {
+        sx_shard_drop(shard, why);
+        return;
+    }
+    if (h.dst_shard != shard->index) {
+        sx_shard_drop(shard, SX_DROP_SHARD);
+        return;
+    }
+    if (h.dst_epoch != p->epoch) {
+        sx_shard_drop(shard, SX_DROP_STALE_EPOCH);
+        return;
+    }
+    /* The peer table is read under RCU; a peer stays allocated while any
+     * shard still has a channel to it, so the channel outlives the read
+     * section. */
+    sx_rcu_read_lock();
+    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, h.src_epoch);
+    struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
+    sx_chan_t *c = NULL;
+    if (peer != NULL && h.src_shard < peer->nshards)
+        c = sx_chan_get_locked(shard, peer, h.src_shard);
+    sx_rcu_read_unlock(p->peers);
+    if (peer == NULL) {
+        sx_shard_drop(shard, SX_DROP_UNKNOWN_PEER);
+        return;
+    }
+    if (c == NULL) {
+        sx_shard_drop(shard, h.src_shard < peer->nshards ? SX_DROP_NO_BUFFER : SX_DROP_SHARD);
+        return;
+    }
+    sx_chan_recv_locked(c, &h, data, len);
+}
+
+static int sx_shard_poll_locked(sx_shard_t *shard)
+{
+    sx_tl_event_t ev[SX_SHARD_POLL_BATCH];
+    int total = 0;
+
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        if (iface == NULL)
+            continue;
+        int n = iface->ops->poll(iface, ev, SX_SHARD_POLL_BATCH);
+        if (n < 0) {
+            sx_error("shard", "shard %u: %s interface failed: %s", shard->index, iface->ops->name,
+                     sx_strerror(n));
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (ev[i].type == SX_TL_EV_RECV)
+                sx_shard_recv_locked(shard, ev[i].data, ev[i].len);
+        }
+        total += n;
+    }
+    return total;
+}
+
 int sx_shard_progress(sx_shard_t *shard)
 {
     size_t ran = 0;
 
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, &ran))
         return 0;
+    int polled = sx_shard_poll_locked(shard);
     unsigned fired = sx_wheel_expire(shard->wheel, sx_time_ns());
     /* Counters are written only with the token held (single writer). */
     sx_stat_add(&shard->stats.progress_calls, 1);
     sx_stat_add(&shard->stats.timers_fired, fired);
+    /* Leaving flushes the channels (the inbox's flush hook). */
     ran += sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
-    return (int)(ran + fired);
+    return (int)ran + polled + (int)fired;
 }
 
 int sx_shard_checkin_locked(sx_shard_t *shard, sx_shard_guest_t *guest, uint64_t deadline_ns,

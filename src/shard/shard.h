@@ -29,6 +29,14 @@
 #include "hotel/wheel.h"
 #include "locks/token.h"
 #include "shard/inbox.h"
+#include "shard/wire.h"
+#include "transports/transport.h"
+
+struct sx_proto;
+struct sx_chan;
+
+/* A shard's interfaces: the network transport, and self for this engine. */
+enum { SX_SHARD_TL_NET = 0, SX_SHARD_TL_SELF = 1, SX_SHARD_TL_COUNT = 2 };
 
 typedef struct sx_shard sx_shard_t;
 typedef struct sx_shard_guest sx_shard_guest_t;
@@ -45,9 +53,31 @@ struct sx_shard_guest {
     sx_shard_evict_fn on_evict; /* never NULL */
 };
 
+/* Per-shard counters; summed over shards by the engine. */
+#define SX_SHARD_STATS_TABLE(X)                                         \
+    X(progress_calls, "progress passes that held the token")            \
+    X(timers_fired, "timer callbacks, evictions included")              \
+    X(data_sent, "data packets sent for the first time")                \
+    X(frames_sent, "message frames put into data packets")              \
+    X(acks_sent, "standalone ACK packets")                              \
+    X(rx_packets, "datagrams received")                                 \
+    X(rx_out_of_order, "packets kept aside ahead of a gap")             \
+    X(rtx_timeout, "retransmissions after a timeout")                   \
+    X(rtx_dupack, "fast retransmissions after three duplicate ACKs")    \
+    X(rtx_sack, "fast retransmissions of SACK holes")                   \
+    X(window_stalls, "flushes stopped by a full window or byte budget") \
+    X(hotel_full, "packets that waited for a hotel room")               \
+    X(tx_again, "sends refused by a full interface")                    \
+    X(ops_completed, "operations completed successfully")               \
+    X(am_delivered, "active messages delivered to handlers")            \
+    X(am_no_handler, "active messages dropped for want of a handler")   \
+    X(chan_failures, "channels failed")
+
 typedef struct sx_shard_stats {
-    sx_stat_t progress_calls; /* progress passes that held the token */
-    sx_stat_t timers_fired;   /* timer callbacks, evictions included */
+#define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;
+    SX_SHARD_STATS_TABLE(SX_SHARD_STAT_FIELD_)
+#undef SX_SHARD_STAT_FIELD_
+    sx_stat_t drops[SX_DROP_COUNT]; /* packets and frames dropped, by reason */
     /* Requests run are counted by the inbox itself: inbox.requests_run. */
 } sx_shard_stats_t;
 
@@ -57,7 +87,11 @@ struct sx_shard {
     sx_wheel_t *wheel;
     sx_hotel_t *hotel;
     sx_shard_stats_t stats __attribute__((aligned(64)));
+    sx_tl_iface_t *ifaces[SX_SHARD_TL_COUNT]; /* NULL when not opened */
+    struct sx_chan *ready_head, *ready_tail;  /* channels with work to send */
     /* Read-only after creation. */
+    const struct sx_proto *proto;
+    uint32_t seq_start;
     unsigned index;
     int core;
     int first_pu;
@@ -73,6 +107,12 @@ typedef struct sx_shard_conf {
     hwloc_const_bitmap_t cpuset; /* copied */
     unsigned hotel_rooms;
     uint64_t tick_ns;
+    /* Transports; a shard without proto has only its inbox and timers. */
+    const struct sx_proto *proto;
+    const sx_tl_ops_t *net_ops;
+    sx_tl_config_t net_config;
+    sx_tl_config_t self_config;
+    uint32_t seq_start;
 } sx_shard_conf_t;
 
 int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p);
@@ -93,6 +133,15 @@ bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req);
  * Returns the number of requests run and timers fired.
  */
 int sx_shard_progress(sx_shard_t *shard);
+
+/** Sends what the shard's channels have ready. Token holder only. */
+void sx_shard_flush_locked(sx_shard_t *shard);
+
+/** Takes @p chan off the ready list (a channel being destroyed). */
+void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan);
+
+/** Handles one received datagram. Token holder only. */
+void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len);
 
 /** Checks @p guest into the hotel until @p deadline_ns. Token holder only.
  *  SX_ERR_FULL when every room is taken. */

@@ -1,0 +1,376 @@
+/* Business cards, peers and handler registration. */
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "engine/engine.h"
+#include "shard/chan.h"
+
+/*
+ * The business card, little-endian:
+ *   0  u32 magic "SXC1"     4  u16 version (1)     6  u16 shard count
+ *   8  u64 epoch            then per shard: u8 length, that many address bytes
+ * A card says how to reach each shard over the network transport; the
+ * epoch names this incarnation of the engine.
+ */
+#define SX_CARD_MAGIC   0x31435853u
+#define SX_CARD_VERSION 1
+#define SX_CARD_HDR     16
+
+typedef struct sx_graveyard {
+    struct sx_graveyard *next;
+    void *obj;
+} sx_graveyard_t;
+
+int sx_engine_card_init(struct sx_engine *e)
+{
+    uint64_t epoch = 0;
+
+    /* A random epoch, so that a restarted process is a new peer and its
+     * predecessor's packets are recognisably stale. */
+    while (epoch == 0) {
+        if (getrandom(&epoch, sizeof(epoch), 0) != sizeof(epoch))
+            epoch = sx_time_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)e;
+    }
+    e->proto.epoch = epoch;
+
+    uint8_t *p = e->card;
+    uint32_t magic = htole32(SX_CARD_MAGIC);
+    uint16_t version = htole16(SX_CARD_VERSION), n = htole16((uint16_t)e->nshards);
+    uint64_t ep = htole64(epoch);
+    memcpy(p, &magic, 4);
+    memcpy(p + 4, &version, 2);
+    memcpy(p + 6, &n, 2);
+    memcpy(p + 8, &ep, 8);
+    size_t off = SX_CARD_HDR;
+    for (unsigned i = 0; i < e->nshards; i++) {
+        sx_tl_iface_t *iface = e->shards[i]->ifaces[SX_SHARD_TL_NET];
+        size_t len = SX_TL_ADDR_MAX;
+        if (off + 1 + SX_TL_ADDR_MAX > sizeof(e->card))
+            return SX_ERR_NO_MEMORY;
+        int rc = iface->ops->local_addr(iface, e->card + off + 1, &len);
+        if (rc != SX_OK)
+            return rc;
+        e->card[off] = (uint8_t)len;
+        off += 1 + len;
+    }
+    e->card_len = off;
+    return SX_OK;
+}
+
+SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p)
+{
+    if (engine == NULL || len_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (buf == NULL || *len_p < engine->card_len) {
+        *len_p = engine->card_len;
+        return SX_ERR_TRUNCATED;
+    }
+    memcpy(buf, engine->card, engine->card_len);
+    *len_p = engine->card_len;
+    return SX_OK;
+}
+
+static void sx_peer_free(struct sx_peer *peer)
+{
+    free(peer->addr);
+    free(peer->chans);
+    free(peer);
+}
+
+static void sx_peer_put(struct sx_peer *peer)
+{
+    if (atomic_fetch_sub(&peer->refs, 1) == 1)
+        sx_peer_free(peer);
+}
+
+static void sx_peer_table_free(sx_rcu_entry_t *entry)
+{
+    sx_peer_put(caa_container_of(entry, struct sx_peer, entry));
+}
+
+/* Parses a card into a new peer; SX_ERR_INVALID_PARAM with a reason. */
+static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
+                         struct sx_peer **peer_p)
+{
+    uint32_t magic;
+    uint16_t version, n;
+    uint64_t epoch;
+
+    if (card == NULL || len < SX_CARD_HDR) {
+        sx_error("peer", "sx_peer_add: card of %zu bytes is too short", len);
+        return SX_ERR_INVALID_PARAM;
+    }
+    memcpy(&magic, card, 4);
+    memcpy(&version, card + 4, 2);
+    memcpy(&n, card + 6, 2);
+    memcpy(&epoch, card + 8, 8);
+    magic = le32toh(magic);
+    version = le16toh(version);
+    n = le16toh(n);
+    epoch = le64toh(epoch);
+    if (magic != SX_CARD_MAGIC || version != SX_CARD_VERSION) {
+        sx_error("peer", "sx_peer_add: not a shardx card (magic 0x%08x, version %u)", magic,
+                 version);
+        return SX_ERR_INVALID_PARAM;
+    }
+    if (n == 0 || n > 1024 || epoch == 0) {
+        sx_error("peer", "sx_peer_add: card claims %u shards and epoch %llu", n,
+                 (unsigned long long)epoch);
+        return SX_ERR_INVALID_PARAM;
+    }
+    struct sx_peer *peer = calloc(1, sizeof(*peer));
+    if (peer == NULL)
+        return SX_ERR_NO_MEMORY;
+    peer->addr = calloc(n, sizeof(*peer->addr));
+    peer->chans = calloc((size_t)e->nshards * n, sizeof(*peer->chans));
+    if (peer->addr == NULL || peer->chans == NULL) {
+        sx_peer_free(peer);
+        return SX_ERR_NO_MEMORY;
+    }
+    size_t off = SX_CARD_HDR;
+    for (unsigned i = 0; i < n; i++) {
+        if (off >= len || card[off] > SX_TL_ADDR_MAX || len - off - 1 < card[off]) {
+            sx_error("peer", "sx_peer_add: card truncated in the address of shard %u", i);
+            sx_peer_free(peer);
+            return SX_ERR_INVALID_PARAM;
+        }
+        peer->addr[i].len = card[off];
+        memcpy(peer->addr[i].bytes, card + off + 1, card[off]);
+        off += 1 + card[off];
+    }
+    if (off != len) {
+        sx_error("peer", "sx_peer_add: %zu stray bytes after the card", len - off);
+        sx_peer_free(peer);
+        return SX_ERR_INVALID_PARAM;
+    }
+    peer->nshards = n;
+    peer->epoch = epoch;
+    *peer_p = peer;
+    return SX_OK;
+}
+
+SX_API int sx_peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
+                       sx_peer_h *peer_p)
+{
+    struct sx_peer *peer;
+
+    if (e == NULL || peer_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    int rc = sx_card_parse(e, card, len, &peer);
+    if (rc != SX_OK)
+        return rc;
+    peer->id = peer_id;
+    peer->engine = e;
+    peer->local_shards = e->nshards;
+    peer->is_self = (peer->epoch == e->proto.epoch);
+    if (peer->is_self) {
+        /* Ourselves: reach each shard through the self transport. */
+        for (unsigned i = 0; i < peer->nshards && i < e->nshards; i++) {
+            sx_tl_iface_t *iface = e->shards[i]->ifaces[SX_SHARD_TL_SELF];
+            size_t alen = SX_TL_ADDR_MAX;
+            rc = iface->ops->local_addr(iface, peer->addr[i].bytes, &alen);
+            if (rc != SX_OK) {
+                sx_peer_free(peer);
+                return rc;
+            }
+            peer->addr[i].len = (uint8_t)alen;
+        }
+    }
+    atomic_init(&peer->failed, 0);
+    atomic_init(&peer->error_reported, false);
+    atomic_init(&peer->refs, 2); /* the table's, and the closing protocol's */
+    peer->entry.id = peer->epoch;
+    peer->entry.free_fn = sx_peer_table_free;
+
+    sx_fairlock_lock(&e->peer_lock);
+    rc = sx_rcu_table_insert(&e->peers, &peer->entry);
+    if (rc == SX_OK) {
+        peer->all_next = e->all_peers;
+        e->all_peers = peer;
+    }
+    sx_fairlock_unlock(&e->peer_lock);
+    if (rc != SX_OK) {
+        sx_error("peer", "sx_peer_add: the engine of that card (epoch %llu) is already a peer",
+                 (unsigned long long)peer->epoch);
+        sx_peer_free(peer);
+        return rc;
+    }
+    *peer_p = peer;
+    return SX_OK;
+}
+
+SX_API uint64_t sx_peer_id(sx_peer_h peer)
+{
+    return peer != NULL ? peer->id : 0;
+}
+
+/* Closing a peer's channels runs on each shard, by its token holder. */
+typedef struct sx_peer_close_req {
+    sx_inbox_req_t req;
+    struct sx_peer *peer;
+    atomic_uint *pending;
+} sx_peer_close_req_t;
+
+static void sx_peer_close_run(void *owner, sx_inbox_req_t *req)
+{
+    sx_shard_t *shard = owner;
+    sx_peer_close_req_t *r = (sx_peer_close_req_t *)req;
+    struct sx_peer *peer = r->peer;
+
+    for (unsigned lane = 0; lane < peer->nshards; lane++) {
+        sx_chan_t *c = peer->chans[(size_t)shard->index * peer->nshards + lane];
+        if (c != NULL)
+            sx_chan_destroy_locked(c, SX_ERR_CANCELED);
+    }
+    if (atomic_fetch_sub(r->pending, 1) == 1) {
+        free(r->pending);
+        sx_peer_put(peer);
+    }
+    free(r);
+}
+
+SX_API int sx_peer_remove(sx_engine_h e, sx_peer_h peer)
+{
+    if (e == NULL || peer == NULL || peer->engine != e)
+        return SX_ERR_INVALID_PARAM;
+    sx_fairlock_lock(&e->peer_lock);
+    bool already = peer->removed;
+    peer->removed = true;
+    sx_fairlock_unlock(&e->peer_lock);
+    if (already) {
+        sx_error("peer", "sx_peer_remove: peer %llu was already removed",
+                 (unsigned long long)peer->id);
+        return SX_ERR_NOT_FOUND;
+    }
+
+    atomic_uint *pending = malloc(sizeof(*pending));
+    sx_peer_close_req_t **reqs = calloc(e->nshards, sizeof(*reqs));
+    bool ok = pending != NULL && reqs != NULL;
+    for (unsigned i = 0; ok && i < e->nshards; i++) {
+        reqs[i] = malloc(sizeof(**reqs));
+        ok = reqs[i] != NULL;
+    }
+    if (!ok) {
+        for (unsigned i = 0; reqs != NULL && i < e->nshards; i++)
+            free(reqs[i]);
+        free(reqs);
+        free(pending);
+        sx_fairlock_lock(&e->peer_lock);
+        peer->removed = false;
+        sx_fairlock_unlock(&e->peer_lock);
+        return SX_ERR_NO_MEMORY;
+    }
+    /* No new packet finds the peer once it is out of the table; the table
+     * drops its reference after a grace period. Off the engine's list too:
+     * from here on the closing protocol owns its end. */
+    sx_fairlock_lock(&e->peer_lock);
+    for (struct sx_peer **pp = &e->all_peers; *pp != NULL; pp = &(*pp)->all_next) {
+        if (*pp == peer) {
+            *pp = peer->all_next;
+            break;
+        }
+    }
+    sx_fairlock_unlock(&e->peer_lock);
+    (void)sx_rcu_table_remove(&e->peers, peer->epoch);
+    atomic_init(pending, e->nshards);
+    for (unsigned i = 0; i < e->nshards; i++) {
+        reqs[i]->req.run = sx_peer_close_run;
+        reqs[i]->peer = peer;
+        reqs[i]->pending = pending;
+        sx_engine_submit(e, i, &reqs[i]->req);
+    }
+    free(reqs);
+    return SX_OK;
+}
+
+void sx_engine_peers_fini(struct sx_engine *e)
+{
+    /* No other thread runs now: close every channel directly, then drop
+     * the closing protocol's reference; the table drops its own when it is
+     * torn down. Removed peers are not on the list: their close requests,
+     * still in the shards' inboxes, run when the shards go. */
+    for (struct sx_peer *peer = e->all_peers, *next; peer != NULL; peer = next) {
+        next = peer->all_next;
+        for (unsigned s = 0; s < e->nshards; s++) {
+            for (unsigned lane = 0; lane < peer->nshards; lane++) {
+                sx_chan_t *c = peer->chans[(size_t)s * peer->nshards + lane];
+                if (c != NULL)
+                    sx_chan_destroy_locked(c, SX_ERR_SHUTDOWN);
+            }
+        }
+        sx_peer_put(peer);
+    }
+    e->all_peers = NULL;
+}
+
+/* Keeps @p obj until the engine goes away. */
+static int sx_graveyard_add(struct sx_engine *e, void *obj)
+{
+    sx_graveyard_t *g = malloc(sizeof(*g));
+    if (g == NULL)
+        return SX_ERR_NO_MEMORY;
+    g->obj = obj;
+    sx_fairlock_lock(&e->peer_lock);
+    g->next = e->graveyard;
+    e->graveyard = g;
+    sx_fairlock_unlock(&e->peer_lock);
+    return SX_OK;
+}
+
+void sx_engine_graveyard_fini(struct sx_engine *e)
+{
+    for (sx_graveyard_t *g = e->graveyard, *next; g != NULL; g = next) {
+        next = g->next;
+        free(g->obj);
+        free(g);
+    }
+    e->graveyard = NULL;
+    for (unsigned t = 0; t < 256; t++)
+        free(atomic_load(&e->proto.am[t]));
+    free(atomic_load(&e->proto.error));
+}
+
+SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
+{
+    sx_am_handler_t *h = NULL;
+
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (cb != NULL) {
+        h = malloc(sizeof(*h));
+        if (h == NULL)
+            return SX_ERR_NO_MEMORY;
+        h->cb = cb;
+        h->arg = arg;
+    }
+    /* Release pairs with the receive path's acquire: a reader sees the
+     * handler's fields complete. */
+    sx_am_handler_t *old = atomic_exchange_explicit(&e->proto.am[tag], h, memory_order_acq_rel);
+    if (old != NULL && sx_graveyard_add(e, old) != SX_OK)
+        sx_warn("peer", "out of memory: leaking a replaced handler");
+    return SX_OK;
+}
+
+SX_API int sx_error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
+{
+    sx_err_handler_t *h = NULL;
+
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (cb != NULL) {
+        h = malloc(sizeof(*h));
+        if (h == NULL)
+            return SX_ERR_NO_MEMORY;
+        h->cb = cb;
+        h->arg = arg;
+    }
+    sx_err_handler_t *old = atomic_exchange_explicit(&e->proto.error, h, memory_order_acq_rel);
+    if (old != NULL && sx_graveyard_add(e, old) != SX_OK)
+        sx_warn("peer", "out of memory: leaking a replaced handler");
+    return SX_OK;
+}

@@ -1,0 +1,153 @@
+/* Active-message sends: the public entry points above the shards. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "shard/chan.h"
+
+void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
+{
+    if (e->global_mode) {
+        /* The baseline: every entry point serialises on one lock. */
+        sx_rlock_lock(&e->global_lock);
+        (void)sx_shard_submit_mpsc(e->shards[0], req);
+        sx_rlock_unlock(&e->global_lock);
+        return;
+    }
+    (void)sx_shard_submit_mpsc(e->shards[shard], req);
+}
+
+/* Runs on the home shard with its token: the op joins its channel. */
+static void sx_op_push_run(void *owner, sx_inbox_req_t *req)
+{
+    sx_shard_t *shard = owner;
+    sx_op_t *op = (sx_op_t *)req;
+    sx_chan_t *c = sx_chan_get_locked(shard, op->peer, op->lane);
+
+    if (c == NULL) {
+        sx_op_complete(op, SX_ERR_NO_MEMORY);
+        return;
+    }
+    sx_chan_push_locked(c, op);
+}
+
+/* Validates a send and sums its length; SX_OK or why not. */
+static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iovcnt, uint64_t *len_p)
+{
+    uint64_t len = 0;
+
+    if (peer == NULL || iovcnt < 0 || iovcnt > SX_OP_IOV_MAX || (iovcnt > 0 && iov == NULL)) {
+        sx_error("send", "invalid send: peer %p, iovcnt %d (at most %d)", (void *)peer, iovcnt,
+                 SX_OP_IOV_MAX);
+        return SX_ERR_INVALID_PARAM;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len > 0 && iov[i].iov_base == NULL) {
+            sx_error("send", "invalid send: iov[%d] has length %zu and no buffer", i,
+                     iov[i].iov_len);
+            return SX_ERR_INVALID_PARAM;
+        }
+        len += iov[i].iov_len;
+    }
+    struct sx_engine *e = peer->engine;
+    if (len > e->proto.max_msg) {
+        sx_error("send", "message of %llu bytes exceeds SX_MAX_MSG_SIZE (%llu)",
+                 (unsigned long long)len, (unsigned long long)e->proto.max_msg);
+        return SX_ERR_INVALID_PARAM;
+    }
+    int failed = atomic_load(&peer->failed);
+    if (failed != 0)
+        return failed;
+    *len_p = len;
+    return SX_OK;
+}
+
+static unsigned sx_send_lane(struct sx_engine *e, sx_peer_h peer, unsigned *home_p)
+{
+    unsigned home = e->global_mode ? 0 : sx_engine_home_shard(e);
+    *home_p = home;
+    /* By default shard i talks to the peer's shard i modulo its count. */
+    return home % peer->nshards;
+}
+
+SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
+                   sx_complete_cb_t cb, void *ctx)
+{
+    uint64_t len;
+    int rc = sx_send_check(peer, iov, iovcnt, &len);
+    if (rc != SX_OK)
+        return rc;
+    struct sx_engine *e = peer->engine;
+    sx_op_t *op = malloc(sizeof(*op));
+    if (op == NULL)
+        return SX_ERR_NO_MEMORY;
+    memset(op, 0, offsetof(sx_op_t, iov));
+    op->req.run = sx_op_push_run;
+    op->peer = peer;
+    op->tag = tag;
+    op->iovcnt = (uint16_t)iovcnt;
+    op->len = len;
+    op->cb = cb;
+    op->ctx = ctx;
+    if (iovcnt > 0)
+        memcpy(op->iov, iov, (size_t)iovcnt * sizeof(*iov));
+    unsigned home;
+    op->lane = sx_send_lane(e, peer, &home);
+    sx_engine_submit(e, home, &op->req);
+    return SX_INPROGRESS;
+}
+
+SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt)
+{
+    uint64_t len;
+    int rc = sx_send_check(peer, iov, iovcnt, &len);
+    if (rc != SX_OK)
+        return rc;
+    struct sx_engine *e = peer->engine;
+    unsigned home;
+    unsigned lane = sx_send_lane(e, peer, &home);
+    sx_shard_t *shard = e->shards[home];
+
+    if (e->global_mode)
+        sx_rlock_lock(&e->global_lock);
+    if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, NULL)) {
+        rc = SX_ERR_AGAIN;
+        goto out;
+    }
+    sx_chan_t *c = sx_chan_get_locked(shard, peer, lane);
+    if (c == NULL || c->failed) {
+        rc = (c == NULL) ? SX_ERR_NO_MEMORY : c->failed;
+    } else if (c->sendq != NULL || c->rtx != NULL ||
+               (uint32_t)(c->snd_nxt - c->snd_una) >= e->proto.window ||
+               c->inflight_bytes >= e->proto.max_inflight) {
+        rc = SX_ERR_AGAIN; /* it would have to wait: that is sx_send's job */
+    } else {
+        sx_op_t *op = malloc(sizeof(*op) + len);
+        if (op == NULL) {
+            rc = SX_ERR_NO_MEMORY;
+        } else {
+            memset(op, 0, sizeof(*op));
+            op->peer = peer;
+            op->lane = lane;
+            op->tag = tag;
+            op->len = len;
+            size_t off = 0;
+            for (int i = 0; i < iovcnt; i++) {
+                memcpy(op->inline_data + off, iov[i].iov_base, iov[i].iov_len);
+                off += iov[i].iov_len;
+            }
+            op->iovcnt = 1;
+            op->iov[0].iov_base = op->inline_data;
+            op->iov[0].iov_len = len;
+            sx_chan_push_locked(c, op);
+            rc = SX_OK;
+        }
+    }
+    /* Leaving flushes: the message goes out before this returns. */
+    sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
+out:
+    if (e->global_mode)
+        sx_rlock_unlock(&e->global_lock);
+    return rc;
+}

@@ -1,0 +1,797 @@
+/* Channels: sequencing, acknowledgement, retransmission, delivery; see chan.h. */
+#include "shard/chan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "shard/proto.h"
+
+/* 32-bit sequence numbers compare by serial-number arithmetic (RFC 1982):
+ * a is before b when b - a, read as signed, is positive. */
+static inline bool seq_before(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) < 0;
+}
+
+static inline uint32_t chan_window(const sx_chan_t *c)
+{
+    return c->shard->proto->window;
+}
+
+static inline sx_tl_iface_t *chan_iface(const sx_chan_t *c)
+{
+    return c->shard->ifaces[c->tl];
+}
+
+static void chan_ack_timer(sx_timer_t *timer, void *arg);
+static void chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
+
+/* ---------------------------------------------------------------- lists */
+
+static void chan_mark_ready(sx_chan_t *c)
+{
+    sx_shard_t *s = c->shard;
+
+    if (c->on_ready)
+        return;
+    c->on_ready = true;
+    c->ready_next = NULL;
+    if (s->ready_tail != NULL)
+        s->ready_tail->ready_next = c;
+    else
+        s->ready_head = c;
+    s->ready_tail = c;
+}
+
+static void op_append(sx_op_t **head, sx_op_t **tail, sx_op_t *op)
+{
+    op->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = op;
+    else
+        *head = op;
+    *tail = op;
+}
+
+void sx_op_complete(sx_op_t *op, int status)
+{
+    if (op->cb != NULL)
+        op->cb(op->ctx, status);
+    free(op);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane)
+{
+    size_t idx = (size_t)shard->index * peer->nshards + lane;
+    sx_chan_t *c = peer->chans[idx];
+
+    if (c != NULL)
+        return c;
+    const sx_proto_t *p = shard->proto;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->win = calloc(p->window, sizeof(*c->win));
+    if (c->win == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->peer = peer;
+    c->shard = shard;
+    c->lane = lane;
+    c->tl = peer->is_self ? SX_SHARD_TL_SELF : SX_SHARD_TL_NET;
+    sx_tl_iface_t *iface = shard->ifaces[c->tl];
+    int rc = iface->ops->addr_insert(iface, peer->addr[lane].bytes, peer->addr[lane].len, &c->dest);
+    if (rc != SX_OK) {
+        sx_error("chan", "peer %llu shard %u: unusable address (%s)", (unsigned long long)peer->id,
+                 lane, sx_strerror(rc));
+        free(c->win);
+        free(c);
+        return NULL;
+    }
+    /* Both ends start from the same configured number, so no handshake is
+     * needed for the implicit connection set-up. */
+    c->snd_una = c->snd_nxt = c->last_ack = shard->seq_start;
+    c->rcv_nxt = shard->seq_start;
+    c->rto_ns = p->rto_init_ns;
+    sx_timer_init(&c->ack_timer, chan_ack_timer, c);
+    peer->chans[idx] = c;
+    return c;
+}
+
+static void chan_free_window(sx_chan_t *c)
+{
+    for (uint32_t s = c->snd_una; seq_before(s, c->snd_nxt); s++) {
+        sx_txpkt_t *pkt = c->win[s & (chan_window(c) - 1)];
+        if (pkt == NULL)
+            continue;
+        if (pkt->key != 0) {
+            void *occupant;
+            (void)sx_hotel_checkout(c->shard->hotel, pkt->key, &occupant);
+        }
+        c->win[s & (chan_window(c) - 1)] = NULL;
+        free(pkt);
+    }
+    c->rtx = c->rtx_tail = NULL;
+    c->snd_una = c->snd_nxt;
+    c->inflight_bytes = 0;
+}
+
+static void chan_fail_ops(sx_chan_t *c, int status)
+{
+    /* Detach the lists first: a completion may queue new work. */
+    sx_op_t *lists[2] = {c->ackq, c->sendq};
+    c->ackq = c->ackq_tail = NULL;
+    c->sendq = c->sendq_tail = NULL;
+    for (int i = 0; i < 2; i++) {
+        for (sx_op_t *op = lists[i], *next; op != NULL; op = next) {
+            next = op->next;
+            sx_op_complete(op, status);
+        }
+    }
+}
+
+static void chan_free_rx(sx_chan_t *c)
+{
+    for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
+        free(c->ooo[i].buf);
+        c->ooo[i].buf = NULL;
+    }
+    c->rcv_sack = 0;
+    free(c->asm_buf);
+    c->asm_buf = NULL;
+}
+
+void sx_chan_fail_locked(sx_chan_t *c, int status)
+{
+    if (c->failed != 0)
+        return;
+    c->failed = status;
+    sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
+    chan_free_window(c);
+    chan_free_rx(c);
+    sx_stat_add(&c->shard->stats.chan_failures, 1);
+
+    int expected = 0;
+    struct sx_peer *peer = c->peer;
+    atomic_compare_exchange_strong(&peer->failed, &expected, status);
+    chan_fail_ops(c, status);
+    if (status == SX_ERR_PEER_UNREACHABLE && !atomic_exchange(&peer->error_reported, true)) {
+        sx_warn("chan", "peer %llu unreachable: no acknowledgement for %llu ms",
+                (unsigned long long)peer->id,
+                (unsigned long long)(c->shard->proto->peer_timeout_ns / 1000000));
+        sx_err_handler_t *h = atomic_load_explicit(&c->shard->proto->error, memory_order_acquire);
+        if (h != NULL)
+            h->cb(h->arg, peer->id, status);
+    }
+}
+
+void sx_chan_destroy_locked(sx_chan_t *c, int status)
+{
+    sx_chan_fail_locked(c, status);
+    c->peer->chans[(size_t)c->shard->index * c->peer->nshards + c->lane] = NULL;
+    sx_shard_unlink_ready_locked(c->shard, c);
+    chan_iface(c)->ops->addr_remove(chan_iface(c), c->dest);
+    free(c->win);
+    free(c);
+}
+
+/* ---------------------------------------------------------------- sending */
+
+void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
+{
+    int failed = c->failed ? c->failed : atomic_load(&c->peer->failed);
+    if (failed != 0) {
+        if (!c->failed)
+            sx_chan_fail_locked(c, failed);
+        sx_op_complete(op, failed);
+        return;
+    }
+    op_append(&c->sendq, &c->sendq_tail, op);
+    chan_mark_ready(c);
+}
+
+/* Copies @p n bytes of @p op's message from its cursor to @p dst. */
+static void op_copy(sx_op_t *op, uint8_t *dst, size_t n)
+{
+    while (n > 0) {
+        const struct iovec *v = &op->iov[op->cur_iov];
+        size_t take = v->iov_len - op->cur_off;
+        if (take > n)
+            take = n;
+        memcpy(dst, (const uint8_t *)v->iov_base + op->cur_off, take);
+        dst += take;
+        n -= take;
+        op->cur_off += take;
+        if (op->cur_off == v->iov_len) {
+            op->cur_iov++;
+            op->cur_off = 0;
+        }
+    }
+}
+
+#define SX_PKT_MAX_FRAMES 64
+/* Below this much room a packet that already holds frames is closed rather
+ * than starting a new large message with a tiny chunk. */
+#define SX_MIN_CHUNK 512
+
+typedef struct frame_plan {
+    sx_op_t *op;
+    uint8_t kind;
+    uint32_t len;
+    bool last;
+} frame_plan_t;
+
+/* Decides what the next packet carries, without copying anything. */
+static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan, size_t *bytes_p)
+{
+    unsigned n = 0;
+    size_t used = 0;
+    sx_op_t *op = c->sendq;
+
+    /* Each op appears at most once per packet: an op that does not finish
+     * here fills the packet, so planning never has to track its cursor. */
+    while (op != NULL && n < SX_PKT_MAX_FRAMES) {
+        uint64_t off = op->off;
+        uint64_t left = op->len - off;
+        size_t room = space - used;
+        frame_plan_t *f = &plan[n];
+        f->op = op;
+        if (off == 0 && !op->started) {
+            if (SX_WIRE_FRAME_LEN + left <= room) {
+                f->kind = SX_FRAME_AM;
+                f->len = (uint32_t)left;
+                f->last = true;
+            } else {
+                if (n > 0 && room < SX_MIN_CHUNK)
+                    break;
+                if (room <= SX_WIRE_FRAME_LEN + 8)
+                    break;
+                f->kind = SX_FRAME_AM_FIRST;
+                f->len = (uint32_t)(room - SX_WIRE_FRAME_LEN - 8);
+                f->last = false;
+            }
+        } else {
+            if (room <= SX_WIRE_FRAME_LEN)
+                break;
+            size_t cap = room - SX_WIRE_FRAME_LEN;
+            f->kind = SX_FRAME_AM_MORE;
+            f->len = (uint32_t)(left <= cap ? left : cap);
+            f->last = (left <= cap);
+        }
+        used += SX_WIRE_FRAME_LEN + (size_t)sx_wire_ext_len(f->kind) + f->len;
+        n++;
+        if (!f->last)
+            break; /* the packet is full */
+        op = op->next;
+    }
+    *bytes_p = used;
+    return n;
+}
+
+static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t seq,
+                           uint16_t payload_len)
+{
+    sx_wire_hdr_t h = {
+        .type = type,
+        .flags = SX_PKTF_ACK,
+        .src_shard = (uint16_t)c->shard->index,
+        .dst_shard = (uint16_t)c->lane,
+        .src_epoch = c->shard->proto->epoch,
+        .dst_epoch = c->peer->epoch,
+        .seq = seq,
+        .ack = c->rcv_nxt,
+        .sack = c->rcv_sack,
+        .payload_len = payload_len,
+    };
+    uint32_t crc;
+    const uint32_t *crcp = NULL;
+    if (payload_len > 0 && c->shard->proto->checksum) {
+        crc = sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload_len);
+        crcp = &crc;
+    }
+    sx_wire_write_hdr(buf, &h, crcp);
+    /* Every packet carries the current acknowledgement. */
+    c->ack_pending = 0;
+    c->ack_now = false;
+    sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
+}
+
+/* Builds the next data packet from the send queue, or returns NULL. */
+static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
+{
+    frame_plan_t plan[SX_PKT_MAX_FRAMES];
+    size_t mtu = chan_iface(c)->caps.mtu;
+    size_t bytes;
+    unsigned n = chan_plan_packet(c, mtu - SX_WIRE_HDR_LEN, plan, &bytes);
+
+    if (n == 0)
+        return NULL;
+    sx_txpkt_t *pkt = malloc(sizeof(*pkt) + SX_WIRE_HDR_LEN + bytes);
+    if (pkt == NULL)
+        return NULL;
+    memset(pkt, 0, sizeof(*pkt));
+    uint8_t *p = pkt->data + SX_WIRE_HDR_LEN;
+    uint32_t seq = c->snd_nxt;
+    for (unsigned i = 0; i < n; i++) {
+        sx_op_t *op = plan[i].op;
+        sx_wire_frame_t f = {.kind = plan[i].kind,
+                             .tag = op->tag,
+                             .flags = plan[i].last ? SX_FRAMEF_LAST : 0,
+                             .len = plan[i].len,
+                             .total = op->len};
+        p += sx_wire_write_frame(p, &f);
+        op_copy(op, p, plan[i].len);
+        p += plan[i].len;
+        op->off += plan[i].len;
+        op->started = 1;
+        if (plan[i].last) {
+            op->last_seq = seq;
+            c->sendq = op->next;
+            if (c->sendq == NULL)
+                c->sendq_tail = NULL;
+            op_append(&c->ackq, &c->ackq_tail, op);
+        }
+    }
+    pkt->guest.on_evict = chan_on_timeout;
+    pkt->chan = c;
+    pkt->seq = seq;
+    pkt->len = (uint32_t)(SX_WIRE_HDR_LEN + bytes);
+    chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes);
+    sx_stat_add(&c->shard->stats.frames_sent, n);
+    return pkt;
+}
+
+/* Arms (or re-arms) the retransmission deadline of @p pkt. */
+static int chan_arm(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
+{
+    uint64_t deadline = now + c->rto_ns;
+
+    if (pkt->key != 0)
+        return sx_hotel_rearm(c->shard->hotel, pkt->key, deadline);
+    return sx_hotel_checkin(c->shard->hotel, &pkt->guest, deadline, &pkt->key);
+}
+
+static int chan_post(sx_chan_t *c, const uint8_t *data, size_t len)
+{
+    sx_tl_iface_t *iface = chan_iface(c);
+    sx_tl_tx_t tx = {.dest = c->dest, .iovcnt = 1};
+    unsigned posted = 0;
+
+    tx.iov[0].iov_base = (void *)data;
+    tx.iov[0].iov_len = len;
+    int rc = iface->ops->post_send(iface, &tx, 1, &posted);
+    if (rc != SX_OK && rc != SX_ERR_AGAIN)
+        sx_debug("chan", "post_send failed: %s", sx_strerror(rc));
+    return posted == 1 ? SX_OK : (rc == SX_OK ? SX_ERR_AGAIN : rc);
+}
+
+static void chan_send_ack(sx_chan_t *c)
+{
+    uint8_t buf[SX_WIRE_HDR_LEN];
+
+    chan_write_hdr(c, buf, SX_PKT_ACK, 0, 0);
+    if (chan_post(c, buf, sizeof(buf)) == SX_OK)
+        sx_stat_add(&c->shard->stats.acks_sent, 1);
+    else
+        c->ack_now = true; /* try again at the next flush */
+}
+
+static void chan_queue_rtx(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    if (pkt->queued)
+        return;
+    pkt->queued = true;
+    pkt->rtx_next = NULL;
+    if (c->rtx_tail != NULL)
+        c->rtx_tail->rtx_next = pkt;
+    else
+        c->rtx = pkt;
+    c->rtx_tail = pkt;
+    chan_mark_ready(c);
+}
+
+unsigned sx_chan_flush_locked(sx_chan_t *c)
+{
+    const sx_proto_t *p = c->shard->proto;
+    unsigned sent = 0;
+    uint64_t now = sx_time_ns();
+
+    if (c->failed)
+        return 0;
+    /* Retransmissions first: they hold up everything behind them. */
+    while (c->rtx != NULL) {
+        sx_txpkt_t *pkt = c->rtx;
+        if (chan_arm(c, pkt, now) != SX_OK) {
+            sx_stat_add(&c->shard->stats.hotel_full, 1);
+            break;
+        }
+        sx_wire_update_ack(pkt->data, c->rcv_nxt, c->rcv_sack, SX_PKTF_ACK);
+        c->ack_pending = 0;
+        c->ack_now = false;
+        if (chan_post(c, pkt->data, pkt->len) != SX_OK)
+            break;
+        c->rtx = pkt->rtx_next;
+        if (c->rtx == NULL)
+            c->rtx_tail = NULL;
+        pkt->queued = false;
+        pkt->transmissions++;
+        sent++;
+    }
+    /* New packets while the window, the byte budget and the hotel allow. */
+    while (c->rtx == NULL && c->sendq != NULL) {
+        if ((uint32_t)(c->snd_nxt - c->snd_una) >= chan_window(c) ||
+            c->inflight_bytes >= p->max_inflight) {
+            sx_stat_add(&c->shard->stats.window_stalls, 1);
+            break;
+        }
+        sx_txpkt_t *pkt = chan_build_packet(c);
+        if (pkt == NULL)
+            break;
+        if (c->snd_una == c->snd_nxt)
+            c->last_progress_ns = now; /* the peer owes us nothing until now */
+        c->win[pkt->seq & (chan_window(c) - 1)] = pkt;
+        c->snd_nxt++;
+        c->inflight_bytes += pkt->len;
+        pkt->first_sent_ns = now;
+        pkt->transmissions = 1;
+        if (chan_arm(c, pkt, now) != SX_OK) {
+            /* No room to time it: send it later as a retransmission. */
+            sx_stat_add(&c->shard->stats.hotel_full, 1);
+            chan_queue_rtx(c, pkt);
+            break;
+        }
+        if (chan_post(c, pkt->data, pkt->len) != SX_OK) {
+            /* The interface is full; the timer or the next flush resends. */
+            sx_stat_add(&c->shard->stats.tx_again, 1);
+            break;
+        }
+        sx_stat_add(&c->shard->stats.data_sent, 1);
+        sent++;
+    }
+    if (c->ack_now || c->ack_pending >= p->ack_every)
+        chan_send_ack(c);
+    return sent;
+}
+
+/* ---------------------------------------------------------------- timers */
+
+static void chan_ack_timer(sx_timer_t *timer, void *arg)
+{
+    sx_chan_t *c = arg;
+    (void)timer;
+
+    if (c->ack_pending > 0) {
+        c->ack_now = true;
+        chan_mark_ready(c);
+    }
+}
+
+/* RFC 6298: SRTT and RTTVAR from a sample R, then RTO = SRTT + 4 RTTVAR,
+ * clamped. A tick of the wheel stands in for the clock granularity G. */
+static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
+{
+    const sx_proto_t *p = c->shard->proto;
+
+    if (c->srtt_ns == 0) {
+        c->srtt_ns = r;
+        c->rttvar_ns = r / 2;
+    } else {
+        uint64_t err = c->srtt_ns > r ? c->srtt_ns - r : r - c->srtt_ns;
+        c->rttvar_ns = (3 * c->rttvar_ns + err) / 4;
+        c->srtt_ns = (7 * c->srtt_ns + r) / 8;
+    }
+    uint64_t g = sx_wheel_tick_ns(c->shard->wheel);
+    uint64_t rto = c->srtt_ns + (4 * c->rttvar_ns > g ? 4 * c->rttvar_ns : g);
+    if (rto < p->rto_min_ns)
+        rto = p->rto_min_ns;
+    if (rto > p->rto_max_ns)
+        rto = p->rto_max_ns;
+    c->rto_ns = rto;
+}
+
+/* A retransmission deadline passed: the packet is presumed lost. */
+static void chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
+{
+    sx_txpkt_t *pkt = (sx_txpkt_t *)guest;
+    sx_chan_t *c = pkt->chan;
+    const sx_proto_t *p = shard->proto;
+    uint64_t now = sx_wheel_now(shard->wheel);
+
+    pkt->key = 0; /* the hotel already vacated the room */
+    if (c->failed)
+        return;
+    if (now - c->last_progress_ns > p->peer_timeout_ns) {
+        sx_chan_fail_locked(c, SX_ERR_PEER_UNREACHABLE);
+        return;
+    }
+    int other = atomic_load(&c->peer->failed);
+    if (other != 0) {
+        sx_chan_fail_locked(c, other);
+        return;
+    }
+    /* Exponential back-off (RFC 6298 section 5.5), once per timeout round
+     * rather than once per packet of the round. */
+    if (pkt->seq == c->snd_una) {
+        c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
+        c->backoff++;
+    }
+    sx_stat_add(&shard->stats.rtx_timeout, 1);
+    chan_queue_rtx(c, pkt);
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+static void chan_unqueue_rtx(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    sx_txpkt_t *prev = NULL;
+
+    for (sx_txpkt_t *q = c->rtx; q != NULL; prev = q, q = q->rtx_next) {
+        if (q != pkt)
+            continue;
+        if (prev != NULL)
+            prev->rtx_next = q->rtx_next;
+        else
+            c->rtx = q->rtx_next;
+        if (c->rtx_tail == q)
+            c->rtx_tail = prev;
+        break;
+    }
+    pkt->queued = false;
+}
+
+static void chan_complete_acked(sx_chan_t *c)
+{
+    while (c->ackq != NULL && seq_before(c->ackq->last_seq, c->snd_una)) {
+        sx_op_t *op = c->ackq;
+        c->ackq = op->next;
+        if (c->ackq == NULL)
+            c->ackq_tail = NULL;
+        sx_op_complete(op, SX_OK);
+        sx_stat_add(&c->shard->stats.ops_completed, 1);
+    }
+}
+
+static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack)
+{
+    uint32_t mask = chan_window(c) - 1;
+    uint64_t now = sx_time_ns();
+
+    if (seq_before(c->snd_nxt, h->ack)) {
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_OUT_OF_WINDOW], 1);
+        return; /* acknowledges what was never sent: ignore it */
+    }
+    if (seq_before(c->snd_una, h->ack)) {
+        uint64_t sample = 0;
+        while (seq_before(c->snd_una, h->ack)) {
+            sx_txpkt_t *pkt = c->win[c->snd_una & mask];
+            c->win[c->snd_una & mask] = NULL;
+            if (pkt != NULL) {
+                /* Karn's algorithm: only packets sent once give samples. */
+                if (pkt->transmissions == 1)
+                    sample = now - pkt->first_sent_ns;
+                if (pkt->key != 0) {
+                    void *occupant;
+                    (void)sx_hotel_checkout(c->shard->hotel, pkt->key, &occupant);
+                }
+                if (pkt->queued)
+                    chan_unqueue_rtx(c, pkt);
+                c->inflight_bytes -= pkt->len;
+                free(pkt);
+            }
+            c->snd_una++;
+        }
+        if (sample != 0)
+            chan_rtt_sample(c, sample);
+        c->backoff = 0;
+        c->dupacks = 0;
+        c->last_ack = h->ack;
+        c->last_progress_ns = now;
+        if (c->in_recovery && !seq_before(c->snd_una, c->recover))
+            c->in_recovery = false;
+        chan_complete_acked(c);
+        if (c->sendq != NULL)
+            chan_mark_ready(c);
+    } else if (pure_ack && h->ack == c->snd_una && c->snd_una != c->snd_nxt) {
+        /* A duplicate ACK: something after snd_una arrived, snd_una did not
+         * (RFC 5681 section 3.2). Three of them start fast retransmit. */
+        if (++c->dupacks == 3 && !c->in_recovery) {
+            sx_txpkt_t *pkt = c->win[c->snd_una & mask];
+            if (pkt != NULL) {
+                c->in_recovery = true;
+                c->recover = c->snd_nxt;
+                sx_stat_add(&c->shard->stats.rtx_dupack, 1);
+                chan_queue_rtx(c, pkt);
+            }
+        }
+    }
+    /* Selective ACKs (RFC 2018): packets above a hole arrived, so the hole
+     * is lost; resend each hole once without waiting for its timer. */
+    if (h->sack != 0) {
+        uint32_t highest = h->ack;
+        for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
+            if (!(h->sack & (1ull << i)))
+                continue;
+            uint32_t s = h->ack + 1 + i;
+            if (!seq_before(s, c->snd_nxt) || seq_before(s, c->snd_una))
+                continue;
+            sx_txpkt_t *pkt = c->win[s & mask];
+            if (pkt != NULL)
+                pkt->sacked = true;
+            highest = s;
+        }
+        for (uint32_t s = c->snd_una; seq_before(s, highest); s++) {
+            sx_txpkt_t *pkt = c->win[s & mask];
+            if (pkt != NULL && !pkt->sacked && pkt->transmissions == 1 && !pkt->queued) {
+                sx_stat_add(&c->shard->stats.rtx_sack, 1);
+                chan_queue_rtx(c, pkt);
+            }
+        }
+    }
+}
+
+static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t len)
+{
+    sx_am_handler_t *h = atomic_load_explicit(&c->shard->proto->am[tag], memory_order_acquire);
+
+    if (h == NULL) {
+        sx_stat_add(&c->shard->stats.am_no_handler, 1);
+        sx_warn("chan", "message with tag %u from peer %llu dropped: no handler registered", tag,
+                (unsigned long long)c->peer->id);
+        return;
+    }
+    sx_stat_add(&c->shard->stats.am_delivered, 1);
+    h->cb(h->arg, c->peer->id, tag, data, len);
+}
+
+static void chan_drop_frame(sx_chan_t *c, sx_drop_reason_t why)
+{
+    sx_stat_add(&c->shard->stats.drops[why], 1);
+    sx_debug("chan", "peer %llu: frame dropped: %s", (unsigned long long)c->peer->id,
+             sx_drop_reason_text(why));
+}
+
+static void chan_abort_assembly(sx_chan_t *c)
+{
+    free(c->asm_buf);
+    c->asm_buf = NULL;
+    c->asm_total = c->asm_got = 0;
+    c->asm_drop = false;
+}
+
+/* One in-order packet's frames. Reliability already made this packet
+ * exactly-once and in order, so chunks of a message arrive consecutively. */
+static void chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len)
+{
+    size_t off = 0;
+    sx_wire_frame_t f;
+    int r;
+
+    while ((r = sx_wire_next_frame(payload, len, &off, &f)) == 1) {
+        bool assembling = c->asm_buf != NULL || c->asm_drop;
+        switch (f.kind) {
+        case SX_FRAME_AM:
+            if (assembling) {
+                chan_drop_frame(c, SX_DROP_FRAME);
+                chan_abort_assembly(c);
+            }
+            chan_deliver_am(c, f.tag, f.data, f.len);
+            break;
+        case SX_FRAME_AM_FIRST:
+            if (assembling) {
+                chan_drop_frame(c, SX_DROP_FRAME);
+                chan_abort_assembly(c);
+            }
+            c->asm_total = f.total;
+            c->asm_got = f.len;
+            c->asm_tag = f.tag;
+            if (f.total > c->shard->proto->max_msg || f.len > f.total) {
+                chan_drop_frame(c, f.len > f.total ? SX_DROP_FRAME : SX_DROP_TOO_LARGE);
+                c->asm_drop = true;
+            } else if ((c->asm_buf = malloc(f.total ? f.total : 1)) == NULL) {
+                chan_drop_frame(c, SX_DROP_NO_BUFFER);
+                c->asm_drop = true;
+            } else {
+                memcpy(c->asm_buf, f.data, f.len);
+            }
+            break;
+        case SX_FRAME_AM_MORE:
+            if (!assembling || f.len > c->asm_total - c->asm_got || f.tag != c->asm_tag) {
+                chan_drop_frame(c, SX_DROP_FRAME);
+                chan_abort_assembly(c);
+                break;
+            }
+            if (c->asm_buf != NULL)
+                memcpy(c->asm_buf + c->asm_got, f.data, f.len);
+            c->asm_got += f.len;
+            break;
+        default:
+            chan_drop_frame(c, SX_DROP_FRAME);
+            break;
+        }
+        if ((f.kind == SX_FRAME_AM_FIRST || f.kind == SX_FRAME_AM_MORE) &&
+            (f.flags & SX_FRAMEF_LAST) && (c->asm_buf != NULL || c->asm_drop)) {
+            if (c->asm_buf != NULL && c->asm_got == c->asm_total)
+                chan_deliver_am(c, c->asm_tag, c->asm_buf, c->asm_total);
+            else if (c->asm_buf != NULL)
+                chan_drop_frame(c, SX_DROP_FRAME);
+            chan_abort_assembly(c);
+        }
+    }
+    if (r < 0)
+        chan_drop_frame(c, SX_DROP_FRAME);
+}
+
+static void chan_owe_ack(sx_chan_t *c)
+{
+    const sx_proto_t *p = c->shard->proto;
+
+    c->ack_pending++;
+    if (c->ack_pending >= p->ack_every || p->ack_delay_ns == 0) {
+        c->ack_now = true;
+    } else if (!sx_timer_is_pending(&c->ack_timer)) {
+        sx_wheel_add(c->shard->wheel, &c->ack_timer, sx_time_ns() + p->ack_delay_ns);
+    }
+}
+
+void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len)
+{
+    if (c->failed) {
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
+        return;
+    }
+    if (h->flags & SX_PKTF_ACK)
+        chan_process_ack(c, h, h->type == SX_PKT_ACK);
+    if (c->failed || h->type != SX_PKT_DATA)
+        goto out;
+
+    const uint8_t *payload = data + SX_WIRE_HDR_LEN;
+    if (h->seq == c->rcv_nxt) {
+        chan_deliver_packet(c, payload, h->payload_len);
+        c->rcv_nxt++;
+        for (;;) {
+            bool have = c->rcv_sack & 1;
+            c->rcv_sack >>= 1;
+            if (!have)
+                break;
+            sx_rxslot_t *slot = &c->ooo[c->rcv_nxt & (SX_WIRE_SACK_BITS - 1)];
+            chan_deliver_packet(c, slot->buf + SX_WIRE_HDR_LEN, slot->len - SX_WIRE_HDR_LEN);
+            free(slot->buf);
+            slot->buf = NULL;
+            c->rcv_nxt++;
+        }
+        chan_owe_ack(c);
+        if (c->rcv_sack != 0)
+            c->ack_now = true; /* still a gap: keep the sender informed */
+    } else if (seq_before(c->rcv_nxt, h->seq)) {
+        uint32_t d = h->seq - c->rcv_nxt - 1;
+        if (d >= SX_WIRE_SACK_BITS) {
+            sx_stat_add(&c->shard->stats.drops[SX_DROP_OUT_OF_WINDOW], 1);
+        } else if (!(c->rcv_sack & (1ull << d))) {
+            sx_rxslot_t *slot = &c->ooo[h->seq & (SX_WIRE_SACK_BITS - 1)];
+            slot->buf = malloc(len);
+            if (slot->buf == NULL) {
+                sx_stat_add(&c->shard->stats.drops[SX_DROP_NO_BUFFER], 1);
+            } else {
+                memcpy(slot->buf, data, len);
+                slot->len = (uint32_t)len;
+                c->rcv_sack |= 1ull << d;
+                sx_stat_add(&c->shard->stats.rx_out_of_order, 1);
+            }
+        } else {
+            sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
+        }
+        c->ack_now = true; /* out of order: tell the sender at once */
+    } else {
+        /* Already delivered: our ACK was lost or is late. */
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
+        c->ack_now = true;
+    }
+out:
+    if (c->ack_now || c->rtx != NULL || c->sendq != NULL)
+        chan_mark_ready(c);
+}

@@ -1,0 +1,148 @@
+/*
+ * Channels: the reliable, ordered stream between one local shard and one
+ * shard of a peer (DESIGN.md section 4), over unreliable datagrams.
+ *
+ * Sender: messages queue on the channel and are cut into packets when the
+ * shard flushes; each packet gets a 32-bit sequence number, is kept in a
+ * window slot and checked into the shard's hotel with a retransmission
+ * deadline. Cumulative ACKs free packets and complete messages; selective
+ * ACKs and duplicate ACKs trigger fast retransmission; a hotel eviction is
+ * a timeout: the packet goes out again and the timeout backs off (RFC
+ * 6298). No progress for the peer timeout fails the channel.
+ *
+ * Receiver: packets are delivered in sequence order, exactly once; up to
+ * SX_WIRE_SACK_BITS packets past a gap are kept aside and reported in the
+ * SACK bitmap. ACKs ride on data packets, or go alone after ACK_EVERY
+ * packets or ACK_DELAY_US, and at once when a packet arrives out of order
+ * or twice.
+ *
+ * Synchronization: a channel belongs to its local shard; every function
+ * here is called by the holder of that shard's token (_locked).
+ */
+#ifndef SX_SHARD_CHAN_H
+#define SX_SHARD_CHAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <shardx.h>
+
+#include "hotel/hotel.h"
+#include "hotel/wheel.h"
+#include "shard/inbox.h"
+#include "shard/peer.h"
+#include "shard/shard.h"
+#include "shard/wire.h"
+#include "transports/transport.h"
+
+#define SX_OP_IOV_MAX 8
+
+/* An operation queued on a channel: for now an active message. */
+typedef struct sx_op {
+    sx_inbox_req_t req; /* delegation to the home shard */
+    struct sx_op *next;
+    struct sx_peer *peer;
+    unsigned lane; /* remote shard */
+    uint8_t tag;
+    uint8_t started; /* its first frame is on the wire */
+    uint16_t iovcnt;
+    uint32_t last_seq; /* sequence number of the packet with its last byte */
+    uint64_t len;      /* total bytes */
+    uint64_t off;      /* bytes cut into packets so far */
+    unsigned cur_iov;  /* cursor into iov for the next byte */
+    size_t cur_off;
+    struct iovec iov[SX_OP_IOV_MAX];
+    sx_complete_cb_t cb; /* NULL: nobody to tell (sendi) */
+    void *ctx;
+    uint8_t inline_data[]; /* sendi: the copied message */
+} sx_op_t;
+
+/* A packet that has been sent and not yet acknowledged. */
+typedef struct sx_txpkt {
+    sx_shard_guest_t guest; /* hotel occupant; on_evict retransmits */
+    struct sx_chan *chan;
+    sx_hotel_key_t key;
+    uint32_t seq;
+    uint32_t len; /* datagram bytes in data[] */
+    uint64_t first_sent_ns;
+    uint16_t transmissions;
+    bool sacked;
+    bool queued; /* waiting in the channel's retransmit queue */
+    struct sx_txpkt *rtx_next;
+    uint8_t data[]; /* header + payload */
+} sx_txpkt_t;
+
+/* A packet that arrived ahead of a gap. */
+typedef struct sx_rxslot {
+    uint8_t *buf; /* a copy of the datagram, or NULL */
+    uint32_t len;
+} sx_rxslot_t;
+
+typedef struct sx_chan {
+    struct sx_peer *peer;
+    sx_shard_t *shard;
+    unsigned lane;     /* remote shard index */
+    unsigned tl;       /* which of the shard's interfaces */
+    sx_tl_dest_t dest; /* resolved address of the remote shard */
+    int failed;        /* 0, or the status operations now fail with */
+
+    /* Sender. */
+    uint32_t snd_una; /* oldest unacknowledged sequence number */
+    uint32_t snd_nxt; /* next sequence number to use */
+    sx_txpkt_t **win; /* [window], indexed by seq & (window - 1) */
+    size_t inflight_bytes;
+    sx_op_t *sendq, *sendq_tail; /* not yet fully cut into packets */
+    sx_op_t *ackq, *ackq_tail;   /* fully sent, waiting for the cumulative ACK */
+    sx_txpkt_t *rtx, *rtx_tail;  /* packets to send again */
+    uint32_t last_ack;
+    unsigned dupacks;
+    uint32_t recover; /* fast recovery until snd_una passes this */
+    bool in_recovery;
+    uint64_t srtt_ns, rttvar_ns, rto_ns;
+    unsigned backoff;
+    uint64_t last_progress_ns; /* last ACK that advanced, or first send after idle */
+
+    /* Receiver. */
+    uint32_t rcv_nxt; /* next sequence number expected */
+    uint64_t rcv_sack;
+    sx_rxslot_t ooo[SX_WIRE_SACK_BITS];
+    unsigned ack_pending; /* packets received since we last acknowledged */
+    bool ack_now;
+    sx_timer_t ack_timer;
+    uint8_t *asm_buf; /* reassembly of a chunked message */
+    uint64_t asm_total, asm_got;
+    uint8_t asm_tag;
+    bool asm_drop; /* the message is being discarded (too large, no memory) */
+
+    /* The shard's list of channels with something to send. */
+    bool on_ready;
+    struct sx_chan *ready_next;
+} sx_chan_t;
+
+/** The channel of this shard to @p peer's shard @p lane, created on first
+ *  use. NULL if it cannot be created (no memory, bad address). */
+sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane);
+
+/** Frees a channel, completing every operation still on it with @p status. */
+void sx_chan_destroy_locked(sx_chan_t *chan, int status);
+
+/** Queues @p op (taking ownership) and marks the channel ready. */
+void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
+
+/** Handles a validated packet addressed to this channel. */
+void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_t *data,
+                         size_t len);
+
+/** Sends what the window allows: retransmissions first, then new packets,
+ *  then a standalone ACK if one is owed. Returns datagrams posted. */
+unsigned sx_chan_flush_locked(sx_chan_t *chan);
+
+/** Fails the channel: every operation completes with @p status. */
+void sx_chan_fail_locked(sx_chan_t *chan, int status);
+
+/** Completes @p op with @p status (runs its callback) and frees it. */
+void sx_op_complete(sx_op_t *op, int status);
+
+#endif /* SX_SHARD_CHAN_H */

@@ -1,0 +1,57 @@
+/*
+ * The protocol context an engine shares with its shards: settings, the
+ * engine's epoch, handler tables and the peer table. The shard layer reads
+ * it; only the engine writes it (at creation, or through the atomics
+ * below).
+ *
+ * Synchronization:
+ *
+ *   field          | written                       | read
+ *   ---------------+-------------------------------+------------------------------
+ *   settings       | engine creation only          | any thread
+ *   am[], error    | sx_am_register / error_register (release) | receive paths (acquire)
+ *   peers          | see common/rcu_table.h        | receive paths, under RCU
+ */
+#ifndef SX_SHARD_PROTO_H
+#define SX_SHARD_PROTO_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shardx.h>
+
+#include "common/rcu_table.h"
+
+/* A handler and its argument, published as one immutable object so a
+ * reader never sees a new callback with an old argument. */
+typedef struct sx_am_handler {
+    sx_am_cb_t cb;
+    void *arg;
+} sx_am_handler_t;
+
+typedef struct sx_err_handler {
+    sx_error_cb_t cb;
+    void *arg;
+} sx_err_handler_t;
+
+typedef struct sx_proto {
+    uint64_t epoch;      /* this engine's epoch, random at creation */
+    unsigned nshards;    /* shards of this engine */
+    uint32_t window;     /* packets per channel, a power of two */
+    size_t max_inflight; /* unacknowledged bytes per channel */
+    uint64_t ack_delay_ns;
+    unsigned ack_every;
+    uint64_t rto_min_ns;
+    uint64_t rto_max_ns;
+    uint64_t rto_init_ns;
+    uint64_t peer_timeout_ns;
+    bool checksum;
+    uint64_t max_msg;
+    _Atomic(sx_am_handler_t *) am[256];
+    _Atomic(sx_err_handler_t *) error;
+    sx_rcu_table_t *peers; /* keyed by the peer engine's epoch */
+} sx_proto_t;
+
+#endif /* SX_SHARD_PROTO_H */

@@ -1,0 +1,338 @@
+/* Wire encoding, validation and checksums; see wire.h. */
+#include "shard/wire.h"
+
+#include <endian.h>
+#include <pthread.h>
+#include <string.h>
+
+static inline void put16(uint8_t *p, uint16_t v)
+{
+    v = htole16(v);
+    memcpy(p, &v, 2);
+}
+
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    v = htole32(v);
+    memcpy(p, &v, 4);
+}
+
+static inline void put64(uint8_t *p, uint64_t v)
+{
+    v = htole64(v);
+    memcpy(p, &v, 8);
+}
+
+static inline uint16_t get16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return le16toh(v);
+}
+
+static inline uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return le32toh(v);
+}
+
+static inline uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return le64toh(v);
+}
+
+static const char *const sx_drop_texts[] = {
+#define SX_DROP_TEXT_ENTRY_(name, text) [name] = text,
+    SX_DROP_TABLE(SX_DROP_TEXT_ENTRY_)
+#undef SX_DROP_TEXT_ENTRY_
+};
+
+const char *sx_drop_reason_text(sx_drop_reason_t reason)
+{
+    if ((unsigned)reason < SX_DROP_COUNT)
+        return sx_drop_texts[reason];
+    return "unknown";
+}
+
+/*
+ * The Internet checksum (RFC 1071): one's-complement sum of 16-bit words.
+ * It is cheap and catches the header corruption a CRC would, for 48 bytes;
+ * payloads get CRC32C, which is much stronger over long data.
+ */
+uint16_t sx_wire_csum16(const uint8_t *data, size_t len)
+{
+    uint32_t sum = 0;
+
+    for (size_t i = 0; i + 1 < len; i += 2)
+        sum += (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8);
+    if (len & 1)
+        sum += data[len - 1];
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return (uint16_t)~sum;
+}
+
+/* ---------------------------------------------------------------- CRC32C */
+
+/* Reflected Castagnoli polynomial 0x1EDC6F41, as used by iSCSI (RFC 3720)
+ * and by the SSE4.2 crc32 instruction. */
+#define SX_CRC32C_POLY 0x82f63b78u
+
+static uint32_t sx_crc32c_table[8][256];
+static int sx_crc32c_mode; /* 1: software, 2: SSE4.2; set once */
+
+static void sx_crc32c_init_table(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ SX_CRC32C_POLY : c >> 1;
+        sx_crc32c_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        for (int t = 1; t < 8; t++)
+            sx_crc32c_table[t][i] = (sx_crc32c_table[t - 1][i] >> 8) ^
+                                    sx_crc32c_table[0][sx_crc32c_table[t - 1][i] & 0xff];
+    }
+}
+
+/* Slicing-by-8 (Kounavis and Berry, "A Systematic Approach to Building High
+ * Performance Software-based CRC Generators", ISCC 2005). */
+static uint32_t sx_crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
+{
+    while (len >= 8) {
+        uint32_t lo = get32(p) ^ crc;
+        uint32_t hi = get32(p + 4);
+        crc = sx_crc32c_table[7][lo & 0xff] ^ sx_crc32c_table[6][(lo >> 8) & 0xff] ^
+              sx_crc32c_table[5][(lo >> 16) & 0xff] ^ sx_crc32c_table[4][lo >> 24] ^
+              sx_crc32c_table[3][hi & 0xff] ^ sx_crc32c_table[2][(hi >> 8) & 0xff] ^
+              sx_crc32c_table[1][(hi >> 16) & 0xff] ^ sx_crc32c_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len-- > 0)
+        crc = sx_crc32c_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t sx_crc32c_hw(uint32_t crc, const uint8_t *p,
+                                                               size_t len)
+{
+    uint64_t c = crc;
+    while (len >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        len -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (len-- > 0)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+#endif
+
+static pthread_once_t sx_crc32c_once = PTHREAD_ONCE_INIT;
+
+static void sx_crc32c_choose(void)
+{
+    sx_crc32c_mode = 1;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2"))
+        sx_crc32c_mode = 2;
+#endif
+    if (sx_crc32c_mode == 1)
+        sx_crc32c_init_table();
+}
+
+uint32_t sx_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&sx_crc32c_once, sx_crc32c_choose);
+    crc = ~crc;
+#if defined(__x86_64__)
+    if (sx_crc32c_mode == 2)
+        return ~sx_crc32c_hw(crc, data, len);
+#endif
+    return ~sx_crc32c_sw(crc, data, len);
+}
+
+/* ---------------------------------------------------------------- packets */
+
+void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc)
+{
+    uint16_t flags = hdr->flags;
+
+    if (payload_crc != NULL)
+        flags |= SX_PKTF_CRC;
+    out[0] = SX_WIRE_VERSION;
+    out[1] = hdr->type;
+    put16(out + 2, flags);
+    put16(out + 4, hdr->src_shard);
+    put16(out + 6, hdr->dst_shard);
+    put64(out + 8, hdr->src_epoch);
+    put64(out + 16, hdr->dst_epoch);
+    put32(out + 24, hdr->seq);
+    put32(out + 28, hdr->ack);
+    put64(out + 32, hdr->sack);
+    put16(out + 40, hdr->payload_len);
+    put16(out + 42, 0);
+    put32(out + 44, payload_crc != NULL ? *payload_crc : 0);
+    put16(out + 42, sx_wire_csum16(out, SX_WIRE_HDR_LEN));
+}
+
+void sx_wire_update_ack(uint8_t *pkt, uint32_t ack, uint64_t sack, uint16_t flags_set)
+{
+    put16(pkt + 2, get16(pkt + 2) | flags_set);
+    put32(pkt + 28, ack);
+    put64(pkt + 32, sack);
+    put16(pkt + 42, 0);
+    put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
+}
+
+sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
+{
+    if (data == NULL || len < SX_WIRE_HDR_LEN)
+        return SX_DROP_SHORT;
+    if (data[0] != SX_WIRE_VERSION)
+        return SX_DROP_VERSION;
+    /* The checksum of a header that includes its own checksum is zero. */
+    if (sx_wire_csum16(data, SX_WIRE_HDR_LEN) != 0)
+        return SX_DROP_HDR_CSUM;
+    hdr->version = data[0];
+    hdr->type = data[1];
+    hdr->flags = get16(data + 2);
+    hdr->src_shard = get16(data + 4);
+    hdr->dst_shard = get16(data + 6);
+    hdr->src_epoch = get64(data + 8);
+    hdr->dst_epoch = get64(data + 16);
+    hdr->seq = get32(data + 24);
+    hdr->ack = get32(data + 28);
+    hdr->sack = get64(data + 32);
+    hdr->payload_len = get16(data + 40);
+    if (hdr->type != SX_PKT_DATA && hdr->type != SX_PKT_ACK)
+        return SX_DROP_TYPE;
+    if (hdr->flags & ~SX_PKTF_KNOWN)
+        return SX_DROP_FLAGS;
+    if ((size_t)hdr->payload_len != len - SX_WIRE_HDR_LEN)
+        return SX_DROP_LENGTH;
+    if (hdr->type == SX_PKT_ACK && (hdr->payload_len != 0 || !(hdr->flags & SX_PKTF_ACK)))
+        return SX_DROP_LENGTH;
+    if (hdr->flags & SX_PKTF_CRC) {
+        uint32_t want = get32(data + 44);
+        if (sx_crc32c(0, data + SX_WIRE_HDR_LEN, hdr->payload_len) != want)
+            return SX_DROP_PAYLOAD_CRC;
+    }
+    return SX_DROP_COUNT;
+}
+
+int sx_wire_is_control(const void *data, size_t len)
+{
+    return len >= 2 && ((const uint8_t *)data)[1] == SX_PKT_ACK;
+}
+
+/* ---------------------------------------------------------------- frames */
+
+int sx_wire_ext_len(uint8_t kind)
+{
+    switch (kind) {
+    case SX_FRAME_AM:
+    case SX_FRAME_AM_MORE:
+        return 0;
+    case SX_FRAME_AM_FIRST:
+        return 8;
+    case SX_FRAME_PUT:
+    case SX_FRAME_GET_REQ:
+        return SX_WIRE_RMA_LEN;
+    case SX_FRAME_RMA_RESP:
+        return SX_WIRE_RESP_LEN;
+    default:
+        return -1;
+    }
+}
+
+size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *f)
+{
+    uint8_t *p = out + SX_WIRE_FRAME_LEN;
+
+    out[0] = f->kind;
+    out[1] = f->tag;
+    put16(out + 2, f->flags);
+    put32(out + 4, f->len);
+    switch (f->kind) {
+    case SX_FRAME_AM_FIRST:
+        put64(p, f->total);
+        p += 8;
+        break;
+    case SX_FRAME_PUT:
+    case SX_FRAME_GET_REQ:
+        put64(p, f->rma.addr);
+        put64(p + 8, f->rma.key);
+        put64(p + 16, f->rma.op_addr);
+        put64(p + 24, f->rma.op_len);
+        put32(p + 32, f->rma.op_id);
+        put32(p + 36, 0);
+        p += SX_WIRE_RMA_LEN;
+        break;
+    case SX_FRAME_RMA_RESP:
+        put32(p, f->resp.op_id);
+        put32(p + 4, (uint32_t)f->resp.status);
+        put64(p + 8, f->resp.offset);
+        p += SX_WIRE_RESP_LEN;
+        break;
+    default:
+        break;
+    }
+    return (size_t)(p - out);
+}
+
+int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offset,
+                       sx_wire_frame_t *f)
+{
+    size_t off = *offset;
+
+    if (off >= payload_len)
+        return 0;
+    if (payload_len - off < SX_WIRE_FRAME_LEN)
+        return -1;
+    const uint8_t *p = payload + off;
+    int ext = sx_wire_ext_len(p[0]);
+    if (ext < 0)
+        return -1;
+    f->kind = p[0];
+    f->tag = p[1];
+    f->flags = get16(p + 2);
+    f->len = get32(p + 4);
+    size_t avail = payload_len - off - SX_WIRE_FRAME_LEN;
+    if ((size_t)ext > avail || f->len > avail - (size_t)ext)
+        return -1;
+    const uint8_t *e = p + SX_WIRE_FRAME_LEN;
+    switch (f->kind) {
+    case SX_FRAME_AM_FIRST:
+        f->total = get64(e);
+        break;
+    case SX_FRAME_PUT:
+    case SX_FRAME_GET_REQ:
+        f->rma.addr = get64(e);
+        f->rma.key = get64(e + 8);
+        f->rma.op_addr = get64(e + 16);
+        f->rma.op_len = get64(e + 24);
+        f->rma.op_id = get32(e + 32);
+        f->rma.reserved = get32(e + 36);
+        break;
+    case SX_FRAME_RMA_RESP:
+        f->resp.op_id = get32(e);
+        f->resp.status = (int32_t)get32(e + 4);
+        f->resp.offset = get64(e + 8);
+        break;
+    default:
+        break;
+    }
+    f->data = e + ext;
+    *offset = off + SX_WIRE_FRAME_LEN + (size_t)ext + f->len;
+    return 1;
+}

@@ -1,0 +1,188 @@
+/*
+ * The wire format (DESIGN.md section 4). Everything is little-endian and
+ * every field that comes off the wire is untrusted: sx_wire_parse_packet
+ * and sx_wire_next_frame check lengths, versions and checksums before any
+ * other code looks at a byte, and a bad packet is dropped with a reason.
+ *
+ * A datagram is one packet header followed by zero or more frames:
+ *
+ *   packet header (48 bytes)
+ *     0  u8   version            SX_WIRE_VERSION
+ *     1  u8   type               SX_PKT_DATA or SX_PKT_ACK
+ *     2  u16  flags              SX_PKTF_*
+ *     4  u16  src_shard          sender's shard index
+ *     6  u16  dst_shard          receiver's shard index
+ *     8  u64  src_epoch          sender engine's epoch (random per engine)
+ *    16  u64  dst_epoch          receiver's epoch as the sender knows it
+ *    24  u32  seq                DATA: this packet's sequence number
+ *    28  u32  ack                cumulative ACK: every seq before it arrived
+ *    32  u64  sack               bit i set: packet ack + 1 + i arrived
+ *    40  u16  payload_len        bytes of frames after the header
+ *    42  u16  hdr_csum           RFC 1071 checksum of the 48 header bytes
+ *    44  u32  payload_crc        CRC32C of the payload (SX_PKTF_CRC)
+ *
+ *   frame header (8 bytes), then a kind-specific extension, then data
+ *     0  u8   kind               SX_FRAME_*
+ *     1  u8   tag                active-message tag
+ *     2  u16  flags              SX_FRAMEF_*
+ *     4  u32  len                bytes of data after the extension
+ *
+ * Epochs play the part of connection epochs: an engine draws a fresh one
+ * when it starts, so packets of a previous incarnation of either side
+ * (wrong src_epoch for the peer, or a dst_epoch that is not ours) are
+ * dropped as stale.
+ */
+#ifndef SX_SHARD_WIRE_H
+#define SX_SHARD_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SX_WIRE_VERSION   1
+#define SX_WIRE_HDR_LEN   48
+#define SX_WIRE_FRAME_LEN 8
+#define SX_WIRE_SACK_BITS 64
+
+enum sx_pkt_type {
+    SX_PKT_DATA = 1, /* carries frames; sequenced and acknowledged */
+    SX_PKT_ACK = 2,  /* acknowledgement only; no sequence number, no payload */
+};
+
+enum sx_pkt_flags {
+    SX_PKTF_ACK = 1u << 0, /* ack and sack are valid */
+    SX_PKTF_CRC = 1u << 1, /* payload_crc is valid */
+};
+#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC)
+
+enum sx_frame_kind {
+    SX_FRAME_AM = 1,       /* a whole active message */
+    SX_FRAME_AM_FIRST = 2, /* first chunk of a large message; ext: u64 total */
+    SX_FRAME_AM_MORE = 3,  /* a following chunk, appended in order */
+    SX_FRAME_PUT = 4,      /* ext: sx_wire_rma_t; data written at addr */
+    SX_FRAME_GET_REQ = 5,  /* ext: sx_wire_rma_t; no data */
+    SX_FRAME_RMA_RESP = 6, /* ext: sx_wire_resp_t; GET data or none */
+};
+
+enum sx_frame_flags {
+    SX_FRAMEF_LAST = 1u << 0, /* the last chunk of its message or operation */
+};
+
+/* Why a packet or frame was dropped; each has a counter. */
+#define SX_DROP_TABLE(X)                                                   \
+    X(SX_DROP_SHORT, "shorter than a packet header")                       \
+    X(SX_DROP_VERSION, "unknown wire version")                             \
+    X(SX_DROP_TYPE, "unknown packet type")                                 \
+    X(SX_DROP_FLAGS, "unknown packet flags")                               \
+    X(SX_DROP_HDR_CSUM, "header checksum mismatch")                        \
+    X(SX_DROP_LENGTH, "payload length disagrees with datagram size")       \
+    X(SX_DROP_PAYLOAD_CRC, "payload CRC32C mismatch")                      \
+    X(SX_DROP_SHARD, "shard index out of range")                           \
+    X(SX_DROP_STALE_EPOCH, "stale or foreign epoch")                       \
+    X(SX_DROP_UNKNOWN_PEER, "sender is not a known peer")                  \
+    X(SX_DROP_OUT_OF_WINDOW, "sequence number outside the receive window") \
+    X(SX_DROP_DUPLICATE, "duplicate packet")                               \
+    X(SX_DROP_FRAME, "malformed frame")                                    \
+    X(SX_DROP_TOO_LARGE, "message larger than the receive limit")          \
+    X(SX_DROP_NO_BUFFER, "no memory to hold the packet")                   \
+    X(SX_DROP_CHANNEL_FAILED, "channel has failed")
+
+#define SX_DROP_ENUM_ENTRY_(name, text) name,
+typedef enum sx_drop_reason { SX_DROP_TABLE(SX_DROP_ENUM_ENTRY_) SX_DROP_COUNT } sx_drop_reason_t;
+#undef SX_DROP_ENUM_ENTRY_
+
+const char *sx_drop_reason_text(sx_drop_reason_t reason);
+
+/** A decoded packet header. */
+typedef struct sx_wire_hdr {
+    uint8_t version;
+    uint8_t type;
+    uint16_t flags;
+    uint16_t src_shard;
+    uint16_t dst_shard;
+    uint64_t src_epoch;
+    uint64_t dst_epoch;
+    uint32_t seq;
+    uint32_t ack;
+    uint64_t sack;
+    uint16_t payload_len;
+} sx_wire_hdr_t;
+
+/** Extension of PUT and GET_REQ frames (40 bytes on the wire). */
+typedef struct sx_wire_rma {
+    uint64_t addr;    /* target address of this chunk */
+    uint64_t key;     /* memory key at the target */
+    uint64_t op_addr; /* start of the whole operation's range */
+    uint64_t op_len;  /* length of the whole operation */
+    uint32_t op_id;   /* initiator's operation id, echoed in the response */
+    uint32_t reserved;
+} sx_wire_rma_t;
+#define SX_WIRE_RMA_LEN 40
+
+/** Extension of RMA_RESP frames (16 bytes on the wire). */
+typedef struct sx_wire_resp {
+    uint32_t op_id;
+    int32_t status;  /* SX_OK or a negative status */
+    uint64_t offset; /* GET: where in the operation this data goes */
+} sx_wire_resp_t;
+#define SX_WIRE_RESP_LEN 16
+
+/** A decoded frame; data points into the packet. */
+typedef struct sx_wire_frame {
+    uint8_t kind;
+    uint8_t tag;
+    uint16_t flags;
+    uint32_t len;
+    uint64_t total;      /* AM_FIRST */
+    sx_wire_rma_t rma;   /* PUT, GET_REQ */
+    sx_wire_resp_t resp; /* RMA_RESP */
+    const uint8_t *data;
+} sx_wire_frame_t;
+
+/** Bytes of the extension that follows a frame header of @p kind, or -1. */
+int sx_wire_ext_len(uint8_t kind);
+
+/**
+ * Writes the 48-byte header for @p hdr into @p out, computing hdr_csum and,
+ * when @p payload_crc is not NULL, setting SX_PKTF_CRC with that CRC.
+ */
+void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc);
+
+/**
+ * Rewrites the ack, sack and flags of an already written header (a
+ * retransmitted packet carries the current acknowledgement) and its
+ * checksum. @p flags_set is ORed in.
+ */
+void sx_wire_update_ack(uint8_t *pkt, uint32_t ack, uint64_t sack, uint16_t flags_set);
+
+/** Writes a frame header and its extension; returns the bytes written. */
+size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
+
+/**
+ * Validates and decodes the packet header of a datagram: size, version,
+ * type, flags, header checksum, payload length against the datagram
+ * size, and (when flagged) the payload CRC32C. Returns SX_DROP_COUNT when
+ * the packet is well formed, else the reason to drop it.
+ */
+sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr);
+
+/**
+ * Decodes the frame at *offset of a payload of @p payload_len bytes and
+ * advances *offset past it. Returns 1 for a frame, 0 at the end of the
+ * payload, -1 for a malformed frame (unknown kind, or lengths running past
+ * the payload); the rest of the packet must then be ignored.
+ */
+int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offset,
+                       sx_wire_frame_t *frame);
+
+/** RFC 1071 Internet checksum. */
+uint16_t sx_wire_csum16(const uint8_t *data, size_t len);
+
+/** CRC32C (Castagnoli, RFC 3720 appendix B.4), with SSE4.2 when the CPU has it. */
+uint32_t sx_crc32c(uint32_t crc, const void *data, size_t len);
+
+/** Whether a datagram is an ACK-only packet; for the fault transport's
+ *  control-loss options. Looks at the type byte only. */
+int sx_wire_is_control(const void *data, size_t len);
+
+#endif /* SX_SHARD_WIRE_H */

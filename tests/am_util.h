@@ -1,0 +1,108 @@
+/*
+ * Helpers for tests that move active messages between engines: connect
+ * two engines, progress until a condition holds (bounded by a generous
+ * wall-clock limit that only turns a hang into a failure), and a receiver
+ * that checks exactly-once, in-order delivery by sequence number and
+ * payload checksum.
+ */
+#ifndef SX_TESTS_AM_UTIL_H
+#define SX_TESTS_AM_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <shardx.h>
+
+#include "common/time.h"
+
+/* Only a hang detector: tests never rely on finishing within it. */
+#define AM_TEST_LIMIT_NS (120ull * 1000000000ull)
+
+static inline sx_engine_h am_engine(const sx_config_kv_t *kv, size_t n)
+{
+    sx_engine_params_t params = {
+        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = n};
+    sx_engine_h e = NULL;
+    int rc = sx_engine_create(n ? &params : NULL, &e);
+    if (rc != SX_OK) {
+        fprintf(stderr, "sx_engine_create: %s\n", sx_strerror(rc));
+        abort();
+    }
+    return e;
+}
+
+static inline sx_peer_h am_connect(sx_engine_h from, sx_engine_h to, uint64_t id)
+{
+    uint8_t card[4096];
+    size_t len = sizeof(card);
+    sx_peer_h peer = NULL;
+
+    if (sx_engine_address(to, card, &len) != SX_OK || sx_peer_add(from, id, card, len, &peer))
+        abort();
+    return peer;
+}
+
+/* A message body: sequence number, then bytes derived from it and a seed,
+ * so a receiver can check every byte without keeping a copy. */
+static inline uint8_t am_byte(uint64_t seq, uint64_t i)
+{
+    uint64_t x = (seq + 1) * 0x9e3779b97f4a7c15ull ^ (i * 0xbf58476d1ce4e5b9ull);
+    return (uint8_t)(x >> 56);
+}
+
+static inline void am_fill(uint8_t *buf, size_t len, uint64_t seq)
+{
+    size_t head = len < 8 ? len : 8;
+    memcpy(buf, &seq, head);
+    for (size_t i = 8; i < len; i++)
+        buf[i] = am_byte(seq, i);
+}
+
+/* Receiver state for one sender. */
+typedef struct am_rx {
+    uint64_t expected; /* next sequence number */
+    uint64_t received;
+    uint64_t errors;
+    const size_t *sizes; /* expected size of message i (or NULL: any) */
+    size_t nsizes;
+} am_rx_t;
+
+static inline void am_check(am_rx_t *rx, const void *data, size_t len)
+{
+    uint64_t seq = rx->expected;
+    if (len >= 8)
+        memcpy(&seq, data, 8);
+    if (seq != rx->expected)
+        rx->errors++;
+    if (rx->sizes != NULL && (seq >= rx->nsizes || rx->sizes[seq] != len))
+        rx->errors++;
+    for (size_t i = 8; i < len; i++) {
+        if (((const uint8_t *)data)[i] != am_byte(seq, i)) {
+            rx->errors++;
+            break;
+        }
+    }
+    rx->expected = seq + 1;
+    rx->received++;
+}
+
+/* Progresses @p a and @p b until *done reaches @p target or the limit. */
+static inline bool am_progress_until(sx_engine_h a, sx_engine_h b, const uint64_t *done,
+                                     uint64_t target)
+{
+    uint64_t start = sx_time_ns();
+    while (*done < target) {
+        if (a != NULL)
+            sx_progress(a);
+        if (b != NULL)
+            sx_progress(b);
+        if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
+            return false;
+    }
+    return true;
+}
+
+#endif /* SX_TESTS_AM_UTIL_H */
