@@ -290,6 +290,30 @@ typedef void (*sx_error_cb_t)(void *arg, uint64_t peer_id, int status);
 
 SX_API int sx_error_register(sx_engine_h engine, sx_error_cb_t cb, void *arg);
 
+/* ------------------------------------------------------------------------ */
+/* Counters                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** One counter: a stable name, what it counts, and its value summed over
+ *  the engine's shards. Names and descriptions are static strings. */
+typedef struct sx_counter {
+    const char *name;
+    const char *description;
+    uint64_t value;
+} sx_counter_t;
+
+/**
+ * Reads the engine's counters (sent, received, retransmissions by cause,
+ * drops by reason, ...) without stopping anyone: each value is exact, the
+ * set is not one snapshot. Fills up to *count_p entries of @p counters and
+ * sets *count_p to the number of counters; SX_ERR_TRUNCATED when the array
+ * was too small (or NULL). A runtime can bridge these to MPI_T.
+ */
+SX_API int sx_stats_get(sx_engine_h engine, sx_counter_t *counters, size_t *count_p);
+
+/** The value of the counter called @p name; SX_ERR_NOT_FOUND if none. */
+SX_API int sx_stats_value(sx_engine_h engine, const char *name, uint64_t *value_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,12 +71,15 @@
       "CRC32C over every payload (the header checksum is always on).")                        \
     X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                           \
       "Largest active message accepted, sent or received; bounds reassembly memory.")         \
+    X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                     \
+      "Print the engine's counters to standard error when it is destroyed.")                  \
     X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                   \
       "First sequence number of every channel; for testing wrap-around. Every process "       \
       "of a job must use the same value.")
 
 /* Word indices of the ENUM parameters; they follow the word lists above. */
 enum { SX_THREAD_MODE_SHARDED = 0, SX_THREAD_MODE_GLOBAL = 1 };
+enum { SX_STATS_NONE = 0, SX_STATS_TEXT = 1, SX_STATS_JSON = 2 };
 
 typedef struct sx_config {
     uint64_t shards;
@@ -100,6 +103,7 @@ typedef struct sx_config {
     uint64_t peer_timeout_ms;
     bool checksum;
     uint64_t max_msg_size;
+    int stats;
     uint64_t seq_start;
 } sx_config_t;
 

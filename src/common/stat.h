@@ -20,6 +20,13 @@ static inline void sx_stat_add(sx_stat_t *counter, uint64_t n)
                           memory_order_relaxed);
 }
 
+/* Publishes a value the writer keeps elsewhere (a mirror of a plain
+ * counter that only the writer may read directly). */
+static inline void sx_stat_set(sx_stat_t *counter, uint64_t v)
+{
+    atomic_store_explicit(counter, v, memory_order_relaxed);
+}
+
 static inline uint64_t sx_stat_read(const sx_stat_t *counter)
 {
     return atomic_load_explicit(counter, memory_order_relaxed);

@@ -229,6 +229,8 @@ SX_API void sx_engine_destroy(sx_engine_h engine)
 {
     if (engine == NULL)
         return;
+    if (engine->cfg.stats != SX_STATS_NONE)
+        sx_engine_stats_print(engine, stderr, engine->cfg.stats == SX_STATS_JSON);
     sx_engine_free(engine);
 }
 

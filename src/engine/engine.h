@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include <shardx.h>
 
@@ -64,6 +65,9 @@ int sx_engine_card_init(struct sx_engine *engine);
 
 /** Closes every channel and frees every peer; at destruction. */
 void sx_engine_peers_fini(struct sx_engine *engine);
+
+/** Prints every counter to @p out, as text or one JSON object. */
+void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
 
 /** Frees replaced and current handlers; at destruction. */
 void sx_engine_graveyard_fini(struct sx_engine *engine);

@@ -521,6 +521,10 @@ static void chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
         c->backoff++;
     }
     sx_stat_add(&shard->stats.rtx_timeout, 1);
+    sx_debug("chan", "peer %llu: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
+             (unsigned long long)c->peer->id, pkt->seq,
+             (unsigned long long)((now - pkt->first_sent_ns) / 1000),
+             (unsigned long long)(c->rto_ns / 1000), c->snd_una, c->snd_nxt);
     chan_queue_rtx(c, pkt);
 }
 
@@ -571,8 +575,11 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
             sx_txpkt_t *pkt = c->win[c->snd_una & mask];
             c->win[c->snd_una & mask] = NULL;
             if (pkt != NULL) {
-                /* Karn's algorithm: only packets sent once give samples. */
-                if (pkt->transmissions == 1)
+                /* Karn's algorithm: only packets sent once give samples.
+                 * One ACK covers many packets; the oldest one's wait is the
+                 * sample, so queueing behind a burst raises the timeout
+                 * instead of provoking spurious retransmissions. */
+                if (pkt->transmissions == 1 && now - pkt->first_sent_ns > sample)
                     sample = now - pkt->first_sent_ns;
                 if (pkt->key != 0) {
                     void *occupant;

@@ -206,6 +206,22 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
     return total;
 }
 
+/* The interface's counters are plain fields only the token holder may
+ * read; publish a copy that any thread may read. */
+static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
+{
+    const sx_tl_iface_t *iface = shard->ifaces[SX_SHARD_TL_NET];
+
+    if (iface == NULL)
+        return;
+    sx_stat_set(&shard->stats.tl_tx_datagrams, iface->stats.tx_datagrams);
+    sx_stat_set(&shard->stats.tl_rx_datagrams, iface->stats.rx_datagrams);
+    sx_stat_set(&shard->stats.tl_tx_again, iface->stats.tx_again);
+    sx_stat_set(&shard->stats.tl_rx_truncated, iface->stats.rx_truncated);
+    sx_stat_set(&shard->stats.tl_rx_kernel_drops, iface->stats.rx_kernel_drops);
+    sx_stat_set(&shard->stats.tl_tx_refused, iface->stats.tx_refused);
+}
+
 int sx_shard_progress(sx_shard_t *shard)
 {
     size_t ran = 0;
@@ -217,6 +233,7 @@ int sx_shard_progress(sx_shard_t *shard)
     /* Counters are written only with the token held (single writer). */
     sx_stat_add(&shard->stats.progress_calls, 1);
     sx_stat_add(&shard->stats.timers_fired, fired);
+    sx_shard_mirror_tl_stats(shard);
     /* Leaving flushes the channels (the inbox's flush hook). */
     ran += sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
     return (int)ran + polled + (int)fired;

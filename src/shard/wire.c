@@ -45,10 +45,23 @@ static inline uint64_t get64(const uint8_t *p)
 }
 
 static const char *const sx_drop_texts[] = {
-#define SX_DROP_TEXT_ENTRY_(name, text) [name] = text,
+#define SX_DROP_TEXT_ENTRY_(name, short_name, text) [name] = text,
     SX_DROP_TABLE(SX_DROP_TEXT_ENTRY_)
 #undef SX_DROP_TEXT_ENTRY_
 };
+
+static const char *const sx_drop_names[] = {
+#define SX_DROP_NAME_ENTRY_(name, short_name, text) [name] = short_name,
+    SX_DROP_TABLE(SX_DROP_NAME_ENTRY_)
+#undef SX_DROP_NAME_ENTRY_
+};
+
+const char *sx_drop_reason_name(sx_drop_reason_t reason)
+{
+    if ((unsigned)reason < SX_DROP_COUNT)
+        return sx_drop_names[reason];
+    return "unknown";
+}
 
 const char *sx_drop_reason_text(sx_drop_reason_t reason)
 {

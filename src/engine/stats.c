@@ -1,0 +1,130 @@
+/*
+ * Engine counters: the shards' single-writer counters summed on demand.
+ * Reading takes no lock and stops nobody (each counter is a relaxed
+ * atomic), which is what lets a runtime poll them as MPI_T variables.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+typedef struct sx_counter_desc {
+    const char *name;
+    const char *description;
+    size_t offset; /* into sx_shard_stats_t */
+} sx_counter_desc_t;
+
+static const sx_counter_desc_t sx_shard_counters[] = {
+#define SX_COUNTER_DESC_(field, text) {#field, text, offsetof(sx_shard_stats_t, field)},
+    SX_SHARD_STATS_TABLE(SX_COUNTER_DESC_)
+#undef SX_COUNTER_DESC_
+};
+#define SX_NSHARD_COUNTERS (sizeof(sx_shard_counters) / sizeof(sx_shard_counters[0]))
+
+/* Counters beyond the shard table: drops by reason, then these. */
+enum { SX_EXTRA_REQUESTS, SX_EXTRA_HOTEL_HIGH, SX_EXTRA_COUNT };
+#define SX_NCOUNTERS (SX_NSHARD_COUNTERS + SX_DROP_COUNT + SX_EXTRA_COUNT)
+
+/* "drop_<reason>" names, built once. */
+static char sx_drop_counter_names[SX_DROP_COUNT][32];
+static pthread_once_t sx_drop_names_once = PTHREAD_ONCE_INIT;
+
+static void sx_drop_names_init(void)
+{
+    for (unsigned r = 0; r < SX_DROP_COUNT; r++)
+        snprintf(sx_drop_counter_names[r], sizeof(sx_drop_counter_names[r]), "drop_%s",
+                 sx_drop_reason_name((sx_drop_reason_t)r));
+}
+
+static void sx_counter_at(struct sx_engine *e, size_t i, sx_counter_t *out)
+{
+    uint64_t v = 0;
+
+    if (i < SX_NSHARD_COUNTERS) {
+        const sx_counter_desc_t *d = &sx_shard_counters[i];
+        for (unsigned s = 0; s < e->nshards; s++)
+            v += sx_stat_read((const sx_stat_t *)((const char *)&e->shards[s]->stats + d->offset));
+        out->name = d->name;
+        out->description = d->description;
+    } else if (i < SX_NSHARD_COUNTERS + SX_DROP_COUNT) {
+        unsigned r = (unsigned)(i - SX_NSHARD_COUNTERS);
+        for (unsigned s = 0; s < e->nshards; s++)
+            v += sx_stat_read(&e->shards[s]->stats.drops[r]);
+        out->name = sx_drop_counter_names[r];
+        out->description = sx_drop_reason_text((sx_drop_reason_t)r);
+    } else if (i - SX_NSHARD_COUNTERS - SX_DROP_COUNT == SX_EXTRA_REQUESTS) {
+        for (unsigned s = 0; s < e->nshards; s++)
+            v += sx_stat_read(&e->shards[s]->inbox.requests_run);
+        out->name = "requests_run";
+        out->description = "requests run through the shards' inboxes or directly";
+    } else {
+        for (unsigned s = 0; s < e->nshards; s++) {
+            sx_hotel_stats_t h;
+            if (sx_hotel_stats(e->shards[s]->hotel, &h) == SX_OK && h.high_water > v)
+                v = h.high_water;
+        }
+        out->name = "hotel_high_water";
+        out->description = "most un-ACKed packets one shard held at once";
+    }
+    out->value = v;
+}
+
+SX_API int sx_stats_get(sx_engine_h e, sx_counter_t *counters, size_t *count_p)
+{
+    if (e == NULL || count_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    pthread_once(&sx_drop_names_once, sx_drop_names_init);
+    size_t room = (counters != NULL) ? *count_p : 0;
+    for (size_t i = 0; i < room && i < SX_NCOUNTERS; i++)
+        sx_counter_at(e, i, &counters[i]);
+    *count_p = SX_NCOUNTERS;
+    return room >= SX_NCOUNTERS ? SX_OK : SX_ERR_TRUNCATED;
+}
+
+SX_API int sx_stats_value(sx_engine_h e, const char *name, uint64_t *value_p)
+{
+    if (e == NULL || name == NULL || value_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    pthread_once(&sx_drop_names_once, sx_drop_names_init);
+    for (size_t i = 0; i < SX_NCOUNTERS; i++) {
+        sx_counter_t c;
+        sx_counter_at(e, i, &c);
+        if (strcmp(c.name, name) == 0) {
+            *value_p = c.value;
+            return SX_OK;
+        }
+    }
+    return SX_ERR_NOT_FOUND;
+}
+
+void sx_engine_stats_print(struct sx_engine *e, FILE *out, bool json)
+{
+    sx_counter_t c[SX_NCOUNTERS];
+    size_t n = SX_NCOUNTERS;
+
+    if (sx_stats_get(e, c, &n) != SX_OK)
+        return;
+    uint64_t frames = 0, packets = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(c[i].name, "frames_sent") == 0)
+            frames = c[i].value;
+        if (strcmp(c[i].name, "data_sent") == 0)
+            packets = c[i].value;
+    }
+    double per = packets ? (double)frames / (double)packets : 0.0;
+    if (json) {
+        fprintf(out, "{\"engine\":\"%s\",\"shards\":%u,\"messages_per_datagram\":%.3f", e->name,
+                e->nshards, per);
+        for (size_t i = 0; i < n; i++)
+            fprintf(out, ",\"%s\":%llu", c[i].name, (unsigned long long)c[i].value);
+        fprintf(out, "}\n");
+        return;
+    }
+    fprintf(out, "shardx stats for %s (%u shards)\n", e->name, e->nshards);
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].value != 0)
+            fprintf(out, "  %-22s %12llu  %s\n", c[i].name, (unsigned long long)c[i].value,
+                    c[i].description);
+    }
+    fprintf(out, "  %-22s %12.3f  frames per data packet\n", "messages_per_datagram", per);
+}
