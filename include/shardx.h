@@ -291,6 +291,53 @@ typedef void (*sx_error_cb_t)(void *arg, uint64_t peer_id, int status);
 SX_API int sx_error_register(sx_engine_h engine, sx_error_cb_t cb, void *arg);
 
 /* ------------------------------------------------------------------------ */
+/* Remote memory access (emulated over datagrams)                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sx_mem *sx_mem_h;
+typedef uint64_t sx_rkey_t;
+
+enum sx_mem_access {
+    SX_MEM_REMOTE_READ = 1u << 0,  /**< peers may sx_get from it */
+    SX_MEM_REMOTE_WRITE = 1u << 1, /**< peers may sx_put into it */
+};
+
+/**
+ * Registers [addr, addr + len) for remote access. The key (sx_mem_rkey) is
+ * random and unguessable; send it to the peers that may use it. Remote
+ * operations are checked against the key, the access rights and the range,
+ * and a failed check leaves the memory untouched.
+ */
+SX_API int sx_mem_register(sx_engine_h engine, void *addr, size_t len, unsigned access,
+                           sx_mem_h *mem_p);
+
+/**
+ * Withdraws a registration. When it returns, no remote access to the
+ * region is in progress or will start; operations that arrive later fail
+ * with SX_ERR_ACCESS at their initiator. It blocks only until receive
+ * paths leave their RCU read sections, which never wait for anything, so
+ * it may also be called from a callback.
+ */
+SX_API int sx_mem_deregister(sx_engine_h engine, sx_mem_h mem);
+
+/** The key peers name the region with. */
+SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem);
+
+/**
+ * Writes @p len bytes from @p src to the peer's address @p raddr in the
+ * region of key @p key. Completes with SX_OK once the bytes are in place
+ * at the target, or with SX_ERR_ACCESS (bad key, no write right, range
+ * outside the region) having written nothing. @p src must stay valid until
+ * the completion. Returns SX_INPROGRESS or an error (no completion).
+ */
+SX_API int sx_put(sx_peer_h peer, const void *src, size_t len, uint64_t raddr, sx_rkey_t key,
+                  sx_complete_cb_t cb, void *ctx);
+
+/** Reads @p len bytes at the peer's @p raddr into @p dst; same rules. */
+SX_API int sx_get(sx_peer_h peer, void *dst, size_t len, uint64_t raddr, sx_rkey_t key,
+                  sx_complete_cb_t cb, void *ctx);
+
+/* ------------------------------------------------------------------------ */
 /* Counters                                                                  */
 /* ------------------------------------------------------------------------ */
 

@@ -65,6 +65,7 @@ static void sx_engine_init_proto(struct sx_engine *e)
     p->checksum = c->checksum;
     p->max_msg = c->max_msg_size;
     p->peers = &e->peers;
+    p->mem = &e->mem;
     for (unsigned t = 0; t < 256; t++)
         atomic_init(&p->am[t], NULL);
     atomic_init(&p->error, NULL);
@@ -128,6 +129,8 @@ static void sx_engine_free(struct sx_engine *e)
     }
     if (e->peers_created)
         sx_rcu_table_fini(&e->peers);
+    if (e->mem_created)
+        sx_rcu_table_fini(&e->mem);
     sx_tl_self_domain_destroy(e->self_domain);
     sx_engine_graveyard_fini(e);
     if (e->home_key_created)
@@ -206,6 +209,10 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     e->peers_created = true;
+    rc = sx_rcu_table_init(&e->mem);
+    if (rc != SX_OK)
+        goto fail;
+    e->mem_created = true;
     sx_fairlock_init(&e->peer_lock);
     sx_engine_init_proto(e);
     rc = sx_engine_create_shards(e);

@@ -45,6 +45,8 @@ struct sx_engine {
     bool global_lock_created;
     sx_rcu_table_t peers; /* by the peer engine's epoch */
     bool peers_created;
+    sx_rcu_table_t mem; /* registered regions, by key */
+    bool mem_created;
     sx_proto_t proto;
     void *self_domain;
     uint8_t card[4096]; /* this engine's business card */

@@ -62,6 +62,13 @@ void sx_op_complete(sx_op_t *op, int status)
     free(op);
 }
 
+/* Queues an internal op (a response) and marks the channel ready. */
+static void chan_queue_internal(sx_chan_t *c, sx_op_t *op)
+{
+    op_append(&c->sendq, &c->sendq_tail, op);
+    chan_mark_ready(c);
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane)
@@ -124,10 +131,11 @@ static void chan_free_window(sx_chan_t *c)
 static void chan_fail_ops(sx_chan_t *c, int status)
 {
     /* Detach the lists first: a completion may queue new work. */
-    sx_op_t *lists[2] = {c->ackq, c->sendq};
+    sx_op_t *lists[3] = {c->ackq, c->rmaq, c->sendq};
     c->ackq = c->ackq_tail = NULL;
+    c->rmaq = c->rmaq_tail = NULL;
     c->sendq = c->sendq_tail = NULL;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         for (sx_op_t *op = lists[i], *next; op != NULL; op = next) {
             next = op->next;
             sx_op_complete(op, status);
@@ -227,6 +235,67 @@ typedef struct frame_plan {
 } frame_plan_t;
 
 /* Decides what the next packet carries, without copying anything. */
+/* The frame kind an RMA-style op travels in, and its extension size. */
+static uint8_t op_frame_kind(const sx_op_t *op)
+{
+    switch (op->kind) {
+    case SX_OP_PUT:
+        return SX_FRAME_PUT;
+    case SX_OP_GET:
+        return SX_FRAME_GET_REQ;
+    default:
+        return SX_FRAME_RMA_RESP;
+    }
+}
+
+/* Plans the next frame of an active message; false if it does not fit. */
+static bool plan_am_frame(const sx_op_t *op, size_t room, unsigned n, frame_plan_t *f)
+{
+    uint64_t left = op->len - op->off;
+
+    if (!op->started) {
+        if (SX_WIRE_FRAME_LEN + left <= room) {
+            f->kind = SX_FRAME_AM;
+            f->len = (uint32_t)left;
+            f->last = true;
+            return true;
+        }
+        if ((n > 0 && room < SX_MIN_CHUNK) || room <= SX_WIRE_FRAME_LEN + 8)
+            return false;
+        f->kind = SX_FRAME_AM_FIRST;
+        f->len = (uint32_t)(room - SX_WIRE_FRAME_LEN - 8);
+        f->last = false;
+        return true;
+    }
+    if (room <= SX_WIRE_FRAME_LEN)
+        return false;
+    size_t cap = room - SX_WIRE_FRAME_LEN;
+    f->kind = SX_FRAME_AM_MORE;
+    f->len = (uint32_t)(left <= cap ? left : cap);
+    f->last = (left <= cap);
+    return true;
+}
+
+/* Plans the next frame of a PUT, GET or response; every frame carries its
+ * own extension, so chunks are independent of each other. */
+static bool plan_rma_frame(const sx_op_t *op, size_t room, unsigned n, frame_plan_t *f)
+{
+    f->kind = op_frame_kind(op);
+    size_t ext = (size_t)sx_wire_ext_len(f->kind);
+    /* A GET request carries no data; its length is in the extension. */
+    uint64_t left = (op->kind == SX_OP_GET) ? 0 : op->len - op->off;
+
+    if (room <= SX_WIRE_FRAME_LEN + ext)
+        return false;
+    size_t cap = room - SX_WIRE_FRAME_LEN - ext;
+    if (n > 0 && left > cap && cap < SX_MIN_CHUNK)
+        return false;
+    f->len = (uint32_t)(left <= cap ? left : cap);
+    f->last = (left <= cap);
+    return true;
+}
+
+/* Decides what the next packet carries, without copying anything. */
 static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan, size_t *bytes_p)
 {
     unsigned n = 0;
@@ -236,33 +305,13 @@ static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan,
     /* Each op appears at most once per packet: an op that does not finish
      * here fills the packet, so planning never has to track its cursor. */
     while (op != NULL && n < SX_PKT_MAX_FRAMES) {
-        uint64_t off = op->off;
-        uint64_t left = op->len - off;
-        size_t room = space - used;
         frame_plan_t *f = &plan[n];
+        size_t room = space - used;
+        bool fits =
+            (op->kind == SX_OP_AM) ? plan_am_frame(op, room, n, f) : plan_rma_frame(op, room, n, f);
+        if (!fits)
+            break;
         f->op = op;
-        if (off == 0 && !op->started) {
-            if (SX_WIRE_FRAME_LEN + left <= room) {
-                f->kind = SX_FRAME_AM;
-                f->len = (uint32_t)left;
-                f->last = true;
-            } else {
-                if (n > 0 && room < SX_MIN_CHUNK)
-                    break;
-                if (room <= SX_WIRE_FRAME_LEN + 8)
-                    break;
-                f->kind = SX_FRAME_AM_FIRST;
-                f->len = (uint32_t)(room - SX_WIRE_FRAME_LEN - 8);
-                f->last = false;
-            }
-        } else {
-            if (room <= SX_WIRE_FRAME_LEN)
-                break;
-            size_t cap = room - SX_WIRE_FRAME_LEN;
-            f->kind = SX_FRAME_AM_MORE;
-            f->len = (uint32_t)(left <= cap ? left : cap);
-            f->last = (left <= cap);
-        }
         used += SX_WIRE_FRAME_LEN + (size_t)sx_wire_ext_len(f->kind) + f->len;
         n++;
         if (!f->last)
@@ -301,6 +350,23 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
 }
 
+/* An op whose last frame is in a packet now waits for what completes it. */
+static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
+{
+    switch (op->kind) {
+    case SX_OP_AM:
+        op_append(&c->ackq, &c->ackq_tail, op);
+        break;
+    case SX_OP_PUT:
+    case SX_OP_GET:
+        op_append(&c->rmaq, &c->rmaq_tail, op);
+        break;
+    default:
+        free(op); /* a response: the packet holds a copy, nobody waits */
+        break;
+    }
+}
+
 /* Builds the next data packet from the send queue, or returns NULL. */
 static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
 {
@@ -324,6 +390,17 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
                              .flags = plan[i].last ? SX_FRAMEF_LAST : 0,
                              .len = plan[i].len,
                              .total = op->len};
+        if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
+            f.rma.addr = op->raddr + op->off;
+            f.rma.key = op->rkey;
+            f.rma.op_addr = op->raddr;
+            f.rma.op_len = op->len;
+            f.rma.op_id = op->op_id;
+        } else if (op->kind == SX_OP_RESP) {
+            f.resp.op_id = op->op_id;
+            f.resp.status = op->status;
+            f.resp.offset = op->off;
+        }
         p += sx_wire_write_frame(p, &f);
         op_copy(op, p, plan[i].len);
         p += plan[i].len;
@@ -334,7 +411,7 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
             c->sendq = op->next;
             if (c->sendq == NULL)
                 c->sendq_tail = NULL;
-            op_append(&c->ackq, &c->ackq_tail, op);
+            chan_op_sent(c, op);
         }
     }
     pkt->guest.on_evict = chan_on_timeout;
@@ -670,6 +747,149 @@ static void chan_abort_assembly(sx_chan_t *c)
     c->asm_drop = false;
 }
 
+/* ---------------------------------------------------------------- RMA */
+
+/*
+ * Checks a remote access: the key names a registered region with the
+ * right, the whole operation's range lies inside the region, and this
+ * chunk inside the operation. Every comparison is written so that hostile
+ * 64-bit values cannot overflow it. Call inside an RCU read section; the
+ * returned pointer is usable until its end.
+ */
+static uint8_t *chan_mem_check_rcu(const sx_proto_t *p, const sx_wire_rma_t *r, unsigned need,
+                                   uint64_t len, int *status)
+{
+    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->mem, r->key);
+    if (e == NULL) {
+        *status = SX_ERR_ACCESS; /* no such key, or deregistered */
+        return NULL;
+    }
+    const sx_mem_t *m = caa_container_of(e, sx_mem_t, entry);
+    if ((m->access & need) != need) {
+        *status = SX_ERR_ACCESS;
+        return NULL;
+    }
+    uint64_t base = (uint64_t)(uintptr_t)m->addr;
+    if (r->op_addr < base || r->op_len > m->len || r->op_addr - base > m->len - r->op_len ||
+        r->addr < r->op_addr || len > r->op_len || r->addr - r->op_addr > r->op_len - len) {
+        *status = SX_ERR_OUT_OF_RANGE;
+        return NULL;
+    }
+    *status = SX_OK;
+    return m->addr + (r->addr - base);
+}
+
+static sx_op_t *chan_new_resp(sx_chan_t *c, uint32_t op_id, int status, size_t len)
+{
+    sx_op_t *op = calloc(1, sizeof(*op) + len);
+    if (op == NULL)
+        return NULL;
+    op->peer = c->peer;
+    op->lane = c->lane;
+    op->kind = SX_OP_RESP;
+    op->op_id = op_id;
+    op->status = status;
+    op->len = len;
+    op->iovcnt = 1;
+    op->iov[0].iov_base = op->inline_data;
+    op->iov[0].iov_len = len;
+    return op;
+}
+
+static void chan_recv_put(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    const sx_proto_t *p = c->shard->proto;
+    int status;
+
+    if (f->rma.addr == f->rma.op_addr)
+        c->put_status = SX_OK; /* the first chunk of a new PUT */
+    sx_rcu_read_lock();
+    uint8_t *dst = chan_mem_check_rcu(p, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status);
+    if (dst != NULL && c->put_status == SX_OK)
+        memcpy(dst, f->data, f->len);
+    sx_rcu_read_unlock(p->mem);
+    if (dst == NULL && c->put_status == SX_OK)
+        c->put_status = status;
+    if (!(f->flags & SX_FRAMEF_LAST))
+        return;
+    sx_op_t *resp = chan_new_resp(c, f->rma.op_id, c->put_status, 0);
+    c->put_status = SX_OK;
+    if (resp == NULL) {
+        chan_drop_frame(c, SX_DROP_NO_BUFFER);
+        return;
+    }
+    chan_queue_internal(c, resp);
+}
+
+static void chan_recv_get(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    const sx_proto_t *p = c->shard->proto;
+    int status;
+    sx_op_t *resp;
+
+    sx_rcu_read_lock();
+    const uint8_t *src = NULL;
+    if (f->rma.op_len > p->max_msg)
+        status = SX_ERR_OUT_OF_RANGE;
+    else
+        src = chan_mem_check_rcu(p, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
+    /* Copy now: once the read section ends the region may be withdrawn,
+     * and a response still queued must not read it afterwards. */
+    resp = chan_new_resp(c, f->rma.op_id, status, src != NULL ? f->rma.op_len : 0);
+    if (resp != NULL && src != NULL)
+        memcpy(resp->inline_data, src, f->rma.op_len);
+    sx_rcu_read_unlock(p->mem);
+    if (resp == NULL) {
+        /* Too big to copy now: say so rather than go silent. */
+        resp = chan_new_resp(c, f->rma.op_id, SX_ERR_NO_MEMORY, 0);
+        if (resp == NULL) {
+            chan_drop_frame(c, SX_DROP_NO_BUFFER);
+            return;
+        }
+    }
+    chan_queue_internal(c, resp);
+}
+
+static void chan_recv_resp(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    sx_op_t *prev = NULL, *op = c->rmaq;
+
+    while (op != NULL && op->op_id != f->resp.op_id) {
+        prev = op;
+        op = op->next;
+    }
+    if (op == NULL) {
+        chan_drop_frame(c, SX_DROP_FRAME); /* answers nothing we asked */
+        return;
+    }
+    if (f->resp.status != SX_OK) {
+        if (op->status == SX_OK)
+            op->status = f->resp.status < 0 ? f->resp.status : SX_ERR_IO;
+    } else if (op->kind == SX_OP_GET && f->len > 0) {
+        if (f->resp.offset != op->got || f->len > op->len - op->got) {
+            chan_drop_frame(c, SX_DROP_FRAME);
+            op->status = SX_ERR_IO;
+        } else {
+            memcpy(op->dst + op->got, f->data, f->len);
+            op->got += f->len;
+        }
+    }
+    if (!(f->flags & SX_FRAMEF_LAST))
+        return;
+    if (prev != NULL)
+        prev->next = op->next;
+    else
+        c->rmaq = op->next;
+    if (c->rmaq_tail == op)
+        c->rmaq_tail = prev;
+    int status = op->status;
+    if (status == SX_OK && op->kind == SX_OP_GET && op->got != op->len)
+        status = SX_ERR_IO;
+    if (status == SX_OK)
+        sx_stat_add(&c->shard->stats.ops_completed, 1);
+    sx_op_complete(op, status);
+}
+
 /* One in-order packet's frames. Reliability already made this packet
  * exactly-once and in order, so chunks of a message arrive consecutively. */
 static void chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len)
@@ -715,6 +935,15 @@ static void chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len
             if (c->asm_buf != NULL)
                 memcpy(c->asm_buf + c->asm_got, f.data, f.len);
             c->asm_got += f.len;
+            break;
+        case SX_FRAME_PUT:
+            chan_recv_put(c, &f);
+            break;
+        case SX_FRAME_GET_REQ:
+            chan_recv_get(c, &f);
+            break;
+        case SX_FRAME_RMA_RESP:
+            chan_recv_resp(c, &f);
             break;
         default:
             chan_drop_frame(c, SX_DROP_FRAME);

@@ -39,22 +39,37 @@
 
 #define SX_OP_IOV_MAX 8
 
-/* An operation queued on a channel: for now an active message. */
+/* What an operation is. */
+typedef enum sx_op_kind {
+    SX_OP_AM = 0,   /* active message; completes on the cumulative ACK */
+    SX_OP_PUT = 1,  /* write into remote memory; completes on the target's response */
+    SX_OP_GET = 2,  /* read remote memory; completes when the last data arrives */
+    SX_OP_RESP = 3, /* a target's response to PUT or GET; internal, no completion */
+} sx_op_kind_t;
+
+/* An operation queued on a channel. */
 typedef struct sx_op {
     sx_inbox_req_t req; /* delegation to the home shard */
     struct sx_op *next;
     struct sx_peer *peer;
     unsigned lane; /* remote shard */
+    uint8_t kind;  /* sx_op_kind_t */
     uint8_t tag;
     uint8_t started; /* its first frame is on the wire */
     uint16_t iovcnt;
     uint32_t last_seq; /* sequence number of the packet with its last byte */
-    uint64_t len;      /* total bytes */
+    uint64_t len;      /* total bytes (PUT, GET: of the remote range) */
     uint64_t off;      /* bytes cut into packets so far */
     unsigned cur_iov;  /* cursor into iov for the next byte */
     size_t cur_off;
-    struct iovec iov[SX_OP_IOV_MAX];
-    sx_complete_cb_t cb; /* NULL: nobody to tell (sendi) */
+    struct iovec iov[SX_OP_IOV_MAX]; /* the data to send (AM, PUT, RESP to a GET) */
+    uint64_t raddr;                  /* PUT, GET: remote address */
+    uint64_t rkey;                   /* PUT, GET: remote key */
+    uint32_t op_id;                  /* PUT, GET: the channel's id for it; RESP: the initiator's */
+    int32_t status;                  /* GET: the first error seen; RESP: the status to report */
+    uint8_t *dst;                    /* GET: where the data goes */
+    uint64_t got;                    /* GET: bytes arrived */
+    sx_complete_cb_t cb;             /* NULL: nobody to tell (sendi, RESP) */
     void *ctx;
     uint8_t inline_data[]; /* sendi: the copied message */
 } sx_op_t;
@@ -95,7 +110,9 @@ typedef struct sx_chan {
     size_t inflight_bytes;
     sx_op_t *sendq, *sendq_tail; /* not yet fully cut into packets */
     sx_op_t *ackq, *ackq_tail;   /* fully sent, waiting for the cumulative ACK */
-    sx_txpkt_t *rtx, *rtx_tail;  /* packets to send again */
+    sx_op_t *rmaq, *rmaq_tail;   /* PUT and GET sent, waiting for the target's answer */
+    uint32_t next_op_id;
+    sx_txpkt_t *rtx, *rtx_tail; /* packets to send again */
     uint32_t last_ack;
     unsigned dupacks;
     uint32_t recover; /* fast recovery until snd_una passes this */
@@ -114,7 +131,8 @@ typedef struct sx_chan {
     uint8_t *asm_buf; /* reassembly of a chunked message */
     uint64_t asm_total, asm_got;
     uint8_t asm_tag;
-    bool asm_drop; /* the message is being discarded (too large, no memory) */
+    bool asm_drop;      /* the message is being discarded (too large, no memory) */
+    int32_t put_status; /* target: status of the PUT whose chunks are arriving */
 
     /* The shard's list of channels with something to send. */
     bool on_ready;

@@ -36,6 +36,17 @@ typedef struct sx_err_handler {
     void *arg;
 } sx_err_handler_t;
 
+/* A registered memory region; the key is the table id. Freed only after a
+ * grace period, and sx_mem_deregister waits one out, so no remote write
+ * lands after it returns. */
+typedef struct sx_mem {
+    sx_rcu_entry_t entry;
+    uint8_t *addr;
+    size_t len;
+    unsigned access; /* SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE */
+    void *engine;
+} sx_mem_t;
+
 typedef struct sx_proto {
     uint64_t epoch;      /* this engine's epoch, random at creation */
     unsigned nshards;    /* shards of this engine */
@@ -52,6 +63,7 @@ typedef struct sx_proto {
     _Atomic(sx_am_handler_t *) am[256];
     _Atomic(sx_err_handler_t *) error;
     sx_rcu_table_t *peers; /* keyed by the peer engine's epoch */
+    sx_rcu_table_t *mem;   /* registered memory, keyed by remote key */
 } sx_proto_t;
 
 #endif /* SX_SHARD_PROTO_H */

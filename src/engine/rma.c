@@ -1,0 +1,140 @@
+/*
+ * Memory registration and emulated RMA (PUT and GET over the reliable
+ * datagram channels). The target does the copy when the request arrives,
+ * after checking the key, the access right and the range.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "engine/engine.h"
+#include "shard/chan.h"
+
+static void sx_mem_free(sx_rcu_entry_t *entry)
+{
+    free(caa_container_of(entry, sx_mem_t, entry));
+}
+
+SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, sx_mem_h *mem_p)
+{
+    if (e == NULL || mem_p == NULL || (addr == NULL && len > 0) ||
+        (access & ~(unsigned)(SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE)) != 0 ||
+        (uintptr_t)addr > UINTPTR_MAX - len) {
+        sx_error("rma", "sx_mem_register: invalid region %p+%zu or access 0x%x", addr, len, access);
+        return SX_ERR_INVALID_PARAM;
+    }
+    sx_mem_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return SX_ERR_NO_MEMORY;
+    m->addr = addr;
+    m->len = len;
+    m->access = access;
+    m->engine = e;
+    m->entry.free_fn = sx_mem_free;
+    /* Keys are random so that a peer cannot guess one it was not given;
+     * a collision (or zero) just draws again. */
+    for (int tries = 0; tries < 16; tries++) {
+        uint64_t key = 0;
+        if (getrandom(&key, sizeof(key), 0) != sizeof(key))
+            key = sx_time_ns() * 0x9e3779b97f4a7c15ull ^ (uintptr_t)m;
+        if (key == 0)
+            continue;
+        m->entry.id = key;
+        if (sx_rcu_table_insert(&e->mem, &m->entry) == SX_OK) {
+            *mem_p = m;
+            return SX_OK;
+        }
+    }
+    free(m);
+    return SX_ERR_INTERNAL;
+}
+
+SX_API int sx_mem_deregister(sx_engine_h e, sx_mem_h mem)
+{
+    if (e == NULL || mem == NULL || mem->engine != e)
+        return SX_ERR_INVALID_PARAM;
+    int rc = sx_rcu_table_remove(&e->mem, mem->entry.id);
+    if (rc != SX_OK) {
+        sx_error("rma", "sx_mem_deregister: region was not registered");
+        return rc;
+    }
+    /* Wait out readers that found the region before it was removed, so no
+     * remote write lands once this returns. */
+    synchronize_rcu();
+    return SX_OK;
+}
+
+SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem)
+{
+    return mem != NULL ? mem->entry.id : 0;
+}
+
+/* Runs on the home shard: the op gets its id on the channel and queues. */
+static void sx_rma_push_run(void *owner, sx_inbox_req_t *req)
+{
+    sx_shard_t *shard = owner;
+    sx_op_t *op = (sx_op_t *)req;
+    sx_chan_t *c = sx_chan_get_locked(shard, op->peer, op->lane);
+
+    if (c == NULL) {
+        sx_op_complete(op, SX_ERR_NO_MEMORY);
+        return;
+    }
+    op->op_id = c->next_op_id++;
+    sx_chan_push_locked(c, op);
+}
+
+static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, uint64_t raddr,
+                        sx_rkey_t key, sx_complete_cb_t cb, void *ctx)
+{
+    if (peer == NULL || (local == NULL && len > 0)) {
+        sx_error("rma", "invalid %s: peer %p, buffer %p, length %zu",
+                 kind == SX_OP_PUT ? "put" : "get", (void *)peer, local, len);
+        return SX_ERR_INVALID_PARAM;
+    }
+    struct sx_engine *e = peer->engine;
+    if (len > e->proto.max_msg || raddr > UINT64_MAX - len) {
+        sx_error("rma", "%s of %zu bytes at 0x%llx: larger than SX_MAX_MSG_SIZE or wraps",
+                 kind == SX_OP_PUT ? "put" : "get", len, (unsigned long long)raddr);
+        return SX_ERR_INVALID_PARAM;
+    }
+    int failed = atomic_load(&peer->failed);
+    if (failed != 0)
+        return failed;
+    sx_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return SX_ERR_NO_MEMORY;
+    op->req.run = sx_rma_push_run;
+    op->peer = peer;
+    op->kind = kind;
+    op->len = len;
+    op->raddr = raddr;
+    op->rkey = key;
+    op->cb = cb;
+    op->ctx = ctx;
+    if (kind == SX_OP_PUT) {
+        op->iovcnt = 1;
+        op->iov[0].iov_base = local;
+        op->iov[0].iov_len = len;
+    } else {
+        op->dst = local;
+    }
+    unsigned home = e->global_mode ? 0 : sx_engine_home_shard(e);
+    op->lane = home % peer->nshards;
+    sx_engine_submit(e, home, &op->req);
+    return SX_INPROGRESS;
+}
+
+SX_API int sx_put(sx_peer_h peer, const void *src, size_t len, uint64_t raddr, sx_rkey_t key,
+                  sx_complete_cb_t cb, void *ctx)
+{
+    return sx_rma_start(peer, SX_OP_PUT, (void *)src, len, raddr, key, cb, ctx);
+}
+
+SX_API int sx_get(sx_peer_h peer, void *dst, size_t len, uint64_t raddr, sx_rkey_t key,
+                  sx_complete_cb_t cb, void *ctx)
+{
+    return sx_rma_start(peer, SX_OP_GET, dst, len, raddr, key, cb, ctx);
+}
