@@ -433,29 +433,36 @@ static int chan_arm(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
     return sx_hotel_checkin(c->shard->hotel, &pkt->guest, deadline, &pkt->key);
 }
 
-static int chan_post(sx_chan_t *c, const uint8_t *data, size_t len)
+/* Stages a datagram in the shard's batch; @p pkt is NULL for an ACK. */
+static void chan_stage(sx_chan_t *c, const uint8_t *data, size_t len, sx_txpkt_t *pkt)
 {
-    sx_tl_iface_t *iface = chan_iface(c);
-    sx_tl_tx_t tx = {.dest = c->dest, .iovcnt = 1};
-    unsigned posted = 0;
+    sx_shard_txq_t *q = &c->shard->txq;
 
-    tx.iov[0].iov_base = (void *)data;
-    tx.iov[0].iov_len = len;
-    int rc = iface->ops->post_send(iface, &tx, 1, &posted);
-    if (rc != SX_OK && rc != SX_ERR_AGAIN)
-        sx_debug("chan", "post_send failed: %s", sx_strerror(rc));
-    return posted == 1 ? SX_OK : (rc == SX_OK ? SX_ERR_AGAIN : rc);
+    if (q->n == SX_SHARD_TX_BATCH || (q->n > 0 && q->tl != c->tl))
+        sx_chan_post_batch_locked(c->shard);
+    unsigned i = q->n++;
+    q->tl = c->tl;
+    q->tx[i].dest = c->dest;
+    q->tx[i].iovcnt = 1;
+    q->tx[i].iov[0].iov_base = (void *)data;
+    q->tx[i].iov[0].iov_len = len;
+    q->tx[i].ctx = pkt;
+    q->chan[i] = c;
+    q->pkt[i] = pkt;
 }
 
 static void chan_send_ack(sx_chan_t *c)
 {
-    uint8_t buf[SX_WIRE_HDR_LEN];
+    sx_shard_txq_t *q = &c->shard->txq;
 
+    if (q->n == SX_SHARD_TX_BATCH || (q->n > 0 && q->tl != c->tl))
+        sx_chan_post_batch_locked(c->shard);
+    /* The ACK is built in the batch's own buffer, which lives until the
+     * batch is posted. */
+    uint8_t *buf = q->ack_buf[q->n];
     chan_write_hdr(c, buf, SX_PKT_ACK, 0, 0);
-    if (chan_post(c, buf, sizeof(buf)) == SX_OK)
-        sx_stat_add(&c->shard->stats.acks_sent, 1);
-    else
-        c->ack_now = true; /* try again at the next flush */
+    chan_stage(c, buf, SX_WIRE_HDR_LEN, NULL);
+    sx_stat_add(&c->shard->stats.acks_sent, 1);
 }
 
 static void chan_queue_rtx(sx_chan_t *c, sx_txpkt_t *pkt)
@@ -490,8 +497,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         sx_wire_update_ack(pkt->data, c->rcv_nxt, c->rcv_sack, SX_PKTF_ACK);
         c->ack_pending = 0;
         c->ack_now = false;
-        if (chan_post(c, pkt->data, pkt->len) != SX_OK)
-            break;
+        chan_stage(c, pkt->data, pkt->len, pkt);
         c->rtx = pkt->rtx_next;
         if (c->rtx == NULL)
             c->rtx_tail = NULL;
@@ -522,17 +528,42 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             chan_queue_rtx(c, pkt);
             break;
         }
-        if (chan_post(c, pkt->data, pkt->len) != SX_OK) {
-            /* The interface is full; the timer or the next flush resends. */
-            sx_stat_add(&c->shard->stats.tx_again, 1);
-            break;
-        }
+        chan_stage(c, pkt->data, pkt->len, pkt);
         sx_stat_add(&c->shard->stats.data_sent, 1);
         sent++;
     }
     if (c->ack_now || c->ack_pending >= p->ack_every)
         chan_send_ack(c);
     return sent;
+}
+
+void sx_chan_post_batch_locked(sx_shard_t *shard)
+{
+    sx_shard_txq_t *q = &shard->txq;
+    sx_tl_iface_t *iface = shard->ifaces[q->tl];
+    unsigned posted = 0;
+
+    if (q->n == 0)
+        return;
+    int rc = iface->ops->post_send(iface, q->tx, q->n, &posted);
+    for (unsigned i = posted; i < q->n; i++) {
+        sx_chan_t *c = q->chan[i];
+        sx_txpkt_t *pkt = q->pkt[i];
+        if (rc != SX_ERR_AGAIN && i == posted)
+            sx_debug("chan", "shard %u: send to peer %llu failed: %s", shard->index,
+                     (unsigned long long)c->peer->id, sx_strerror(rc));
+        /* A full interface: send again at the next flush. Anything else
+         * (a refused destination, say) waits for its retransmission timer,
+         * so a persistent error cannot spin the progress loop. */
+        if (pkt == NULL) {
+            c->ack_now = true;
+            chan_mark_ready(c);
+        } else if (rc == SX_ERR_AGAIN) {
+            sx_stat_add(&shard->stats.tx_again, 1);
+            chan_queue_rtx(c, pkt);
+        }
+    }
+    q->n = 0;
 }
 
 /* ---------------------------------------------------------------- timers */

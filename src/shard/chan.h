@@ -157,6 +157,10 @@ void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_
  *  then a standalone ACK if one is owed. Returns datagrams posted. */
 unsigned sx_chan_flush_locked(sx_chan_t *chan);
 
+/** Posts the datagrams the flush staged, in one batch; what the interface
+ *  refuses goes out again at the next flush. */
+void sx_chan_post_batch_locked(sx_shard_t *shard);
+
 /** Fails the channel: every operation completes with @p status. */
 void sx_chan_fail_locked(sx_chan_t *chan, int status);
 

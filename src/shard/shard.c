@@ -134,6 +134,7 @@ void sx_shard_flush_locked(sx_shard_t *shard)
         sx_chan_flush_locked(c);
         c = next;
     }
+    sx_chan_post_batch_locked(shard);
 }
 
 static void sx_shard_drop(sx_shard_t *shard, sx_drop_reason_t why)

@@ -87,6 +87,17 @@ typedef struct sx_shard_stats {
     /* Requests run are counted by the inbox itself: inbox.requests_run. */
 } sx_shard_stats_t;
 
+/* Datagrams staged during a flush and posted in one batch (sendmmsg). */
+#define SX_SHARD_TX_BATCH 32
+typedef struct sx_shard_txq {
+    unsigned n;
+    unsigned tl; /* every staged datagram goes out through this interface */
+    sx_tl_tx_t tx[SX_SHARD_TX_BATCH];
+    struct sx_chan *chan[SX_SHARD_TX_BATCH];
+    void *pkt[SX_SHARD_TX_BATCH]; /* the sx_txpkt_t, or NULL for an ACK */
+    uint8_t ack_buf[SX_SHARD_TX_BATCH][SX_WIRE_HDR_LEN];
+} sx_shard_txq_t;
+
 struct sx_shard {
     sx_token_t token __attribute__((aligned(64)));
     sx_inbox_t inbox;
@@ -95,6 +106,7 @@ struct sx_shard {
     sx_shard_stats_t stats __attribute__((aligned(64)));
     sx_tl_iface_t *ifaces[SX_SHARD_TL_COUNT]; /* NULL when not opened */
     struct sx_chan *ready_head, *ready_tail;  /* channels with work to send */
+    sx_shard_txq_t txq;
     /* Read-only after creation. */
     const struct sx_proto *proto;
     uint32_t seq_start;
