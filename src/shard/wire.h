@@ -31,6 +31,20 @@
  * when it starts, so packets of a previous incarnation of either side
  * (wrong src_epoch for the peer, or a dst_epoch that is not ours) are
  * dropped as stale.
+ *
+ * Departure from DESIGN.md section 4, which names "the sender's channel id
+ * at the receiver": a channel is found instead by (src_epoch, src_shard)
+ * at the receiving shard (dst_shard). A channel id would have to be
+ * learned in a handshake before the first packet; epoch and shard indexes
+ * come from the business card, so the first packet can set the channel up
+ * (the implicit connection), and the same fields reject stale incarnations.
+ * The receiver still checks both indexes against its own bounds.
+ *
+ * Frames of remote memory access: PUT carries its chunk and, in every
+ * chunk, the whole operation's range and key, so the target can refuse the
+ * operation before writing a byte; GET_REQ carries no data; the target
+ * answers both with RMA_RESP frames (the status, and for GET the data at
+ * its offset), the last one flagged SX_FRAMEF_LAST.
  */
 #ifndef SX_SHARD_WIRE_H
 #define SX_SHARD_WIRE_H
