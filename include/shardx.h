@@ -204,10 +204,12 @@ SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard);
 SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
 
 /**
- * Progresses the calling thread's home shard: drains its request inbox and
- * fires due timers. Returns the number of events handled (>= 0), or a
- * negative status. Returns 0 at once if another thread is progressing the
- * same shard.
+ * Progresses the calling thread's home shard: drains its request inbox,
+ * receives, runs callbacks, fires due timers and sends what is ready.
+ * Every few calls it also progresses one other shard whose token is free,
+ * so that no shard starves when fewer threads than shards call in. Returns
+ * the number of events handled (>= 0), or a negative status; a shard that
+ * another thread is progressing is skipped, never waited for.
  */
 SX_API int sx_progress(sx_engine_h engine);
 

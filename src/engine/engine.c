@@ -296,14 +296,29 @@ static unsigned sx_engine_choose_home(struct sx_engine *e)
     return rr % e->nshards;
 }
 
-unsigned sx_engine_home_shard(struct sx_engine *e)
+/*
+ * A thread's per-engine slot holds its home shard in the low 16 bits (plus
+ * one, so 0 means "not chosen yet") and, above them, a count of its
+ * progress calls on this engine. The count must be per engine: a thread
+ * that alternates between two engines would otherwise always reach the
+ * "visit another shard" turn on the same one of them.
+ */
+#define SX_HOME_BITS 16u
+#define SX_HOME_MASK ((1u << SX_HOME_BITS) - 1u)
+
+static uintptr_t sx_engine_slot(struct sx_engine *e)
 {
     uintptr_t v = (uintptr_t)pthread_getspecific(e->home_key);
-    if (v != 0)
-        return (unsigned)(v - 1);
-    unsigned shard = sx_engine_choose_home(e);
-    (void)pthread_setspecific(e->home_key, (void *)(uintptr_t)(shard + 1));
-    return shard;
+    if ((v & SX_HOME_MASK) != 0)
+        return v;
+    v = sx_engine_choose_home(e) + 1u;
+    (void)pthread_setspecific(e->home_key, (void *)v);
+    return v;
+}
+
+unsigned sx_engine_home_shard(struct sx_engine *e)
+{
+    return (unsigned)(sx_engine_slot(e) & SX_HOME_MASK) - 1u;
 }
 
 SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
@@ -315,7 +330,8 @@ SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
                  engine->nshards);
         return SX_ERR_OUT_OF_RANGE;
     }
-    if (pthread_setspecific(engine->home_key, (void *)(uintptr_t)(shard + 1)) != 0)
+    uintptr_t counter = (uintptr_t)pthread_getspecific(engine->home_key) & ~(uintptr_t)SX_HOME_MASK;
+    if (pthread_setspecific(engine->home_key, (void *)(counter | (shard + 1))) != 0)
         return SX_ERR_NO_MEMORY;
     return SX_OK;
 }
@@ -327,6 +343,9 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
     *shard_p = sx_engine_home_shard(engine);
     return SX_OK;
 }
+
+/* How often (a power of two) a progress call also visits another shard. */
+#define SX_PROGRESS_VISIT_EVERY 8u
 
 SX_API int sx_progress(sx_engine_h engine)
 {
@@ -341,5 +360,28 @@ SX_API int sx_progress(sx_engine_h engine)
         sx_rlock_unlock(&engine->global_lock);
         return n;
     }
-    return sx_shard_progress(engine->shards[sx_engine_home_shard(engine)]);
+    uintptr_t slot = sx_engine_slot(engine);
+    unsigned home = (unsigned)(slot & SX_HOME_MASK) - 1u;
+    n = sx_shard_progress(engine->shards[home]);
+    /*
+     * Peers send to shard (their home % our shard count), which no thread
+     * of ours may call home when there are fewer active threads than
+     * shards (a single-threaded program on a 16-core node). So every few
+     * calls a thread also progresses another shard, in rotation, if its
+     * token is free: no shard starves, and a shard with its own thread
+     * only loses an occasional pass to a visitor. SX_PROGRESS=thread is
+     * the way to give every shard a thread of its own.
+     */
+    if (engine->nshards > 1) {
+        uintptr_t calls = (slot >> SX_HOME_BITS) + 1;
+        (void)pthread_setspecific(engine->home_key,
+                                  (void *)((calls << SX_HOME_BITS) | (slot & SX_HOME_MASK)));
+        if ((calls & (SX_PROGRESS_VISIT_EVERY - 1)) == 0) {
+            uintptr_t round = calls / SX_PROGRESS_VISIT_EVERY;
+            unsigned other =
+                (unsigned)((home + 1 + round % (engine->nshards - 1)) % engine->nshards);
+            n += sx_shard_progress(engine->shards[other]);
+        }
+    }
+    return n;
 }
