@@ -41,11 +41,11 @@ typedef struct pair {
     sx_peer_h a_to_b, b_to_a;
 } pair_t;
 
-static pair_t pair_new(void)
+static pair_t pair_new_cfg(const sx_config_kv_t *kv, size_t n)
 {
     pair_t p;
-    p.a = am_engine(NULL, 0);
-    p.b = am_engine(NULL, 0);
+    p.a = am_engine(kv, n);
+    p.b = am_engine(kv, n);
     /* One thread drives both engines: give it the same home shard in each
      * so it progresses the shards that talk to each other. */
     assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
@@ -55,15 +55,20 @@ static pair_t pair_new(void)
     return p;
 }
 
+static pair_t pair_new(void)
+{
+    return pair_new_cfg(NULL, 0);
+}
+
 static void pair_free(pair_t *p)
 {
     sx_engine_destroy(p->a);
     sx_engine_destroy(p->b);
 }
 
-static void send_sizes(const size_t *sizes, size_t n)
+static void send_sizes_cfg(const size_t *sizes, size_t n, const sx_config_kv_t *kv, size_t nkv)
 {
-    pair_t p = pair_new();
+    pair_t p = pair_new_cfg(kv, nkv);
     ctx_t rx = {.rx = {.sizes = sizes, .nsizes = n}};
     ctx_t tx = {0};
     uint8_t **bufs = calloc(n, sizeof(*bufs));
@@ -95,6 +100,11 @@ static void send_sizes(const size_t *sizes, size_t n)
     free(bufs);
 }
 
+static void send_sizes(const size_t *sizes, size_t n)
+{
+    send_sizes_cfg(sizes, n, NULL, 0);
+}
+
 static void test_small_messages(void **state)
 {
     (void)state;
@@ -116,6 +126,17 @@ static void test_chunked_1B_to_8MiB(void **state)
     sizes[n++] = (8u << 20) - 1;
     sizes[n++] = 65000 * 3 + 17; /* straddles datagram boundaries */
     send_sizes(sizes, n);
+}
+
+/* The global-lock baseline runs the same protocol behind one lock. */
+static void test_global_mode(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"THREAD_MODE", "global"}};
+    size_t sizes[40];
+    for (size_t i = 0; i < 40; i++)
+        sizes[i] = (i * 9973) % 300000;
+    send_sizes_cfg(sizes, 40, kv, 1);
 }
 
 static void test_iovec_and_empty_iov(void **state)
@@ -257,6 +278,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_messages),
         cmocka_unit_test(test_chunked_1B_to_8MiB),
+        cmocka_unit_test(test_global_mode),
         cmocka_unit_test(test_iovec_and_empty_iov),
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),

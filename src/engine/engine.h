@@ -58,6 +58,24 @@ struct sx_engine {
     void *graveyard;
 };
 
+/*
+ * SX_THREAD_MODE=global: the baseline takes one recursive lock around
+ * every entry point, as Open MPI's usnic BTL does with btl_usnic_lock.
+ * Public functions that touch shared state call these; in sharded mode
+ * they cost one predictable branch.
+ */
+static inline void sx_global_enter(struct sx_engine *e)
+{
+    if (e->global_mode)
+        sx_rlock_lock(&e->global_lock);
+}
+
+static inline void sx_global_exit(struct sx_engine *e)
+{
+    if (e->global_mode)
+        sx_rlock_unlock(&e->global_lock);
+}
+
 /** Runs @p req on shard @p shard (token-or-delegate; in global mode under
  *  the global lock). */
 void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *req);

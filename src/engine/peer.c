@@ -62,7 +62,7 @@ int sx_engine_card_init(struct sx_engine *e)
     return SX_OK;
 }
 
-SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p)
+static int sx_engine_address_unlocked(sx_engine_h engine, void *buf, size_t *len_p)
 {
     if (engine == NULL || len_p == NULL)
         return SX_ERR_INVALID_PARAM;
@@ -154,8 +154,8 @@ static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
     return SX_OK;
 }
 
-SX_API int sx_peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
-                       sx_peer_h *peer_p)
+static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
+                                sx_peer_h *peer_p)
 {
     struct sx_peer *peer;
 
@@ -234,7 +234,7 @@ static void sx_peer_close_run(void *owner, sx_inbox_req_t *req)
     free(r);
 }
 
-SX_API int sx_peer_remove(sx_engine_h e, sx_peer_h peer)
+static int sx_peer_remove_unlocked(sx_engine_h e, sx_peer_h peer)
 {
     if (e == NULL || peer == NULL || peer->engine != e)
         return SX_ERR_INVALID_PARAM;
@@ -335,7 +335,7 @@ void sx_engine_graveyard_fini(struct sx_engine *e)
     free(atomic_load(&e->proto.error));
 }
 
-SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
+static int sx_am_register_unlocked(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
 {
     sx_am_handler_t *h = NULL;
 
@@ -356,7 +356,7 @@ SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
     return SX_OK;
 }
 
-SX_API int sx_error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
+static int sx_error_register_unlocked(sx_engine_h e, sx_error_cb_t cb, void *arg)
 {
     sx_err_handler_t *h = NULL;
 
@@ -373,4 +373,55 @@ SX_API int sx_error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
     if (old != NULL && sx_graveyard_add(e, old) != SX_OK)
         sx_warn("peer", "out of memory: leaking a replaced handler");
     return SX_OK;
+}
+
+SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p)
+{
+    if (engine == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(engine);
+    int rc = sx_engine_address_unlocked(engine, buf, len_p);
+    sx_global_exit(engine);
+    return rc;
+}
+
+SX_API int sx_peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
+                       sx_peer_h *peer_p)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = sx_peer_add_unlocked(e, peer_id, card, len, peer_p);
+    sx_global_exit(e);
+    return rc;
+}
+
+SX_API int sx_peer_remove(sx_engine_h e, sx_peer_h peer)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = sx_peer_remove_unlocked(e, peer);
+    sx_global_exit(e);
+    return rc;
+}
+
+SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = sx_am_register_unlocked(e, tag, cb, arg);
+    sx_global_exit(e);
+    return rc;
+}
+
+SX_API int sx_error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = sx_error_register_unlocked(e, cb, arg);
+    sx_global_exit(e);
+    return rc;
 }

@@ -17,7 +17,8 @@ static void sx_mem_free(sx_rcu_entry_t *entry)
     free(caa_container_of(entry, sx_mem_t, entry));
 }
 
-SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, sx_mem_h *mem_p)
+static int sx_mem_register_unlocked(sx_engine_h e, void *addr, size_t len, unsigned access,
+                                    sx_mem_h *mem_p)
 {
     if (e == NULL || mem_p == NULL || (addr == NULL && len > 0) ||
         (access & ~(unsigned)(SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE)) != 0 ||
@@ -51,7 +52,7 @@ SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned acces
     return SX_ERR_INTERNAL;
 }
 
-SX_API int sx_mem_deregister(sx_engine_h e, sx_mem_h mem)
+static int sx_mem_deregister_unlocked(sx_engine_h e, sx_mem_h mem)
 {
     if (e == NULL || mem == NULL || mem->engine != e)
         return SX_ERR_INVALID_PARAM;
@@ -137,4 +138,24 @@ SX_API int sx_get(sx_peer_h peer, void *dst, size_t len, uint64_t raddr, sx_rkey
                   sx_complete_cb_t cb, void *ctx)
 {
     return sx_rma_start(peer, SX_OP_GET, dst, len, raddr, key, cb, ctx);
+}
+
+SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, sx_mem_h *mem_p)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = sx_mem_register_unlocked(e, addr, len, access, mem_p);
+    sx_global_exit(e);
+    return rc;
+}
+
+SX_API int sx_mem_deregister(sx_engine_h e, sx_mem_h mem)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = sx_mem_deregister_unlocked(e, mem);
+    sx_global_exit(e);
+    return rc;
 }

@@ -8,14 +8,11 @@
 
 void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
 {
-    if (e->global_mode) {
-        /* The baseline: every entry point serialises on one lock. */
-        sx_rlock_lock(&e->global_lock);
-        (void)sx_shard_submit_mpsc(e->shards[0], req);
-        sx_rlock_unlock(&e->global_lock);
-        return;
-    }
+    /* The baseline serialises every entry point on one lock (and has one
+     * shard, so shard is 0 there). */
+    sx_global_enter(e);
     (void)sx_shard_submit_mpsc(e->shards[shard], req);
+    sx_global_exit(e);
 }
 
 /* Runs on the home shard with its token: the op joins its channel. */
@@ -109,8 +106,7 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
     unsigned lane = sx_send_lane(e, peer, &home);
     sx_shard_t *shard = e->shards[home];
 
-    if (e->global_mode)
-        sx_rlock_lock(&e->global_lock);
+    sx_global_enter(e);
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, NULL)) {
         rc = SX_ERR_AGAIN;
         goto out;
@@ -147,7 +143,6 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
     /* Leaving flushes: the message goes out before this returns. */
     sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
 out:
-    if (e->global_mode)
-        sx_rlock_unlock(&e->global_lock);
+    sx_global_exit(e);
     return rc;
 }
