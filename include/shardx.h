@@ -213,6 +213,15 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  */
 SX_API int sx_progress(sx_engine_h engine);
 
+/**
+ * A file descriptor that becomes readable when the engine may have work
+ * (a datagram arrived), for callers with their own event loop: wait on it,
+ * then call sx_progress() until it returns 0. Timers (retransmission,
+ * delayed ACKs) do not make it readable, so wait with a timeout of a
+ * millisecond or so. Owned by the engine; do not close it.
+ */
+SX_API int sx_engine_fd(sx_engine_h engine, int *fd_p);
+
 /* ------------------------------------------------------------------------ */
 /* Peers and business cards                                                  */
 /* ------------------------------------------------------------------------ */

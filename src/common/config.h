@@ -71,6 +71,15 @@
       "CRC32C over every payload (the header checksum is always on).")                        \
     X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                           \
       "Largest active message accepted, sent or received; bounds reassembly memory.")         \
+    X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                  \
+      "poll: callers progress the engine with sx_progress. thread: one progress thread "      \
+      "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                           \
+    X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                         \
+      "How long an idle progress thread polls before it sleeps; a sleep and wake-up "         \
+      "costs tens of microseconds on a VM.")                                                  \
+    X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                   \
+      "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "      \
+      "programs pin their own threads.")                                                      \
     X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                     \
       "Print the engine's counters to standard error when it is destroyed.")                  \
     X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                   \
@@ -80,6 +89,7 @@
 /* Word indices of the ENUM parameters; they follow the word lists above. */
 enum { SX_THREAD_MODE_SHARDED = 0, SX_THREAD_MODE_GLOBAL = 1 };
 enum { SX_STATS_NONE = 0, SX_STATS_TEXT = 1, SX_STATS_JSON = 2 };
+enum { SX_PROGRESS_POLL = 0, SX_PROGRESS_THREAD = 1 };
 
 typedef struct sx_config {
     uint64_t shards;
@@ -103,6 +113,9 @@ typedef struct sx_config {
     uint64_t peer_timeout_ms;
     bool checksum;
     uint64_t max_msg_size;
+    int progress;
+    uint64_t spin_us;
+    bool bind_progress;
     int stats;
     uint64_t seq_start;
 } sx_config_t;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 
@@ -119,6 +120,9 @@ static int sx_engine_create_shards(struct sx_engine *e)
 
 static void sx_engine_free(struct sx_engine *e)
 {
+    sx_engine_progress_stop(e);
+    if (e->event_fd >= 0)
+        close(e->event_fd);
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
      * the shards, whose inboxes may still hold peer-close requests. */
     sx_engine_peers_fini(e);
@@ -178,6 +182,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
                  ? params->name
                  : "shardx");
     atomic_init(&e->next_rr, 0);
+    e->event_fd = -1;
 
     rc = sx_config_load(&e->cfg, kv, kv_count);
     if (rc != SX_OK) {
@@ -219,6 +224,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_card_init(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_engine_progress_start(e);
     if (rc != SX_OK)
         goto fail;
 

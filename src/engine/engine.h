@@ -53,6 +53,9 @@ struct sx_engine {
     size_t card_len;
     sx_fairlock_t peer_lock; /* the list below, and peer add/remove */
     struct sx_peer *all_peers;
+    void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
+    atomic_bool progress_stop;
+    int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */
     /* Handlers replaced by a later registration; a receive path may still
      * hold one, so they are freed only with the engine. */
     void *graveyard;
@@ -88,6 +91,12 @@ void sx_engine_peers_fini(struct sx_engine *engine);
 
 /** Prints every counter to @p out, as text or one JSON object. */
 void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
+
+/** Starts the progress threads when SX_PROGRESS=thread. */
+int sx_engine_progress_start(struct sx_engine *engine);
+
+/** Stops and joins them (they may be asleep in epoll). */
+void sx_engine_progress_stop(struct sx_engine *engine);
 
 /** Frees replaced and current handlers; at destruction. */
 void sx_engine_graveyard_fini(struct sx_engine *engine);

@@ -4,6 +4,7 @@
 #include <shardx.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/rcu_table.h"
@@ -22,9 +23,47 @@ static void sx_shard_on_evict(void *occupant, void *arg)
     guest->on_evict(shard, guest);
 }
 
+void sx_shard_wake(sx_shard_t *shard)
+{
+    uint64_t one = 1;
+
+    if (shard->wake_fd >= 0 && write(shard->wake_fd, &one, sizeof(one)) < 0)
+        sx_debug("shard", "shard %u: eventfd write failed", shard->index);
+}
+
+/* Called by every token holder before it releases the token. */
 static void sx_shard_flush_hook(void *owner)
 {
-    sx_shard_flush_locked(owner);
+    sx_shard_t *shard = owner;
+    uint64_t next;
+
+    sx_shard_flush_locked(shard);
+    /* A sleeping progress thread computed its wake-up before we armed our
+     * timers: wake it if one of ours is due earlier. The thread published
+     * `sleeping` before it released the token we now hold (acquire/release
+     * through the token), so we cannot miss it. */
+    if (atomic_load_explicit(&shard->sleeping, memory_order_relaxed) &&
+        sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
+        next < atomic_load_explicit(&shard->sleep_until_ns, memory_order_relaxed))
+        sx_shard_wake(shard);
+}
+
+bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p)
+{
+    uint64_t next;
+
+    if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, NULL))
+        return false;
+    uint64_t until = (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK) ? next : UINT64_MAX;
+    atomic_store_explicit(&shard->sleep_until_ns, until, memory_order_relaxed);
+    atomic_store_explicit(&shard->sleeping, 1, memory_order_relaxed);
+    size_t ran = sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
+    if (ran > 0) {
+        atomic_store_explicit(&shard->sleeping, 0, memory_order_relaxed);
+        return false;
+    }
+    *timeout_ns_p = until;
+    return true;
 }
 
 static int sx_shard_open_ifaces(sx_shard_t *s, const sx_shard_conf_t *conf)
@@ -62,6 +101,9 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     s->numa_node = conf->numa_node;
     s->proto = conf->proto;
     s->seq_start = conf->seq_start;
+    s->wake_fd = -1;
+    atomic_init(&s->sleeping, 0);
+    atomic_init(&s->sleep_until_ns, UINT64_MAX);
     s->cpuset = (conf->cpuset != NULL) ? hwloc_bitmap_dup(conf->cpuset) : hwloc_bitmap_alloc();
     if (s->cpuset == NULL) {
         free(s);
@@ -91,6 +133,8 @@ void sx_shard_destroy(sx_shard_t *shard)
         if (shard->ifaces[i] != NULL)
             shard->ifaces[i]->ops->close(shard->ifaces[i]);
     }
+    if (shard->wake_fd >= 0)
+        close(shard->wake_fd);
     hwloc_bitmap_free(shard->cpuset);
     free(shard);
 }

@@ -107,6 +107,11 @@ struct sx_shard {
     sx_tl_iface_t *ifaces[SX_SHARD_TL_COUNT]; /* NULL when not opened */
     struct sx_chan *ready_head, *ready_tail;  /* channels with work to send */
     sx_shard_txq_t txq;
+    /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
+     * until when; a token holder that arms an earlier timer rings wake_fd. */
+    atomic_int sleeping;
+    _Atomic uint64_t sleep_until_ns;
+    int wake_fd; /* eventfd, -1 when the shard has no progress thread */
     /* Read-only after creation. */
     const struct sx_proto *proto;
     uint32_t seq_start;
@@ -157,6 +162,18 @@ void sx_shard_flush_locked(sx_shard_t *shard);
 
 /** Takes @p chan off the ready list (a channel being destroyed). */
 void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan);
+
+/** Wakes the shard's sleeping progress thread, if any. Any thread. */
+void sx_shard_wake(sx_shard_t *shard);
+
+/**
+ * Prepares a progress thread to sleep: takes the token (false if busy),
+ * notes the earliest timer, publishes that the thread sleeps, and leaves
+ * (running anything that arrived). Returns true with *timeout_ns_p set
+ * (UINT64_MAX: no timer) when nothing ran and the thread may sleep; the
+ * thread must then clear `sleeping` when it wakes.
+ */
+bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p);
 
 /** Handles one received datagram. Token holder only. */
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len);

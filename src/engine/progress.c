@@ -1,0 +1,181 @@
+/*
+ * Progress threads (SX_PROGRESS=thread) and the engine's pollable fd.
+ *
+ * One thread per shard progresses it while there is work, keeps polling
+ * for SX_SPIN_US after the last event (a sleep and wake-up costs tens of
+ * microseconds on a VM, more than a message), and then sleeps in epoll on
+ * the shard's transport fds and its wake eventfd, until the earliest timer
+ * at the latest. Threads are never pinned unless SX_BIND_PROGRESS says so:
+ * hybrid MPI+OpenMP programs pin their own threads.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "engine/engine.h"
+
+/* Longest sleep: timers live in the wheel, but the fault transport holds
+ * delayed datagrams that no fd announces, so with faults on wake often. */
+#define SX_SLEEP_CAP_NS       (100ull * 1000000ull)
+#define SX_SLEEP_CAP_FAULT_NS (1ull * 1000000ull)
+
+typedef struct sx_progress_thread {
+    pthread_t tid;
+    struct sx_engine *engine;
+    sx_shard_t *shard;
+    int epfd;
+    bool started;
+} sx_progress_thread_t;
+
+static int sx_epoll_add(int epfd, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    ev.data.fd = fd;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? SX_OK : SX_ERR_IO;
+}
+
+static int sx_epoll_add_shard(int epfd, sx_shard_t *shard)
+{
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
+        if (fd >= 0 && sx_epoll_add(epfd, fd) != SX_OK)
+            return SX_ERR_IO;
+    }
+    return SX_OK;
+}
+
+static void sx_progress_sleep(sx_progress_thread_t *t, uint64_t until)
+{
+    struct epoll_event ev[8];
+    uint64_t now = sx_time_ns();
+    uint64_t cap = (t->engine->cfg.fault != NULL && t->engine->cfg.fault[0] != '\0')
+                       ? SX_SLEEP_CAP_FAULT_NS
+                       : SX_SLEEP_CAP_NS;
+    uint64_t wait = (until == UINT64_MAX || until - now > cap) ? cap : 0;
+    if (until != UINT64_MAX && sx_u64_before(now, until) && until - now < cap)
+        wait = until - now;
+    if (wait > 0) {
+        struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u),
+                              .tv_nsec = (long)(wait % 1000000000u)};
+        /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not
+         * round up to a millisecond. */
+        if (epoll_pwait2(t->epfd, ev, 8, &ts, NULL) < 0 && errno == ENOSYS)
+            (void)epoll_wait(t->epfd, ev, 8, (int)((wait + 999999) / 1000000));
+    }
+    uint64_t drained;
+    if (read(t->shard->wake_fd, &drained, sizeof(drained)) < 0 && errno != EAGAIN)
+        sx_debug("progress", "shard %u: eventfd read failed", t->shard->index);
+    atomic_store_explicit(&t->shard->sleeping, 0, memory_order_relaxed);
+}
+
+static void *sx_progress_main(void *arg)
+{
+    sx_progress_thread_t *t = arg;
+    struct sx_engine *e = t->engine;
+    uint64_t spin_ns = e->cfg.spin_us * 1000u;
+    uint64_t last_busy = sx_time_ns();
+
+    if (e->cfg.bind_progress &&
+        hwloc_set_cpubind(e->topo.topology, t->shard->cpuset, HWLOC_CPUBIND_THREAD) != 0)
+        sx_warn("progress", "shard %u: could not bind the progress thread to its core",
+                t->shard->index);
+    /* The thread's home is its shard, so callbacks that send from it stay
+     * on it. */
+    (void)sx_thread_bind(e, t->shard->index);
+    while (!atomic_load_explicit(&e->progress_stop, memory_order_acquire)) {
+        if (sx_shard_progress(t->shard) > 0) {
+            last_busy = sx_time_ns();
+            continue;
+        }
+        if (sx_time_ns() - last_busy < spin_ns)
+            continue;
+        uint64_t until;
+        if (!sx_shard_prepare_sleep(t->shard, &until))
+            continue;
+        if (atomic_load_explicit(&e->progress_stop, memory_order_acquire)) {
+            atomic_store_explicit(&t->shard->sleeping, 0, memory_order_relaxed);
+            break;
+        }
+        sx_progress_sleep(t, until);
+        last_busy = sx_time_ns();
+    }
+    return NULL;
+}
+
+int sx_engine_progress_start(struct sx_engine *e)
+{
+    if (e->cfg.progress != SX_PROGRESS_THREAD)
+        return SX_OK;
+    e->progress = calloc(e->nshards, sizeof(sx_progress_thread_t));
+    if (e->progress == NULL)
+        return SX_ERR_NO_MEMORY;
+    atomic_init(&e->progress_stop, false);
+    for (unsigned i = 0; i < e->nshards; i++)
+        ((sx_progress_thread_t *)e->progress)[i].epfd = -1;
+    for (unsigned i = 0; i < e->nshards; i++) {
+        sx_progress_thread_t *t = &((sx_progress_thread_t *)e->progress)[i];
+        t->engine = e;
+        t->shard = e->shards[i];
+        t->shard->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        t->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (t->shard->wake_fd < 0 || t->epfd < 0 ||
+            sx_epoll_add(t->epfd, t->shard->wake_fd) != SX_OK ||
+            sx_epoll_add_shard(t->epfd, t->shard) != SX_OK) {
+            sx_error("progress", "shard %u: cannot set up epoll for its progress thread", i);
+            return SX_ERR_IO;
+        }
+        if (pthread_create(&t->tid, NULL, sx_progress_main, t) != 0) {
+            sx_error("progress", "shard %u: cannot start a progress thread", i);
+            return SX_ERR_NO_MEMORY;
+        }
+        t->started = true;
+    }
+    return SX_OK;
+}
+
+void sx_engine_progress_stop(struct sx_engine *e)
+{
+    sx_progress_thread_t *threads = e->progress;
+
+    if (threads == NULL)
+        return;
+    atomic_store_explicit(&e->progress_stop, true, memory_order_release);
+    for (unsigned i = 0; i < e->nshards; i++) {
+        if (threads[i].started) {
+            sx_shard_wake(threads[i].shard);
+            pthread_join(threads[i].tid, NULL);
+        }
+        if (threads[i].epfd >= 0)
+            close(threads[i].epfd);
+    }
+    free(threads);
+    e->progress = NULL;
+}
+
+SX_API int sx_engine_fd(sx_engine_h e, int *fd_p)
+{
+    if (e == NULL || fd_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = SX_OK;
+    if (e->event_fd < 0) {
+        int epfd = epoll_create1(EPOLL_CLOEXEC);
+        rc = (epfd >= 0) ? SX_OK : SX_ERR_IO;
+        for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++)
+            rc = sx_epoll_add_shard(epfd, e->shards[i]);
+        if (rc == SX_OK)
+            e->event_fd = epfd;
+        else if (epfd >= 0)
+            close(epfd);
+    }
+    if (rc == SX_OK)
+        *fd_p = e->event_fd;
+    sx_global_exit(e);
+    return rc;
+}
