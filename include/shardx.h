@@ -288,6 +288,24 @@ typedef void (*sx_complete_cb_t)(void *ctx, int status);
 SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
                    sx_complete_cb_t cb, void *ctx);
 
+enum sx_send_param_field {
+    SX_SEND_PARAM_LANE = 1u << 0, /**< lane */
+};
+
+/** Options of sx_send_ex; set field_mask to the fields filled in. */
+typedef struct sx_send_params {
+    uint64_t field_mask;
+    /** The peer's shard to send to (modulo its shard count). A runtime can
+     *  map communicators or VCIs onto lanes; messages keep their order
+     *  within one lane, not across lanes. Default: the caller's home shard
+     *  modulo the peer's shard count. */
+    unsigned lane;
+} sx_send_params_t;
+
+/** sx_send with options; @p params may be NULL. */
+SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
+                      const sx_send_params_t *params, sx_complete_cb_t cb, void *ctx);
+
 /**
  * Sends a message now, copying it, or returns SX_ERR_AGAIN instead of
  * queueing when the calling thread's shard is busy or its window is full.

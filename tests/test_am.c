@@ -240,6 +240,31 @@ static void test_other_shards_are_progressed(void **state)
     pair_free(&p);
 }
 
+/* A lane picks the peer's shard; order holds within a lane. */
+static void test_lanes(void **state)
+{
+    (void)state;
+    pair_t p = pair_new();
+    ctx_t rx = {0}, tx = {0};
+    uint8_t buf[16][64];
+    unsigned n = 0;
+
+    assert_int_equal(sx_engine_shard_count(p.b, &n), SX_OK);
+    assert_int_equal(sx_am_register(p.b, 5, on_am, &rx), SX_OK);
+    for (uint64_t i = 0; i < 16; i++) {
+        am_fill(buf[i], sizeof(buf[i]), i);
+        struct iovec iov = {buf[i], sizeof(buf[i])};
+        sx_send_params_t sp = {.field_mask = SX_SEND_PARAM_LANE, .lane = n - 1};
+        assert_int_equal(sx_send_ex(p.a_to_b, 5, &iov, 1, &sp, on_done, &tx), SX_INPROGRESS);
+    }
+    sx_send_params_t bad = {.field_mask = 1u << 7};
+    assert_int_equal(sx_send_ex(p.a_to_b, 5, NULL, 0, &bad, on_done, &tx), SX_ERR_INVALID_PARAM);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 16));
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 16));
+    assert_int_equal(rx.rx.errors, 0);
+    pair_free(&p);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -283,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),
         cmocka_unit_test(test_other_shards_are_progressed),
+        cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -68,13 +68,18 @@ static unsigned sx_send_lane(struct sx_engine *e, sx_peer_h peer, unsigned *home
     return home % peer->nshards;
 }
 
-SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
-                   sx_complete_cb_t cb, void *ctx)
+SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
+                      const sx_send_params_t *params, sx_complete_cb_t cb, void *ctx)
 {
     uint64_t len;
     int rc = sx_send_check(peer, iov, iovcnt, &len);
     if (rc != SX_OK)
         return rc;
+    if (params != NULL && (params->field_mask & ~(uint64_t)SX_SEND_PARAM_LANE) != 0) {
+        sx_error("send", "sx_send_ex: unknown field_mask bits 0x%llx",
+                 (unsigned long long)(params->field_mask & ~(uint64_t)SX_SEND_PARAM_LANE));
+        return SX_ERR_INVALID_PARAM;
+    }
     struct sx_engine *e = peer->engine;
     sx_op_t *op = malloc(sizeof(*op));
     if (op == NULL)
@@ -91,8 +96,16 @@ SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iov
         memcpy(op->iov, iov, (size_t)iovcnt * sizeof(*iov));
     unsigned home;
     op->lane = sx_send_lane(e, peer, &home);
+    if (params != NULL && (params->field_mask & SX_SEND_PARAM_LANE))
+        op->lane = params->lane % peer->nshards;
     sx_engine_submit(e, home, &op->req);
     return SX_INPROGRESS;
+}
+
+SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
+                   sx_complete_cb_t cb, void *ctx)
+{
+    return sx_send_ex(peer, tag, iov, iovcnt, NULL, cb, ctx);
 }
 
 SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt)
