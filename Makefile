@@ -10,7 +10,7 @@ CTEST_ARGS ?=
 
 CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
 
-.PHONY: all deps build test bench build-asan test-asan build-tsan test-tsan install format clean
+.PHONY: all deps build test bench build-asan test-asan build-tsan test-tsan fuzz install format clean
 
 all: build
 
@@ -41,6 +41,11 @@ build-tsan: deps
 test-tsan: build-tsan
 	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# libFuzzer over the packet parser and a live shard's receive path (clang).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
 PREFIX ?= /usr/local
 install: build
 	cmake --install build --prefix $(PREFIX)
@@ -49,4 +54,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz

@@ -1,0 +1,658 @@
+/*
+ * Hostile datagrams against a live engine. Engine B is the target; engine
+ * A is a real peer of B (so B has a channel that crafted packets can reach)
+ * and, at the end, proves that the channel still works. A plain UDP socket
+ * sends crafted datagrams straight to B's shard-0 socket, as anyone on the
+ * network could.
+ *
+ * Every case checks the exact set of counters that moved (the one drop
+ * reason, nothing delivered, no channel failed): a packet dropped for the
+ * wrong reason is as much a bug as one not dropped. Remote-memory frames
+ * with hostile keys and ranges must be refused without writing a byte of
+ * the guarded arena around B's registered region.
+ *
+ * Sequence numbers. Packets that must reach the channel's frame handling
+ * carry A's epoch and the sequence number B expects next, so they use up
+ * sequence numbers of the A-to-B channel. A therefore starts its channels
+ * SEQ_GAP numbers after B (SEQ_START differs between the two engines, which
+ * only this test does), and before A sends anything the test pads B's
+ * expectation up to A's start with empty packets. B starts just below
+ * 2^32, so the crafted stream also crosses the sequence wrap-around.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "am_util.h"
+#include "shard/wire.h"
+
+#define TAG       7
+#define MAX_MSG   4096
+#define B_SEQ     0xfffffff0u
+#define SEQ_GAP   256u
+#define LIMIT_NS  (10ull * 1000000000ull)
+#define PKT_BYTES 8192
+
+typedef struct fixture {
+    sx_engine_h a, b;
+    sx_peer_h a_to_b, b_to_a;
+    uint64_t a_epoch, b_epoch;
+    int sock;
+    struct sockaddr_in b_addr;
+    uint32_t next_seq; /* what B expects next on the channel from A */
+    uint64_t delivered;
+    size_t last_len;
+    uint64_t bad_bytes; /* delivered bytes that were not the pattern */
+    uint64_t completions, completion_errors;
+} fixture_t;
+
+static fixture_t fx;
+
+static uint8_t pattern(size_t i)
+{
+    return (uint8_t)(i * 13 + 5);
+}
+
+static void on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    fixture_t *f = arg;
+    (void)peer_id;
+    (void)tag;
+    for (size_t i = 0; i < len; i++) {
+        if (((const uint8_t *)data)[i] != pattern(i))
+            f->bad_bytes++;
+    }
+    f->last_len = len;
+    f->delivered++;
+}
+
+static void on_done(void *arg, int status)
+{
+    fixture_t *f = arg;
+    f->completions++;
+    if (status != SX_OK)
+        f->completion_errors++;
+}
+
+static uint64_t card_epoch(sx_engine_h e, uint8_t *card, size_t *len_p)
+{
+    uint64_t epoch = 0;
+    *len_p = 4096;
+    assert_int_equal(sx_engine_address(e, card, len_p), SX_OK);
+    for (int i = 0; i < 8; i++)
+        epoch |= (uint64_t)card[8 + i] << (8 * i);
+    return epoch;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    char b_seq[16], a_seq[16];
+    snprintf(b_seq, sizeof(b_seq), "%u", B_SEQ);
+    snprintf(a_seq, sizeof(a_seq), "%u", (uint32_t)(B_SEQ + SEQ_GAP));
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", b_seq}};
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", a_seq}};
+    uint8_t card[4096];
+    size_t len;
+
+    memset(&fx, 0, sizeof(fx));
+    fx.a = am_engine(ka, 3);
+    fx.b = am_engine(kb, 3);
+    assert_int_equal(sx_thread_bind(fx.a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(fx.b, 0), SX_OK);
+    fx.a_to_b = am_connect(fx.a, fx.b, 2);
+    fx.b_to_a = am_connect(fx.b, fx.a, 1);
+    assert_int_equal(sx_am_register(fx.b, TAG, on_am, &fx), SX_OK);
+    fx.a_epoch = card_epoch(fx.a, card, &len);
+    fx.b_epoch = card_epoch(fx.b, card, &len);
+
+    /* B's card: shard 0's address is 8 bytes after a length byte: family 4,
+     * reserved 0, port little-endian, IPv4 in network order. */
+    assert_true(len >= 16 + 1 + 8);
+    assert_int_equal(card[16], 8);
+    assert_int_equal(card[17], 4);
+    assert_int_equal(card[18], 0);
+    fx.b_addr.sin_family = AF_INET;
+    fx.b_addr.sin_port = htons((uint16_t)(card[19] | card[20] << 8));
+    memcpy(&fx.b_addr.sin_addr.s_addr, card + 21, 4);
+    fx.sock = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fx.sock >= 0);
+    fx.next_seq = B_SEQ;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    close(fx.sock);
+    sx_engine_destroy(fx.a);
+    sx_engine_destroy(fx.b);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- counters */
+
+/* The counters a hostile packet may move; all others are ignored. */
+enum { C_DELIVERED = SX_DROP_COUNT, C_NO_HANDLER, C_CHAN_FAILURES, C_OOO, C_DATA_SENT, C_RX, C_N };
+
+typedef struct snap {
+    uint64_t v[C_N];
+} snap_t;
+
+static const char *counter_name(unsigned i)
+{
+    static char names[SX_DROP_COUNT][40];
+    static const char *const extra[] = {"am_delivered",    "am_no_handler", "chan_failures",
+                                        "rx_out_of_order", "data_sent",     "rx_packets"};
+    if (i >= SX_DROP_COUNT)
+        return extra[i - SX_DROP_COUNT];
+    snprintf(names[i], sizeof(names[i]), "drop_%s", sx_drop_reason_name((sx_drop_reason_t)i));
+    return names[i];
+}
+
+static uint64_t counter(unsigned i)
+{
+    uint64_t v = 0;
+    assert_int_equal(sx_stats_value(fx.b, counter_name(i), &v), SX_OK);
+    return v;
+}
+
+static snap_t take_snap(void)
+{
+    snap_t s;
+    for (unsigned i = 0; i < C_N; i++)
+        s.v[i] = counter(i);
+    return s;
+}
+
+/* Progresses B until it has received @p n more datagrams than in @p before,
+ * then checks that exactly the counters in @p moved (index, delta pairs,
+ * ending with C_N) changed, by exactly those deltas. */
+static void expect(const snap_t *before, unsigned n, const unsigned *moved)
+{
+    uint64_t start = sx_time_ns();
+    while (counter(C_RX) < before->v[C_RX] + n) {
+        sx_progress(fx.b);
+        if (sx_time_ns() - start > LIMIT_NS)
+            fail_msg("B did not receive the crafted datagram within 10 s");
+    }
+    snap_t after = take_snap();
+    uint64_t want[C_N] = {0};
+    want[C_RX] = n;
+    for (const unsigned *m = moved; *m != C_N; m += 2)
+        want[m[0]] += m[1];
+    for (unsigned i = 0; i < C_N; i++) {
+        if (after.v[i] - before->v[i] != want[i])
+            fail_msg("counter %s moved by %llu, expected %llu", counter_name(i),
+                     (unsigned long long)(after.v[i] - before->v[i]), (unsigned long long)want[i]);
+    }
+    /* The handler's own count agrees with the engine's. */
+    assert_int_equal(fx.delivered, after.v[C_DELIVERED]);
+    assert_int_equal(fx.bad_bytes, 0);
+}
+
+/* ---------------------------------------------------------------- packets */
+
+typedef struct pkt {
+    uint8_t buf[PKT_BYTES];
+    size_t len;
+} pkt_t;
+
+static void pkt_begin(pkt_t *p)
+{
+    memset(p->buf, 0, sizeof(p->buf));
+    p->len = SX_WIRE_HDR_LEN;
+}
+
+/* Appends a frame whose header says @p len bytes of data, followed by
+ * @p data_bytes bytes of the pattern (a liar when they differ). */
+static void pkt_frame(pkt_t *p, uint8_t kind, uint16_t flags, uint32_t len, uint64_t total,
+                      size_t data_bytes)
+{
+    sx_wire_frame_t f = {.kind = kind, .tag = TAG, .flags = flags, .len = len, .total = total};
+    p->len += sx_wire_write_frame(p->buf + p->len, &f);
+    for (size_t i = 0; i < data_bytes; i++)
+        p->buf[p->len + i] = pattern(i);
+    p->len += data_bytes;
+    assert_true(p->len <= PKT_BYTES);
+}
+
+/* A data packet from A's shard 0 to B's shard 0: valid but for what the
+ * caller changes in the header before sealing it. It acknowledges every
+ * data packet B has sent (B sends only to A, and only to answer RMA
+ * requests), so B never retransmits to A, whose channel could not
+ * acknowledge them: A's receive side starts SEQ_GAP ahead of B's sends. */
+static sx_wire_hdr_t pkt_hdr(const pkt_t *p, uint32_t seq)
+{
+    sx_wire_hdr_t h = {.type = SX_PKT_DATA,
+                       .flags = SX_PKTF_ACK,
+                       .src_shard = 0,
+                       .dst_shard = 0,
+                       .src_epoch = fx.a_epoch,
+                       .dst_epoch = fx.b_epoch,
+                       .seq = seq,
+                       .ack = B_SEQ + (uint32_t)counter(C_DATA_SENT),
+                       .sack = 0,
+                       .payload_len = (uint16_t)(p->len - SX_WIRE_HDR_LEN)};
+    return h;
+}
+
+static void pkt_seal(pkt_t *p, const sx_wire_hdr_t *h)
+{
+    uint32_t crc = sx_crc32c(0, p->buf + SX_WIRE_HDR_LEN, p->len - SX_WIRE_HDR_LEN);
+    sx_wire_write_hdr(p->buf, h, &crc);
+}
+
+static void send_raw(const void *data, size_t len)
+{
+    ssize_t rc =
+        sendto(fx.sock, data, len, 0, (const struct sockaddr *)&fx.b_addr, sizeof(fx.b_addr));
+    assert_int_equal(rc, (ssize_t)len);
+}
+
+/* Seals @p p with sequence number @p seq, sends it, and checks that only
+ * the counters in @p moved moved. */
+static void send_at(pkt_t *p, uint32_t seq, const unsigned *moved)
+{
+    snap_t before = take_snap();
+    sx_wire_hdr_t h = pkt_hdr(p, seq);
+    pkt_seal(p, &h);
+    send_raw(p->buf, p->len);
+    expect(&before, 1, moved);
+}
+
+/* The same, as the packet B expects next. */
+static void send_next(pkt_t *p, const unsigned *moved)
+{
+    send_at(p, fx.next_seq++, moved);
+}
+
+/* Starts @p p with one frame; see pkt_frame. */
+static void pkt_one(pkt_t *p, uint8_t kind, uint16_t flags, uint32_t len, uint64_t total,
+                    size_t data_bytes)
+{
+    pkt_begin(p);
+    pkt_frame(p, kind, flags, len, total, data_bytes);
+}
+
+/* What a case expects to move: (counter, delta) pairs ending with C_N. */
+static const unsigned NONE[] = {C_N};
+static const unsigned ONE[] = {C_DELIVERED, 1, C_N};
+static const unsigned FRAME[] = {SX_DROP_FRAME, 1, C_N};
+static const unsigned FRAME_AND_ONE[] = {SX_DROP_FRAME, 1, C_DELIVERED, 1, C_N};
+static const unsigned TOO_LARGE[] = {SX_DROP_TOO_LARGE, 1, C_N};
+static const unsigned DUP[] = {SX_DROP_DUPLICATE, 1, C_N};
+static const unsigned OOW[] = {SX_DROP_OUT_OF_WINDOW, 1, C_N};
+static const unsigned KEPT[] = {C_OOO, 1, C_N};
+static const unsigned ANSWERED[] = {C_DATA_SENT, 1, C_N};
+
+/* ---------------------------------------------------------------- cases */
+
+/* Sends a one-message packet, otherwise valid and with the sequence number
+ * B expects, whose header bytes [off, off + width) hold @p value (little-
+ * endian, as every field), and expects only @p reason to count it. The
+ * header checksum is recomputed; a patch of the checksum itself (offset
+ * 42) is XORed in instead, so it always spoils it. @p cut bytes are cut
+ * off the datagram's end. */
+static void send_patched(unsigned off, unsigned width, uint64_t value, size_t cut,
+                         sx_drop_reason_t reason)
+{
+    const unsigned moved[] = {reason, 1, C_N};
+    pkt_t p;
+
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 10, 0, 10);
+    snap_t before = take_snap();
+    sx_wire_hdr_t h = pkt_hdr(&p, fx.next_seq);
+    pkt_seal(&p, &h);
+    for (unsigned i = 0; i < width; i++) {
+        uint8_t v = (uint8_t)(value >> (8 * i));
+        p.buf[off + i] = (off == 42) ? (uint8_t)(p.buf[off + i] ^ v) : v;
+    }
+    if (off != 42) {
+        p.buf[42] = p.buf[43] = 0;
+        uint16_t c = sx_wire_csum16(p.buf, SX_WIRE_HDR_LEN);
+        p.buf[42] = (uint8_t)c;
+        p.buf[43] = (uint8_t)(c >> 8);
+    }
+    send_raw(p.buf, p.len - cut);
+    expect(&before, 1, moved);
+}
+
+static void test_bad_headers(void **state)
+{
+    (void)state;
+    const unsigned truncated[] = {SX_DROP_SHORT, 1, C_N};
+    pkt_t p;
+
+    /* Truncated: prefixes of a valid header. */
+    pkt_begin(&p);
+    sx_wire_hdr_t h = pkt_hdr(&p, fx.next_seq);
+    pkt_seal(&p, &h);
+    const size_t lens[] = {0, 1, SX_WIRE_HDR_LEN - 1};
+    for (size_t i = 0; i < 3; i++) {
+        snap_t before = take_snap();
+        send_raw(p.buf, lens[i]);
+        expect(&before, 1, truncated);
+    }
+    send_patched(0, 1, SX_WIRE_VERSION + 1, 0, SX_DROP_VERSION);
+    send_patched(42, 1, 0x5a, 0, SX_DROP_HDR_CSUM);
+    /* The payload is 18 bytes: the datagram one short, then one long. */
+    send_patched(40, 2, 18, 1, SX_DROP_LENGTH);
+    send_patched(40, 2, 17, 0, SX_DROP_LENGTH);
+    send_patched(40, 2, 0xffff, 0, SX_DROP_LENGTH);
+    send_patched(44, 4, 0x12345678, 0, SX_DROP_PAYLOAD_CRC);
+}
+
+static void test_bad_addressing(void **state)
+{
+    (void)state;
+    send_patched(6, 2, 1, 0, SX_DROP_SHARD); /* dst_shard: B has one shard */
+    send_patched(6, 2, 0xffff, 0, SX_DROP_SHARD);
+    send_patched(16, 8, fx.b_epoch + 1, 0, SX_DROP_STALE_EPOCH); /* dst_epoch: B's predecessor */
+    send_patched(16, 8, 0, 0, SX_DROP_STALE_EPOCH);
+    send_patched(8, 8, fx.a_epoch ^ 0x5a5a5a5a5a5a5a5aull, 0, SX_DROP_UNKNOWN_PEER); /* src_epoch */
+    send_patched(8, 8, fx.b_epoch, 0, SX_DROP_UNKNOWN_PEER); /* B is not its own peer */
+    send_patched(4, 2, 1, 0, SX_DROP_SHARD);                 /* src_shard: A has one shard */
+    send_patched(4, 2, 0xffff, 0, SX_DROP_SHARD);
+}
+
+/* A crafted message that is well formed is delivered: the control that
+ * shows the crafting itself is right, so the drops below mean something. */
+static void test_valid_crafted_message(void **state)
+{
+    (void)state;
+    pkt_t p;
+
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 100, 0, 100);
+    send_next(&p, ONE);
+    assert_int_equal(fx.last_len, 100);
+    /* A message at exactly MAX_MSG_SIZE, in two chunks and two packets;
+     * the second chunk's bytes continue the pattern at offset 1000. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 1000, MAX_MSG, 1000);
+    send_next(&p, NONE);
+    pkt_one(&p, SX_FRAME_AM_MORE, SX_FRAMEF_LAST, MAX_MSG - 1000, 0, MAX_MSG - 1000);
+    for (size_t i = 0; i < MAX_MSG - 1000; i++)
+        p.buf[p.len - (MAX_MSG - 1000) + i] = pattern(1000 + i);
+    send_next(&p, ONE);
+    assert_int_equal(fx.last_len, MAX_MSG);
+}
+
+static void test_malformed_frames(void **state)
+{
+    (void)state;
+    pkt_t p;
+
+    /* Unknown kinds. */
+    const uint8_t kinds[] = {0, 9, 0xff};
+    for (size_t i = 0; i < sizeof(kinds); i++) {
+        pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 4, 0, 4);
+        p.buf[SX_WIRE_HDR_LEN] = kinds[i];
+        send_next(&p, FRAME);
+    }
+    /* A frame's length running past the payload: by one byte, and by
+     * almost 4 GiB. */
+    const uint32_t lies[] = {11, UINT32_MAX, UINT32_MAX - 7};
+    for (size_t i = 0; i < 3; i++) {
+        pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, lies[i], 0, 10);
+        send_next(&p, FRAME);
+    }
+    /* A good frame, a bad one, then a good one the parser must not trust:
+     * the first is delivered, the rest of the packet ignored. */
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 3, 0, 3);
+    pkt_frame(&p, 0x42, 0, 0, 0, 0);
+    pkt_frame(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 3, 0, 3);
+    send_next(&p, FRAME_AND_ONE);
+    /* A frame header cut short at the end of the payload. */
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 2, 0, 2);
+    p.len += SX_WIRE_FRAME_LEN - 1;
+    send_next(&p, FRAME_AND_ONE);
+    /* AM_FIRST without room for its extension. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 0, 100, 0);
+    p.len -= 3;
+    send_next(&p, FRAME);
+}
+
+static void test_bad_chunks(void **state)
+{
+    (void)state;
+    pkt_t p;
+
+    /* AM_MORE with no AM_FIRST before it, with and without LAST. */
+    pkt_one(&p, SX_FRAME_AM_MORE, SX_FRAMEF_LAST, 10, 0, 10);
+    send_next(&p, FRAME);
+    pkt_one(&p, SX_FRAME_AM_MORE, 0, 10, 0, 10);
+    send_next(&p, FRAME);
+    /* Larger than MAX_MSG_SIZE: refused at the first chunk, and the rest
+     * of that message is discarded quietly. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 100, MAX_MSG + 1, 100);
+    send_next(&p, TOO_LARGE);
+    pkt_one(&p, SX_FRAME_AM_MORE, SX_FRAMEF_LAST, MAX_MSG + 1 - 100, 0, MAX_MSG + 1 - 100);
+    send_next(&p, NONE);
+    pkt_one(&p, SX_FRAME_AM_FIRST, SX_FRAMEF_LAST, 0, UINT64_MAX, 0);
+    send_next(&p, TOO_LARGE);
+    /* A chunk longer than the whole message. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, SX_FRAMEF_LAST, 20, 10, 20);
+    send_next(&p, FRAME);
+    /* A following chunk that overflows the total. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 50, 100, 50);
+    send_next(&p, NONE);
+    pkt_one(&p, SX_FRAME_AM_MORE, SX_FRAMEF_LAST, 60, 0, 60);
+    send_next(&p, FRAME);
+    /* A LAST chunk that leaves the message short. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 50, 100, 50);
+    pkt_frame(&p, SX_FRAME_AM_MORE, SX_FRAMEF_LAST, 10, 0, 10);
+    send_next(&p, FRAME);
+    /* A following chunk with another tag. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 50, 100, 50);
+    pkt_frame(&p, SX_FRAME_AM_MORE, SX_FRAMEF_LAST, 50, 0, 50);
+    p.buf[p.len - 50 - SX_WIRE_FRAME_LEN + 1] = TAG + 1;
+    send_next(&p, FRAME);
+    /* A whole message in the middle of a chunked one: the chunked one is
+     * abandoned, the whole one delivered. */
+    pkt_one(&p, SX_FRAME_AM_FIRST, 0, 50, 100, 50);
+    pkt_frame(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 5, 0, 5);
+    send_next(&p, FRAME_AND_ONE);
+    assert_int_equal(fx.last_len, 5);
+}
+
+/* ---------------------------------------------------------------- RMA */
+
+/* B's registered memory: a 64-byte window in the middle of an arena whose
+ * other bytes are guards, and a read-only region. */
+#define REGION_OFF 64
+#define REGION_LEN 64
+static uint8_t arena[REGION_OFF + REGION_LEN + 64];
+static uint8_t ro_arena[32];
+static sx_mem_h rw_mem, ro_mem;
+
+static uint64_t addr_of(const void *p)
+{
+    return (uint64_t)(uintptr_t)p;
+}
+
+/* Sends one PUT, GET_REQ or RMA_RESP frame with @p data_len bytes of data
+ * as the next packet, and checks the counters: @p moved as in expect(). */
+static void send_rma(uint8_t kind, const sx_wire_rma_t *rma, const sx_wire_resp_t *resp,
+                     uint32_t data_len, const unsigned *moved)
+{
+    pkt_t p;
+    pkt_begin(&p);
+    sx_wire_frame_t f = {.kind = kind, .flags = SX_FRAMEF_LAST, .len = data_len};
+    if (rma != NULL)
+        f.rma = *rma;
+    if (resp != NULL)
+        f.resp = *resp;
+    p.len += sx_wire_write_frame(p.buf + p.len, &f);
+    for (uint32_t i = 0; i < data_len; i++)
+        p.buf[p.len + i] = pattern(i);
+    p.len += data_len;
+    send_next(&p, moved);
+}
+
+/* A PUT of @p len bytes at @p addr in the operation [op_addr, +op_len). */
+static void put(uint64_t key, uint64_t addr, uint64_t op_addr, uint64_t op_len, uint32_t len)
+{
+    sx_wire_rma_t r = {.addr = addr, .key = key, .op_addr = op_addr, .op_len = op_len, .op_id = 9};
+    send_rma(SX_FRAME_PUT, &r, NULL, len, ANSWERED);
+}
+
+static void get(uint64_t key, uint64_t op_addr, uint64_t op_len)
+{
+    sx_wire_rma_t r = {.addr = op_addr, .key = key, .op_addr = op_addr, .op_len = op_len};
+    send_rma(SX_FRAME_GET_REQ, &r, NULL, 0, ANSWERED);
+}
+
+/* Remote writes with keys and ranges that must be refused: each is
+ * answered (with an error status; the answer goes to A, which is not
+ * listening) and none writes a byte. One valid PUT shows the way in works. */
+static void test_rma_puts(void **state)
+{
+    (void)state;
+    uint8_t *base_p = arena + REGION_OFF;
+    memset(arena, 0xaa, sizeof(arena));
+    memset(ro_arena, 0xbb, sizeof(ro_arena));
+    assert_int_equal(sx_mem_register(fx.b, base_p, REGION_LEN,
+                                     SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE, &rw_mem),
+                     SX_OK);
+    assert_int_equal(sx_mem_register(fx.b, ro_arena, sizeof(ro_arena), SX_MEM_REMOTE_READ, &ro_mem),
+                     SX_OK);
+    const uint64_t key = sx_mem_rkey(rw_mem), base = addr_of(base_p);
+
+    put(key, base + 8, base + 8, 16, 16); /* valid */
+    for (size_t i = 0; i < 16; i++)
+        assert_int_equal(base_p[8 + i], pattern(i));
+    memset(base_p + 8, 0xaa, 16);
+
+    put(key ^ 1, base, base, 16, 16);                                     /* unknown key */
+    put(0, base, base, 16, 16);                                           /* key zero */
+    put(sx_mem_rkey(ro_mem), addr_of(ro_arena), addr_of(ro_arena), 8, 8); /* read-only */
+    put(key, base + REGION_LEN - 4, base + REGION_LEN - 4, 8, 8);         /* past the end */
+    put(key, base - 1, base - 1, 8, 8);                                   /* before the start */
+    put(key, base, base, REGION_LEN + 1, 8);        /* op longer than region */
+    put(key, base, base, UINT64_MAX, 8);            /* op of 2^64 - 1 */
+    put(key, UINT64_MAX - 3, UINT64_MAX - 3, 8, 8); /* wraps around 2^64 */
+    put(key, base + 8, base, 16, 16);               /* chunk runs past op */
+    put(key, base, base + 8, 16, 8);                /* chunk before op */
+    put(key, base + 8, base, 4, 4);                 /* chunk after op */
+    put(key, base + 16, base, 8, 0);                /* empty chunk past op */
+
+    /* Not one byte of the arena changed. */
+    for (size_t i = 0; i < sizeof(arena); i++)
+        assert_int_equal(arena[i], 0xaa);
+    for (size_t i = 0; i < sizeof(ro_arena); i++)
+        assert_int_equal(ro_arena[i], 0xbb);
+}
+
+static void test_rma_gets_and_responses(void **state)
+{
+    (void)state;
+    const uint64_t key = sx_mem_rkey(rw_mem), base = addr_of(arena + REGION_OFF);
+
+    get(key, base, 16);                              /* valid */
+    get(key ^ 1, base, 16);                          /* unknown key */
+    get(key, base + REGION_LEN - 8, 16);             /* past the end */
+    get(key, base, MAX_MSG + 1);                     /* more than MAX_MSG_SIZE */
+    get(key, base, UINT64_MAX);                      /* 2^64 - 1 bytes */
+    get(key, UINT64_MAX - 7, 16);                    /* wraps around 2^64 */
+    get(sx_mem_rkey(ro_mem), addr_of(ro_arena), 32); /* read-only may be read */
+
+    /* Responses to operations B never started. */
+    const sx_wire_resp_t resps[] = {{.op_id = 0, .status = SX_OK, .offset = 0},
+                                    {.op_id = 12345, .status = SX_ERR_ACCESS},
+                                    {.op_id = UINT32_MAX, .status = SX_OK, .offset = UINT64_MAX}};
+    for (size_t i = 0; i < 3; i++)
+        send_rma(SX_FRAME_RMA_RESP, NULL, &resps[i], i == 2 ? 32 : 0, FRAME);
+
+    for (size_t i = 0; i < sizeof(arena); i++)
+        assert_int_equal(arena[i], 0xaa);
+    assert_int_equal(sx_mem_deregister(fx.b, rw_mem), SX_OK);
+    assert_int_equal(sx_mem_deregister(fx.b, ro_mem), SX_OK);
+}
+
+static void test_sequence_numbers(void **state)
+{
+    (void)state;
+    pkt_t p;
+
+    /* Already delivered: the last sequence number, and one 2^31 - 1 back. */
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 8, 0, 8);
+    send_at(&p, fx.next_seq - 1, DUP);
+    send_at(&p, fx.next_seq - 0x7fffffffu, DUP);
+    /* Beyond the receive window: just past the SACK bitmap, further, and
+     * half the sequence space ahead. */
+    send_at(&p, fx.next_seq + SX_WIRE_SACK_BITS + 1, OOW);
+    send_at(&p, fx.next_seq + 1000, OOW);
+    send_at(&p, fx.next_seq + 0x80000000u, OOW);
+    /* Ahead but inside the window: kept aside, and its copy is a duplicate.
+     * Filling the gap delivers it exactly once. */
+    send_at(&p, fx.next_seq + 3, KEPT);
+    send_at(&p, fx.next_seq + 3, DUP);
+    pkt_begin(&p);
+    send_next(&p, NONE);
+    send_next(&p, NONE);
+    send_next(&p, ONE); /* fills the gap: the kept packet goes up with it */
+    fx.next_seq++;
+    /* An ACK-only packet acknowledging data B never sent. */
+    sx_wire_hdr_t h = pkt_hdr(&p, 0);
+    h.type = SX_PKT_ACK;
+    h.ack += 1000;
+    sx_wire_write_hdr(p.buf, &h, NULL);
+    snap_t before = take_snap();
+    send_raw(p.buf, SX_WIRE_HDR_LEN);
+    expect(&before, 1, OOW);
+}
+
+/* After all that, the channel from A still works: real traffic from A is
+ * delivered exactly once. */
+static void test_channel_still_works(void **state)
+{
+    (void)state;
+    uint8_t msg[300];
+    pkt_t p;
+
+    /* Bring B's expectation to where A's channel starts. */
+    assert_true((uint32_t)(B_SEQ + SEQ_GAP - fx.next_seq) < SEQ_GAP);
+    while (fx.next_seq != (uint32_t)(B_SEQ + SEQ_GAP)) {
+        pkt_begin(&p);
+        send_next(&p, NONE);
+    }
+    uint64_t delivered = fx.delivered;
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = pattern(i);
+    struct iovec iov = {msg, sizeof(msg)};
+    assert_int_equal(sx_send(fx.a_to_b, TAG, &iov, 1, on_done, &fx), SX_INPROGRESS);
+    assert_true(am_progress_until(fx.a, fx.b, &fx.completions, 1));
+    assert_int_equal(fx.completion_errors, 0);
+    assert_int_equal(fx.delivered, delivered + 1);
+    assert_int_equal(fx.last_len, sizeof(msg));
+    for (int i = 0; i < 1000; i++) {
+        sx_progress(fx.a);
+        sx_progress(fx.b);
+    }
+    assert_int_equal(fx.delivered, delivered + 1);
+    assert_int_equal(fx.bad_bytes, 0);
+    assert_int_equal(counter(C_CHAN_FAILURES), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_headers),
+        cmocka_unit_test(test_bad_addressing),
+        cmocka_unit_test(test_valid_crafted_message),
+        cmocka_unit_test(test_malformed_frames),
+        cmocka_unit_test(test_bad_chunks),
+        cmocka_unit_test(test_rma_puts),
+        cmocka_unit_test(test_rma_gets_and_responses),
+        cmocka_unit_test(test_sequence_numbers),
+        cmocka_unit_test(test_channel_still_works),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
