@@ -10,6 +10,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "am_util.h"
 
 typedef struct ctx {
@@ -265,6 +269,44 @@ static void test_lanes(void **state)
     pair_free(&p);
 }
 
+/* A child forked after engines came and went can use shardx: the RCU
+ * machinery's worker threads are re-created in it. */
+static void round_trip_once(void)
+{
+    pair_t p = pair_new();
+    ctx_t rx = {0}, tx = {0};
+    uint8_t buf[32] = {0};
+    struct iovec iov = {buf, sizeof(buf)};
+
+    assert_int_equal(sx_am_register(p.b, 6, on_am, &rx), SX_OK);
+    assert_int_equal(sx_send(p.a_to_b, 6, &iov, 1, on_done, &tx), SX_INPROGRESS);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
+    pair_free(&p);
+}
+
+static void test_fork_after_engines(void **state)
+{
+    (void)state;
+    round_trip_once();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        round_trip_once();
+        _exit(0);
+    }
+    int status = 0;
+    uint64_t start = sx_time_ns();
+    pid_t got;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        round_trip_once(); /* the parent keeps working meanwhile */
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the forked child hung");
+    }
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -309,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_sendi),
         cmocka_unit_test(test_other_shards_are_progressed),
         cmocka_unit_test(test_lanes),
+        cmocka_unit_test(test_fork_after_engines),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* The RCU-protected id table; see rcu_table.h. */
 #include "common/rcu_table.h"
 
+#include <pthread.h>
 #include <shardx.h>
 
 #include "common/log.h"
@@ -25,8 +26,42 @@ static int sx_rcu_table_match(struct cds_lfht_node *node, const void *key)
     return e->id == *(const uint64_t *)key;
 }
 
+/*
+ * fork(): liburcu's call_rcu worker (and rculfhash's resize worker, which
+ * registers with it) do not survive into the child, whose rcu_barrier()
+ * would then wait forever. liburcu leaves the fork hooks to the
+ * application (urcu-bp.h, call-rcu.h); a library whose caller may fork
+ * registers them itself, once.
+ */
+static void sx_rcu_prefork(void)
+{
+    call_rcu_before_fork();
+    rcu_bp_before_fork();
+}
+
+static void sx_rcu_postfork_parent(void)
+{
+    rcu_bp_after_fork_parent();
+    call_rcu_after_fork_parent();
+}
+
+static void sx_rcu_postfork_child(void)
+{
+    rcu_bp_after_fork_child();
+    call_rcu_after_fork_child();
+}
+
+static pthread_once_t sx_rcu_atfork_once = PTHREAD_ONCE_INIT;
+
+static void sx_rcu_register_atfork(void)
+{
+    if (pthread_atfork(sx_rcu_prefork, sx_rcu_postfork_parent, sx_rcu_postfork_child) != 0)
+        sx_warn("rcu", "cannot register fork handlers: a forked child may hang in RCU");
+}
+
 int sx_rcu_table_init(sx_rcu_table_t *table)
 {
+    pthread_once(&sx_rcu_atfork_once, sx_rcu_register_atfork);
     table->ht = cds_lfht_new(16, 16, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING, NULL);
     if (table->ht == NULL)
         return SX_ERR_NO_MEMORY;
