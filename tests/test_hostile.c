@@ -585,10 +585,11 @@ static void test_sequence_numbers(void **state)
     pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 8, 0, 8);
     send_at(&p, fx.next_seq - 1, DUP);
     send_at(&p, fx.next_seq - 0x7fffffffu, DUP);
-    /* Beyond the receive window: just past the SACK bitmap, further, and
-     * half the sequence space ahead. */
-    send_at(&p, fx.next_seq + SX_WIRE_SACK_BITS + 1, OOW);
-    send_at(&p, fx.next_seq + 1000, OOW);
+    /* Beyond the receive window (the default WINDOW, 4096 packets): its
+     * first number past the end, further, and half the sequence space
+     * ahead. */
+    send_at(&p, fx.next_seq + 4096, OOW);
+    send_at(&p, fx.next_seq + 5000, OOW);
     send_at(&p, fx.next_seq + 0x80000000u, OOW);
     /* Ahead but inside the window: kept aside, and its copy is a duplicate.
      * Filling the gap delivers it exactly once. */

@@ -337,7 +337,7 @@ static void test_parse_drop_reasons(void **state)
     ack.payload_len = 0;
     ack.flags = 0;
     sx_wire_write_hdr(bad, &ack, NULL);
-    assert_int_equal(sx_wire_parse_packet(bad, SX_WIRE_HDR_LEN, &h), SX_DROP_LENGTH);
+    assert_int_equal(sx_wire_parse_packet(bad, SX_WIRE_HDR_LEN, &h), SX_DROP_FLAGS);
 
     /* Payload CRC: any flipped payload bit, and a wrong CRC field. */
     for (unsigned bit = 0; bit < 100 * 8; bit += 7) {

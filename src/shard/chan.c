@@ -145,10 +145,16 @@ static void chan_fail_ops(sx_chan_t *c, int status)
 
 static void chan_free_rx(sx_chan_t *c)
 {
-    for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
-        free(c->ooo[i].buf);
-        c->ooo[i].buf = NULL;
+    if (c->ooo != NULL) {
+        for (uint32_t i = 0; i < chan_window(c); i++)
+            free(c->ooo[i].buf);
+        free(c->ooo);
+        free(c->ooo_bits);
+        c->ooo = NULL;
+        c->ooo_bits = NULL;
     }
+    c->ooo_count = 0;
+    c->ooo_bytes = 0;
     c->rcv_sack = 0;
     free(c->asm_buf);
     c->asm_buf = NULL;
@@ -503,6 +509,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             c->rtx_tail = NULL;
         pkt->queued = false;
         pkt->transmissions++;
+        pkt->last_sent_ns = now;
         sent++;
     }
     /* New packets while the window, the byte budget and the hotel allow. */
@@ -521,6 +528,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->snd_nxt++;
         c->inflight_bytes += pkt->len;
         pkt->first_sent_ns = now;
+        pkt->last_sent_ns = now;
         pkt->transmissions = 1;
         if (chan_arm(c, pkt, now) != SX_OK) {
             /* No room to time it: send it later as a retransmission. */
@@ -579,12 +587,24 @@ static void chan_ack_timer(sx_timer_t *timer, void *arg)
     }
 }
 
-/* RFC 6298: SRTT and RTTVAR from a sample R, then RTO = SRTT + 4 RTTVAR,
- * clamped. A tick of the wheel stands in for the clock granularity G. */
-static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
+/* RTO = SRTT + max(G, 4 RTTVAR), clamped (RFC 6298 section 2). A tick of
+ * the wheel stands in for the clock granularity G. */
+static void chan_rto_compute(sx_chan_t *c)
 {
     const sx_proto_t *p = c->shard->proto;
+    uint64_t g = sx_wheel_tick_ns(c->shard->wheel);
+    uint64_t rto = c->srtt_ns + (4 * c->rttvar_ns > g ? 4 * c->rttvar_ns : g);
 
+    if (rto < p->rto_min_ns)
+        rto = p->rto_min_ns;
+    if (rto > p->rto_max_ns)
+        rto = p->rto_max_ns;
+    c->rto_ns = rto;
+}
+
+/* RFC 6298 section 2: SRTT and RTTVAR from a sample R. */
+static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
+{
     if (c->srtt_ns == 0) {
         c->srtt_ns = r;
         c->rttvar_ns = r / 2;
@@ -593,13 +613,7 @@ static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
         c->rttvar_ns = (3 * c->rttvar_ns + err) / 4;
         c->srtt_ns = (7 * c->srtt_ns + r) / 8;
     }
-    uint64_t g = sx_wheel_tick_ns(c->shard->wheel);
-    uint64_t rto = c->srtt_ns + (4 * c->rttvar_ns > g ? 4 * c->rttvar_ns : g);
-    if (rto < p->rto_min_ns)
-        rto = p->rto_min_ns;
-    if (rto > p->rto_max_ns)
-        rto = p->rto_max_ns;
-    c->rto_ns = rto;
+    chan_rto_compute(c);
 }
 
 /* A retransmission deadline passed: the packet is presumed lost. */
@@ -613,7 +627,7 @@ static void chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     pkt->key = 0; /* the hotel already vacated the room */
     if (c->failed)
         return;
-    if (now - c->last_progress_ns > p->peer_timeout_ns) {
+    if (sx_u64_before(c->last_progress_ns, now) && now - c->last_progress_ns > p->peer_timeout_ns) {
         sx_chan_fail_locked(c, SX_ERR_PEER_UNREACHABLE);
         return;
     }
@@ -622,12 +636,26 @@ static void chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
         sx_chan_fail_locked(c, other);
         return;
     }
-    /* Exponential back-off (RFC 6298 section 5.5), once per timeout round
-     * rather than once per packet of the round. */
-    if (pkt->seq == c->snd_una) {
-        c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
-        c->backoff++;
+    if (pkt->seq != c->snd_una) {
+        /*
+         * RFC 6298 keeps one timer per connection and, when it expires,
+         * resends only the oldest unacknowledged segment (section 5.4). Our
+         * timers are per packet, for the hotel; a younger packet's timer
+         * therefore only re-arms, and the oldest one's expiry (below) leads
+         * the recovery. So a peer descheduled for a while costs one
+         * spurious retransmission, not a window of them.
+         */
+        if (chan_arm(c, pkt, now) != SX_OK)
+            chan_queue_rtx(c, pkt); /* no room: let the flush retry it */
+        return;
     }
+    /* Exponential back-off (RFC 6298 section 5.5). */
+    c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
+    c->backoff++;
+    c->in_rto_recovery = true;
+    c->rto_recover = c->snd_nxt;
+    c->rto_at_ns = now;
+    c->rto_burst = 1;
     sx_stat_add(&shard->stats.rtx_timeout, 1);
     sx_debug("chan", "peer %llu: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
              (unsigned long long)c->peer->id, pkt->seq,
@@ -668,6 +696,34 @@ static void chan_complete_acked(sx_chan_t *c)
     }
 }
 
+/*
+ * After a timeout, the packets that were in flight then are presumed lost
+ * too; each ACK that moves snd_una resends a few more of them, doubling
+ * like slow start (RFC 5681 section 3.1), instead of waiting out one
+ * timeout per packet. Packets SACKed or resent since the timeout are
+ * skipped.
+ */
+static void chan_rto_recovery_step(sx_chan_t *c)
+{
+    uint32_t mask = chan_window(c) - 1;
+    unsigned sent = 0;
+
+    if (!seq_before(c->snd_una, c->rto_recover)) {
+        c->in_rto_recovery = false;
+        return;
+    }
+    for (uint32_t s = c->snd_una; seq_before(s, c->rto_recover) && sent < c->rto_burst; s++) {
+        sx_txpkt_t *pkt = c->win[s & mask];
+        if (pkt == NULL || pkt->sacked || pkt->queued || pkt->last_sent_ns > c->rto_at_ns)
+            continue;
+        sx_stat_add(&c->shard->stats.rtx_timeout, 1);
+        chan_queue_rtx(c, pkt);
+        sent++;
+    }
+    if (c->rto_burst < 64)
+        c->rto_burst *= 2;
+}
+
 static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack)
 {
     uint32_t mask = chan_window(c) - 1;
@@ -683,11 +739,14 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
             sx_txpkt_t *pkt = c->win[c->snd_una & mask];
             c->win[c->snd_una & mask] = NULL;
             if (pkt != NULL) {
+                if (pkt->last_sent_ns > c->rack_ns)
+                    c->rack_ns = pkt->last_sent_ns;
                 /* Karn's algorithm: only packets sent once give samples.
-                 * One ACK covers many packets; the oldest one's wait is the
-                 * sample, so queueing behind a burst raises the timeout
-                 * instead of provoking spurious retransmissions. */
-                if (pkt->transmissions == 1 && now - pkt->first_sent_ns > sample)
+                 * The newest packet an ACK covers is the one whose arrival
+                 * sent it; older ones may have waited behind a hole, and
+                 * their wait would inflate the timeout until repair itself
+                 * slows down. So the last one here wins. */
+                if (pkt->transmissions == 1)
                     sample = now - pkt->first_sent_ns;
                 if (pkt->key != 0) {
                     void *occupant;
@@ -700,14 +759,28 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
             }
             c->snd_una++;
         }
-        if (sample != 0)
+        if (sample != 0) {
             chan_rtt_sample(c, sample);
+        } else if (c->backoff > 0 && c->srtt_ns != 0) {
+            /* New data acknowledged: drop the back-off even without a
+             * sample (every acknowledged packet may have been resent, so
+             * Karn's rule gives none), as Linux does on a forward ACK. */
+            chan_rto_compute(c);
+        }
         c->backoff = 0;
         c->dupacks = 0;
         c->last_ack = h->ack;
         c->last_progress_ns = now;
         if (c->in_recovery && !seq_before(c->snd_una, c->recover))
             c->in_recovery = false;
+        if (c->in_rto_recovery)
+            chan_rto_recovery_step(c);
+        /* RFC 6298 (5.3): new data acknowledged restarts the timer, now
+         * on the oldest packet still out; its own deadline may date from a
+         * backed-off round. */
+        sx_txpkt_t *oldest = c->win[c->snd_una & mask];
+        if (oldest != NULL && oldest->key != 0 && !oldest->queued)
+            (void)chan_arm(c, oldest, now);
         chan_complete_acked(c);
         if (c->sendq != NULL)
             chan_mark_ready(c);
@@ -724,10 +797,16 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
             }
         }
     }
-    /* Selective ACKs (RFC 2018): packets above a hole arrived, so the hole
-     * is lost; resend each hole once without waiting for its timer. */
+    /*
+     * Selective ACKs (RFC 2018) and RACK-style loss detection (RFC 8985):
+     * a packet is lost when one sent after it (by more than a reordering
+     * allowance of SRTT/4) has arrived. That resends holes at once, and
+     * also a retransmission that was lost again, which a "resend each hole
+     * once" rule would leave to the timer.
+     */
     if (h->sack != 0) {
         uint32_t highest = h->ack;
+        uint64_t sack_sample = 0;
         for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
             if (!(h->sack & (1ull << i)))
                 continue;
@@ -735,13 +814,22 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
             if (!seq_before(s, c->snd_nxt) || seq_before(s, c->snd_una))
                 continue;
             sx_txpkt_t *pkt = c->win[s & mask];
-            if (pkt != NULL)
+            if (pkt != NULL) {
+                if (!pkt->sacked && pkt->transmissions == 1)
+                    sack_sample = now - pkt->first_sent_ns; /* newest wins */
                 pkt->sacked = true;
+                if (pkt->last_sent_ns > c->rack_ns)
+                    c->rack_ns = pkt->last_sent_ns;
+            }
             highest = s;
         }
+        if (sack_sample != 0)
+            chan_rtt_sample(c, sack_sample);
+        uint64_t reo = c->srtt_ns / 4;
         for (uint32_t s = c->snd_una; seq_before(s, highest); s++) {
             sx_txpkt_t *pkt = c->win[s & mask];
-            if (pkt != NULL && !pkt->sacked && pkt->transmissions == 1 && !pkt->queued) {
+            if (pkt != NULL && !pkt->sacked && !pkt->queued &&
+                pkt->last_sent_ns + reo < c->rack_ns) {
                 sx_stat_add(&c->shard->stats.rtx_sack, 1);
                 chan_queue_rtx(c, pkt);
             }
@@ -1005,6 +1093,82 @@ static void chan_owe_ack(sx_chan_t *c)
     }
 }
 
+static inline bool ooo_has(const sx_chan_t *c, uint32_t seq)
+{
+    uint32_t i = seq & (chan_window(c) - 1);
+    return c->ooo_bits != NULL && (c->ooo_bits[i / 64] & (1ull << (i % 64))) != 0;
+}
+
+/* The header's view of what is kept: packets rcv_nxt + 1 .. + 64. */
+static void chan_update_sack(sx_chan_t *c)
+{
+    uint64_t sack = 0;
+
+    if (c->ooo_count > 0) {
+        for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
+            if (ooo_has(c, c->rcv_nxt + 1 + i))
+                sack |= 1ull << i;
+        }
+    }
+    c->rcv_sack = sack;
+}
+
+/* Keeps a packet that arrived ahead of a gap; the drop reason or COUNT. */
+static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *data, size_t len)
+{
+    uint32_t w = chan_window(c);
+
+    if ((uint32_t)(seq - c->rcv_nxt) >= w)
+        return SX_DROP_OUT_OF_WINDOW;
+    if (ooo_has(c, seq))
+        return SX_DROP_DUPLICATE;
+    /* The sender keeps at most MAX_INFLIGHT bytes unacknowledged, so a
+     * conforming sender never hits this; a hostile one cannot make us hold
+     * more. */
+    if (c->ooo_bytes + len > c->shard->proto->max_inflight)
+        return SX_DROP_NO_BUFFER;
+    if (c->ooo == NULL) {
+        c->ooo = calloc(w, sizeof(*c->ooo));
+        c->ooo_bits = calloc((w + 63) / 64, sizeof(uint64_t));
+        if (c->ooo == NULL || c->ooo_bits == NULL) {
+            free(c->ooo);
+            free(c->ooo_bits);
+            c->ooo = NULL;
+            c->ooo_bits = NULL;
+            return SX_DROP_NO_BUFFER;
+        }
+    }
+    uint32_t i = seq & (w - 1);
+    c->ooo[i].buf = malloc(len);
+    if (c->ooo[i].buf == NULL)
+        return SX_DROP_NO_BUFFER;
+    memcpy(c->ooo[i].buf, data, len);
+    c->ooo[i].len = (uint32_t)len;
+    c->ooo_bits[i / 64] |= 1ull << (i % 64);
+    c->ooo_count++;
+    c->ooo_bytes += len;
+    return SX_DROP_COUNT;
+}
+
+/* Delivers kept packets that are now in order. */
+static void chan_deliver_kept(sx_chan_t *c)
+{
+    while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
+        uint32_t i = c->rcv_nxt & (chan_window(c) - 1);
+        uint8_t *buf = c->ooo[i].buf;
+        uint32_t len = c->ooo[i].len;
+        c->ooo[i].buf = NULL;
+        c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
+        c->ooo_count--;
+        c->ooo_bytes -= len;
+        c->rcv_nxt++;
+        chan_deliver_packet(c, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN);
+        free(buf);
+        if (c->failed)
+            return;
+    }
+}
+
 void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len)
 {
     if (c->failed) {
@@ -1016,48 +1180,27 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
     if (c->failed || h->type != SX_PKT_DATA)
         goto out;
 
-    const uint8_t *payload = data + SX_WIRE_HDR_LEN;
     if (h->seq == c->rcv_nxt) {
-        chan_deliver_packet(c, payload, h->payload_len);
         c->rcv_nxt++;
-        for (;;) {
-            bool have = c->rcv_sack & 1;
-            c->rcv_sack >>= 1;
-            if (!have)
-                break;
-            sx_rxslot_t *slot = &c->ooo[c->rcv_nxt & (SX_WIRE_SACK_BITS - 1)];
-            chan_deliver_packet(c, slot->buf + SX_WIRE_HDR_LEN, slot->len - SX_WIRE_HDR_LEN);
-            free(slot->buf);
-            slot->buf = NULL;
-            c->rcv_nxt++;
-        }
+        chan_deliver_packet(c, data + SX_WIRE_HDR_LEN, h->payload_len);
+        if (!c->failed)
+            chan_deliver_kept(c);
         chan_owe_ack(c);
-        if (c->rcv_sack != 0)
+        if (c->ooo_count != 0)
             c->ack_now = true; /* still a gap: keep the sender informed */
     } else if (seq_before(c->rcv_nxt, h->seq)) {
-        uint32_t d = h->seq - c->rcv_nxt - 1;
-        if (d >= SX_WIRE_SACK_BITS) {
-            sx_stat_add(&c->shard->stats.drops[SX_DROP_OUT_OF_WINDOW], 1);
-        } else if (!(c->rcv_sack & (1ull << d))) {
-            sx_rxslot_t *slot = &c->ooo[h->seq & (SX_WIRE_SACK_BITS - 1)];
-            slot->buf = malloc(len);
-            if (slot->buf == NULL) {
-                sx_stat_add(&c->shard->stats.drops[SX_DROP_NO_BUFFER], 1);
-            } else {
-                memcpy(slot->buf, data, len);
-                slot->len = (uint32_t)len;
-                c->rcv_sack |= 1ull << d;
-                sx_stat_add(&c->shard->stats.rx_out_of_order, 1);
-            }
-        } else {
-            sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
-        }
+        sx_drop_reason_t why = chan_keep(c, h->seq, data, len);
+        if (why == SX_DROP_COUNT)
+            sx_stat_add(&c->shard->stats.rx_out_of_order, 1);
+        else
+            sx_stat_add(&c->shard->stats.drops[why], 1);
         c->ack_now = true; /* out of order: tell the sender at once */
     } else {
         /* Already delivered: our ACK was lost or is late. */
         sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
         c->ack_now = true;
     }
+    chan_update_sack(c);
 out:
     if (c->ack_now || c->rtx != NULL || c->sendq != NULL)
         chan_mark_ready(c);

@@ -10,11 +10,11 @@
  * a timeout: the packet goes out again and the timeout backs off (RFC
  * 6298). No progress for the peer timeout fails the channel.
  *
- * Receiver: packets are delivered in sequence order, exactly once; up to
- * SX_WIRE_SACK_BITS packets past a gap are kept aside and reported in the
- * SACK bitmap. ACKs ride on data packets, or go alone after ACK_EVERY
- * packets or ACK_DELAY_US, and at once when a packet arrives out of order
- * or twice.
+ * Receiver: packets are delivered in sequence order, exactly once; packets
+ * past a gap are kept aside (up to the window, and MAX_INFLIGHT bytes) and
+ * the first SX_WIRE_SACK_BITS of them are reported in the SACK bitmap. ACKs ride on data packets,
+ * or go alone after ACK_EVERY packets or ACK_DELAY_US, and at once when a packet arrives out of
+ * order or twice.
  *
  * Synchronization: a channel belongs to its local shard; every function
  * here is called by the holder of that shard's token (_locked).
@@ -82,6 +82,7 @@ typedef struct sx_txpkt {
     uint32_t seq;
     uint32_t len; /* datagram bytes in data[] */
     uint64_t first_sent_ns;
+    uint64_t last_sent_ns;
     uint16_t transmissions;
     bool sacked;
     bool queued; /* waiting in the channel's retransmit queue */
@@ -117,14 +118,26 @@ typedef struct sx_chan {
     unsigned dupacks;
     uint32_t recover; /* fast recovery until snd_una passes this */
     bool in_recovery;
+    /* After a timeout: packets sent before it are resent as ACKs come back
+     * (a doubling burst per ACK, like slow start) until snd_una passes
+     * rto_recover. */
+    bool in_rto_recovery;
+    uint64_t rack_ns; /* latest send time of a packet known to have arrived */
+    uint32_t rto_recover;
+    uint64_t rto_at_ns;
+    unsigned rto_burst;
     uint64_t srtt_ns, rttvar_ns, rto_ns;
     unsigned backoff;
     uint64_t last_progress_ns; /* last ACK that advanced, or first send after idle */
 
-    /* Receiver. */
-    uint32_t rcv_nxt; /* next sequence number expected */
-    uint64_t rcv_sack;
-    sx_rxslot_t ooo[SX_WIRE_SACK_BITS];
+    /* Receiver. Packets ahead of a gap are kept, up to the window and the
+     * byte budget, in a ring indexed by seq & (window - 1). */
+    uint32_t rcv_nxt;   /* next sequence number expected */
+    uint64_t rcv_sack;  /* the SACK view: bit i set, rcv_nxt + 1 + i is kept */
+    sx_rxslot_t *ooo;   /* [window], allocated at the first gap */
+    uint64_t *ooo_bits; /* [window / 64]: which slots hold a packet */
+    unsigned ooo_count;
+    size_t ooo_bytes;
     unsigned ack_pending; /* packets received since we last acknowledged */
     bool ack_now;
     sx_timer_t ack_timer;

@@ -189,6 +189,11 @@ static void sx_shard_drop(sx_shard_t *shard, sx_drop_reason_t why)
 
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
+    sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len);
+}
+
+void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len)
+{
     const sx_proto_t *p = shard->proto;
     sx_wire_hdr_t h;
 
@@ -213,15 +218,20 @@ void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
     sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, h.src_epoch);
     struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
     sx_chan_t *c = NULL;
-    if (peer != NULL && h.src_shard < peer->nshards)
-        c = sx_chan_get_locked(shard, peer, h.src_shard);
+    if (peer == NULL)
+        why = SX_DROP_UNKNOWN_PEER;
+    else if (h.src_shard >= peer->nshards)
+        why = SX_DROP_SHARD;
+    else if (peer->is_self != (tl == SX_SHARD_TL_SELF))
+        /* Our own packets only ever come through the self transport; one
+         * with our epoch from the network is forged (and would upset the
+         * self channel), and another engine's through self is impossible. */
+        why = SX_DROP_WRONG_IFACE;
+    else if ((c = sx_chan_get_locked(shard, peer, h.src_shard)) == NULL)
+        why = SX_DROP_NO_BUFFER;
     sx_rcu_read_unlock(p->peers);
-    if (peer == NULL) {
-        sx_shard_drop(shard, SX_DROP_UNKNOWN_PEER);
-        return;
-    }
     if (c == NULL) {
-        sx_shard_drop(shard, h.src_shard < peer->nshards ? SX_DROP_NO_BUFFER : SX_DROP_SHARD);
+        sx_shard_drop(shard, why);
         return;
     }
     sx_chan_recv_locked(c, &h, data, len);
@@ -244,7 +254,7 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
         }
         for (int i = 0; i < n; i++) {
             if (ev[i].type == SX_TL_EV_RECV)
-                sx_shard_recv_locked(shard, ev[i].data, ev[i].len);
+                sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len);
         }
         total += n;
     }

@@ -175,7 +175,10 @@ void sx_shard_wake(sx_shard_t *shard);
  */
 bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p);
 
-/** Handles one received datagram. Token holder only. */
+/** Handles one datagram received on interface @p tl. Token holder only. */
+void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len);
+
+/** The same for a datagram from the network interface. */
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len);
 
 /** Checks @p guest into the hotel until @p deadline_ns. Token holder only.

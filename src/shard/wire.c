@@ -233,8 +233,10 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         return SX_DROP_FLAGS;
     if ((size_t)hdr->payload_len != len - SX_WIRE_HDR_LEN)
         return SX_DROP_LENGTH;
-    if (hdr->type == SX_PKT_ACK && (hdr->payload_len != 0 || !(hdr->flags & SX_PKTF_ACK)))
+    if (hdr->type == SX_PKT_ACK && hdr->payload_len != 0)
         return SX_DROP_LENGTH;
+    if (hdr->type == SX_PKT_ACK && !(hdr->flags & SX_PKTF_ACK))
+        return SX_DROP_FLAGS; /* an ACK that acknowledges nothing */
     if (hdr->flags & SX_PKTF_CRC) {
         uint32_t want = get32(data + 44);
         if (sx_crc32c(0, data + SX_WIRE_HDR_LEN, hdr->payload_len) != want)

@@ -83,22 +83,23 @@ enum sx_frame_flags {
 };
 
 /* Why a packet or frame was dropped; each has a counter. */
-#define SX_DROP_TABLE(X)                                                                    \
-    X(SX_DROP_SHORT, "short", "shorter than a packet header")                               \
-    X(SX_DROP_VERSION, "version", "unknown wire version")                                   \
-    X(SX_DROP_TYPE, "type", "unknown packet type")                                          \
-    X(SX_DROP_FLAGS, "flags", "unknown packet flags")                                       \
-    X(SX_DROP_HDR_CSUM, "hdr_csum", "header checksum mismatch")                             \
-    X(SX_DROP_LENGTH, "length", "payload length disagrees with datagram size")              \
-    X(SX_DROP_PAYLOAD_CRC, "payload_crc", "payload CRC32C mismatch")                        \
-    X(SX_DROP_SHARD, "shard", "shard index out of range")                                   \
-    X(SX_DROP_STALE_EPOCH, "stale_epoch", "stale or foreign epoch")                         \
-    X(SX_DROP_UNKNOWN_PEER, "unknown_peer", "sender is not a known peer")                   \
-    X(SX_DROP_OUT_OF_WINDOW, "out_of_window", "sequence number outside the receive window") \
-    X(SX_DROP_DUPLICATE, "duplicate", "duplicate packet")                                   \
-    X(SX_DROP_FRAME, "frame", "malformed frame")                                            \
-    X(SX_DROP_TOO_LARGE, "too_large", "message larger than the receive limit")              \
-    X(SX_DROP_NO_BUFFER, "no_buffer", "no memory to hold the packet")                       \
+#define SX_DROP_TABLE(X)                                                                     \
+    X(SX_DROP_SHORT, "short", "shorter than a packet header")                                \
+    X(SX_DROP_VERSION, "version", "unknown wire version")                                    \
+    X(SX_DROP_TYPE, "type", "unknown packet type")                                           \
+    X(SX_DROP_FLAGS, "flags", "unknown packet flags")                                        \
+    X(SX_DROP_HDR_CSUM, "hdr_csum", "header checksum mismatch")                              \
+    X(SX_DROP_LENGTH, "length", "payload length disagrees with datagram size")               \
+    X(SX_DROP_PAYLOAD_CRC, "payload_crc", "payload CRC32C mismatch")                         \
+    X(SX_DROP_SHARD, "shard", "shard index out of range")                                    \
+    X(SX_DROP_STALE_EPOCH, "stale_epoch", "stale or foreign epoch")                          \
+    X(SX_DROP_UNKNOWN_PEER, "unknown_peer", "sender is not a known peer")                    \
+    X(SX_DROP_WRONG_IFACE, "wrong_iface", "arrived on an interface its sender does not use") \
+    X(SX_DROP_OUT_OF_WINDOW, "out_of_window", "sequence number outside the receive window")  \
+    X(SX_DROP_DUPLICATE, "duplicate", "duplicate packet")                                    \
+    X(SX_DROP_FRAME, "frame", "malformed frame")                                             \
+    X(SX_DROP_TOO_LARGE, "too_large", "message larger than the receive limit")               \
+    X(SX_DROP_NO_BUFFER, "no_buffer", "no memory to hold the packet")                        \
     X(SX_DROP_CHANNEL_FAILED, "channel_failed", "channel has failed")
 
 #define SX_DROP_ENUM_ENTRY_(name, short_name, text) name,

@@ -1,0 +1,633 @@
+/*
+ * sx_bench: shardx's benchmark tool (first version, issue 6).
+ *
+ *   sx_bench <latency|floor|loss|rate> [--json] [--size N] [--iters N] [--window N]
+ *            [--seed N] [--no-bind]
+ *
+ * Until the sx_run launcher exists, sx_bench starts its own peer: it forks
+ * once, before any engine or thread exists (a fork copies only the calling
+ * thread, so forking later could leave the child with locks held by threads
+ * it does not have). The parent is rank 0 and prints; the child is rank 1.
+ * They exchange business cards and everything else over a pair of pipes.
+ *
+ * Both ranks busy-poll, so each needs a core of its own: by default rank r
+ * is pinned to the r-th CPU of the inherited affinity mask, as mpirun binds
+ * two ranks to two cores, which also keeps the scheduler from migrating a
+ * spinning process onto its peer's CPU in mid-measurement.
+ *
+ * Output: a human table on stdout, or with --json one JSON object
+ * {"machine", "config", "results", "counters"}; errors go to stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <shardx.h>
+
+#include "sx_bench.h"
+
+/* ---- process lifetime ----------------------------------------------------- */
+
+static volatile sig_atomic_t g_child_exited;
+static volatile pid_t g_child_pid;
+static pid_t g_parent_pid;
+static int g_rank;
+
+static void sxb_on_sigchld(int sig)
+{
+    (void)sig;
+    g_child_exited = 1;
+}
+
+/* The last-resort watchdog: something blocked past every bounded wait. */
+static void sxb_on_sigalrm(int sig)
+{
+    static const char msg[] = "sx_bench: run time limit exceeded; killing both ranks\n";
+    (void)sig;
+    if (g_child_pid > 0)
+        kill(g_child_pid, SIGKILL);
+    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)w;
+    _exit(3);
+}
+
+int sxb_fail(const char *fmt, ...)
+{
+    va_list ap;
+    char line[512];
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "sx_bench[rank %d]: %s\n", g_rank, line);
+    return -1;
+}
+
+int sxb_check(const sxb_ctl_t *ctl, uint64_t deadline_ns, const char *what)
+{
+    if (ctl->rank == 0 && g_child_exited)
+        return sxb_fail("rank 1 exited while waiting for %s", what);
+    /* PR_SET_PDEATHSIG normally kills rank 1 first; this covers the rest. */
+    if (ctl->rank == 1 && getppid() != g_parent_pid)
+        return sxb_fail("rank 0 exited while waiting for %s", what);
+    if (sxb_now_ns() > deadline_ns)
+        return sxb_fail("timed out after %llu s waiting for %s",
+                        (unsigned long long)(SXB_WAIT_LIMIT_NS / 1000000000ull), what);
+    return 0;
+}
+
+bool sxb_human(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    return ctl->rank == 0 && !opts->json;
+}
+
+/* ---- control channel ------------------------------------------------------ */
+
+int sxb_ctl_write(const sxb_ctl_t *ctl, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = write(ctl->wfd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return sxb_fail("control channel write: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int sxb_ctl_read(const sxb_ctl_t *ctl, void *buf, size_t len, sxb_idle_fn idle, void *arg)
+{
+    uint8_t *p = buf;
+    uint64_t deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
+    unsigned spins = 0;
+
+    while (len > 0) {
+        ssize_t n = read(ctl->rfd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return sxb_fail("the other rank closed the control channel (it exited)");
+        if (errno != EAGAIN && errno != EINTR)
+            return sxb_fail("control channel read: %s", strerror(errno));
+        if (idle != NULL) {
+            /* Keep the engine going: the other rank may be waiting for
+             * our ACKs before it can write what we wait for. */
+            if (idle(arg) != 0)
+                return -1;
+            if ((++spins & 1023) == 0 && sxb_check(ctl, deadline, "the control channel") != 0)
+                return -1;
+        } else {
+            struct pollfd pfd = {.fd = ctl->rfd, .events = POLLIN};
+            (void)poll(&pfd, 1, 10);
+            if (sxb_check(ctl, deadline, "the control channel") != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+int sxb_ctl_barrier(const sxb_ctl_t *ctl, sxb_idle_fn idle, void *arg)
+{
+    uint8_t token = 0xb5, got = 0;
+
+    if (sxb_ctl_write(ctl, &token, 1) != 0 || sxb_ctl_read(ctl, &got, 1, idle, arg) != 0)
+        return -1;
+    if (got != token)
+        return sxb_fail("control channel out of step (barrier read 0x%02x)", got);
+    return 0;
+}
+
+/* ---- statistics and sizes ------------------------------------------------- */
+
+static int sxb_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void sxb_quantiles(uint64_t *v, size_t n, double p, uint64_t *median_p, uint64_t *pq_p)
+{
+    if (n == 0) {
+        *median_p = *pq_p = 0;
+        return;
+    }
+    qsort(v, n, sizeof(v[0]), sxb_cmp_u64);
+    *median_p = v[(n - 1) / 2];
+    /* Nearest rank: the smallest sample with at least p of them at or below. */
+    size_t k = (size_t)ceil(p * (double)n);
+    *pq_p = v[k > 0 ? k - 1 : 0];
+}
+
+size_t sxb_latency_sizes(const sxb_opts_t *opts, size_t *sizes, size_t max)
+{
+    static const size_t ladder[] = {0, 8, 64, 512, 4096, 32768, 262144, 1048576};
+    size_t n = 0;
+
+    if (opts->size_set) {
+        sizes[n++] = opts->size;
+        return n;
+    }
+    for (size_t i = 0; i < sizeof(ladder) / sizeof(ladder[0]) && n < max; i++)
+        sizes[n++] = ladder[i];
+    return n;
+}
+
+uint64_t sxb_latency_iters(const sxb_opts_t *opts, size_t size)
+{
+    if (opts->iters_set)
+        return opts->iters;
+    /* 10000 round trips up to 16 KiB, then about 160 MB of round trips per
+     * size, but at least 100 so that p99 still means something; the whole
+     * default ladder then takes well under 30 s on 2 cores. */
+    if (size <= 16384)
+        return 10000;
+    uint64_t n = 10000ull * 16384 / size;
+    return n < 100 ? 100 : n;
+}
+
+/* ---- records and output --------------------------------------------------- */
+
+static sxb_record_t *g_records;
+static size_t g_nrecords, g_cap_records;
+
+typedef struct sxb_counters {
+    const char *bench;
+    char label[48];
+    uint64_t v[2][SXB_NCOUNTERS];
+} sxb_counters_t;
+
+static sxb_counters_t *g_counters;
+static size_t g_ncounters, g_cap_counters;
+
+const char *const sxb_counter_names[] = {
+    "data_sent",          "frames_sent", "acks_sent",          "rx_packets",    "rtx_timeout",
+    "rtx_dupack",         "rtx_sack",    "window_stalls",      "hotel_full",    "drop_duplicate",
+    "drop_out_of_window", "tl_tx_again", "tl_rx_kernel_drops", "chan_failures",
+};
+
+/* Effective settings shown in the report. */
+static const char *g_transport = "udp";
+static const char *g_mode = "sharded";
+
+sxb_record_t sxb_record(const char *bench, const char *mode, uint64_t size)
+{
+    sxb_record_t r = {.bench = bench, .mode = mode ? mode : g_mode, .threads = 1, .size = size};
+    return r;
+}
+
+void sxb_metric(sxb_record_t *r, const char *key, double value)
+{
+    if (r->nmetrics < SXB_MAX_METRICS)
+        r->m[r->nmetrics++] = (sxb_metric_t){key, value};
+}
+
+void sxb_record_add(const sxb_record_t *r)
+{
+    if (g_nrecords == g_cap_records) {
+        size_t cap = g_cap_records ? 2 * g_cap_records : 16;
+        sxb_record_t *p = realloc(g_records, cap * sizeof(*p));
+        if (p == NULL)
+            return; /* the figure is lost from the JSON; the table has it */
+        g_records = p;
+        g_cap_records = cap;
+    }
+    g_records[g_nrecords++] = *r;
+}
+
+void sxb_counters_add(const char *bench, const char *label, const uint64_t rank0[SXB_NCOUNTERS],
+                      const uint64_t rank1[SXB_NCOUNTERS])
+{
+    if (g_ncounters == g_cap_counters) {
+        size_t cap = g_cap_counters ? 2 * g_cap_counters : 8;
+        sxb_counters_t *p = realloc(g_counters, cap * sizeof(*p));
+        if (p == NULL)
+            return;
+        g_counters = p;
+        g_cap_counters = cap;
+    }
+    sxb_counters_t *c = &g_counters[g_ncounters++];
+    c->bench = bench;
+    snprintf(c->label, sizeof(c->label), "%s", label);
+    memcpy(c->v[0], rank0, sizeof(c->v[0]));
+    memcpy(c->v[1], rank1, sizeof(c->v[1]));
+}
+
+size_t sxb_counters_count(void)
+{
+    return g_ncounters;
+}
+
+void sxb_counters_print(size_t first)
+{
+    char head[64];
+
+    if (first >= g_ncounters)
+        return;
+    printf("\n# engine counters at the end of each session (rank 0 sends, rank 1 receives)\n");
+    printf("%-20s", "counter");
+    for (size_t i = first; i < g_ncounters; i++) {
+        for (int rank = 0; rank < 2; rank++) {
+            snprintf(head, sizeof(head), "%s/r%d", g_counters[i].label, rank);
+            printf(" %14s", head);
+        }
+    }
+    printf("\n");
+    for (int k = 0; k < SXB_NCOUNTERS; k++) {
+        printf("%-20s", sxb_counter_names[k]);
+        for (size_t i = first; i < g_ncounters; i++) {
+            for (int rank = 0; rank < 2; rank++) {
+                uint64_t v = g_counters[i].v[rank][k];
+                if (v == UINT64_MAX)
+                    printf(" %14s", "n/a");
+                else
+                    printf(" %14llu", (unsigned long long)v);
+            }
+        }
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static void sxb_json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}
+
+static void sxb_json_num(FILE *out, double v)
+{
+    /* JSON has no NaN or infinity. */
+    if (!isfinite(v))
+        fputs("null", out);
+    else if (v == floor(v) && fabs(v) < 1e15)
+        fprintf(out, "%.0f", v);
+    else
+        fprintf(out, "%.6g", v);
+}
+
+/* A parameter's value as the engines see it: environment, else default.
+ * (sx_bench sets no parameter itself except FAULT in `loss`.) */
+static const char *sxb_param_value(const sx_param_info_t *pi)
+{
+    char env[96];
+    snprintf(env, sizeof(env), "SX_%s", pi->name);
+    const char *v = getenv(env);
+    return v != NULL ? v : pi->default_value;
+}
+
+static void sxb_print_json(const struct utsname *un, long cores, const char *version, double load1)
+{
+    FILE *out = stdout;
+
+    fputs("{\"machine\":{\"host\":", out);
+    sxb_json_str(out, un->nodename);
+    fprintf(out, ",\"cores\":%ld,\"kernel\":", cores);
+    sxb_json_str(out, un->release);
+    fputs(",\"arch\":", out);
+    sxb_json_str(out, un->machine);
+    /* Other work on the machine moves every figure; keep a hint of it. */
+    fputs(",\"load1\":", out);
+    sxb_json_num(out, load1);
+    fputs("},\"config\":{\"transport\":", out);
+    sxb_json_str(out, g_transport);
+    fputs(",\"mode\":", out);
+    sxb_json_str(out, g_mode);
+    fputs(",\"version\":", out);
+    sxb_json_str(out, version);
+    fputs(",\"params\":{", out);
+    for (size_t i = 0; i < sx_param_count(); i++) {
+        sx_param_info_t pi;
+        if (sx_param_info(i, &pi) != SX_OK)
+            continue;
+        fputs(i ? "," : "", out);
+        sxb_json_str(out, pi.name);
+        fputc(':', out);
+        sxb_json_str(out, sxb_param_value(&pi));
+    }
+    fputs("}},\"results\":[", out);
+    for (size_t i = 0; i < g_nrecords; i++) {
+        const sxb_record_t *r = &g_records[i];
+        fprintf(out, "%s{\"bench\":", i ? "," : "");
+        sxb_json_str(out, r->bench);
+        fputs(",\"mode\":", out);
+        sxb_json_str(out, r->mode);
+        fputs(",\"transport\":", out);
+        sxb_json_str(out, g_transport);
+        fprintf(out, ",\"threads\":%u,\"size\":%llu", r->threads, (unsigned long long)r->size);
+        for (unsigned k = 0; k < r->nmetrics; k++) {
+            fprintf(out, ",\"%s\":", r->m[k].key);
+            sxb_json_num(out, r->m[k].value);
+        }
+        fputc('}', out);
+    }
+    fputs("],\"counters\":[", out);
+    for (size_t i = 0; i < g_ncounters; i++) {
+        for (int rank = 0; rank < 2; rank++) {
+            const sxb_counters_t *c = &g_counters[i];
+            fprintf(out, "%s{\"bench\":", (i || rank) ? "," : "");
+            sxb_json_str(out, c->bench);
+            fputs(",\"label\":", out);
+            sxb_json_str(out, c->label);
+            fprintf(out, ",\"rank\":%d", rank);
+            for (int k = 0; k < SXB_NCOUNTERS; k++) {
+                if (c->v[rank][k] != UINT64_MAX)
+                    fprintf(out, ",\"%s\":%llu", sxb_counter_names[k],
+                            (unsigned long long)c->v[rank][k]);
+            }
+            fputc('}', out);
+        }
+    }
+    fputs("]}\n", out);
+}
+
+/* ---- command line --------------------------------------------------------- */
+
+static int sxb_usage(void)
+{
+    fprintf(stderr, "usage: sx_bench <latency|floor|loss|rate> [--json] [--size N] [--iters N]\n"
+                    "                [--window N] [--seed N] [--no-bind]\n"
+                    "  latency  ping-pong half round trip (median, p99) and the raw-UDP floor\n"
+                    "  floor    raw-UDP ping-pong and one-way message rate only\n"
+                    "  rate     windowed message rate (default 8 B, window 64)\n"
+                    "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
+                    "  --iters  latency/floor: round trips per size; rate: messages;\n"
+                    "           loss: messages per loss rate (default: 64 MiB worth)\n"
+                    "  --no-bind  leave both ranks unpinned (default: one CPU each)\n");
+    return 2;
+}
+
+static int sxb_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *v_p)
+{
+    char *end = NULL;
+
+    if (text == NULL || text[0] == '-' || text[0] == '\0')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 0);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
+static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
+{
+    static const char *const cmds[] = {"latency", "floor", "loss", "rate"};
+    uint64_t v;
+
+    *o = (sxb_opts_t){.window = 64, .seed = 1, .bind = true};
+    if (argc < 2)
+        return -1;
+    size_t c = 0;
+    while (c < 4 && strcmp(argv[1], cmds[c]) != 0)
+        c++;
+    if (c == 4)
+        return -1;
+    o->cmd = (sxb_cmd_t)c;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = (i + 1 < argc) ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(a, "--no-bind") == 0) {
+            o->bind = false;
+        } else if (strcmp(a, "--size") == 0 && sxb_parse_u64(val, 0, 64ull << 20, &v) == 0) {
+            o->size = v;
+            o->size_set = true;
+            i++;
+        } else if (strcmp(a, "--iters") == 0 && sxb_parse_u64(val, 1, 1ull << 32, &v) == 0) {
+            o->iters = v;
+            o->iters_set = true;
+            i++;
+        } else if (strcmp(a, "--window") == 0 && sxb_parse_u64(val, 1, 1u << 20, &v) == 0) {
+            o->window = (unsigned)v;
+            i++;
+        } else if (strcmp(a, "--seed") == 0 && sxb_parse_u64(val, 0, UINT64_MAX, &v) == 0) {
+            o->seed = v;
+            i++;
+        } else {
+            fprintf(stderr, "sx_bench: bad argument '%s'%s%s\n", a, val ? " " : "", val ? val : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Pins the calling process to the rank-th CPU it may run on; a machine
+ * with a single CPU is left alone (both ranks then share it). */
+static void sxb_bind(int rank)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 2)
+        return;
+    int seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set) || seen++ != rank)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0)
+            sxb_fail("cannot pin to CPU %d: %s (running unpinned)", cpu, strerror(errno));
+        return;
+    }
+}
+
+static int sxb_run(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    switch (opts->cmd) {
+    case SXB_LATENCY:
+        return sxb_bench_latency(ctl, opts);
+    case SXB_FLOOR:
+        return sxb_bench_floor(ctl, opts);
+    case SXB_LOSS:
+        return sxb_bench_loss(ctl, opts);
+    case SXB_RATE:
+        return sxb_bench_rate(ctl, opts);
+    }
+    return -1;
+}
+
+/* Waits (bounded) for rank 1 to exit; kills it when it does not. */
+static int sxb_reap(pid_t child, bool kill_first)
+{
+    int status = 0;
+    uint64_t deadline = sxb_now_ns() + 10ull * 1000000000ull;
+
+    if (kill_first)
+        kill(child, SIGKILL);
+    for (;;) {
+        pid_t r = waitpid(child, &status, WNOHANG);
+        if (r == child)
+            break;
+        if (r < 0 && errno != EINTR)
+            return sxb_fail("waitpid: %s", strerror(errno));
+        if (sxb_now_ns() > deadline) {
+            sxb_fail("rank 1 did not exit; killing it");
+            kill(child, SIGKILL);
+            deadline = UINT64_MAX;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (kill_first)
+        return -1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (WIFSIGNALED(status))
+        return sxb_fail("rank 1 was killed by signal %d", WTERMSIG(status));
+    return sxb_fail("rank 1 exited with status %d", WEXITSTATUS(status));
+}
+
+int main(int argc, char **argv)
+{
+    sxb_opts_t opts;
+    int p2c[2], c2p[2];
+
+    if (sxb_parse_args(argc, argv, &opts) != 0)
+        return sxb_usage();
+    /* Writes to a dead rank's pipe must fail with EPIPE, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+    /* Installed before the fork so that an early death is never missed. */
+    struct sigaction sa = {.sa_handler = sxb_on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+    if (pipe(p2c) != 0 || pipe(c2p) != 0) {
+        perror("sx_bench: pipe");
+        return 1;
+    }
+    fflush(NULL);
+    g_parent_pid = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("sx_bench: fork");
+        return 1;
+    }
+    sxb_ctl_t ctl;
+    if (pid == 0) {
+        /* Rank 1 dies with rank 0, also when rank 0 is killed outright. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != g_parent_pid)
+            _exit(1);
+        signal(SIGCHLD, SIG_DFL);
+        g_rank = 1;
+        close(p2c[1]);
+        close(c2p[0]);
+        ctl = (sxb_ctl_t){.rank = 1, .rfd = p2c[0], .wfd = c2p[1], .child = 0};
+    } else {
+        close(p2c[0]);
+        close(c2p[1]);
+        g_child_pid = pid;
+        ctl = (sxb_ctl_t){.rank = 0, .rfd = c2p[0], .wfd = p2c[1], .child = pid};
+    }
+    fcntl(ctl.rfd, F_SETFL, fcntl(ctl.rfd, F_GETFL) | O_NONBLOCK);
+    signal(SIGALRM, sxb_on_sigalrm);
+    alarm(SXB_RUN_LIMIT_S);
+    if (opts.bind)
+        sxb_bind(ctl.rank);
+
+    const char *mode = getenv("SX_THREAD_MODE");
+    const char *tl = getenv("SX_TRANSPORT");
+    g_mode = (mode != NULL && *mode) ? mode : "sharded";
+    g_transport = (tl != NULL && *tl) ? tl : "udp";
+
+    struct utsname un;
+    sx_build_info_t bi;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (uname(&un) != 0)
+        memset(&un, 0, sizeof(un));
+    if (sx_build_info(&bi) != SX_OK)
+        bi = (sx_build_info_t){.version = "unknown", .build_type = "unknown"};
+    double load[1] = {NAN};
+    (void)getloadavg(load, 1);
+    if (sxb_human(&ctl, &opts)) {
+        static const char *const names[] = {"latency", "floor", "loss", "rate"};
+        printf("# sx_bench %s: shardx %s (%s), %s transport, %s mode, 1 thread per rank%s\n",
+               names[opts.cmd], bi.version, bi.build_type, g_transport, g_mode,
+               opts.bind ? ", ranks pinned to CPUs" : "");
+        printf("# host %s, %ld cores, %s %s %s, load average %.2f at start\n", un.nodename, cores,
+               un.sysname, un.release, un.machine, load[0]);
+        fflush(stdout);
+    }
+
+    int rc = sxb_run(&ctl, &opts);
+    if (ctl.rank == 1) {
+        /* Rank 0 reaps us; a failure here already printed its reason. */
+        fflush(NULL);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    rc = sxb_reap(pid, rc != 0) == 0 ? rc : -1;
+    if (rc == 0 && opts.json)
+        sxb_print_json(&un, cores, bi.version, load[0]);
+    free(g_records);
+    free(g_counters);
+    return rc == 0 ? 0 : 1;
+}

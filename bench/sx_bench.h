@@ -1,0 +1,162 @@
+/*
+ * sx_bench: shared declarations of the benchmark driver (sx_bench.c), the
+ * raw-UDP floor (sx_bench_udp.c) and the shardx benchmarks
+ * (sx_bench_am.c).
+ *
+ * Two processes take part: rank 0 (the parent, which prints) and rank 1
+ * (a child it forks before anything else runs). They talk over a pair of
+ * pipes, the control channel, for business cards, UDP ports, barriers and
+ * the figures rank 1 measured. Every wait is bounded by SXB_WAIT_LIMIT_NS
+ * and watches for the other process's death, so a crash or a hang on one
+ * side turns into an error on the other instead of a stuck pair.
+ */
+#ifndef SX_BENCH_H
+#define SX_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+/* A hang detector only: no benchmark step is meant to come near it. */
+#define SXB_WAIT_LIMIT_NS (120ull * 1000000000ull)
+/* The whole run, as a last resort when a step blocks somewhere unexpected. */
+#define SXB_RUN_LIMIT_S 1800u
+
+/* Largest payload of one raw UDP datagram the floor uses (as shardx's udp
+ * transport does on loopback). */
+#define SXB_UDP_MAX 65000u
+
+typedef enum sxb_cmd { SXB_LATENCY, SXB_FLOOR, SXB_LOSS, SXB_RATE } sxb_cmd_t;
+
+typedef struct sxb_opts {
+    sxb_cmd_t cmd;
+    bool json;
+    bool size_set;
+    bool iters_set;
+    bool bind; /* pin rank r to the r-th CPU of the inherited affinity mask */
+    size_t size;
+    uint64_t iters;
+    unsigned window;
+    uint64_t seed; /* fault-injection seed for `loss` */
+} sxb_opts_t;
+
+/* The control channel to the other rank. */
+typedef struct sxb_ctl {
+    int rank;
+    int rfd;     /* nonblocking */
+    int wfd;     /* blocking; only small messages are written */
+    pid_t child; /* rank 0: rank 1's pid */
+} sxb_ctl_t;
+
+/* Called while a control-channel read waits, e.g. to keep an engine
+ * progressing; returns 0, or -1 to abandon the wait. */
+typedef int (*sxb_idle_fn)(void *arg);
+
+/* ---- result records (rank 0) ---------------------------------------------- */
+
+#define SXB_MAX_METRICS 12
+
+typedef struct sxb_metric {
+    const char *key; /* static string */
+    double value;
+} sxb_metric_t;
+
+typedef struct sxb_record {
+    const char *bench; /* static strings */
+    const char *mode;
+    unsigned threads;
+    uint64_t size;
+    unsigned nmetrics;
+    sxb_metric_t m[SXB_MAX_METRICS];
+} sxb_record_t;
+
+/* Starts a record; add metrics with sxb_metric(), then sxb_record_add(). */
+sxb_record_t sxb_record(const char *bench, const char *mode, uint64_t size);
+void sxb_metric(sxb_record_t *r, const char *key, double value);
+void sxb_record_add(const sxb_record_t *r);
+
+/* Engine counters read at the end of an engine session, both ranks. */
+enum { SXB_NCOUNTERS = 14 };
+
+/* Their names, as sx_stats_value() knows them; defined in sx_bench.c with
+ * exactly SXB_NCOUNTERS entries (the compiler checks the two agree). */
+extern const char *const sxb_counter_names[SXB_NCOUNTERS];
+
+/* Records the counters of one session (label: what ran, e.g. "loss=0.01");
+ * UINT64_MAX marks a counter the engine does not have. */
+void sxb_counters_add(const char *bench, const char *label, const uint64_t rank0[SXB_NCOUNTERS],
+                      const uint64_t rank1[SXB_NCOUNTERS]);
+/* How many sessions' counters are recorded so far. */
+size_t sxb_counters_count(void);
+/* Prints the counters of sessions @p first .. the last as a table, one row
+ * per counter and one column per session and rank. */
+void sxb_counters_print(size_t first);
+
+/* ---- helpers (sx_bench.c) ------------------------------------------------- */
+
+static inline uint64_t sxb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Human output goes to stdout on rank 0 unless --json. */
+bool sxb_human(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+
+/* Prints "sx_bench[rank R]: ..." to stderr; returns -1 for `return sxb_fail(...)`. */
+int sxb_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* 0 while the other rank may still be alive and @p deadline_ns is ahead;
+ * otherwise prints why (naming @p what) and returns -1. Cheap enough for
+ * busy loops that call it every few thousand spins. */
+int sxb_check(const sxb_ctl_t *ctl, uint64_t deadline_ns, const char *what);
+
+int sxb_ctl_write(const sxb_ctl_t *ctl, const void *buf, size_t len);
+/* Reads exactly @p len bytes, calling @p idle (if not NULL) while none
+ * are there; bounded by SXB_WAIT_LIMIT_NS. */
+int sxb_ctl_read(const sxb_ctl_t *ctl, void *buf, size_t len, sxb_idle_fn idle, void *arg);
+/* Both ranks pass it before either goes on. */
+int sxb_ctl_barrier(const sxb_ctl_t *ctl, sxb_idle_fn idle, void *arg);
+
+/* Sorts @p v and returns its median and p-th quantile (nearest rank). */
+void sxb_quantiles(uint64_t *v, size_t n, double p, uint64_t *median_p, uint64_t *pq_p);
+
+/* Latency sizes: --size, or the default ladder. Returns the count. */
+size_t sxb_latency_sizes(const sxb_opts_t *opts, size_t *sizes, size_t max);
+/* Round trips measured for @p size (after a warm-up of a tenth). */
+uint64_t sxb_latency_iters(const sxb_opts_t *opts, size_t size);
+
+/* ---- raw-UDP floor (sx_bench_udp.c) --------------------------------------- */
+
+typedef struct sxb_udp {
+    int fd;
+    uint8_t *buf; /* SXB_UDP_MAX bytes */
+} sxb_udp_t;
+
+/* Opens a nonblocking socket on 127.0.0.1 and connects it to the other
+ * rank's (ports go over the control channel). */
+int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u);
+void sxb_udp_close(sxb_udp_t *u);
+
+/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). */
+int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t warmup,
+                     uint64_t iters, uint64_t *rtt_ns);
+
+/* One-way stream of @p count datagrams of @p size bytes, rank 0 to rank 1,
+ * one send() each; rank 0 gets the rates (received / first-to-last receive
+ * time, sent / send time) and the fraction lost. Pointers may be NULL. */
+int sxb_udp_rate(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t count, double *rx_rate_p,
+                 double *tx_rate_p, double *loss_p);
+
+int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+
+/* ---- shardx benchmarks (sx_bench_am.c) ------------------------------------ */
+
+int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+
+#endif /* SX_BENCH_H */

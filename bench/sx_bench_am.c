@@ -1,0 +1,637 @@
+/*
+ * The shardx benchmarks: latency (ping-pong), rate (windowed stream of
+ * small messages) and loss (goodput under injected loss).
+ *
+ * Each rank runs one engine with its thread bound to shard 0 and drives it
+ * by calling sx_progress() in a busy loop; handlers and completions run
+ * inside those calls, on the same thread, so the counters they bump need
+ * no atomics. An engine "session" is: create, exchange business cards over
+ * the control channel, add the peer, run, drain every completion, barrier,
+ * read the counters, barrier, destroy. Waiting on the control channel
+ * keeps progressing the engine, because the other rank may be waiting for
+ * an ACK that only our progress sends.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <shardx.h>
+
+#include "sx_bench.h"
+
+#define SXB_TAG      42
+#define SXB_CARD_MAX 65536u
+
+typedef struct sxb_am sxb_am_t;
+
+/* One outstanding timed send: its start time and where its latency goes. */
+typedef struct sxb_slot {
+    sxb_am_t *am;
+    uint64_t start_ns;
+    uint64_t index;
+} sxb_slot_t;
+
+struct sxb_am {
+    const sxb_ctl_t *ctl;
+    sx_engine_h engine;
+    sx_peer_h peer;
+    int peer_status; /* set by the error callback */
+    /* Receive side, written by the handler. */
+    uint64_t rx_count;
+    uint64_t rx_bytes;
+    uint64_t rx_expect; /* rx_last_ns is taken when rx_count reaches it */
+    uint64_t rx_first_ns, rx_last_ns;
+    size_t rx_last_len;
+    /* Send side, written by completions. */
+    uint64_t tx_posted, tx_done, tx_errors;
+    int tx_first_error;
+    /* Timed sends (loss): slots, a stack of free ones, latencies by index. */
+    sxb_slot_t *slots;
+    sxb_slot_t **free_slots;
+    unsigned nfree;
+    uint64_t *lat_ns;
+};
+
+/* What rank 1 reports of a stream it received. */
+typedef struct sxb_rx_report {
+    uint64_t count, bytes;
+    uint64_t first_ns, last_ns;
+} sxb_rx_report_t;
+
+static void sxb_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    sxb_am_t *am = arg;
+    (void)peer_id;
+    (void)tag;
+    (void)data;
+    /* Two clock reads per stream, not one per message: at millions of
+     * messages per second the clock would show in the figure. */
+    if (++am->rx_count == 1)
+        am->rx_first_ns = sxb_now_ns();
+    if (am->rx_count == am->rx_expect)
+        am->rx_last_ns = sxb_now_ns();
+    am->rx_bytes += len;
+    am->rx_last_len = len;
+}
+
+static void sxb_note_status(sxb_am_t *am, int status)
+{
+    if (status != SX_OK && am->tx_errors++ == 0)
+        am->tx_first_error = status;
+}
+
+static void sxb_on_done(void *ctx, int status)
+{
+    sxb_am_t *am = ctx;
+    sxb_note_status(am, status);
+    am->tx_done++;
+}
+
+static void sxb_on_done_timed(void *ctx, int status)
+{
+    sxb_slot_t *s = ctx;
+    sxb_am_t *am = s->am;
+    am->lat_ns[s->index] = sxb_now_ns() - s->start_ns;
+    am->free_slots[am->nfree++] = s;
+    sxb_note_status(am, status);
+    am->tx_done++;
+}
+
+static void sxb_on_error(void *arg, uint64_t peer_id, int status)
+{
+    sxb_am_t *am = arg;
+    (void)peer_id;
+    am->peer_status = status;
+}
+
+/* One progress pass with error checks; the control channel's idle hook. */
+static int sxb_am_poll(void *arg)
+{
+    sxb_am_t *am = arg;
+    int rc = sx_progress(am->engine);
+    if (rc < 0)
+        return sxb_fail("sx_progress: %s", sx_strerror(rc));
+    if (am->peer_status != SX_OK)
+        return sxb_fail("peer failed: %s", sx_strerror(am->peer_status));
+    if (am->tx_errors != 0)
+        return sxb_fail("%llu sends completed with an error, the first: %s",
+                        (unsigned long long)am->tx_errors, sx_strerror(am->tx_first_error));
+    return 0;
+}
+
+/*
+ * A hang detector for busy loops: fails once @p progress has not moved for
+ * SXB_WAIT_LIMIT_NS (so a long but moving stream under heavy loss is not
+ * cut short) or the other rank died. The clock is read only every 1024
+ * calls: short waits cost no clock reads at all.
+ */
+typedef struct sxb_stall {
+    uint64_t seen, deadline;
+    unsigned spins;
+} sxb_stall_t;
+
+static int sxb_stall_check(const sxb_ctl_t *ctl, sxb_stall_t *st, uint64_t progress,
+                           const char *what)
+{
+    if ((++st->spins & 1023) != 0)
+        return 0;
+    if (st->deadline == 0 || progress != st->seen) {
+        st->seen = progress;
+        st->deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
+        return 0;
+    }
+    return sxb_check(ctl, st->deadline, what);
+}
+
+/* Progresses until *counter reaches target. */
+static int sxb_am_wait(sxb_am_t *am, const uint64_t *counter, uint64_t target, const char *what)
+{
+    sxb_stall_t st = {0};
+
+    while (*counter < target) {
+        if (sxb_am_poll(am) != 0 || sxb_stall_check(am->ctl, &st, *counter, what) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int sxb_am_send(sxb_am_t *am, const uint8_t *buf, size_t size, sx_complete_cb_t cb,
+                       void *ctx)
+{
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = size};
+    int rc = sx_send(am->peer, SXB_TAG, size ? &iov : NULL, size ? 1 : 0, cb, ctx);
+    if (rc != SX_INPROGRESS)
+        return sxb_fail("sx_send of %zu bytes: %s", size, sx_strerror(rc));
+    am->tx_posted++;
+    return 0;
+}
+
+/*
+ * Waits until every send of ours has completed, then for the other rank
+ * to get there too. The barrier keeps progressing: the other rank's last
+ * completions need our ACKs, which a rank that stopped progressing (say,
+ * to run the raw-UDP floor) would hold back until it timed out.
+ */
+static int sxb_am_drain(sxb_am_t *am)
+{
+    if (sxb_am_wait(am, &am->tx_done, am->tx_posted, "our last completions") != 0)
+        return -1;
+    return sxb_ctl_barrier(am->ctl, sxb_am_poll, am);
+}
+
+static void sxb_counters_read(sx_engine_h e, uint64_t v[SXB_NCOUNTERS])
+{
+    for (int k = 0; k < SXB_NCOUNTERS; k++) {
+        if (sx_stats_value(e, sxb_counter_names[k], &v[k]) != SX_OK)
+            v[k] = UINT64_MAX;
+    }
+}
+
+static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault)
+{
+    sx_config_kv_t kv[1];
+    size_t nkv = 0;
+    uint8_t *card = NULL, *peer_card = NULL;
+    size_t len = 0;
+    uint32_t len32, peer_len = 0;
+    int rc;
+
+    memset(am, 0, sizeof(*am));
+    am->ctl = ctl;
+    if (fault != NULL)
+        kv[nkv++] = (sx_config_kv_t){.name = "FAULT", .value = fault};
+    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME,
+                                 .name = ctl->rank == 0 ? "bench-rank0" : "bench-rank1"};
+    if (nkv > 0) {
+        params.field_mask |= SX_ENGINE_PARAM_CONFIG;
+        params.config = kv;
+        params.config_count = nkv;
+    }
+    rc = sx_engine_create(&params, &am->engine);
+    if (rc != SX_OK)
+        return sxb_fail("sx_engine_create: %s", sx_strerror(rc));
+    if ((rc = sx_thread_bind(am->engine, 0)) != SX_OK ||
+        (rc = sx_am_register(am->engine, SXB_TAG, sxb_on_am, am)) != SX_OK ||
+        (rc = sx_error_register(am->engine, sxb_on_error, am)) != SX_OK) {
+        sxb_fail("engine set-up: %s", sx_strerror(rc));
+        goto fail;
+    }
+    rc = sx_engine_address(am->engine, NULL, &len);
+    if (rc != SX_ERR_TRUNCATED || len == 0 || len > SXB_CARD_MAX || (card = malloc(len)) == NULL ||
+        (rc = sx_engine_address(am->engine, card, &len)) != SX_OK) {
+        sxb_fail("sx_engine_address: %s (%zu bytes)", sx_strerror(rc), len);
+        goto fail;
+    }
+    len32 = (uint32_t)len;
+    if (sxb_ctl_write(ctl, &len32, sizeof(len32)) != 0 || sxb_ctl_write(ctl, card, len) != 0 ||
+        sxb_ctl_read(ctl, &peer_len, sizeof(peer_len), NULL, NULL) != 0)
+        goto fail;
+    if (peer_len == 0 || peer_len > SXB_CARD_MAX || (peer_card = malloc(peer_len)) == NULL) {
+        sxb_fail("bad business card length %u from the other rank", peer_len);
+        goto fail;
+    }
+    if (sxb_ctl_read(ctl, peer_card, peer_len, NULL, NULL) != 0)
+        goto fail;
+    rc = sx_peer_add(am->engine, (uint64_t)(1 - ctl->rank), peer_card, peer_len, &am->peer);
+    if (rc != SX_OK) {
+        sxb_fail("sx_peer_add: %s", sx_strerror(rc));
+        goto fail;
+    }
+    free(card);
+    free(peer_card);
+    return 0;
+fail:
+    free(card);
+    free(peer_card);
+    sx_engine_destroy(am->engine);
+    am->engine = NULL;
+    return -1;
+}
+
+/* Ends a session: after the drain neither rank owes the other anything,
+ * so the counters are final. The last barrier keeps a rank from destroying
+ * its engine while the other may still need it to progress. */
+static int sxb_am_close(sxb_am_t *am, const char *bench, const char *label, bool ok)
+{
+    uint64_t mine[SXB_NCOUNTERS], theirs[SXB_NCOUNTERS];
+    int rc = ok ? 0 : -1;
+
+    if (rc == 0)
+        rc = sxb_am_drain(am);
+    if (rc == 0) {
+        sxb_counters_read(am->engine, mine);
+        if (am->ctl->rank == 1) {
+            rc = sxb_ctl_write(am->ctl, mine, sizeof(mine));
+        } else {
+            rc = sxb_ctl_read(am->ctl, theirs, sizeof(theirs), sxb_am_poll, am);
+            if (rc == 0)
+                sxb_counters_add(bench, label, mine, theirs);
+        }
+    }
+    if (rc == 0)
+        rc = sxb_ctl_barrier(am->ctl, sxb_am_poll, am);
+    sx_engine_destroy(am->engine);
+    am->engine = NULL;
+    free(am->slots);
+    free(am->free_slots);
+    free(am->lat_ns);
+    am->slots = NULL;
+    am->free_slots = NULL;
+    am->lat_ns = NULL;
+    return rc;
+}
+
+static int sxb_timed_init(sxb_am_t *am, unsigned window, uint64_t count)
+{
+    am->slots = calloc(window, sizeof(*am->slots));
+    am->free_slots = calloc(window, sizeof(*am->free_slots));
+    am->lat_ns = calloc(count, sizeof(*am->lat_ns));
+    if (am->slots == NULL || am->free_slots == NULL || am->lat_ns == NULL)
+        return sxb_fail("out of memory for %llu latencies", (unsigned long long)count);
+    for (unsigned i = 0; i < window; i++) {
+        am->slots[i].am = am;
+        am->free_slots[i] = &am->slots[i];
+    }
+    am->nfree = window;
+    return 0;
+}
+
+/* Rank 0's side of a stream: @p count sends, at most @p window
+ * outstanding; with @p timed, each send's completion latency goes to
+ * am->lat_ns. Returns the time from the first send to the last completion. */
+static int sxb_stream_send(sxb_am_t *am, const uint8_t *buf, size_t size, uint64_t count,
+                           unsigned window, bool timed, uint64_t *elapsed_ns_p)
+{
+    uint64_t base = am->tx_done, posted = 0;
+    sxb_stall_t st = {0};
+    uint64_t t0 = sxb_now_ns();
+
+    while (am->tx_done - base < count) {
+        while (posted < count && posted - (am->tx_done - base) < window) {
+            int rc;
+            if (timed) {
+                sxb_slot_t *s = am->free_slots[--am->nfree];
+                s->index = posted;
+                s->start_ns = sxb_now_ns();
+                rc = sxb_am_send(am, buf, size, sxb_on_done_timed, s);
+            } else {
+                rc = sxb_am_send(am, buf, size, sxb_on_done, am);
+            }
+            if (rc != 0)
+                return -1;
+            posted++;
+        }
+        if (sxb_am_poll(am) != 0 ||
+            sxb_stall_check(am->ctl, &st, am->tx_done, "stream completions") != 0)
+            return -1;
+    }
+    *elapsed_ns_p = sxb_now_ns() - t0;
+    return 0;
+}
+
+/*
+ * One measured stream: rank 1 arms its counters, both pass a barrier,
+ * rank 0 sends, rank 1 waits for every message and reports what it saw.
+ * The barrier comes after the arming, so no message can arrive early.
+ */
+static int sxb_stream(sxb_am_t *am, const uint8_t *buf, size_t size, uint64_t count,
+                      unsigned window, bool timed, uint64_t *tx_ns_p, sxb_rx_report_t *rep)
+{
+    if (am->ctl->rank == 1) {
+        am->rx_count = am->rx_bytes = 0;
+        am->rx_first_ns = am->rx_last_ns = 0;
+        am->rx_expect = count;
+        if (sxb_ctl_barrier(am->ctl, sxb_am_poll, am) != 0 ||
+            sxb_am_wait(am, &am->rx_count, count, "stream deliveries") != 0)
+            return -1;
+        *rep = (sxb_rx_report_t){am->rx_count, am->rx_bytes, am->rx_first_ns, am->rx_last_ns};
+        return sxb_ctl_write(am->ctl, rep, sizeof(*rep));
+    }
+    if (sxb_ctl_barrier(am->ctl, sxb_am_poll, am) != 0 ||
+        sxb_stream_send(am, buf, size, count, window, timed, tx_ns_p) != 0 ||
+        sxb_ctl_read(am->ctl, rep, sizeof(*rep), sxb_am_poll, am) != 0)
+        return -1;
+    if (rep->count != count || rep->bytes != count * size)
+        return sxb_fail("rank 1 got %llu messages, %llu bytes; sent %llu of %zu bytes",
+                        (unsigned long long)rep->count, (unsigned long long)rep->bytes,
+                        (unsigned long long)count, size);
+    return 0;
+}
+
+static uint8_t *sxb_buffer(size_t size)
+{
+    uint8_t *b = malloc(size ? size : 1);
+    if (b != NULL)
+        memset(b, 0xa5, size ? size : 1);
+    else
+        sxb_fail("out of memory for a %zu-byte buffer", size);
+    return b;
+}
+
+static void sxb_print_counters(const sxb_ctl_t *ctl, const sxb_opts_t *opts, size_t first)
+{
+    if (sxb_human(ctl, opts))
+        sxb_counters_print(first);
+}
+
+/* ---- latency -------------------------------------------------------------- */
+
+/* shardx ping-pong of @p size bytes; rank 0 fills @p rtt_ns. */
+static int sxb_am_pingpong(sxb_am_t *am, const uint8_t *buf, size_t size, uint64_t warmup,
+                           uint64_t iters, uint64_t *rtt_ns)
+{
+    uint64_t base = am->rx_count;
+
+    if (sxb_ctl_barrier(am->ctl, sxb_am_poll, am) != 0)
+        return -1;
+    for (uint64_t i = 0; i < warmup + iters; i++) {
+        if (am->ctl->rank == 0) {
+            uint64_t t0 = sxb_now_ns();
+            if (sxb_am_send(am, buf, size, sxb_on_done, am) != 0 ||
+                sxb_am_wait(am, &am->rx_count, base + i + 1, "a pong") != 0)
+                return -1;
+            uint64_t t1 = sxb_now_ns();
+            if (i >= warmup)
+                rtt_ns[i - warmup] = t1 - t0;
+        } else if (sxb_am_wait(am, &am->rx_count, base + i + 1, "a ping") != 0 ||
+                   sxb_am_send(am, buf, am->rx_last_len, sxb_on_done, am) != 0) {
+            return -1;
+        }
+        if (am->rx_last_len != size)
+            return sxb_fail("got %zu bytes in a ping-pong of %zu", am->rx_last_len, size);
+    }
+    return sxb_am_drain(am);
+}
+
+int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    size_t sizes[16];
+    size_t nsizes = sxb_latency_sizes(opts, sizes, 16);
+    size_t max = 0;
+    sxb_udp_t u = {.fd = -1};
+    sxb_am_t am;
+    bool human = sxb_human(ctl, opts);
+    size_t first_counters = sxb_counters_count();
+    int rc = -1;
+
+    for (size_t s = 0; s < nsizes; s++)
+        max = sizes[s] > max ? sizes[s] : max;
+    uint8_t *buf = sxb_buffer(max);
+    if (buf == NULL || sxb_udp_open(ctl, &u) != 0) {
+        free(buf);
+        return -1;
+    }
+    if (sxb_am_open(&am, ctl, NULL) != 0) {
+        sxb_udp_close(&u);
+        free(buf);
+        return -1;
+    }
+    if (human)
+        printf("\n# ping-pong half round trip in us: shardx (sx_send) and the raw-UDP floor,\n"
+               "# interleaved size by size; ratio = shardx median / floor median\n"
+               "%9s %7s %10s %10s %10s %10s %7s\n",
+               "size", "iters", "sx_median", "sx_p99", "udp_median", "udp_p99", "ratio");
+    bool ok = true;
+    for (size_t s = 0; ok && s < nsizes; s++) {
+        size_t size = sizes[s];
+        uint64_t iters = sxb_latency_iters(opts, size);
+        uint64_t warmup = iters / 10 + 10;
+        uint64_t *rtt = calloc(iters, sizeof(*rtt));
+        uint64_t *floor_rtt = calloc(iters, sizeof(*floor_rtt));
+        bool has_floor = size <= SXB_UDP_MAX;
+        ok = rtt != NULL && floor_rtt != NULL &&
+             sxb_am_pingpong(&am, buf, size, warmup, iters, rtt) == 0 &&
+             (!has_floor || sxb_udp_pingpong(ctl, &u, size, warmup, iters, floor_rtt) == 0);
+        if (ok && ctl->rank == 0) {
+            uint64_t med, p99, fmed = 0, fp99 = 0;
+            sxb_quantiles(rtt, iters, 0.99, &med, &p99);
+            if (has_floor)
+                sxb_quantiles(floor_rtt, iters, 0.99, &fmed, &fp99);
+            double ratio = has_floor && fmed > 0 ? (double)med / (double)fmed : NAN;
+            sxb_record_t r = sxb_record("latency", NULL, size);
+            sxb_metric(&r, "half_rtt_us", (double)med / 2e3);
+            sxb_metric(&r, "p99_us", (double)p99 / 2e3);
+            if (has_floor)
+                sxb_metric(&r, "ratio_to_floor", ratio);
+            sxb_record_add(&r);
+            if (has_floor) {
+                r = sxb_record("floor", "raw", size);
+                sxb_metric(&r, "half_rtt_us", (double)fmed / 2e3);
+                sxb_metric(&r, "p99_us", (double)fp99 / 2e3);
+                sxb_record_add(&r);
+            }
+            if (human && has_floor)
+                printf("%9zu %7llu %10.2f %10.2f %10.2f %10.2f %7.2f\n", size,
+                       (unsigned long long)iters, (double)med / 2e3, (double)p99 / 2e3,
+                       (double)fmed / 2e3, (double)fp99 / 2e3, ratio);
+            else if (human)
+                printf("%9zu %7llu %10.2f %10.2f %10s %10s %7s\n", size, (unsigned long long)iters,
+                       (double)med / 2e3, (double)p99 / 2e3, "-", "-", "-");
+            fflush(stdout);
+        }
+        free(rtt);
+        free(floor_rtt);
+    }
+    rc = sxb_am_close(&am, "latency", "latency", ok);
+    sxb_udp_close(&u);
+    free(buf);
+    if (rc == 0)
+        sxb_print_counters(ctl, opts, first_counters);
+    return rc;
+}
+
+/* ---- rate ----------------------------------------------------------------- */
+
+int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    size_t size = opts->size_set ? opts->size : 8;
+    uint64_t count = opts->iters_set ? opts->iters : 300000;
+    uint64_t warmup = count / 10 < 1000 ? (count < 1000 ? count : 1000) : count / 10;
+    size_t first_counters = sxb_counters_count();
+    sxb_rx_report_t rep, warm_rep;
+    uint64_t tx_ns = 0, warm_tx_ns = 0;
+    sxb_am_t am;
+    int rc;
+
+    uint8_t *buf = sxb_buffer(size);
+    if (buf == NULL || sxb_am_open(&am, ctl, NULL) != 0) {
+        free(buf);
+        return -1;
+    }
+    bool ok =
+        sxb_stream(&am, buf, size, warmup, opts->window, false, &warm_tx_ns, &warm_rep) == 0 &&
+        sxb_stream(&am, buf, size, count, opts->window, false, &tx_ns, &rep) == 0;
+    char label[32];
+    snprintf(label, sizeof(label), "window=%u", opts->window);
+    rc = sxb_am_close(&am, "rate", label, ok);
+    free(buf);
+    if (rc != 0)
+        return -1;
+
+    /* The floor: the same number of raw datagrams, right after. */
+    double floor_rate = NAN;
+    if (size <= SXB_UDP_MAX) {
+        sxb_udp_t u = {.fd = -1};
+        if (sxb_udp_open(ctl, &u) != 0)
+            return -1;
+        rc = sxb_udp_rate(ctl, &u, size, count, &floor_rate, NULL, NULL);
+        sxb_udp_close(&u);
+        if (rc != 0)
+            return -1;
+    }
+    if (ctl->rank != 0)
+        return 0;
+    double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
+    double rx_rate = rx_s > 0 ? (double)(rep.count) / rx_s : NAN;
+    double tx_rate = (double)count / ((double)tx_ns / 1e9);
+    sxb_record_t r = sxb_record("rate", NULL, size);
+    sxb_metric(&r, "window", opts->window);
+    sxb_metric(&r, "msg_rate", rx_rate);
+    sxb_metric(&r, "msg_rate_sender", tx_rate);
+    sxb_metric(&r, "bw_MBps", rx_rate * (double)size / 1e6);
+    if (!isnan(floor_rate))
+        sxb_metric(&r, "ratio_to_floor", rx_rate / floor_rate);
+    sxb_record_add(&r);
+    if (sxb_human(ctl, opts)) {
+        printf("\n# message rate: %zu-byte sx_send, window %u, %llu messages after %llu of "
+               "warm-up\n"
+               "%9s %7s %10s %14s %14s %14s %7s\n"
+               "%9zu %7u %10llu %14.0f %14.0f %14.0f %7.3f\n",
+               size, opts->window, (unsigned long long)count, (unsigned long long)warmup, "size",
+               "window", "messages", "rx_msgs_per_s", "tx_msgs_per_s", "udp_rx_per_s", "ratio",
+               size, opts->window, (unsigned long long)count, rx_rate, tx_rate, floor_rate,
+               rx_rate / floor_rate);
+        printf("# rx: first to last delivery at rank 1; tx: first send to last completion at "
+               "rank 0;\n# udp: raw-UDP one-way floor, %llu datagrams, one send() each; "
+               "ratio = rx / udp\n",
+               (unsigned long long)count);
+    }
+    sxb_print_counters(ctl, opts, first_counters);
+    return 0;
+}
+
+/* ---- loss ----------------------------------------------------------------- */
+
+int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    static const double rates[] = {0, 0.001, 0.01, 0.05, 0.10};
+    size_t size = opts->size_set ? opts->size : 65536;
+    uint64_t count = opts->iters_set ? opts->iters : (64ull << 20) / (size ? size : 1);
+    uint64_t warmup = count < opts->window ? count : opts->window;
+    size_t first_counters = sxb_counters_count();
+    double lossless = NAN;
+    bool human = sxb_human(ctl, opts);
+
+    if (count == 0)
+        count = 1;
+    uint8_t *buf = sxb_buffer(size);
+    if (buf == NULL)
+        return -1;
+    if (human)
+        printf("\n# goodput under injected loss (FAULT on rank 0's engine, seed %llu): %llu "
+               "messages of %zu bytes, window %u;\n# MB/s = 10^6 bytes/s from the first send "
+               "to the last completion; latency = sx_send to completion\n"
+               "%7s %10s %9s %11s %11s %12s\n",
+               (unsigned long long)opts->seed, (unsigned long long)count, size, opts->window,
+               "loss_%", "MB_per_s", "goodput", "mean_us", "p99_us", "msgs_per_s");
+    for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+        char fault[64], label[32];
+        sxb_am_t am;
+        sxb_rx_report_t rep;
+        uint64_t tx_ns = 0, warm_ns = 0;
+
+        /* Loss is injected on rank 0's sends only: data is lost on the way
+         * out, ACKs on the way back are not. loss=0 still goes through the
+         * decorator, so the lossless baseline pays the same per-datagram
+         * cost as the lossy runs. */
+        snprintf(fault, sizeof(fault), "loss=%g,seed=%llu", rates[i],
+                 (unsigned long long)opts->seed);
+        snprintf(label, sizeof(label), "loss=%g", rates[i]);
+        if (sxb_am_open(&am, ctl, ctl->rank == 0 ? fault : NULL) != 0)
+            goto fail;
+        bool ok = true;
+        if (ctl->rank == 0)
+            ok = sxb_timed_init(&am, opts->window, count > warmup ? count : warmup) == 0;
+        ok = ok && sxb_stream(&am, buf, size, warmup, opts->window, true, &warm_ns, &rep) == 0 &&
+             sxb_stream(&am, buf, size, count, opts->window, true, &tx_ns, &rep) == 0;
+        uint64_t mean = 0, med = 0, p99 = 0;
+        if (ok && ctl->rank == 0) {
+            long double sum = 0;
+            for (uint64_t k = 0; k < count; k++)
+                sum += am.lat_ns[k];
+            mean = (uint64_t)(sum / count);
+            sxb_quantiles(am.lat_ns, count, 0.99, &med, &p99);
+        }
+        if (sxb_am_close(&am, "loss", label, ok) != 0)
+            goto fail;
+        if (ctl->rank != 0)
+            continue;
+        double secs = (double)tx_ns / 1e9;
+        double mbps = (double)count * (double)size / 1e6 / secs;
+        if (i == 0)
+            lossless = mbps;
+        sxb_record_t r = sxb_record("loss", NULL, size);
+        sxb_metric(&r, "loss", rates[i]);
+        sxb_metric(&r, "window", opts->window);
+        sxb_metric(&r, "bw_MBps", mbps);
+        sxb_metric(&r, "goodput_ratio", mbps / lossless);
+        sxb_metric(&r, "msg_rate", (double)count / secs);
+        sxb_metric(&r, "mean_us", (double)mean / 1e3);
+        sxb_metric(&r, "median_us", (double)med / 1e3);
+        sxb_metric(&r, "p99_us", (double)p99 / 1e3);
+        sxb_record_add(&r);
+        if (human) {
+            printf("%7.1f %10.1f %9.3f %11.1f %11.1f %12.0f\n", 100.0 * rates[i], mbps,
+                   mbps / lossless, (double)mean / 1e3, (double)p99 / 1e3, (double)count / secs);
+            fflush(stdout);
+        }
+    }
+    free(buf);
+    sxb_print_counters(ctl, opts, first_counters);
+    return 0;
+fail:
+    free(buf);
+    return -1;
+}

@@ -1,0 +1,312 @@
+/*
+ * The raw-UDP floor: what this machine's loopback does with two plain
+ * nonblocking UDP sockets, no reliability, no headers, busy-polling recv().
+ * Every shardx figure is reported as a ratio to it, measured in the same
+ * run, so a report stays meaningful on a noisy or slow machine.
+ *
+ * The sockets get the same buffer sizes shardx's udp transport asks for
+ * (16 MiB receive, 4 MiB send by default), so the floor and shardx differ
+ * in protocol work only, not in kernel settings.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sx_bench.h"
+
+#define SXB_UDP_RCVBUF (16 << 20)
+#define SXB_UDP_SNDBUF (4 << 20)
+
+/* A receiver decides the sender is done once the sender said so and then
+ * nothing arrived for this long: datagrams still queued are drained first. */
+#define SXB_UDP_QUIET_NS 20000000ull
+
+static void sxb_udp_bufsize(int fd, int force_opt, int opt, int bytes)
+{
+    /* SO_*BUFFORCE passes rmem_max/wmem_max when we may (CAP_NET_ADMIN). */
+    if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof(bytes)) != 0)
+        (void)setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes));
+}
+
+int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    uint16_t port, peer_port;
+
+    u->buf = malloc(SXB_UDP_MAX);
+    u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (u->buf == NULL || u->fd < 0) {
+        sxb_fail("raw UDP socket: %s", strerror(errno));
+        sxb_udp_close(u);
+        return -1;
+    }
+    memset(u->buf, 0x5a, SXB_UDP_MAX);
+    sxb_udp_bufsize(u->fd, SO_RCVBUFFORCE, SO_RCVBUF, SXB_UDP_RCVBUF);
+    sxb_udp_bufsize(u->fd, SO_SNDBUFFORCE, SO_SNDBUF, SXB_UDP_SNDBUF);
+    if (bind(u->fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(u->fd, (struct sockaddr *)&a, &alen) != 0) {
+        sxb_fail("raw UDP bind: %s", strerror(errno));
+        sxb_udp_close(u);
+        return -1;
+    }
+    port = a.sin_port;
+    if (sxb_ctl_write(ctl, &port, sizeof(port)) != 0 ||
+        sxb_ctl_read(ctl, &peer_port, sizeof(peer_port), NULL, NULL) != 0) {
+        sxb_udp_close(u);
+        return -1;
+    }
+    /* Connected, so send() needs no address and strangers' datagrams are
+     * filtered by the kernel. */
+    a.sin_port = peer_port;
+    if (connect(u->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        sxb_fail("raw UDP connect: %s", strerror(errno));
+        sxb_udp_close(u);
+        return -1;
+    }
+    return 0;
+}
+
+void sxb_udp_close(sxb_udp_t *u)
+{
+    if (u->fd >= 0)
+        close(u->fd);
+    u->fd = -1;
+    free(u->buf);
+    u->buf = NULL;
+}
+
+static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
+{
+    uint64_t deadline = 0;
+    unsigned spins = 0;
+
+    for (;;) {
+        if (send(u->fd, u->buf, len, 0) == (ssize_t)len)
+            return 0;
+        if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR)
+            return sxb_fail("raw UDP send of %zu bytes: %s", len, strerror(errno));
+        /* As in sxb_udp_recv: no clock read unless the wait gets long. */
+        if ((++spins & 4095) == 0) {
+            if (deadline == 0)
+                deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
+            else if (sxb_check(ctl, deadline, "room to send a raw UDP datagram") != 0)
+                return -1;
+        }
+    }
+}
+
+/* Busy-polls for one datagram; returns its length or -1. */
+static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u)
+{
+    uint64_t deadline = 0;
+    unsigned spins = 0;
+
+    for (;;) {
+        ssize_t n = recv(u->fd, u->buf, SXB_UDP_MAX, 0);
+        if (n >= 0)
+            return n;
+        if (errno != EAGAIN && errno != EINTR) {
+            sxb_fail("raw UDP recv: %s", strerror(errno));
+            return -1;
+        }
+        /* The clock is read only once the wait is long; a ping-pong
+         * round trip is a few microseconds. */
+        if ((++spins & 4095) == 0) {
+            if (deadline == 0)
+                deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
+            else if (sxb_check(ctl, deadline, "a raw UDP datagram (lost?)") != 0)
+                return -1;
+        }
+    }
+}
+
+int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t warmup,
+                     uint64_t iters, uint64_t *rtt_ns)
+{
+    if (size > SXB_UDP_MAX)
+        return sxb_fail("raw UDP ping-pong of %zu bytes: above %u", size, SXB_UDP_MAX);
+    if (sxb_ctl_barrier(ctl, NULL, NULL) != 0)
+        return -1;
+    for (uint64_t i = 0; i < warmup + iters; i++) {
+        if (ctl->rank == 0) {
+            uint64_t t0 = sxb_now_ns();
+            if (sxb_udp_send(ctl, u, size) != 0)
+                return -1;
+            ssize_t n = sxb_udp_recv(ctl, u);
+            uint64_t t1 = sxb_now_ns();
+            if (n < 0)
+                return -1;
+            if ((size_t)n != size)
+                return sxb_fail("raw UDP pong of %zd bytes, expected %zu", n, size);
+            if (i >= warmup)
+                rtt_ns[i - warmup] = t1 - t0;
+        } else {
+            ssize_t n = sxb_udp_recv(ctl, u);
+            if (n < 0 || sxb_udp_send(ctl, u, (size_t)n) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* What rank 1 saw of a one-way stream. */
+typedef struct sxb_udp_rx_report {
+    uint64_t received;
+    uint64_t first_ns, last_ns;
+} sxb_udp_rx_report_t;
+
+static int sxb_udp_blast(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t count,
+                         uint64_t *elapsed_ns_p)
+{
+    uint64_t t0 = sxb_now_ns();
+    for (uint64_t i = 0; i < count; i++) {
+        if (sxb_udp_send(ctl, u, size) != 0)
+            return -1;
+    }
+    *elapsed_ns_p = sxb_now_ns() - t0;
+    /* Tell the receiver how many went out, so it stops once drained. */
+    return sxb_ctl_write(ctl, &count, sizeof(count));
+}
+
+static int sxb_udp_count(const sxb_ctl_t *ctl, sxb_udp_t *u, sxb_udp_rx_report_t *rep)
+{
+    uint64_t deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
+    uint64_t sent = 0, quiet_since = 0;
+    bool done = false;
+    unsigned spins = 0;
+
+    *rep = (sxb_udp_rx_report_t){0};
+    for (;;) {
+        ssize_t n = recv(u->fd, u->buf, SXB_UDP_MAX, 0);
+        if (n >= 0) {
+            uint64_t now = sxb_now_ns();
+            if (rep->received++ == 0)
+                rep->first_ns = now;
+            rep->last_ns = now;
+            quiet_since = 0;
+            continue;
+        }
+        if (errno != EAGAIN && errno != EINTR)
+            return sxb_fail("raw UDP recv: %s", strerror(errno));
+        if ((++spins & 255) != 0)
+            continue;
+        if (!done) {
+            /* 8 bytes are below PIPE_BUF: the read gets all or nothing. */
+            ssize_t r = read(ctl->rfd, &sent, sizeof(sent));
+            if (r == (ssize_t)sizeof(sent))
+                done = true;
+            else if (r == 0)
+                return sxb_fail("the other rank closed the control channel (it exited)");
+        }
+        if (done) {
+            uint64_t now = sxb_now_ns();
+            if (rep->received >= sent)
+                break;
+            if (quiet_since == 0)
+                quiet_since = now;
+            else if (now - quiet_since > SXB_UDP_QUIET_NS)
+                break;
+        }
+        if (sxb_check(ctl, deadline, "the raw UDP stream") != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int sxb_udp_rate(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t count, double *rx_rate_p,
+                 double *tx_rate_p, double *loss_p)
+{
+    sxb_udp_rx_report_t rep;
+    uint64_t tx_ns = 0;
+
+    if (sxb_ctl_barrier(ctl, NULL, NULL) != 0)
+        return -1;
+    if (ctl->rank == 1) {
+        if (sxb_udp_count(ctl, u, &rep) != 0 || sxb_ctl_write(ctl, &rep, sizeof(rep)) != 0)
+            return -1;
+        return sxb_ctl_barrier(ctl, NULL, NULL);
+    }
+    if (sxb_udp_blast(ctl, u, size, count, &tx_ns) != 0 ||
+        sxb_ctl_read(ctl, &rep, sizeof(rep), NULL, NULL) != 0)
+        return -1;
+    double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
+    if (rx_rate_p != NULL)
+        *rx_rate_p = rx_s > 0 ? (double)rep.received / rx_s : 0;
+    if (tx_rate_p != NULL)
+        *tx_rate_p = (double)count / ((double)tx_ns / 1e9);
+    if (loss_p != NULL)
+        *loss_p = 1.0 - (double)rep.received / (double)count;
+    return sxb_ctl_barrier(ctl, NULL, NULL);
+}
+
+int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    size_t sizes[16];
+    size_t nsizes = sxb_latency_sizes(opts, sizes, 16);
+    sxb_udp_t u = {.fd = -1};
+    bool human = sxb_human(ctl, opts);
+    int rc = -1;
+
+    if (sxb_udp_open(ctl, &u) != 0)
+        return -1;
+    if (human)
+        printf("\n# raw-UDP ping-pong: two nonblocking sockets, busy-polling recv()\n"
+               "%9s %8s %12s %10s\n",
+               "size", "iters", "half_rtt_us", "p99_us");
+    for (size_t s = 0; s < nsizes; s++) {
+        if (sizes[s] > SXB_UDP_MAX)
+            continue;
+        uint64_t iters = sxb_latency_iters(opts, sizes[s]);
+        uint64_t *rtt = calloc(iters, sizeof(*rtt));
+        if (rtt == NULL) {
+            sxb_fail("out of memory");
+            goto out;
+        }
+        if (sxb_udp_pingpong(ctl, &u, sizes[s], iters / 10 + 10, iters, rtt) != 0) {
+            free(rtt);
+            goto out;
+        }
+        if (ctl->rank == 0) {
+            uint64_t med, p99;
+            sxb_quantiles(rtt, iters, 0.99, &med, &p99);
+            sxb_record_t r = sxb_record("floor", "raw", sizes[s]);
+            sxb_metric(&r, "half_rtt_us", (double)med / 2e3);
+            sxb_metric(&r, "p99_us", (double)p99 / 2e3);
+            sxb_record_add(&r);
+            if (human)
+                printf("%9zu %8llu %12.2f %10.2f\n", sizes[s], (unsigned long long)iters,
+                       (double)med / 2e3, (double)p99 / 2e3);
+        }
+        free(rtt);
+    }
+
+    /* One-way rate: one send() per datagram, as plain as it gets. */
+    size_t size = opts->size_set && opts->size <= SXB_UDP_MAX ? opts->size : 8;
+    uint64_t count = opts->iters_set ? opts->iters : 1000000;
+    double rx_rate = 0, tx_rate = 0, loss = 0;
+    if (sxb_udp_rate(ctl, &u, size, count, &rx_rate, &tx_rate, &loss) != 0)
+        goto out;
+    if (ctl->rank == 0) {
+        sxb_record_t r = sxb_record("floor_rate", "raw", size);
+        sxb_metric(&r, "msg_rate", rx_rate);
+        sxb_metric(&r, "msg_rate_sender", tx_rate);
+        sxb_metric(&r, "bw_MBps", rx_rate * (double)size / 1e6);
+        sxb_metric(&r, "loss", loss);
+        sxb_record_add(&r);
+        if (human)
+            printf("\n# raw-UDP one-way rate: %zu-byte datagrams, one send()/recv() each\n"
+                   "%10s %10s %8s %14s %14s\n%10llu %10.0f %8.3f %14.0f %14.0f\n",
+                   size, "sent", "received", "loss_%", "rx_msgs_per_s", "tx_msgs_per_s",
+                   (unsigned long long)count, (1.0 - loss) * (double)count, 100.0 * loss, rx_rate,
+                   tx_rate);
+    }
+    rc = 0;
+out:
+    sxb_udp_close(&u);
+    return rc;
+}
