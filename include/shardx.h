@@ -355,9 +355,11 @@ SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem);
 /**
  * Writes @p len bytes from @p src to the peer's address @p raddr in the
  * region of key @p key. Completes with SX_OK once the bytes are in place
- * at the target, or with SX_ERR_ACCESS (bad key, no write right, range
- * outside the region) having written nothing. @p src must stay valid until
- * the completion. Returns SX_INPROGRESS or an error (no completion).
+ * at the target, or, having written nothing, with SX_ERR_ACCESS (unknown
+ * or withdrawn key, no write right) or SX_ERR_OUT_OF_RANGE (the range is
+ * not inside the region); SX_ERR_AGAIN when SX_RMA_OUTSTANDING_MAX (4096)
+ * operations to that peer are already outstanding. @p src must stay valid
+ * until the completion. Returns SX_INPROGRESS or an error (no completion).
  */
 SX_API int sx_put(sx_peer_h peer, const void *src, size_t len, uint64_t raddr, sx_rkey_t key,
                   sx_complete_cb_t cb, void *ctx);

@@ -83,7 +83,13 @@ static void sx_rma_push_run(void *owner, sx_inbox_req_t *req)
         sx_op_complete(op, SX_ERR_NO_MEMORY);
         return;
     }
+    if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX) {
+        /* The target would refuse more: the caller retries later. */
+        sx_op_complete(op, SX_ERR_AGAIN);
+        return;
+    }
     op->op_id = c->next_op_id++;
+    c->rma_outstanding++;
     sx_chan_push_locked(c, op);
 }
 

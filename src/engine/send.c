@@ -84,7 +84,7 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
     sx_op_t *op = malloc(sizeof(*op));
     if (op == NULL)
         return SX_ERR_NO_MEMORY;
-    memset(op, 0, offsetof(sx_op_t, iov));
+    memset(op, 0, sizeof(*op));
     op->req.run = sx_op_push_run;
     op->peer = peer;
     op->tag = tag;

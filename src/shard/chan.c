@@ -65,6 +65,7 @@ void sx_op_complete(sx_op_t *op, int status)
 /* Queues an internal op (a response) and marks the channel ready. */
 static void chan_queue_internal(sx_chan_t *c, sx_op_t *op)
 {
+    c->resp_queued++;
     op_append(&c->sendq, &c->sendq_tail, op);
     chan_mark_ready(c);
 }
@@ -356,6 +357,40 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
 }
 
+static uint8_t *chan_mem_check_rcu(const sx_proto_t *p, const sx_wire_rma_t *r, unsigned need,
+                                   uint64_t len, int *status);
+
+/*
+ * Writes a GET answer's frame, reading the region now: the request left
+ * only key and range behind, so queued answers cost no memory, and a
+ * region withdrawn meanwhile turns into an error status instead of a read
+ * of memory the owner may have freed.
+ */
+static uint8_t *chan_write_region_frame(sx_chan_t *c, sx_op_t *op, sx_wire_frame_t *f, uint8_t *p,
+                                        uint32_t len)
+{
+    const sx_proto_t *proto = c->shard->proto;
+    const uint8_t *src = NULL;
+
+    sx_rcu_read_lock();
+    if (op->status == SX_OK && len > 0) {
+        sx_wire_rma_t r = {
+            .addr = op->raddr + op->off, .key = op->rkey, .op_addr = op->raddr, .op_len = op->len};
+        int st;
+        src = chan_mem_check_rcu(proto, &r, SX_MEM_REMOTE_READ, len, &st);
+        if (src == NULL)
+            op->status = st;
+    }
+    f->resp.status = op->status;
+    p += sx_wire_write_frame(p, f);
+    if (src != NULL)
+        memcpy(p, src, len);
+    else
+        memset(p, 0, len);
+    sx_rcu_read_unlock(proto->mem);
+    return p + len;
+}
+
 /* An op whose last frame is in a packet now waits for what completes it. */
 static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
 {
@@ -368,6 +403,7 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
         op_append(&c->rmaq, &c->rmaq_tail, op);
         break;
     default:
+        c->resp_queued--;
         free(op); /* a response: the packet holds a copy, nobody waits */
         break;
     }
@@ -407,9 +443,13 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
             f.resp.status = op->status;
             f.resp.offset = op->off;
         }
-        p += sx_wire_write_frame(p, &f);
-        op_copy(op, p, plan[i].len);
-        p += plan[i].len;
+        if (op->from_region) {
+            p = chan_write_region_frame(c, op, &f, p, plan[i].len);
+        } else {
+            p += sx_wire_write_frame(p, &f);
+            op_copy(op, p, plan[i].len);
+            p += plan[i].len;
+        }
         op->off += plan[i].len;
         op->started = 1;
         if (plan[i].last) {
@@ -931,6 +971,11 @@ static void chan_recv_put(sx_chan_t *c, const sx_wire_frame_t *f)
         c->put_status = status;
     if (!(f->flags & SX_FRAMEF_LAST))
         return;
+    if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
+        c->put_status = SX_OK;
+        chan_drop_frame(c, SX_DROP_NO_BUFFER); /* more than a conforming peer asks */
+        return;
+    }
     sx_op_t *resp = chan_new_resp(c, f->rma.op_id, c->put_status, 0);
     c->put_status = SX_OK;
     if (resp == NULL) {
@@ -943,28 +988,28 @@ static void chan_recv_put(sx_chan_t *c, const sx_wire_frame_t *f)
 static void chan_recv_get(sx_chan_t *c, const sx_wire_frame_t *f)
 {
     const sx_proto_t *p = c->shard->proto;
-    int status;
-    sx_op_t *resp;
+    int status = SX_ERR_OUT_OF_RANGE;
 
-    sx_rcu_read_lock();
-    const uint8_t *src = NULL;
-    if (f->rma.op_len > p->max_msg)
-        status = SX_ERR_OUT_OF_RANGE;
-    else
-        src = chan_mem_check_rcu(p, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
-    /* Copy now: once the read section ends the region may be withdrawn,
-     * and a response still queued must not read it afterwards. */
-    resp = chan_new_resp(c, f->rma.op_id, status, src != NULL ? f->rma.op_len : 0);
-    if (resp != NULL && src != NULL)
-        memcpy(resp->inline_data, src, f->rma.op_len);
-    sx_rcu_read_unlock(p->mem);
+    if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
+        chan_drop_frame(c, SX_DROP_NO_BUFFER); /* more than a conforming peer asks */
+        return;
+    }
+    if (f->rma.op_len <= p->max_msg) {
+        sx_rcu_read_lock();
+        (void)chan_mem_check_rcu(p, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
+        sx_rcu_read_unlock(p->mem);
+    }
+    sx_op_t *resp = chan_new_resp(c, f->rma.op_id, status, 0);
     if (resp == NULL) {
-        /* Too big to copy now: say so rather than go silent. */
-        resp = chan_new_resp(c, f->rma.op_id, SX_ERR_NO_MEMORY, 0);
-        if (resp == NULL) {
-            chan_drop_frame(c, SX_DROP_NO_BUFFER);
-            return;
-        }
+        chan_drop_frame(c, SX_DROP_NO_BUFFER);
+        return;
+    }
+    if (status == SX_OK) {
+        resp->from_region = true;
+        resp->iovcnt = 0;
+        resp->rkey = f->rma.key;
+        resp->raddr = f->rma.op_addr;
+        resp->len = f->rma.op_len;
     }
     chan_queue_internal(c, resp);
 }
@@ -1001,6 +1046,7 @@ static void chan_recv_resp(sx_chan_t *c, const sx_wire_frame_t *f)
         c->rmaq = op->next;
     if (c->rmaq_tail == op)
         c->rmaq_tail = prev;
+    c->rma_outstanding--;
     int status = op->status;
     if (status == SX_OK && op->kind == SX_OP_GET && op->got != op->len)
         status = SX_ERR_IO;

@@ -38,6 +38,11 @@
 #include "transports/transport.h"
 
 #define SX_OP_IOV_MAX 8
+/* Most PUT/GET a channel keeps outstanding, and most answers it queues for
+ * its peer: the cap that keeps a flood of requests from costing unbounded
+ * memory. A conforming initiator never exceeds it (sx_put/sx_get complete
+ * with SX_ERR_AGAIN beyond it), so the target may drop what exceeds it. */
+#define SX_RMA_OUTSTANDING_MAX 4096
 
 /* What an operation is. */
 typedef enum sx_op_kind {
@@ -68,6 +73,7 @@ typedef struct sx_op {
     uint32_t op_id;                  /* PUT, GET: the channel's id for it; RESP: the initiator's */
     int32_t status;                  /* GET: the first error seen; RESP: the status to report */
     uint8_t *dst;                    /* GET: where the data goes */
+    bool from_region;                /* RESP to a GET: data read from the region as it is sent */
     uint64_t got;                    /* GET: bytes arrived */
     sx_complete_cb_t cb;             /* NULL: nobody to tell (sendi, RESP) */
     void *ctx;
@@ -113,6 +119,8 @@ typedef struct sx_chan {
     sx_op_t *ackq, *ackq_tail;   /* fully sent, waiting for the cumulative ACK */
     sx_op_t *rmaq, *rmaq_tail;   /* PUT and GET sent, waiting for the target's answer */
     uint32_t next_op_id;
+    unsigned rma_outstanding;   /* our PUT and GET not yet answered */
+    unsigned resp_queued;       /* answers we owe the peer, not yet sent */
     sx_txpkt_t *rtx, *rtx_tail; /* packets to send again */
     uint32_t last_ack;
     unsigned dupacks;
