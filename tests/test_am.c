@@ -143,6 +143,37 @@ static void test_global_mode(void **state)
     send_sizes_cfg(sizes, 40, kv, 1);
 }
 
+/* The largest message SX_MAX_MSG_SIZE allows goes through; one byte more
+ * is refused at the call, with no completion. */
+static void test_maximum_size(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"MAX_MSG_SIZE", "1m"}};
+    pair_t p = pair_new_cfg(kv, 1);
+    ctx_t rx = {.rx = {0}}, tx = {0};
+    size_t max = 1u << 20;
+    uint8_t *buf = malloc(max + 1);
+
+    am_fill(buf, max, 0);
+    assert_int_equal(sx_am_register(p.b, 8, on_am, &rx), SX_OK);
+    struct iovec iov = {buf, max};
+    assert_int_equal(sx_send(p.a_to_b, 8, &iov, 1, on_done, &tx), SX_INPROGRESS);
+    iov.iov_len = max + 1;
+    assert_int_equal(sx_send(p.a_to_b, 8, &iov, 1, on_done, &tx), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_sendi(p.a_to_b, 8, &iov, 1), SX_ERR_INVALID_PARAM);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 1));
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(tx.completion_errors, 0);
+    for (int i = 0; i < 100; i++) {
+        sx_progress(p.a);
+        sx_progress(p.b);
+    }
+    assert_int_equal(tx.completions, 1); /* the refused send never completes */
+    free(buf);
+    pair_free(&p);
+}
+
 static void test_iovec_and_empty_iov(void **state)
 {
     (void)state;
@@ -346,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_small_messages),
         cmocka_unit_test(test_chunked_1B_to_8MiB),
         cmocka_unit_test(test_global_mode),
+        cmocka_unit_test(test_maximum_size),
         cmocka_unit_test(test_iovec_and_empty_iov),
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),
