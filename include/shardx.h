@@ -5,9 +5,26 @@
  * library is exported.
  *
  * Thread safety: every function in this header may be called from any
- * thread at any time, unless its comment says otherwise. Handles are
- * opaque. Output parameters come last, end in `_p`, and are written only
- * when the call returns SX_OK.
+ * thread at any time, unless its comment says otherwise (only
+ * sx_engine_destroy is exclusive). Handles are opaque. Output parameters
+ * come last, end in `_p`, and are written only when the call returns
+ * SX_OK.
+ *
+ * Threads and callbacks. Each calling thread has a home shard; its sends
+ * go through it, so one thread's messages to one peer (on one lane) arrive
+ * in order. A thread that finds its shard busy hands its request to the
+ * shard's inbox and returns at once; nothing in shardx waits on another
+ * thread. Callbacks (active-message handlers, completions, the error
+ * callback) run on whichever thread is working a shard at that moment:
+ * inside sx_progress, on a progress thread (SX_PROGRESS=thread), or inside
+ * a call that took the shard to submit work (sx_send, sx_sendi, sx_put,
+ * sx_get, sx_peer_remove), which also runs work other threads queued. A
+ * callback may call any function here except sx_engine_destroy: a send
+ * from a callback is queued on the shard and goes out before the shard is
+ * released, with no lock held and no recursion into one. In the global
+ * baseline (SX_THREAD_MODE=global) callbacks run under the global lock,
+ * which is recursive, so the same holds. Callbacks should be short: while
+ * one runs, its shard's other work waits.
  *
  * Parameter structs can grow: set `field_mask` to the fields you filled in;
  * fields whose bit is clear are ignored and take their defaults.
