@@ -83,6 +83,9 @@ static inline void sx_global_exit(struct sx_engine *e)
  *  the global lock). */
 void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *req);
 
+/** The inbox request that queues an operation (sx_op_t) on its channel. */
+void sx_op_push_run(void *owner, sx_inbox_req_t *req);
+
 /** Builds the card and the engine's own epoch; at creation. */
 int sx_engine_card_init(struct sx_engine *engine);
 

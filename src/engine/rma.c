@@ -72,27 +72,6 @@ SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem)
     return mem != NULL ? mem->entry.id : 0;
 }
 
-/* Runs on the home shard: the op gets its id on the channel and queues. */
-static void sx_rma_push_run(void *owner, sx_inbox_req_t *req)
-{
-    sx_shard_t *shard = owner;
-    sx_op_t *op = (sx_op_t *)req;
-    sx_chan_t *c = sx_chan_get_locked(shard, op->peer, op->lane);
-
-    if (c == NULL) {
-        sx_op_complete(op, SX_ERR_NO_MEMORY);
-        return;
-    }
-    if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX) {
-        /* The target would refuse more: the caller retries later. */
-        sx_op_complete(op, SX_ERR_AGAIN);
-        return;
-    }
-    op->op_id = c->next_op_id++;
-    c->rma_outstanding++;
-    sx_chan_push_locked(c, op);
-}
-
 static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, uint64_t raddr,
                         sx_rkey_t key, sx_complete_cb_t cb, void *ctx)
 {
@@ -113,7 +92,7 @@ static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, u
     sx_op_t *op = calloc(1, sizeof(*op));
     if (op == NULL)
         return SX_ERR_NO_MEMORY;
-    op->req.run = sx_rma_push_run;
+    op->req.run = sx_op_push_run;
     op->peer = peer;
     op->kind = kind;
     op->len = len;

@@ -16,7 +16,7 @@ void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
 }
 
 /* Runs on the home shard with its token: the op joins its channel. */
-static void sx_op_push_run(void *owner, sx_inbox_req_t *req)
+void sx_op_push_run(void *owner, sx_inbox_req_t *req)
 {
     sx_shard_t *shard = owner;
     sx_op_t *op = (sx_op_t *)req;

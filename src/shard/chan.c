@@ -206,6 +206,15 @@ void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
         sx_op_complete(op, failed);
         return;
     }
+    if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
+        if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX) {
+            /* The target would refuse more: the caller retries later. */
+            sx_op_complete(op, SX_ERR_AGAIN);
+            return;
+        }
+        op->op_id = c->next_op_id++;
+        c->rma_outstanding++;
+    }
     op_append(&c->sendq, &c->sendq_tail, op);
     chan_mark_ready(c);
 }
