@@ -1,8 +1,9 @@
 /*
  * sx_bench: shardx's benchmark tool (first version, issue 6).
  *
- *   sx_bench <latency|floor|loss|rate> [--json] [--size N] [--iters N] [--window N]
- *            [--seed N] [--no-bind]
+ *   sx_bench <latency|floor|loss|rate|mt> [--json] [--size N] [--iters N] [--window N]
+ *            [--seed N] [--no-bind] [--mode sharded|global|both] [--threads LIST]
+ *            [--oversubscribe]
  *
  * Until the sx_run launcher exists, sx_bench starts its own peer: it forks
  * once, before any engine or thread exists (a fork copies only the calling
@@ -13,7 +14,10 @@
  * Both ranks busy-poll, so each needs a core of its own: by default rank r
  * is pinned to the r-th CPU of the inherited affinity mask, as mpirun binds
  * two ranks to two cores, which also keeps the scheduler from migrating a
- * spinning process onto its peer's CPU in mid-measurement.
+ * spinning process onto its peer's CPU in mid-measurement. `mt` is the
+ * exception: it runs several threads per rank, each on a shard of its own,
+ * and an engine builds one shard per core of its process's cpuset, so a
+ * rank pinned to one CPU would have one shard; mt never pins.
  *
  * Output: a human table on stdout, or with --json one JSON object
  * {"machine", "config", "results", "counters"}; errors go to stderr.
@@ -411,15 +415,27 @@ static void sxb_print_json(const struct utsname *un, long cores, const char *ver
 
 static int sxb_usage(void)
 {
-    fprintf(stderr, "usage: sx_bench <latency|floor|loss|rate> [--json] [--size N] [--iters N]\n"
-                    "                [--window N] [--seed N] [--no-bind]\n"
+    fprintf(stderr, "usage: sx_bench <latency|floor|loss|rate|mt> [--json] [--size N] [--iters N]\n"
+                    "                [--window N] [--seed N] [--no-bind] [--mode M]\n"
+                    "                [--threads LIST] [--oversubscribe]\n"
                     "  latency  ping-pong half round trip (median, p99) and the raw-UDP floor\n"
                     "  floor    raw-UDP ping-pong and one-way message rate only\n"
                     "  rate     windowed message rate (default 8 B, window 64)\n"
                     "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
+                    "  mt       scaling: T sender threads on rank 0, T receiver threads on\n"
+                    "           rank 1, one shard and one lane each (default 8 B, window 64\n"
+                    "           per thread), sharded and global mode side by side\n"
                     "  --iters  latency/floor: round trips per size; rate: messages;\n"
-                    "           loss: messages per loss rate (default: 64 MiB worth)\n"
-                    "  --no-bind  leave both ranks unpinned (default: one CPU each)\n");
+                    "           loss: messages per loss rate (default: 64 MiB worth);\n"
+                    "           mt: messages per configuration, split over the threads\n"
+                    "           (default 300000)\n"
+                    "  --no-bind  leave both ranks unpinned (default: one CPU each; mt never\n"
+                    "           pins)\n"
+                    "  --mode   sharded|global (sets SX_THREAD_MODE); mt also takes both,\n"
+                    "           its default\n"
+                    "  --threads  mt: threads per rank, e.g. 1,2,4 (default 1, 2, 4, ...\n"
+                    "           and the number of online CPUs)\n"
+                    "  --oversubscribe  mt: allow more threads than online CPUs\n");
     return 2;
 }
 
@@ -437,18 +453,84 @@ static int sxb_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t 
     return 0;
 }
 
+/* "1,2,4": thread counts per rank for mt, 1 .. SXB_MT_MAX_THREADS each. */
+static int sxb_parse_threads(const char *text, sxb_opts_t *o)
+{
+    char buf[512];
+    char *save = NULL;
+    uint64_t v;
+
+    if (text == NULL || strlen(text) >= sizeof(buf))
+        return -1;
+    snprintf(buf, sizeof(buf), "%s", text);
+    o->nthreads = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        if (o->nthreads == SXB_MAX_THREAD_LIST ||
+            sxb_parse_u64(tok, 1, SXB_MT_MAX_THREADS, &v) != 0)
+            return -1;
+        o->threads[o->nthreads++] = (unsigned)v;
+    }
+    return o->nthreads > 0 ? 0 : -1;
+}
+
+static int sxb_parse_mode(const char *text, sxb_opts_t *o)
+{
+    if (text == NULL)
+        return -1;
+    if (strcmp(text, "sharded") == 0)
+        o->modes = SXB_MODE_SHARDED;
+    else if (strcmp(text, "global") == 0)
+        o->modes = SXB_MODE_GLOBAL;
+    else if (strcmp(text, "both") == 0)
+        o->modes = SXB_MODE_SHARDED | SXB_MODE_GLOBAL;
+    else
+        return -1;
+    return 0;
+}
+
+/* The checks that need the whole command line. */
+static int sxb_check_args(sxb_opts_t *o)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (o->cmd != SXB_MT) {
+        if (o->modes == (SXB_MODE_SHARDED | SXB_MODE_GLOBAL) || o->nthreads > 0 ||
+            o->oversubscribe) {
+            fprintf(stderr, "sx_bench: --mode both, --threads and --oversubscribe are for mt\n");
+            return -1;
+        }
+        /* The other benchmarks read the mode from the environment. */
+        if (o->modes != 0 &&
+            setenv("SX_THREAD_MODE", o->modes == SXB_MODE_GLOBAL ? "global" : "sharded", 1) != 0)
+            return -1;
+        return 0;
+    }
+    if (o->modes == 0)
+        o->modes = SXB_MODE_SHARDED | SXB_MODE_GLOBAL;
+    for (unsigned i = 0; i < o->nthreads; i++) {
+        if (!o->oversubscribe && cpus > 0 && o->threads[i] > (unsigned long)cpus) {
+            fprintf(stderr,
+                    "sx_bench: --threads %u is more than the %ld online CPUs; add "
+                    "--oversubscribe to run it anyway\n",
+                    o->threads[i], cpus);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
 {
-    static const char *const cmds[] = {"latency", "floor", "loss", "rate"};
+    static const char *const cmds[] = {"latency", "floor", "loss", "rate", "mt"};
     uint64_t v;
 
     *o = (sxb_opts_t){.window = 64, .seed = 1, .bind = true};
     if (argc < 2)
         return -1;
     size_t c = 0;
-    while (c < 4 && strcmp(argv[1], cmds[c]) != 0)
+    while (c < 5 && strcmp(argv[1], cmds[c]) != 0)
         c++;
-    if (c == 4)
+    if (c == 5)
         return -1;
     o->cmd = (sxb_cmd_t)c;
     for (int i = 2; i < argc; i++) {
@@ -458,6 +540,12 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             o->json = true;
         } else if (strcmp(a, "--no-bind") == 0) {
             o->bind = false;
+        } else if (strcmp(a, "--oversubscribe") == 0) {
+            o->oversubscribe = true;
+        } else if (strcmp(a, "--threads") == 0 && sxb_parse_threads(val, o) == 0) {
+            i++;
+        } else if (strcmp(a, "--mode") == 0 && sxb_parse_mode(val, o) == 0) {
+            i++;
         } else if (strcmp(a, "--size") == 0 && sxb_parse_u64(val, 0, 64ull << 20, &v) == 0) {
             o->size = v;
             o->size_set = true;
@@ -477,7 +565,7 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             return -1;
         }
     }
-    return 0;
+    return sxb_check_args(o);
 }
 
 /* Pins the calling process to the rank-th CPU it may run on; a machine
@@ -512,6 +600,8 @@ static int sxb_run(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         return sxb_bench_loss(ctl, opts);
     case SXB_RATE:
         return sxb_bench_rate(ctl, opts);
+    case SXB_MT:
+        return sxb_bench_mt(ctl, opts);
     }
     return -1;
 }
@@ -591,12 +681,17 @@ int main(int argc, char **argv)
     fcntl(ctl.rfd, F_SETFL, fcntl(ctl.rfd, F_GETFL) | O_NONBLOCK);
     signal(SIGALRM, sxb_on_sigalrm);
     alarm(SXB_RUN_LIMIT_S);
-    if (opts.bind)
+    /* mt runs threads on several shards: see the comment at the top. */
+    if (opts.bind && opts.cmd != SXB_MT)
         sxb_bind(ctl.rank);
 
     const char *mode = getenv("SX_THREAD_MODE");
     const char *tl = getenv("SX_TRANSPORT");
     g_mode = (mode != NULL && *mode) ? mode : "sharded";
+    if (opts.cmd == SXB_MT) /* each engine of mt sets THREAD_MODE itself */
+        g_mode = opts.modes == SXB_MODE_SHARDED  ? "sharded"
+                 : opts.modes == SXB_MODE_GLOBAL ? "global"
+                                                 : "sharded,global";
     g_transport = (tl != NULL && *tl) ? tl : "udp";
 
     struct utsname un;
@@ -609,10 +704,15 @@ int main(int argc, char **argv)
     double load[1] = {NAN};
     (void)getloadavg(load, 1);
     if (sxb_human(&ctl, &opts)) {
-        static const char *const names[] = {"latency", "floor", "loss", "rate"};
-        printf("# sx_bench %s: shardx %s (%s), %s transport, %s mode, 1 thread per rank%s\n",
-               names[opts.cmd], bi.version, bi.build_type, g_transport, g_mode,
-               opts.bind ? ", ranks pinned to CPUs" : "");
+        static const char *const names[] = {"latency", "floor", "loss", "rate", "mt"};
+        const char *threads = "1 thread per rank";
+        const char *pinned = opts.bind ? ", ranks pinned to CPUs" : "";
+        if (opts.cmd == SXB_MT) {
+            threads = "T threads per rank";
+            pinned = ", no thread pinned";
+        }
+        printf("# sx_bench %s: shardx %s (%s), %s transport, %s mode, %s%s\n", names[opts.cmd],
+               bi.version, bi.build_type, g_transport, g_mode, threads, pinned);
         printf("# host %s, %ld cores, %s %s %s, load average %.2f at start\n", un.nodename, cores,
                un.sysname, un.release, un.machine, load[0]);
         fflush(stdout);

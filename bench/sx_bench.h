@@ -1,7 +1,7 @@
 /*
  * sx_bench: shared declarations of the benchmark driver (sx_bench.c), the
- * raw-UDP floor (sx_bench_udp.c) and the shardx benchmarks
- * (sx_bench_am.c).
+ * raw-UDP floor (sx_bench_udp.c), the shardx benchmarks (sx_bench_am.c)
+ * and the multithreaded scaling benchmark (sx_bench_mt.c).
  *
  * Two processes take part: rank 0 (the parent, which prints) and rank 1
  * (a child it forks before anything else runs). They talk over a pair of
@@ -28,7 +28,15 @@
  * transport does on loopback). */
 #define SXB_UDP_MAX 65000u
 
-typedef enum sxb_cmd { SXB_LATENCY, SXB_FLOOR, SXB_LOSS, SXB_RATE } sxb_cmd_t;
+typedef enum sxb_cmd { SXB_LATENCY, SXB_FLOOR, SXB_LOSS, SXB_RATE, SXB_MT } sxb_cmd_t;
+
+/* mt: most threads per rank (the tag of a message is its thread's index,
+ * and tags are 8 bits) and most entries in a --threads list. */
+#define SXB_MT_MAX_THREADS  256u
+#define SXB_MAX_THREAD_LIST 64u
+
+/* mt: which thread modes run (--mode). */
+enum { SXB_MODE_SHARDED = 1u << 0, SXB_MODE_GLOBAL = 1u << 1 };
 
 typedef struct sxb_opts {
     sxb_cmd_t cmd;
@@ -40,6 +48,11 @@ typedef struct sxb_opts {
     uint64_t iters;
     unsigned window;
     uint64_t seed; /* fault-injection seed for `loss` */
+    /* mt only */
+    unsigned modes;                        /* SXB_MODE_* bits; 0: the default (both) */
+    unsigned nthreads;                     /* entries in threads[]; 0: the default list */
+    unsigned threads[SXB_MAX_THREAD_LIST]; /* --threads, in the order given */
+    bool oversubscribe;                    /* allow more threads than online CPUs */
 } sxb_opts_t;
 
 /* The control channel to the other rank. */
@@ -158,5 +171,9 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+
+/* ---- multithreaded scaling (sx_bench_mt.c) -------------------------------- */
+
+int sxb_bench_mt(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 
 #endif /* SX_BENCH_H */

@@ -784,12 +784,15 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
     }
     if (seq_before(c->snd_una, h->ack)) {
         uint64_t sample = 0;
+        bool original_acked = false;
         while (seq_before(c->snd_una, h->ack)) {
             sx_txpkt_t *pkt = c->win[c->snd_una & mask];
             c->win[c->snd_una & mask] = NULL;
             if (pkt != NULL) {
                 if (pkt->last_sent_ns > c->rack_ns)
                     c->rack_ns = pkt->last_sent_ns;
+                if (pkt->transmissions == 1 && pkt->first_sent_ns <= c->rto_at_ns)
+                    original_acked = true;
                 /* Karn's algorithm: only packets sent once give samples.
                  * The newest packet an ACK covers is the one whose arrival
                  * sent it; older ones may have waited behind a hole, and
@@ -822,6 +825,14 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
         c->last_progress_ns = now;
         if (c->in_recovery && !seq_before(c->snd_una, c->recover))
             c->in_recovery = false;
+        /* F-RTO's test (RFC 5682): an original transmission from before
+         * the timeout was acknowledged, so the timeout was spurious (the
+         * peer was slow, not the network lossy); stop resending the
+         * window. Real holes are still found by SACK and RACK. */
+        if (c->in_rto_recovery && original_acked) {
+            c->in_rto_recovery = false;
+            sx_stat_add(&c->shard->stats.rto_spurious, 1);
+        }
         if (c->in_rto_recovery)
             chan_rto_recovery_step(c);
         /* RFC 6298 (5.3): new data acknowledged restarts the timer, now

@@ -54,29 +54,30 @@ struct sx_shard_guest {
 };
 
 /* Per-shard counters; summed over shards by the engine. */
-#define SX_SHARD_STATS_TABLE(X)                                                    \
-    X(progress_calls, "progress passes that held the token")                       \
-    X(timers_fired, "timer callbacks, evictions included")                         \
-    X(data_sent, "data packets sent for the first time")                           \
-    X(frames_sent, "message frames put into data packets")                         \
-    X(acks_sent, "standalone ACK packets")                                         \
-    X(rx_packets, "datagrams received")                                            \
-    X(rx_out_of_order, "packets kept aside ahead of a gap")                        \
-    X(rtx_timeout, "retransmissions after a timeout")                              \
-    X(rtx_dupack, "fast retransmissions after three duplicate ACKs")               \
-    X(rtx_sack, "fast retransmissions of SACK holes")                              \
-    X(window_stalls, "flushes stopped by a full window or byte budget")            \
-    X(hotel_full, "packets that waited for a hotel room")                          \
-    X(tx_again, "sends refused by a full interface")                               \
-    X(ops_completed, "operations completed successfully")                          \
-    X(am_delivered, "active messages delivered to handlers")                       \
-    X(am_no_handler, "active messages dropped for want of a handler")              \
-    X(chan_failures, "channels failed")                                            \
-    X(tl_tx_datagrams, "datagrams the network interface sent")                     \
-    X(tl_rx_datagrams, "datagrams the network interface received")                 \
-    X(tl_tx_again, "sends the network interface refused for lack of room")         \
-    X(tl_rx_truncated, "datagrams longer than the MTU, dropped")                   \
-    X(tl_rx_kernel_drops, "datagrams the kernel dropped for a full socket buffer") \
+#define SX_SHARD_STATS_TABLE(X)                                                            \
+    X(progress_calls, "progress passes that held the token")                               \
+    X(timers_fired, "timer callbacks, evictions included")                                 \
+    X(data_sent, "data packets sent for the first time")                                   \
+    X(frames_sent, "message frames put into data packets")                                 \
+    X(acks_sent, "standalone ACK packets")                                                 \
+    X(rx_packets, "datagrams received")                                                    \
+    X(rx_out_of_order, "packets kept aside ahead of a gap")                                \
+    X(rtx_timeout, "retransmissions after a timeout")                                      \
+    X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                       \
+    X(rtx_sack, "fast retransmissions of SACK holes")                                      \
+    X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)") \
+    X(window_stalls, "flushes stopped by a full window or byte budget")                    \
+    X(hotel_full, "packets that waited for a hotel room")                                  \
+    X(tx_again, "sends refused by a full interface")                                       \
+    X(ops_completed, "operations completed successfully")                                  \
+    X(am_delivered, "active messages delivered to handlers")                               \
+    X(am_no_handler, "active messages dropped for want of a handler")                      \
+    X(chan_failures, "channels failed")                                                    \
+    X(tl_tx_datagrams, "datagrams the network interface sent")                             \
+    X(tl_rx_datagrams, "datagrams the network interface received")                         \
+    X(tl_tx_again, "sends the network interface refused for lack of room")                 \
+    X(tl_rx_truncated, "datagrams longer than the MTU, dropped")                           \
+    X(tl_rx_kernel_drops, "datagrams the kernel dropped for a full socket buffer")         \
     X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")
 
 typedef struct sx_shard_stats {
