@@ -77,6 +77,29 @@ static void test_threads_move_messages_and_wake_up(void **state)
     sx_engine_destroy(b);
 }
 
+/* The baseline with progress threads: they take the global lock too. */
+static void test_threads_in_global_mode(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"PROGRESS", "thread"}, {"THREAD_MODE", "global"}};
+    sx_engine_h a = am_engine(kv, 2), b = am_engine(kv, 2);
+    counters_t c = {0};
+    uint8_t buf[300];
+
+    sx_peer_h to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    assert_int_equal(sx_am_register(b, 4, on_am, &c), SX_OK);
+    for (unsigned long i = 0; i < 50; i++) {
+        struct iovec iov = {buf, sizeof(buf)};
+        assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    }
+    assert_true(wait_for(&c.completed, 50));
+    assert_true(wait_for(&c.delivered, 50));
+    assert_int_equal(atomic_load(&c.failed), 0);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 static void test_destroy_while_threads_sleep(void **state)
 {
     (void)state;
@@ -121,6 +144,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_move_messages_and_wake_up),
+        cmocka_unit_test(test_threads_in_global_mode),
         cmocka_unit_test(test_destroy_while_threads_sleep),
         cmocka_unit_test(test_engine_fd),
     };

@@ -89,14 +89,21 @@ static void *sx_progress_main(void *arg)
      * on it. */
     (void)sx_thread_bind(e, t->shard->index);
     while (!atomic_load_explicit(&e->progress_stop, memory_order_acquire)) {
-        if (sx_shard_progress(t->shard) > 0) {
+        /* The global baseline takes its lock here too, as any entry does. */
+        sx_global_enter(e);
+        int n = sx_shard_progress(t->shard);
+        sx_global_exit(e);
+        if (n > 0) {
             last_busy = sx_time_ns();
             continue;
         }
         if (sx_time_ns() - last_busy < spin_ns)
             continue;
         uint64_t until;
-        if (!sx_shard_prepare_sleep(t->shard, &until))
+        sx_global_enter(e);
+        bool may_sleep = sx_shard_prepare_sleep(t->shard, &until);
+        sx_global_exit(e);
+        if (!may_sleep)
             continue;
         if (atomic_load_explicit(&e->progress_stop, memory_order_acquire)) {
             atomic_store_explicit(&t->shard->sleeping, 0, memory_order_relaxed);
