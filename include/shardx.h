@@ -265,7 +265,11 @@ SX_API int sx_peer_add(sx_engine_h engine, uint64_t peer_id, const void *card, s
 
 /**
  * Removes a peer: operations still pending to it complete with
- * SX_ERR_CANCELED; the handle must not be used after this returns.
+ * SX_ERR_CANCELED; the handle must not be used after this returns. The
+ * same incarnation of that engine cannot be added again (sx_peer_add
+ * answers SX_ERR_EXISTS): its channels' sequence state is gone, and
+ * starting over would lose or repeat messages. A restarted process has a
+ * new epoch and is added normally.
  */
 SX_API int sx_peer_remove(sx_engine_h engine, sx_peer_h peer);
 

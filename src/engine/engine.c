@@ -137,6 +137,7 @@ static void sx_engine_free(struct sx_engine *e)
         sx_rcu_table_fini(&e->mem);
     sx_tl_self_domain_destroy(e->self_domain);
     sx_engine_graveyard_fini(e);
+    free(e->removed_epochs);
     if (e->home_key_created)
         pthread_key_delete(e->home_key);
     if (e->global_lock_created)

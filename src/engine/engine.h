@@ -53,6 +53,10 @@ struct sx_engine {
     size_t card_len;
     sx_fairlock_t peer_lock; /* the list below, and peer add/remove */
     struct sx_peer *all_peers;
+    /* Epochs of removed peers: the same incarnation may not come back (its
+     * channels' sequence state is gone; only a handshake could reset it). */
+    uint64_t *removed_epochs;
+    size_t nremoved, removed_cap;
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;
     int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */

@@ -188,6 +188,18 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
     peer->entry.free_fn = sx_peer_table_free;
 
     sx_fairlock_lock(&e->peer_lock);
+    bool was_removed = false;
+    for (size_t i = 0; i < e->nremoved; i++)
+        was_removed |= (e->removed_epochs[i] == peer->epoch);
+    if (was_removed) {
+        sx_fairlock_unlock(&e->peer_lock);
+        sx_error("peer",
+                 "sx_peer_add: the engine of that card (epoch %llu) was a peer and was removed; "
+                 "the same incarnation cannot be added again (its sequence state is gone)",
+                 (unsigned long long)peer->epoch);
+        sx_peer_free(peer);
+        return SX_ERR_EXISTS;
+    }
     rc = sx_rcu_table_insert(&e->peers, &peer->entry);
     if (rc == SX_OK) {
         peer->all_next = e->all_peers;
@@ -269,6 +281,17 @@ static int sx_peer_remove_unlocked(sx_engine_h e, sx_peer_h peer)
      * drops its reference after a grace period. Off the engine's list too:
      * from here on the closing protocol owns its end. */
     sx_fairlock_lock(&e->peer_lock);
+    if (e->nremoved == e->removed_cap) {
+        size_t cap = e->removed_cap ? 2 * e->removed_cap : 16;
+        uint64_t *grown = realloc(e->removed_epochs, cap * sizeof(*grown));
+        if (grown != NULL) {
+            e->removed_epochs = grown;
+            e->removed_cap = cap;
+        }
+    }
+    /* Out of memory here only loses the guard against a re-add. */
+    if (e->nremoved < e->removed_cap)
+        e->removed_epochs[e->nremoved++] = peer->epoch;
     for (struct sx_peer **pp = &e->all_peers; *pp != NULL; pp = &(*pp)->all_next) {
         if (*pp == peer) {
             *pp = peer->all_next;
