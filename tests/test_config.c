@@ -21,42 +21,11 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "log_capture.h"
 
 extern char **environ;
 
 /* ---------------------------------------------------------------- helpers */
-
-static char log_path[64];
-
-/* Sends log lines to a fresh temporary file. */
-static void capture_start(void)
-{
-    snprintf(log_path, sizeof(log_path), "/tmp/sx_test_config_XXXXXX");
-    int fd = mkstemp(log_path);
-    assert_true(fd >= 0);
-    close(fd);
-    assert_int_equal(sx_log_set_file(log_path), 0);
-}
-
-/* Restores stderr and returns what was logged since capture_start (free it). */
-static char *capture_stop(void)
-{
-    assert_int_equal(sx_log_set_file(NULL), 0);
-    FILE *f = fopen(log_path, "r");
-    assert_non_null(f);
-    char *text = calloc(1, 65536);
-    assert_non_null(text);
-    text[fread(text, 1, 65535, f)] = '\0';
-    fclose(f);
-    unlink(log_path);
-    return text;
-}
-
-static void assert_contains(const char *text, const char *needle)
-{
-    if (strstr(text, needle) == NULL)
-        fail_msg("expected \"%s\" in the log:\n%s", needle, text);
-}
 
 static size_t param_index(const char *name)
 {

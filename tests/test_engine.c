@@ -22,34 +22,11 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "log_capture.h"
 
 #define NTHREADS 4
 
 /* ---------------------------------------------------------------- helpers */
-
-static char log_path[64];
-
-static void capture_start(void)
-{
-    snprintf(log_path, sizeof(log_path), "/tmp/sx_test_engine_XXXXXX");
-    int fd = mkstemp(log_path);
-    assert_true(fd >= 0);
-    close(fd);
-    assert_int_equal(sx_log_set_file(log_path), 0);
-}
-
-static char *capture_stop(void)
-{
-    assert_int_equal(sx_log_set_file(NULL), 0);
-    FILE *f = fopen(log_path, "r");
-    assert_non_null(f);
-    char *text = calloc(1, 65536);
-    assert_non_null(text);
-    text[fread(text, 1, 65535, f)] = '\0';
-    fclose(f);
-    unlink(log_path);
-    return text;
-}
 
 /* Creates an engine from up to two NAME=value settings (NULL names end the list). */
 static sx_engine_h create_with(const char *name1, const char *value1, const char *name2,
