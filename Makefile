@@ -1,6 +1,6 @@
 # The top-level Makefile only orchestrates: CMake builds, ctest runs tests.
 #   make test        build into build/ and run every test
-#   make bench       build and run the benchmark (for now: sx_info)
+#   make bench       build and run the scaling benchmark (sx_bench mt)
 #   make test-asan   the same tests under ASan+UBSan, in build-asan/
 #   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -24,8 +24,15 @@ build: deps
 test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# The main job: the scaling benchmark (sx_bench mt: sharded vs global, 1..N
+# threads, UDP over loopback, two local processes), as a table and as JSON
+# under build/bench-results/.
 bench: build
-	./build/sx_info
+	./build/sx_info | head -n 7
+	./build/bench/sx_bench mt
+	@mkdir -p build/bench-results
+	./build/bench/sx_bench mt --json > build/bench-results/mt.json
+	@echo "bench: JSON in build/bench-results/mt.json"
 
 build-asan: deps
 	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null
