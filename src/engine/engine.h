@@ -87,6 +87,10 @@ static inline void sx_global_exit(struct sx_engine *e)
  *  the global lock). */
 void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *req);
 
+/** The caller's home shard (*home_p) and the peer's shard it sends to by
+ *  default: the home index modulo the peer's shard count. */
+unsigned sx_send_lane(struct sx_engine *engine, sx_peer_h peer, unsigned *home_p);
+
 /** The inbox request that queues an operation (sx_op_t) on its channel. */
 void sx_op_push_run(void *owner, sx_inbox_req_t *req);
 

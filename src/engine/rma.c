@@ -107,8 +107,8 @@ static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, u
     } else {
         op->dst = local;
     }
-    unsigned home = e->global_mode ? 0 : sx_engine_home_shard(e);
-    op->lane = home % peer->nshards;
+    unsigned home;
+    op->lane = sx_send_lane(e, peer, &home);
     sx_engine_submit(e, home, &op->req);
     return SX_INPROGRESS;
 }

@@ -60,7 +60,7 @@ static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iovcnt, ui
     return SX_OK;
 }
 
-static unsigned sx_send_lane(struct sx_engine *e, sx_peer_h peer, unsigned *home_p)
+unsigned sx_send_lane(struct sx_engine *e, sx_peer_h peer, unsigned *home_p)
 {
     unsigned home = e->global_mode ? 0 : sx_engine_home_shard(e);
     *home_p = home;
