@@ -70,7 +70,11 @@ extern "C" {
     X(SX_ERR_ACCESS, -14, "access denied")                               \
     X(SX_ERR_FULL, -15, "no room left")                                  \
     X(SX_ERR_SHUTDOWN, -16, "engine is shutting down")                   \
-    X(SX_ERR_INTERNAL, -17, "internal error")
+    X(SX_ERR_INTERNAL, -17, "internal error")                            \
+    X(SX_ERR_PROTO, -18, "malformed or unexpected protocol data")        \
+    X(SX_ERR_PEER_RESTARTED, -19, "peer restarted (a new incarnation)")  \
+    X(SX_ERR_PATH_MTU, -20, "path drops datagrams of the transport MTU") \
+    X(SX_ERR_NO_LAUNCHER, -21, "not started by a launcher (sx_run, mpirun)")
 
 #define SX_STATUS_ENUM_ENTRY_(name, value, message) name = (value),
 typedef enum sx_status { SX_STATUS_TABLE(SX_STATUS_ENUM_ENTRY_) } sx_status_t;

@@ -1,0 +1,35 @@
+/*
+ * The sx_run launcher's side of the `sxrun` modex: a rendezvous server on
+ * the launcher's OOB endpoint (id SX_OOB_ID_LAUNCHER). Ranks send RDV_PUT
+ * with their blob; once all `size` ranks have, each gets RDV_ALL with every
+ * blob. Fences: each rank sends RDV_FENCE with a round number counted from
+ * 1; once all ranks have entered round k, each gets RDV_DONE k. A PUT or
+ * FENCE that breaks the rules (rank out of range, a rank twice, a
+ * size that disagrees, a malformed payload) is answered with RDV_ERROR
+ * naming the fault, logged, and the server reports the job failed.
+ * Messages are described with their tags in oob.h.
+ *
+ * Threads: the server runs on its OOB endpoint's progress thread; these
+ * calls are for the launcher's main thread.
+ */
+#ifndef SX_BOOTSTRAP_RENDEZVOUS_H
+#define SX_BOOTSTRAP_RENDEZVOUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sx_rdv_server sx_rdv_server_t;
+
+/** Opens a server for a job of @p size ranks listening on 127.0.0.1. */
+int sx_rdv_server_open(uint32_t size, sx_rdv_server_t **srv_p);
+
+/** "host:port" for SX_RUN_ADDR. */
+int sx_rdv_server_address(sx_rdv_server_t *srv, char *buf, size_t len);
+
+/** SX_OK while the job's rendezvous is healthy, or the error that broke it
+ *  (a message was logged). Any thread. */
+int sx_rdv_server_status(sx_rdv_server_t *srv);
+
+void sx_rdv_server_close(sx_rdv_server_t *srv);
+
+#endif /* SX_BOOTSTRAP_RENDEZVOUS_H */
