@@ -1,0 +1,1109 @@
+/*
+ * sx_run: the built-in launcher. `sx_run -n N [--timeout S] [--] prog args`
+ * starts N local processes of prog with SX_RUN_RANK, SX_RUN_SIZE and
+ * SX_RUN_ADDR (the rendezvous server's "host:port", see
+ * src/bootstrap/rendezvous.h) in their environment, prefixes every line
+ * they print with their rank, and returns the first failure among them.
+ *
+ * No process outlives the job:
+ *
+ *  - each rank leads its own process group, and sx_run kills whole groups,
+ *    so grandchildren go too;
+ *  - sx_run is a child subreaper (PR_SET_CHILD_SUBREAPER), so a
+ *    grandchild whose parent rank died is re-parented to sx_run and is
+ *    killed and reaped by it, even one that left the rank's group;
+ *  - every rank asks for SIGKILL when sx_run dies (PR_SET_PDEATHSIG), so
+ *    an sx_run killed with SIGKILL takes its ranks with it.
+ *
+ * Shutdown (a rank failed, the timeout passed, the rendezvous failed, a
+ * SIGINT/SIGTERM/SIGHUP, or the job ended with processes left behind):
+ * SIGTERM to every group and to every re-parented process, SIGKILL to
+ * whatever is left after SX_RUN_GRACE_MS, then reap until sx_run has no
+ * children at all and every output pipe has reached end of file. A second
+ * signal skips the grace period.
+ *
+ * Exit status: 0 when every rank exited 0; otherwise the first non-zero
+ * status among the ranks in the order sx_run saw them end (a rank killed by
+ * signal S counts as 128+S); 124 when the timeout passed; 126 or 127 when
+ * the program cannot be executed or is not found (as a shell does); 2 for
+ * bad arguments; 125 when sx_run itself failed (the rendezvous reported a
+ * protocol error, a system call failed). When sx_run is stopped by a
+ * signal it re-raises it after the cleanup, so its parent sees the signal.
+ *
+ * The main loop is single-threaded and event driven: a poll() over every
+ * rank's stdout and stderr pipe plus a self-pipe that the signal handlers
+ * write to. The rendezvous server runs on its own OOB progress thread, so
+ * between fork() and exec() a child makes async-signal-safe calls only;
+ * its environment and argument vectors are built before fork().
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shardx.h>
+
+#include "bootstrap/modex.h"
+#include "bootstrap/rendezvous.h"
+#include "common/log.h"
+
+#define SX_RUN_MAX_RANKS 1024
+#define SX_RUN_GRACE_MS  3000
+/* After SIGKILL, how long to wait for processes stuck in the kernel. */
+#define SX_RUN_GIVE_UP_MS 10000
+/* A line longer than this is forwarded in pieces; only the first piece
+ * carries the prefix. Keeps memory bounded for output without newlines. */
+#define SX_RUN_LINE_MAX (1u << 20)
+#define SX_RUN_READ_MAX 65536
+/* How often the main loop looks at the rendezvous server's status, which
+ * changes on the server's thread and has no file descriptor to poll. */
+#define SX_RUN_RDV_CHECK_MS 100
+
+/* Exit statuses of sx_run's own failures; see the top of the file. */
+enum {
+    SX_RUN_EXIT_USAGE = 2,
+    SX_RUN_EXIT_TIMEOUT = 124,
+    SX_RUN_EXIT_INTERNAL = 125,
+    SX_RUN_EXIT_NOEXEC = 126,
+    SX_RUN_EXIT_NOTFOUND = 127,
+};
+
+typedef struct sx_run_stream {
+    int fd;   /* read end of the rank's pipe; -1 at end of file */
+    int dest; /* 1 or 2 */
+    char *buf;
+    size_t len;
+    size_t cap;
+    bool midline; /* a piece of an over-long line went out without its end */
+} sx_run_stream_t;
+
+typedef struct sx_run_rank {
+    pid_t pid;        /* also the id of the rank's process group */
+    bool reaped;      /* the rank itself has been waited for */
+    bool group_alive; /* its process group may still have members */
+    int status;       /* waitpid status once reaped */
+    sx_run_stream_t out, err;
+} sx_run_rank_t;
+
+typedef struct sx_run {
+    unsigned n;
+    double timeout_s; /* 0: none */
+    char **prog_argv; /* what the user wrote after the options */
+    char *path;       /* the program resolved along PATH */
+    char **sh_argv;   /* "/bin/sh path args", for scripts without #! */
+    char **envp;      /* environ without SX_RUN_*, then the three; rank slot */
+    size_t env_rank_slot;
+    char *env_strings[3];
+    sx_rdv_server_t *rdv;
+    sx_run_rank_t *ranks;
+    unsigned reaped; /* ranks reaped */
+    /* The main loop's poll set: the signal pipe, then the open streams. */
+    struct pollfd *pfds;
+    sx_run_stream_t **pfd_stream;
+    unsigned *pfd_rank;
+    int fd_limit; /* the open-file limit, for the child's descriptor sweep */
+    int devnull;
+
+    bool shutting_down;
+    bool term_sent; /* SIGTERM sent */
+    bool killed;    /* SIGKILL sent (and sent again as orphans come) */
+    uint64_t give_up_ns;
+    uint64_t kill_deadline_ns;
+    int exit_code; /* -1: none yet */
+    int got_signal;
+    bool dest_dead[3]; /* writes to fd 1 or 2 failed with EPIPE */
+} sx_run_t;
+
+static int sx_run_sigpipe[2] = {-1, -1};
+static pid_t sx_run_self;
+
+static void sx_run_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void sx_run_msg(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    int n = snprintf(buf, sizeof(buf), "sx_run: ");
+
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof(buf) - 2)
+        len = sizeof(buf) - 2;
+    buf[len++] = '\n';
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(2, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        len -= (size_t)w;
+    }
+}
+
+static uint64_t sx_run_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sx_run_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: sx_run -n N [--timeout SECONDS] [--] PROGRAM [ARGS...]\n"
+            "\n"
+            "Starts N local processes of PROGRAM for a shardx job. Each gets\n"
+            "SX_RUN_RANK (0..N-1), SX_RUN_SIZE (N) and SX_RUN_ADDR (the launcher's\n"
+            "rendezvous address) in its environment and /dev/null as standard input.\n"
+            "Every line a rank prints is prefixed with \"[RANK] \"; standard output\n"
+            "goes to standard output, standard error to standard error.\n"
+            "\n"
+            "Options:\n"
+            "  -n, --np N           number of processes (1..%d)\n"
+            "  --timeout SECONDS    kill the job after SECONDS (decimals allowed)\n"
+            "  -h, --help           print this help\n"
+            "\n"
+            "When a rank fails, the timeout passes, the rendezvous fails, or sx_run\n"
+            "gets SIGINT, SIGTERM or SIGHUP, every rank's process group gets SIGTERM,\n"
+            "then SIGKILL %d s later. Ranks also die if sx_run itself is killed.\n"
+            "\n"
+            "Exit status: 0 if every rank exited 0; else the first non-zero rank\n"
+            "status (128+S for a rank killed by signal S); 124 on timeout; 126/127\n"
+            "when PROGRAM cannot be executed / is not found; 2 for bad arguments;\n"
+            "125 when sx_run itself or the rendezvous failed.\n",
+            SX_RUN_MAX_RANKS, SX_RUN_GRACE_MS / 1000);
+}
+
+/* ------------------------------------------------------------------ arguments */
+
+static bool sx_run_parse_ranks(const char *s, unsigned *n_p)
+{
+    unsigned long v = 0;
+
+    if (s == NULL || *s == '\0') {
+        sx_run_msg("-n needs a number of processes");
+        return false;
+    }
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') {
+            sx_run_msg("-n: '%s' is not a number of processes", s);
+            return false;
+        }
+        v = v * 10 + (unsigned long)(*p - '0');
+        if (v > SX_RUN_MAX_RANKS) {
+            sx_run_msg("-n: %s processes are too many (at most %d)", s, SX_RUN_MAX_RANKS);
+            return false;
+        }
+    }
+    if (v == 0) {
+        sx_run_msg("-n: the number of processes must be at least 1");
+        return false;
+    }
+    *n_p = (unsigned)v;
+    return true;
+}
+
+static bool sx_run_parse_timeout(const char *s, double *t_p)
+{
+    char *end;
+
+    if (s == NULL || *s == '\0') {
+        sx_run_msg("--timeout needs a number of seconds");
+        return false;
+    }
+    errno = 0;
+    double v = strtod(s, &end);
+    /* Digits and one optional fraction only: no sign, hex, inf or nan. */
+    bool plain = true;
+    for (const char *p = s; *p != '\0'; p++)
+        plain = plain && ((*p >= '0' && *p <= '9') || *p == '.');
+    if (!plain || *end != '\0' || errno != 0 || !isfinite(v) || v <= 0 || v > 1e7) {
+        sx_run_msg("--timeout: '%s' is not a number of seconds (more than 0, at most 1e7)", s);
+        return false;
+    }
+    *t_p = v;
+    return true;
+}
+
+/* 0: go on; otherwise the status to exit with (-1 for --help: exit 0). */
+static int sx_run_parse_args(sx_run_t *r, int argc, char **argv)
+{
+    bool have_n = false;
+    int i = 1;
+
+    while (i < argc) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            sx_run_usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "-n") == 0 || strcmp(a, "--np") == 0 || strcmp(a, "--timeout") == 0) {
+            if (i + 1 >= argc) {
+                sx_run_msg("%s needs a value (see sx_run --help)", a);
+                return SX_RUN_EXIT_USAGE;
+            }
+            val = argv[i + 1];
+            i += 2;
+            if (strcmp(a, "--timeout") == 0) {
+                if (!sx_run_parse_timeout(val, &r->timeout_s))
+                    return SX_RUN_EXIT_USAGE;
+            } else {
+                if (!sx_run_parse_ranks(val, &r->n))
+                    return SX_RUN_EXIT_USAGE;
+                have_n = true;
+            }
+            continue;
+        }
+        if (strncmp(a, "--np=", 5) == 0 || (strncmp(a, "-n", 2) == 0 && a[2] != '\0')) {
+            if (!sx_run_parse_ranks(a[1] == '-' ? a + 5 : a + 2, &r->n))
+                return SX_RUN_EXIT_USAGE;
+            have_n = true;
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--timeout=", 10) == 0) {
+            if (!sx_run_parse_timeout(a + 10, &r->timeout_s))
+                return SX_RUN_EXIT_USAGE;
+            i++;
+            continue;
+        }
+        if (a[0] == '-' && a[1] != '\0') {
+            sx_run_msg("unknown option '%s' (see sx_run --help)", a);
+            return SX_RUN_EXIT_USAGE;
+        }
+        break;
+    }
+    if (!have_n) {
+        sx_run_msg("-n N is required: how many processes to start (see sx_run --help)");
+        return SX_RUN_EXIT_USAGE;
+    }
+    if (i >= argc) {
+        sx_run_msg("no program to run (see sx_run --help)");
+        return SX_RUN_EXIT_USAGE;
+    }
+    r->prog_argv = &argv[i];
+    return 0;
+}
+
+/* ------------------------------------------------------------- the program */
+
+/* Whether @p path is a file we may execute; errno says why not. */
+static bool sx_run_executable(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0)
+        return false;
+    if (S_ISDIR(st.st_mode)) {
+        errno = EISDIR;
+        return false;
+    }
+    return access(path, X_OK) == 0;
+}
+
+/*
+ * Finds the program as execvp() would: a name with a slash is used as
+ * it is, any other is looked up along PATH (an empty entry is the current
+ * directory). Doing it here, before anything starts, gives the shell's
+ * answers: 127 for a program not found, 126 for one that is not
+ * executable.
+ */
+static int sx_run_resolve(sx_run_t *r)
+{
+    const char *name = r->prog_argv[0];
+
+    if (name[0] == '\0') {
+        sx_run_msg("'': command not found");
+        return SX_RUN_EXIT_NOTFOUND;
+    }
+    if (strchr(name, '/') != NULL) {
+        if (!sx_run_executable(name)) {
+            int e = errno;
+            sx_run_msg("%s: %s", name, strerror(e));
+            return e == ENOENT || e == ENOTDIR ? SX_RUN_EXIT_NOTFOUND : SX_RUN_EXIT_NOEXEC;
+        }
+        r->path = strdup(name);
+        return r->path != NULL ? 0 : SX_RUN_EXIT_INTERNAL;
+    }
+
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        path = "/bin:/usr/bin";
+    int denied = 0;
+    size_t nlen = strlen(name);
+    for (const char *p = path;;) {
+        const char *colon = strchr(p, ':');
+        size_t dlen = colon != NULL ? (size_t)(colon - p) : strlen(p);
+        char *cand = malloc(dlen + nlen + 3);
+        if (cand == NULL)
+            return SX_RUN_EXIT_INTERNAL;
+        if (dlen == 0)
+            snprintf(cand, dlen + nlen + 3, "./%s", name);
+        else
+            snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)dlen, p, name);
+        if (sx_run_executable(cand)) {
+            r->path = cand;
+            return 0;
+        }
+        if (errno == EACCES || errno == EISDIR)
+            denied = errno;
+        free(cand);
+        if (colon == NULL)
+            break;
+        p = colon + 1;
+    }
+    if (denied != 0) {
+        sx_run_msg("%s: %s", name, strerror(denied));
+        return SX_RUN_EXIT_NOEXEC;
+    }
+    sx_run_msg("%s: command not found", name);
+    return SX_RUN_EXIT_NOTFOUND;
+}
+
+extern char **environ;
+
+/* environ without any SX_RUN_* entry the launcher sets itself, then
+ * SX_RUN_SIZE, SX_RUN_ADDR and a slot for SX_RUN_RANK. */
+static int sx_run_build_env(sx_run_t *r, const char *addr)
+{
+    size_t count = 0;
+
+    for (char **e = environ; *e != NULL; e++)
+        count++;
+    r->envp = calloc(count + 4, sizeof(char *));
+    if (r->envp == NULL)
+        return SX_RUN_EXIT_INTERNAL;
+    size_t k = 0;
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, SX_RUN_ENV_RANK "=", sizeof(SX_RUN_ENV_RANK)) == 0 ||
+            strncmp(*e, SX_RUN_ENV_SIZE "=", sizeof(SX_RUN_ENV_SIZE)) == 0 ||
+            strncmp(*e, SX_RUN_ENV_ADDR "=", sizeof(SX_RUN_ENV_ADDR)) == 0)
+            continue;
+        r->envp[k++] = *e;
+    }
+    size_t cap = 64 + strlen(addr);
+    for (int j = 0; j < 3; j++) {
+        r->env_strings[j] = malloc(cap);
+        if (r->env_strings[j] == NULL)
+            return SX_RUN_EXIT_INTERNAL;
+    }
+    snprintf(r->env_strings[0], cap, "%s=%u", SX_RUN_ENV_SIZE, r->n);
+    snprintf(r->env_strings[1], cap, "%s=%s", SX_RUN_ENV_ADDR, addr);
+    r->envp[k++] = r->env_strings[0];
+    r->envp[k++] = r->env_strings[1];
+    r->env_rank_slot = k;
+    r->envp[k++] = r->env_strings[2];
+    r->envp[k] = NULL;
+
+    size_t argc = 0;
+    while (r->prog_argv[argc] != NULL)
+        argc++;
+    r->sh_argv = calloc(argc + 3, sizeof(char *));
+    if (r->sh_argv == NULL)
+        return SX_RUN_EXIT_INTERNAL;
+    r->sh_argv[0] = "/bin/sh";
+    r->sh_argv[1] = r->path;
+    for (size_t j = 1; j < argc; j++)
+        r->sh_argv[j + 1] = r->prog_argv[j];
+    return 0;
+}
+
+/* There must be room for two pipes per rank and the rendezvous server's
+ * connection to each; raise the soft limit towards the hard one. */
+static int sx_run_fd_limit(sx_run_t *r)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)r->n * 4 + 64;
+
+    r->fd_limit = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    r->fd_limit = rl.rlim_cur > 65536 ? 65536 : (int)rl.rlim_cur;
+    if (rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+        sx_run_msg("%u processes need about %lu open files; the hard limit is %lu (ulimit -Hn)",
+                   r->n, (unsigned long)need, (unsigned long)rl.rlim_max);
+        return SX_RUN_EXIT_USAGE;
+    }
+    rl.rlim_cur = need;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        sx_run_msg("cannot raise the open-file limit to %lu: %s", (unsigned long)need,
+                   strerror(errno));
+        return SX_RUN_EXIT_INTERNAL;
+    }
+    r->fd_limit = (int)need;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- signals */
+
+static void sx_run_on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+
+    /* A child between fork() and its signal reset must not speak for us. */
+    if (getpid() == sx_run_self)
+        (void)!write(sx_run_sigpipe[1], &b, 1);
+    errno = saved;
+}
+
+static const int sx_run_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+#define SX_RUN_NSIGNALS (sizeof(sx_run_signals) / sizeof(sx_run_signals[0]))
+
+static int sx_run_signals_init(void)
+{
+    struct sigaction sa;
+
+    sx_run_self = getpid();
+    if (pipe2(sx_run_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = sx_run_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < SX_RUN_NSIGNALS; i++) {
+        if (sigaction(sx_run_signals[i], &sa, NULL) != 0)
+            return -1;
+    }
+    /* A reader that went away is seen as EPIPE on the write instead. */
+    sa.sa_handler = SIG_IGN;
+    sa.sa_flags = 0;
+    return sigaction(SIGPIPE, &sa, NULL);
+}
+
+/* ------------------------------------------------------------------ spawn */
+
+/*
+ * The child's side of fork(): async-signal-safe calls only, because the
+ * rendezvous server's thread may hold locks (malloc's among them) that no
+ * thread of the child would ever release.
+ */
+static void sx_run_child(sx_run_t *r, pid_t parent, int out_w, int err_w, int exec_w)
+{
+    struct sigaction sa;
+    sigset_t none;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < SX_RUN_NSIGNALS; i++)
+        sigaction(sx_run_signals[i], &sa, NULL);
+    sigaction(SIGPIPE, &sa, NULL); /* ignored dispositions survive exec */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    setpgid(0, 0);
+    /* The death signal is tied to the thread that forked us: the main
+     * thread, which lives as long as sx_run. If sx_run died before the
+     * prctl, the signal will never come: check, and go. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(SX_RUN_EXIT_INTERNAL);
+
+    if (dup2(r->devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
+        int e = errno;
+        (void)!write(exec_w, &e, sizeof(e));
+        _exit(SX_RUN_EXIT_INTERNAL);
+    }
+    /* The rank gets standard input, output and error only: not the
+     * rendezvous server's sockets, nor another rank's pipes. */
+    if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+        for (int fd = 3; fd < r->fd_limit; fd++)
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    execve(r->path, r->prog_argv, r->envp);
+    if (errno == ENOEXEC)
+        execve("/bin/sh", r->sh_argv, r->envp);
+    int e = errno;
+    (void)!write(exec_w, &e, sizeof(e));
+    _exit(e == ENOENT ? SX_RUN_EXIT_NOTFOUND : SX_RUN_EXIT_NOEXEC);
+}
+
+static int sx_run_spawn(sx_run_t *r, unsigned rank)
+{
+    sx_run_rank_t *rk = &r->ranks[rank];
+    int outp[2], errp[2], execp[2];
+    sigset_t all, old;
+
+    int err;
+    if (pipe2(outp, O_CLOEXEC) != 0) {
+        err = errno;
+        goto fail;
+    }
+    if (pipe2(errp, O_CLOEXEC) != 0) {
+        err = errno;
+        goto fail_out;
+    }
+    if (pipe2(execp, O_CLOEXEC) != 0) {
+        err = errno;
+        goto fail_err;
+    }
+    snprintf(r->env_strings[2], 64 + strlen(r->env_strings[1]), "%s=%u", SX_RUN_ENV_RANK, rank);
+
+    /* No handler may run in the child before it resets them. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0)
+        sx_run_child(r, parent, outp[1], errp[1], execp[1]);
+    err = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(outp[1]);
+    close(errp[1]);
+    close(execp[1]);
+    if (pid < 0) {
+        close(outp[0]);
+        close(errp[0]);
+        close(execp[0]);
+        goto fail;
+    }
+    /* Both sides call setpgid, so the group exists before either goes on
+     * (the parent's may fail harmlessly once the child has exec'd). */
+    setpgid(pid, pid);
+    rk->pid = pid;
+    rk->group_alive = true;
+    rk->out.fd = outp[0];
+    rk->err.fd = errp[0];
+
+    /* The exec pipe closes on a successful exec; otherwise it carries the
+     * child's errno. */
+    int child_errno = 0;
+    ssize_t n;
+    do
+        n = read(execp[0], &child_errno, sizeof(child_errno));
+    while (n < 0 && errno == EINTR);
+    close(execp[0]);
+    if (n > 0) {
+        sx_run_msg("rank %u: cannot execute %s: %s", rank, r->prog_argv[0], strerror(child_errno));
+        return child_errno == ENOENT ? SX_RUN_EXIT_NOTFOUND : SX_RUN_EXIT_NOEXEC;
+    }
+    return 0;
+
+fail_err:
+    close(errp[0]);
+    close(errp[1]);
+fail_out:
+    close(outp[0]);
+    close(outp[1]);
+fail:
+    sx_run_msg("cannot start rank %u: %s", rank, strerror(err));
+    return SX_RUN_EXIT_INTERNAL;
+}
+
+/* ----------------------------------------------------------------- output */
+
+static void sx_run_write(sx_run_t *r, int dest, struct iovec *iov, int cnt)
+{
+    if (r->dest_dead[dest])
+        return;
+    while (cnt > 0) {
+        ssize_t w = writev(dest, iov, cnt);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            /* Nobody reads our output any more (EPIPE), or it cannot be
+             * written: drop it, and keep the job running. */
+            r->dest_dead[dest] = true;
+            return;
+        }
+        size_t left = (size_t)w;
+        while (cnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+}
+
+/* Writes @p len bytes of @p data as (part of) a line of @p rank:
+ * the prefix first unless a piece of this line already went out. */
+static void sx_run_emit(sx_run_t *r, unsigned rank, sx_run_stream_t *s, const char *data,
+                        size_t len, bool add_newline)
+{
+    char prefix[24];
+    struct iovec iov[3];
+    int cnt = 0;
+
+    int plen = snprintf(prefix, sizeof(prefix), "[%u] ", rank);
+    if (!s->midline) {
+        iov[cnt].iov_base = prefix;
+        iov[cnt++].iov_len = (size_t)plen;
+    }
+    if (len > 0) {
+        iov[cnt].iov_base = (void *)data;
+        iov[cnt++].iov_len = len;
+    }
+    if (add_newline) {
+        iov[cnt].iov_base = "\n";
+        iov[cnt++].iov_len = 1;
+    }
+    sx_run_write(r, s->dest, iov, cnt);
+}
+
+/* Forwards every complete line in the buffer; keeps the rest, unless it
+ * has reached SX_RUN_LINE_MAX or @p eof. */
+static void sx_run_flush_lines(sx_run_t *r, unsigned rank, sx_run_stream_t *s, bool eof)
+{
+    size_t start = 0;
+
+    for (;;) {
+        char *nl = memchr(s->buf + start, '\n', s->len - start);
+        if (nl == NULL)
+            break;
+        size_t end = (size_t)(nl - s->buf) + 1;
+        sx_run_emit(r, rank, s, s->buf + start, end - start, false);
+        s->midline = false;
+        start = end;
+    }
+    size_t rest = s->len - start;
+    if (rest > 0 && (eof || rest >= SX_RUN_LINE_MAX)) {
+        sx_run_emit(r, rank, s, s->buf + start, rest, eof);
+        s->midline = !eof;
+        start = s->len;
+    } else if (eof && s->midline) {
+        sx_run_emit(r, rank, s, NULL, 0, true);
+        s->midline = false;
+    }
+    if (start > 0) {
+        memmove(s->buf, s->buf + start, s->len - start);
+        s->len -= start;
+    }
+}
+
+static void sx_run_stream_close(sx_run_t *r, unsigned rank, sx_run_stream_t *s)
+{
+    sx_run_flush_lines(r, rank, s, true);
+    close(s->fd);
+    s->fd = -1;
+    free(s->buf);
+    s->buf = NULL;
+    s->len = s->cap = 0;
+}
+
+/* Reads what the pipe has (one read; poll tells us when there is more). */
+static void sx_run_stream_read(sx_run_t *r, unsigned rank, sx_run_stream_t *s)
+{
+    if (s->cap - s->len < SX_RUN_READ_MAX) {
+        size_t cap = s->len + SX_RUN_READ_MAX;
+        char *buf = realloc(s->buf, cap);
+        if (buf == NULL) {
+            /* Cannot grow: forward what we have as a piece of a line. */
+            sx_run_emit(r, rank, s, s->buf, s->len, false);
+            s->midline = s->len > 0 || s->midline;
+            s->len = 0;
+            if (s->cap < SX_RUN_READ_MAX)
+                return;
+        } else {
+            s->buf = buf;
+            s->cap = cap;
+        }
+    }
+    ssize_t n = read(s->fd, s->buf + s->len, SX_RUN_READ_MAX);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        sx_run_stream_close(r, rank, s);
+        return;
+    }
+    s->len += (size_t)n;
+    sx_run_flush_lines(r, rank, s, false);
+}
+
+/* --------------------------------------------------------------- shutdown */
+
+static void sx_run_begin_shutdown(sx_run_t *r, int exit_code)
+{
+    if (r->exit_code < 0)
+        r->exit_code = exit_code;
+    if (r->shutting_down)
+        return;
+    r->shutting_down = true;
+    r->kill_deadline_ns = sx_run_now_ns() + (uint64_t)SX_RUN_GRACE_MS * 1000000u;
+}
+
+/* Sends @p sig to each of our children that is not a rank: processes that
+ * were re-parented to us (we are a subreaper) after their parent died.
+ * Children hang off the thread that forked them or that an orphan was
+ * given to, so every thread's list is read. */
+static void sx_run_kill_orphans(sx_run_t *r, int sig)
+{
+    DIR *tasks = opendir("/proc/self/task");
+
+    if (tasks == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(tasks)) != NULL) {
+        char fname[300];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(fname, sizeof(fname), "/proc/self/task/%s/children", de->d_name);
+        FILE *f = fopen(fname, "re");
+        if (f == NULL)
+            continue;
+        long pid;
+        while (fscanf(f, "%ld", &pid) == 1) {
+            bool is_rank = false;
+            for (unsigned i = 0; i < r->n && !is_rank; i++)
+                is_rank = r->ranks[i].pid == (pid_t)pid;
+            /* Not reaped yet, so the number cannot have been reused. */
+            if (!is_rank)
+                kill((pid_t)pid, sig);
+        }
+        fclose(f);
+    }
+    closedir(tasks);
+}
+
+static void sx_run_kill_all(sx_run_t *r, int sig)
+{
+    for (unsigned i = 0; i < r->n; i++) {
+        sx_run_rank_t *rk = &r->ranks[i];
+        if (rk->pid <= 0 || !rk->group_alive)
+            continue;
+        if (kill(-rk->pid, sig) != 0 && errno == ESRCH)
+            rk->group_alive = false;
+    }
+    sx_run_kill_orphans(r, sig);
+}
+
+static const char *sx_run_signame(int sig)
+{
+    const char *s = sigabbrev_np(sig);
+    return s != NULL ? s : "?";
+}
+
+/* Reaps every child that has ended; notes the ranks'. Returns false once
+ * sx_run has no child left at all. */
+static bool sx_run_reap(sx_run_t *r)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid < 0)
+            return false; /* ECHILD */
+        if (pid == 0)
+            return true;
+        for (unsigned i = 0; i < r->n; i++) {
+            sx_run_rank_t *rk = &r->ranks[i];
+            if (rk->pid != pid)
+                continue;
+            rk->reaped = true;
+            rk->status = st;
+            r->reaped++;
+            int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            if (code != 0 && !r->shutting_down) {
+                if (WIFEXITED(st))
+                    sx_run_msg("rank %u (pid %d) exited with status %d; stopping the job", i,
+                               (int)pid, code);
+                else
+                    sx_run_msg("rank %u (pid %d) was killed by signal %d (SIG%s%s); stopping "
+                               "the job",
+                               i, (int)pid, WTERMSIG(st), sx_run_signame(WTERMSIG(st)),
+                               WCOREDUMP(st) ? ", core dumped" : "");
+                sx_run_begin_shutdown(r, code);
+            }
+            break;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- main loop */
+
+static void sx_run_on_signals(sx_run_t *r)
+{
+    unsigned char sigs[64];
+    ssize_t n;
+
+    while ((n = read(sx_run_sigpipe[0], sigs, sizeof(sigs))) > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            int sig = sigs[i];
+            if (sig == SIGCHLD)
+                continue; /* the loop reaps after every wake-up */
+            if (r->got_signal != 0 || r->shutting_down) {
+                /* A second request, or one during a shutdown: no more
+                 * grace. */
+                if (r->got_signal == 0)
+                    r->got_signal = sig;
+                r->kill_deadline_ns = sx_run_now_ns();
+                continue;
+            }
+            r->got_signal = sig;
+            sx_run_msg("got SIG%s; stopping the job", sx_run_signame(sig));
+            sx_run_begin_shutdown(r, 128 + sig);
+        }
+    }
+}
+
+static bool sx_run_streams_open(const sx_run_t *r)
+{
+    for (unsigned i = 0; i < r->n; i++) {
+        if (r->ranks[i].out.fd >= 0 || r->ranks[i].err.fd >= 0)
+            return true;
+    }
+    return false;
+}
+
+static void sx_run_loop(sx_run_t *r)
+{
+    struct pollfd *pfds = r->pfds;
+    uint64_t deadline_ns = 0;
+    bool children = true;
+
+    if (r->timeout_s > 0)
+        deadline_ns = sx_run_now_ns() + (uint64_t)(r->timeout_s * 1e9);
+
+    for (;;) {
+        children = sx_run_reap(r);
+        uint64_t now = sx_run_now_ns();
+
+        if (!r->shutting_down) {
+            int st = sx_rdv_server_status(r->rdv);
+            if (st != SX_OK) {
+                sx_run_msg("the rendezvous failed (%s); stopping the job", sx_strerror(st));
+                sx_run_begin_shutdown(r, SX_RUN_EXIT_INTERNAL);
+            } else if (deadline_ns != 0 && now >= deadline_ns) {
+                sx_run_msg("timeout: the job did not end within %g s; stopping it", r->timeout_s);
+                sx_run_begin_shutdown(r, SX_RUN_EXIT_TIMEOUT);
+            } else if (r->reaped == r->n) {
+                if (children)
+                    sx_run_msg("every rank has ended; stopping the processes they left behind");
+                sx_run_begin_shutdown(r, 0);
+            }
+        }
+        if (r->shutting_down && children) {
+            if (!r->term_sent) {
+                r->term_sent = true;
+                sx_run_kill_all(r, SIGTERM);
+            }
+            if (!r->killed && now >= r->kill_deadline_ns) {
+                r->killed = true;
+                r->give_up_ns = now + (uint64_t)SX_RUN_GIVE_UP_MS * 1000000u;
+            }
+            if (r->killed) {
+                /* Again on every round: orphans re-parented to us since. */
+                sx_run_kill_all(r, SIGKILL);
+                if (now >= r->give_up_ns) {
+                    sx_run_msg("processes of the job survive SIGKILL for %d s; giving up on them",
+                               SX_RUN_GIVE_UP_MS / 1000);
+                    break;
+                }
+            }
+        }
+        if (!children && !sx_run_streams_open(r))
+            break;
+        nfds_t n = 0;
+        pfds[n].fd = sx_run_sigpipe[0];
+        pfds[n++].events = POLLIN;
+        for (unsigned i = 0; i < r->n; i++) {
+            sx_run_stream_t *ss[2] = {&r->ranks[i].out, &r->ranks[i].err};
+            for (int j = 0; j < 2; j++) {
+                if (ss[j]->fd < 0)
+                    continue;
+                pfds[n].fd = ss[j]->fd;
+                pfds[n].events = POLLIN;
+                r->pfd_stream[n] = ss[j];
+                r->pfd_rank[n++] = i;
+            }
+        }
+        /* Wake for the next deadline; and now and then for the rendezvous
+         * server, whose failures come without a file descriptor. */
+        int timeout_ms = -1;
+        if (children) {
+            uint64_t wake = now + (uint64_t)SX_RUN_RDV_CHECK_MS * 1000000u;
+            if (!r->shutting_down && deadline_ns != 0 && deadline_ns < wake)
+                wake = deadline_ns;
+            if (r->shutting_down && !r->killed && r->kill_deadline_ns < wake)
+                wake = r->kill_deadline_ns;
+            timeout_ms = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+        }
+        int rc = poll(pfds, n, timeout_ms);
+        if (rc < 0 && errno != EINTR) {
+            sx_run_msg("poll: %s", strerror(errno));
+            sx_run_begin_shutdown(r, SX_RUN_EXIT_INTERNAL);
+            r->kill_deadline_ns = now;
+            continue;
+        }
+        if (rc <= 0)
+            continue;
+        if (pfds[0].revents != 0)
+            sx_run_on_signals(r);
+        for (nfds_t k = 1; k < n; k++) {
+            if (pfds[k].revents != 0)
+                sx_run_stream_read(r, r->pfd_rank[k], r->pfd_stream[k]);
+        }
+    }
+}
+
+/* -------------------------------------------------------------------- main */
+
+static void sx_run_free(sx_run_t *r)
+{
+    if (r->ranks != NULL) {
+        for (unsigned i = 0; i < r->n; i++) {
+            if (r->ranks[i].out.fd >= 0)
+                close(r->ranks[i].out.fd);
+            if (r->ranks[i].err.fd >= 0)
+                close(r->ranks[i].err.fd);
+            free(r->ranks[i].out.buf);
+            free(r->ranks[i].err.buf);
+        }
+    }
+    free(r->ranks);
+    free(r->pfds);
+    free(r->pfd_stream);
+    free(r->pfd_rank);
+    if (r->rdv != NULL)
+        sx_rdv_server_close(r->rdv);
+    for (int j = 0; j < 3; j++)
+        free(r->env_strings[j]);
+    free(r->envp);
+    free(r->sh_argv);
+    free(r->path);
+    if (r->devnull >= 0)
+        close(r->devnull);
+}
+
+/* Standard input, output and error must be open, or the pipes we create
+ * could take their numbers and the ranks would write into each other. */
+static void sx_run_fix_stdio(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nfd = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (nfd >= 0 && nfd != fd) {
+                dup2(nfd, fd);
+                close(nfd);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    sx_run_t run;
+    sx_run_t *r = &run;
+    char addr[SX_OOB_ADDR_MAX];
+    int rc;
+
+    memset(r, 0, sizeof(*r));
+    r->exit_code = -1;
+    r->devnull = -1;
+    sx_run_fix_stdio();
+
+    rc = sx_run_parse_args(r, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    rc = sx_run_resolve(r);
+    if (rc == 0)
+        rc = sx_run_fd_limit(r);
+    if (rc != 0) {
+        sx_run_free(r);
+        return rc;
+    }
+
+    /* Descendants whose parent dies come to us rather than to init, so
+     * that the shutdown finds and kills them too. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        sx_run_msg("warning: cannot become a child subreaper: %s", strerror(errno));
+    if (sx_run_signals_init() != 0) {
+        sx_run_msg("cannot set up signal handling: %s", strerror(errno));
+        sx_run_free(r);
+        return SX_RUN_EXIT_INTERNAL;
+    }
+
+    sx_log_init_from_env();
+    r->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    r->ranks = calloc(r->n, sizeof(*r->ranks));
+    for (unsigned i = 0; r->ranks != NULL && i < r->n; i++) {
+        r->ranks[i].out = (sx_run_stream_t){.fd = -1, .dest = 1};
+        r->ranks[i].err = (sx_run_stream_t){.fd = -1, .dest = 2};
+    }
+    r->pfds = calloc(2 * (size_t)r->n + 1, sizeof(*r->pfds));
+    r->pfd_stream = calloc(2 * (size_t)r->n + 1, sizeof(*r->pfd_stream));
+    r->pfd_rank = calloc(2 * (size_t)r->n + 1, sizeof(*r->pfd_rank));
+    if (r->ranks == NULL || r->pfds == NULL || r->pfd_stream == NULL || r->pfd_rank == NULL) {
+        sx_run_msg("out of memory");
+        sx_run_free(r);
+        return SX_RUN_EXIT_INTERNAL;
+    }
+    if (r->devnull < 0) {
+        sx_run_msg("cannot open /dev/null: %s", strerror(errno));
+        sx_run_free(r);
+        return SX_RUN_EXIT_INTERNAL;
+    }
+
+    rc = sx_rdv_server_open(r->n, &r->rdv);
+    if (rc == SX_OK)
+        rc = sx_rdv_server_address(r->rdv, addr, sizeof(addr));
+    if (rc != SX_OK) {
+        sx_run_msg("cannot open the rendezvous server: %s", sx_strerror(rc));
+        sx_run_free(r);
+        return SX_RUN_EXIT_INTERNAL;
+    }
+    rc = sx_run_build_env(r, addr);
+    if (rc != 0) {
+        sx_run_msg("out of memory");
+        sx_run_free(r);
+        return rc;
+    }
+
+    for (unsigned i = 0; i < r->n && !r->shutting_down; i++) {
+        rc = sx_run_spawn(r, i);
+        if (rc != 0) {
+            sx_run_begin_shutdown(r, rc);
+            break;
+        }
+        /* A signal that came while we were starting ranks stops the rest. */
+        sx_run_on_signals(r);
+    }
+    sx_run_loop(r);
+
+    int code = r->exit_code < 0 ? 0 : r->exit_code;
+    int sig = r->got_signal;
+    sx_run_free(r);
+    if (sig != 0) {
+        /* Die of the same signal, so that a shell sees why we stopped. */
+        signal(sig, SIG_DFL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        raise(sig);
+    }
+    return code;
+}
