@@ -619,6 +619,10 @@ void *sx_oob_progress(void *arg)
             }
             n = 0;
         }
+        /* Messages that waited for a handler go before any that arrive
+         * now, so a handler sees its tag's messages in order. */
+        if (oob->redispatch)
+            sx_oob_redispatch(oob, &batch);
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == &oob->listen_fd) {
                 oob_accept(oob);
@@ -630,8 +634,6 @@ void *sx_oob_progress(void *arg)
                 oob_conn_event(oob, ev[i].data.ptr, ev[i].events, &batch);
             }
         }
-        if (oob->redispatch)
-            sx_oob_redispatch(oob, &batch);
         sx_oob_reap_dead(oob);
         if (batch.head != NULL) {
             oob->dispatching = true;
@@ -669,15 +671,14 @@ int sx_oob_send_queue(sx_oob_t *oob, oob_op_t *op)
         sx_oob_wake(oob);
         return SX_OK;
     }
+    oob_item_t *prev = c->txq.tail;
     fifo_push(&c->txq, &op->item);
-    if (c->state == CONN_OPEN) {
-        int rc = oob_conn_arm(oob, c);
-        if (rc != 0) {
-            /* The progress thread notices the broken socket on its own
-             * only if it reads; make it look. */
-            sx_warn(OOB, "epoll_ctl for peer %#" PRIx64 ": %s", op->peer, strerror(-rc));
-            sx_oob_wake(oob);
-        }
+    int rc = c->state == CONN_OPEN ? oob_conn_arm(oob, c) : 0;
+    if (rc != 0) {
+        /* Nobody would write it: take it back. */
+        fifo_unlink(&c->txq, prev, &op->item);
+        sx_error(OOB, "epoll_ctl for peer %#" PRIx64 ": %s", op->peer, strerror(-rc));
+        return SX_ERR_IO;
     }
     return SX_OK;
 }
