@@ -1,0 +1,684 @@
+/*
+ * The OOB channel's connections and progress thread (see oob.c for the
+ * whole picture and oob_int.h for the locking).
+ *
+ * Connections. A send to a peer with no connection creates one in state
+ * CONN_WAIT with a HELLO frame at the head of its transmit queue; the
+ * progress thread connects. A refused connection (ECONNREFUSED) is tried
+ * again OOB_CONNECT_TRIES times in all, with delays doubling from
+ * OOB_RETRY_FIRST_MS (25 + 50 + 100 + 200 + 400 ms, about 0.8 s), for a
+ * peer whose listener is still starting; any other error, or
+ * OOB_CONNECT_TIMEOUT_MS without an answer, fails the queued sends with
+ * SX_ERR_IO at once. The next send to that peer starts a new connection,
+ * so there is one round of attempts per batch of sends, never an endless
+ * retry. An accepted connection belongs to no peer until its HELLO
+ * arrives; then sends to that id may use it. When both sides connect to
+ * each other, both connections stay: each side sends on the one it chose
+ * first and receives on both.
+ *
+ * Every frame from the wire is checked before use (magic, header CRC32C,
+ * length against SX_OOB_MSG_MAX, HELLO first and only first on an accepted
+ * connection, the source id against the connection's peer); a failure is
+ * logged with the peer and the cause, and the connection is closed, its
+ * queued sends completing with SX_ERR_PROTO. Only then is the payload's
+ * buffer allocated, so a connection holds at most one message buffer of
+ * at most SX_OOB_MSG_MAX bytes before its payload has arrived. A
+ * connection that ends inside a frame, or any socket error, fails the
+ * queued sends with SX_ERR_IO.
+ *
+ * The sockets are nonblocking, so the progress thread holds the lock only
+ * for short system calls, never across epoll_wait; epoll is level
+ * triggered, and a read budget per event keeps one busy peer from
+ * starving the others.
+ */
+#include "bootstrap/oob_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <shardx.h>
+
+#include "common/time.h"
+#include "shard/wire.h"
+
+_Thread_local sx_oob_t *sx_oob_current;
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void sx_oob_hdr_write(uint8_t *h, uint32_t tag, uint64_t src, uint32_t len)
+{
+    put32(h, SX_OOB_MAGIC);
+    put32(h + 4, tag);
+    put64(h + 8, src);
+    put32(h + 16, len);
+    put32(h + 20, sx_crc32c(0, h, OOB_HDR_CRC_LEN));
+}
+
+void sx_oob_wake(sx_oob_t *oob)
+{
+    uint64_t one = 1;
+    ssize_t n;
+
+    do
+        n = write(oob->wake_fd, &one, sizeof(one));
+    while (n < 0 && errno == EINTR);
+    /* EAGAIN: the counter is saturated, so the thread is awake anyway. */
+}
+
+/* "peer 0x2a (127.0.0.1:4000)", or the address alone before HELLO. */
+static const char *oob_conn_name(const oob_conn_t *c, char *buf, size_t len)
+{
+    if (c->peer_known)
+        snprintf(buf, len, "peer %#" PRIx64 " (%s)", c->peer, c->addr);
+    else
+        snprintf(buf, len, "connection from %s (peer not yet known)", c->addr);
+    return buf;
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* Registers the events the connection's state calls for. */
+static int oob_conn_arm(sx_oob_t *oob, oob_conn_t *c)
+{
+    uint32_t want;
+
+    if (c->fd < 0)
+        return 0;
+    if (c->state == CONN_CONNECTING)
+        want = EPOLLOUT;
+    else
+        want = EPOLLIN | (c->txq.head != NULL ? EPOLLOUT : 0);
+    if (want == c->events)
+        return 0;
+    struct epoll_event ev = {.events = want, .data.ptr = c};
+    if (epoll_ctl(oob->ep_fd, c->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd, &ev) != 0)
+        return -errno;
+    c->events = want;
+    return 0;
+}
+
+static void oob_conn_close_fd(sx_oob_t *oob, oob_conn_t *c)
+{
+    if (c->fd < 0)
+        return;
+    if (c->events != 0)
+        epoll_ctl(oob->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    c->events = 0;
+}
+
+/*
+ * Logs why (at @p level, naming the peer), closes the connection and
+ * completes its queued sends with @p status. The connection goes to
+ * oob->dead, because epoll events already fetched may still point at it.
+ */
+void sx_oob_conn_fail(sx_oob_t *oob, oob_conn_t *c, int status, oob_fifo_t *batch,
+                      sx_log_level_t level, const char *fmt, ...)
+{
+    char name[OOB_NAME_MAX], cause[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(cause, sizeof(cause), fmt, ap);
+    va_end(ap);
+    sx_log(level, OOB, "%s: %s; closing the connection", oob_conn_name(c, name, sizeof(name)),
+           cause);
+
+    oob_conn_close_fd(oob, c);
+    oob_item_t *it;
+    while ((it = fifo_pop(&c->txq)) != NULL) {
+        oob_op_t *op = (oob_op_t *)it;
+        sx_oob_op_complete(oob, op, status, 0, op->peer, op->tag, batch);
+    }
+    free(c->rx_msg);
+    c->rx_msg = NULL;
+
+    for (oob_conn_t **pp = &oob->conns; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    c->dead = true;
+    c->next = oob->dead;
+    oob->dead = c;
+
+    /* Sends to this peer move to another connection it has, if any (but
+     * not to one made to an address it no longer has). */
+    oob_peer_t *p = c->peer_known ? sx_oob_peer_find(oob, c->peer) : NULL;
+    if (p != NULL && p->conn == c) {
+        p->conn = NULL;
+        for (oob_conn_t *o = oob->conns; o != NULL; o = o->next) {
+            if (o->peer_known && o->peer == c->peer &&
+                (!o->outgoing || strcmp(o->addr, p->addr) == 0)) {
+                p->conn = o;
+                break;
+            }
+        }
+    }
+}
+
+void sx_oob_reap_dead(sx_oob_t *oob)
+{
+    while (oob->dead != NULL) {
+        oob_conn_t *c = oob->dead;
+        oob->dead = c->next;
+        free(c);
+    }
+}
+
+static void oob_set_nodelay(int fd)
+{
+    int one = 1;
+
+    /* Frames are small and latency matters more than segment count. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void oob_connected(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
+{
+    int rc;
+
+    c->state = CONN_OPEN;
+    sx_debug(OOB, "connected to peer %#" PRIx64 " at %s", c->peer, c->addr);
+    rc = oob_conn_arm(oob, c);
+    if (rc != 0)
+        sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "epoll_ctl: %s", strerror(-rc));
+}
+
+/* A connection attempt failed with @p err: try again later, or give up. */
+static void oob_connect_failed(sx_oob_t *oob, oob_conn_t *c, int err, oob_fifo_t *batch)
+{
+    oob_conn_close_fd(oob, c);
+    if (err == ECONNREFUSED && c->tries < OOB_CONNECT_TRIES) {
+        uint64_t delay_ms = (uint64_t)OOB_RETRY_FIRST_MS << (c->tries - 1);
+        c->state = CONN_WAIT;
+        c->timer_ns = sx_time_ns() + delay_ms * 1000000u;
+        sx_debug(OOB, "connect to %s (peer %#" PRIx64 ") refused; again in %" PRIu64 " ms", c->addr,
+                 c->peer, delay_ms);
+        return;
+    }
+    sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR,
+                     "connect to %s failed: %s (%d attempt%s)", c->addr, strerror(err), c->tries,
+                     c->tries == 1 ? "" : "s");
+}
+
+static void oob_connect_start(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
+{
+    int fd, rc;
+
+    c->tries++;
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "socket: %s", strerror(errno));
+        return;
+    }
+    oob_set_nodelay(fd);
+    do
+        rc = connect(fd, (const struct sockaddr *)&c->sa, sizeof(c->sa));
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0 && errno != EINPROGRESS) {
+        int err = errno;
+        close(fd);
+        oob_connect_failed(oob, c, err, batch);
+        return;
+    }
+    c->fd = fd;
+    if (rc == 0) {
+        oob_connected(oob, c, batch);
+        return;
+    }
+    c->state = CONN_CONNECTING;
+    c->timer_ns = sx_time_ns() + (uint64_t)OOB_CONNECT_TIMEOUT_MS * 1000000u;
+    rc = oob_conn_arm(oob, c);
+    if (rc != 0)
+        sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "epoll_ctl: %s", strerror(-rc));
+}
+
+/* A new outgoing connection to @p p, with its HELLO queued; the progress
+ * thread connects. Under the lock. */
+static oob_conn_t *oob_conn_new_outgoing(sx_oob_t *oob, oob_peer_t *p)
+{
+    oob_conn_t *c = calloc(1, sizeof(*c));
+    oob_op_t *hello = calloc(1, sizeof(*hello));
+    uint8_t *frame = malloc(SX_OOB_HDR_LEN);
+
+    if (c == NULL || hello == NULL || frame == NULL) {
+        free(c);
+        free(hello);
+        free(frame);
+        return NULL;
+    }
+    sx_oob_hdr_write(frame, SX_OOB_TAG_HELLO, oob->self_id, 0);
+    hello->item.kind = OOB_ITEM_OP;
+    hello->kind = OOB_OP_HELLO;
+    hello->peer = p->id;
+    hello->tag = SX_OOB_TAG_HELLO;
+    hello->frame = frame;
+    hello->frame_len = SX_OOB_HDR_LEN;
+
+    c->fd = -1;
+    c->state = CONN_WAIT;
+    c->outgoing = true;
+    c->peer_known = true;
+    c->peer = p->id;
+    c->sa = p->sa;
+    memcpy(c->addr, p->addr, sizeof(c->addr));
+    c->timer_ns = sx_time_ns();
+    fifo_push(&c->txq, &hello->item);
+    c->next = oob->conns;
+    oob->conns = c;
+    p->conn = c;
+    return c;
+}
+
+static void oob_accept(sx_oob_t *oob)
+{
+    for (;;) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        int fd = accept4(oob->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            /* Out of descriptors or memory: the listener would stay
+             * readable and spin us, so stop watching it for a while. */
+            sx_warn(OOB, "accept on %s: %s; pausing for %d ms", oob->addr, strerror(errno),
+                    OOB_ACCEPT_PAUSE_MS);
+            struct epoll_event ev = {.events = 0, .data.ptr = &oob->listen_fd};
+            epoll_ctl(oob->ep_fd, EPOLL_CTL_MOD, oob->listen_fd, &ev);
+            oob->accept_resume_ns = sx_time_ns() + (uint64_t)OOB_ACCEPT_PAUSE_MS * 1000000u;
+            return;
+        }
+        oob_conn_t *c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            sx_error(OOB, "no memory for a connection; refusing one");
+            close(fd);
+            continue;
+        }
+        oob_set_nodelay(fd);
+        c->fd = fd;
+        c->state = CONN_OPEN;
+        sx_oob_format_addr(&sa, c->addr, sizeof(c->addr));
+        int rc = oob_conn_arm(oob, c);
+        if (rc != 0) {
+            sx_error(OOB, "epoll_ctl for the connection from %s: %s", c->addr, strerror(-rc));
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = oob->conns;
+        oob->conns = c;
+        sx_debug(OOB, "accepted a connection from %s", c->addr);
+    }
+}
+
+/* Binds an accepted connection to the id its HELLO names. */
+static bool oob_hello(sx_oob_t *oob, oob_conn_t *c, uint64_t src, oob_fifo_t *batch)
+{
+    if (src == SX_OOB_PEER_ANY || src == oob->self_id) {
+        sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR,
+                         "HELLO names an invalid id %#" PRIx64, src);
+        return false;
+    }
+    oob_peer_t *p = sx_oob_peer_get(oob, src);
+    if (p == NULL) {
+        sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "no memory for peer %#" PRIx64,
+                         src);
+        return false;
+    }
+    c->peer_known = true;
+    c->peer = src;
+    if (p->conn == NULL)
+        p->conn = c;
+    sx_debug(OOB, "connection from %s is peer %#" PRIx64, c->addr, src);
+    return true;
+}
+
+/*
+ * Checks the header just read, before anything else looks at it. Returns
+ * false if the connection was closed.
+ */
+static bool oob_frame_header(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
+{
+    const uint8_t *h = c->rx_hdr;
+    uint32_t magic = get32(h), tag = get32(h + 4), len = get32(h + 16), crc = get32(h + 20);
+    uint64_t src = get64(h + 8);
+
+    if (magic != SX_OOB_MAGIC) {
+        sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR, "bad frame magic %#010x",
+                         magic);
+        return false;
+    }
+    if (sx_crc32c(0, h, OOB_HDR_CRC_LEN) != crc) {
+        sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR, "bad frame header checksum");
+        return false;
+    }
+    if (len > SX_OOB_MSG_MAX) {
+        sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR,
+                         "frame length %" PRIu32 " over the limit of %u bytes", len,
+                         SX_OOB_MSG_MAX);
+        return false;
+    }
+    if (!c->peer_known) {
+        if (tag != SX_OOB_TAG_HELLO) {
+            sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR,
+                             "first frame has tag %#x, not HELLO", tag);
+            return false;
+        }
+        if (len != 0) {
+            sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR,
+                             "HELLO with %" PRIu32 " bytes of payload", len);
+            return false;
+        }
+        c->rx_hdr_got = 0;
+        return oob_hello(oob, c, src, batch);
+    }
+    if (tag == SX_OOB_TAG_HELLO) {
+        sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR, "unexpected HELLO frame");
+        return false;
+    }
+    if (src != c->peer) {
+        sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR,
+                         "frame claims source id %#" PRIx64, src);
+        return false;
+    }
+    oob_msg_t *m = malloc(sizeof(*m) + len);
+    if (m == NULL) {
+        sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR,
+                         "no memory for a message of %" PRIu32 " bytes", len);
+        return false;
+    }
+    m->item.kind = OOB_ITEM_MSG;
+    m->item.next = NULL;
+    m->peer = src;
+    m->tag = tag;
+    m->len = len;
+    m->handler = NULL;
+    m->handler_arg = NULL;
+    c->rx_hdr_got = 0;
+    if (len == 0) {
+        sx_oob_deliver(oob, m, batch);
+    } else {
+        c->rx_msg = m;
+        c->rx_got = 0;
+    }
+    return true;
+}
+
+/* Reads what the socket has, up to a budget. Returns false if the
+ * connection was closed. */
+static bool oob_conn_read(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
+{
+    for (int round = 0; round < OOB_READ_BUDGET; round++) {
+        uint8_t *dst;
+        size_t want;
+        if (c->rx_msg == NULL) {
+            dst = c->rx_hdr + c->rx_hdr_got;
+            want = SX_OOB_HDR_LEN - c->rx_hdr_got;
+        } else {
+            dst = c->rx_msg->data + c->rx_got;
+            want = c->rx_msg->len - c->rx_got;
+        }
+        ssize_t n = recv(c->fd, dst, want, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return true;
+            sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "receive: %s",
+                             strerror(errno));
+            return false;
+        }
+        if (n == 0) {
+            if (c->rx_msg != NULL)
+                sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR,
+                                 "connection closed inside a frame (%zu of %" PRIu32
+                                 " payload bytes)",
+                                 c->rx_got, c->rx_msg->len);
+            else if (c->rx_hdr_got > 0)
+                sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR,
+                                 "connection closed inside a frame (%zu of %d header bytes)",
+                                 c->rx_hdr_got, SX_OOB_HDR_LEN);
+            else if (c->txq.head != NULL)
+                sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR,
+                                 "connection closed by the peer with sends queued");
+            else
+                sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_DEBUG, "closed by the peer");
+            return false;
+        }
+        if (c->rx_msg == NULL) {
+            c->rx_hdr_got += (size_t)n;
+            if (c->rx_hdr_got == SX_OOB_HDR_LEN && !oob_frame_header(oob, c, batch))
+                return false;
+        } else {
+            c->rx_got += (size_t)n;
+            if (c->rx_got == c->rx_msg->len) {
+                oob_msg_t *m = c->rx_msg;
+                c->rx_msg = NULL;
+                sx_oob_deliver(oob, m, batch);
+            }
+        }
+    }
+    return true;
+}
+
+/* Writes queued frames until the socket is full. Returns false if the
+ * connection was closed. */
+static bool oob_conn_write(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
+{
+    oob_item_t *it;
+
+    while ((it = c->txq.head) != NULL) {
+        oob_op_t *op = (oob_op_t *)it;
+        while (op->sent < op->frame_len) {
+            ssize_t n = send(c->fd, op->frame + op->sent, op->frame_len - op->sent, MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    goto out;
+                sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "send: %s",
+                                 strerror(errno));
+                return false;
+            }
+            op->sent += (size_t)n;
+        }
+        fifo_pop(&c->txq);
+        sx_oob_op_complete(oob, op, SX_OK, op->frame_len - SX_OOB_HDR_LEN, op->peer, op->tag,
+                           batch);
+    }
+out:;
+    int rc = oob_conn_arm(oob, c);
+    if (rc != 0) {
+        sx_oob_conn_fail(oob, c, SX_ERR_IO, batch, SX_LOG_ERROR, "epoll_ctl: %s", strerror(-rc));
+        return false;
+    }
+    return true;
+}
+
+static void oob_conn_event(sx_oob_t *oob, oob_conn_t *c, uint32_t events, oob_fifo_t *batch)
+{
+    if (c->dead || c->fd < 0)
+        return;
+    if (c->state == CONN_CONNECTING) {
+        int err = 0;
+        socklen_t sl = sizeof(err);
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+            err = errno;
+        if (err == 0 && !(events & (EPOLLERR | EPOLLHUP)))
+            oob_connected(oob, c, batch);
+        else
+            oob_connect_failed(oob, c, err != 0 ? err : ECONNRESET, batch);
+        return;
+    }
+    if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && !oob_conn_read(oob, c, batch))
+        return;
+    if (events & EPOLLOUT)
+        oob_conn_write(oob, c, batch);
+}
+
+/* Starts due connection attempts and gives up on slow ones; returns the
+ * epoll_wait timeout until the next timer (-1: none). */
+static int oob_timers(sx_oob_t *oob, oob_fifo_t *batch)
+{
+    uint64_t now = sx_time_ns(), next = 0;
+    bool have = false;
+    oob_conn_t *c = oob->conns;
+
+    while (c != NULL) {
+        oob_conn_t *following = c->next; /* c may move to oob->dead */
+        if (c->state == CONN_WAIT && sx_u64_before_eq(c->timer_ns, now))
+            oob_connect_start(oob, c, batch);
+        else if (c->state == CONN_CONNECTING && sx_u64_before_eq(c->timer_ns, now))
+            oob_connect_failed(oob, c, ETIMEDOUT, batch);
+        c = following;
+    }
+    if (oob->accept_resume_ns != 0 && sx_u64_before_eq(oob->accept_resume_ns, now)) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &oob->listen_fd};
+        epoll_ctl(oob->ep_fd, EPOLL_CTL_MOD, oob->listen_fd, &ev);
+        oob->accept_resume_ns = 0;
+    }
+    if (oob->accept_resume_ns != 0) {
+        next = oob->accept_resume_ns;
+        have = true;
+    }
+    for (c = oob->conns; c != NULL; c = c->next) {
+        if ((c->state == CONN_WAIT || c->state == CONN_CONNECTING) &&
+            (!have || sx_u64_before(c->timer_ns, next))) {
+            next = c->timer_ns;
+            have = true;
+        }
+    }
+    if (!have)
+        return -1;
+    now = sx_time_ns();
+    if (sx_u64_before_eq(next, now))
+        return 0;
+    uint64_t ms = (next - now + 999999u) / 1000000u;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* ------------------------------------------------------------ progress thread */
+
+void *sx_oob_progress(void *arg)
+{
+    sx_oob_t *oob = arg;
+    struct epoll_event ev[OOB_EVENTS];
+    oob_fifo_t batch = {0};
+
+    sx_oob_current = oob;
+    pthread_mutex_lock(&oob->lock);
+    while (!oob->closing) {
+        /* A timer may already have completed something: then only look. */
+        int timeout = oob_timers(oob, &batch);
+        if (batch.head != NULL)
+            timeout = 0;
+        pthread_mutex_unlock(&oob->lock);
+        int n = epoll_wait(oob->ep_fd, ev, OOB_EVENTS, timeout);
+        int err = errno;
+        pthread_mutex_lock(&oob->lock);
+        if (oob->closing)
+            break;
+        if (n < 0) {
+            if (err != EINTR) {
+                sx_error(OOB, "epoll_wait: %s; the progress thread stops", strerror(err));
+                break;
+            }
+            n = 0;
+        }
+        /* Messages that waited for a handler go before any that arrive
+         * now, so a handler sees its tag's messages in order. */
+        if (oob->redispatch)
+            sx_oob_redispatch(oob, &batch);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == &oob->listen_fd) {
+                oob_accept(oob);
+            } else if (ev[i].data.ptr == &oob->wake_fd) {
+                uint64_t v;
+                while (read(oob->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR)
+                    ;
+            } else {
+                oob_conn_event(oob, ev[i].data.ptr, ev[i].events, &batch);
+            }
+        }
+        sx_oob_reap_dead(oob);
+        if (batch.head != NULL) {
+            oob->dispatching = true;
+            pthread_mutex_unlock(&oob->lock);
+            sx_oob_batch_run(&batch);
+            pthread_mutex_lock(&oob->lock);
+            oob->dispatching = false;
+            oob->dispatch_seq++;
+            pthread_cond_broadcast(&oob->cond);
+        }
+    }
+    pthread_mutex_unlock(&oob->lock);
+    /* A batch gathered when closing began still has to run. */
+    sx_oob_batch_run(&batch);
+    return NULL;
+}
+
+/* Queues a send on its peer's connection, making one if needed. Under the
+ * lock. */
+int sx_oob_send_queue(sx_oob_t *oob, oob_op_t *op)
+{
+    if (oob->closing)
+        return SX_ERR_SHUTDOWN;
+    oob_peer_t *p = sx_oob_peer_find(oob, op->peer);
+    oob_conn_t *c = p != NULL ? p->conn : NULL;
+    if (c == NULL) {
+        if (p == NULL || !p->has_addr) {
+            sx_debug(OOB, "send to peer %#" PRIx64 ": no address and no connection", op->peer);
+            return SX_ERR_PEER_UNREACHABLE;
+        }
+        c = oob_conn_new_outgoing(oob, p);
+        if (c == NULL)
+            return SX_ERR_NO_MEMORY;
+        fifo_push(&c->txq, &op->item);
+        sx_oob_wake(oob);
+        return SX_OK;
+    }
+    oob_item_t *prev = c->txq.tail;
+    fifo_push(&c->txq, &op->item);
+    int rc = c->state == CONN_OPEN ? oob_conn_arm(oob, c) : 0;
+    if (rc != 0) {
+        /* Nobody would write it: take it back. */
+        fifo_unlink(&c->txq, prev, &op->item);
+        sx_error(OOB, "epoll_ctl for peer %#" PRIx64 ": %s", op->peer, strerror(-rc));
+        return SX_ERR_IO;
+    }
+    return SX_OK;
+}
