@@ -4,12 +4,15 @@
  *
  *   exchange   PMIx_Put(PMIX_GLOBAL, "shardx.card", byte object),
  *              PMIx_Commit, then PMIx_Fence over every process of our
- *              namespace with PMIX_COLLECT_DATA, so that every card is
- *              cached locally once the fence returns (the "full modex" of
- *              Open MPI, ../shared/seeds/modex.h.txt) and a later get
- *              needs no round trip to the server.
+ *              namespace with PMIX_COLLECT_DATA, so that once the fence
+ *              returns every card is held by our local PMIx server (the
+ *              "full modex" of Open MPI, ../shared/seeds/modex.h.txt) and
+ *              a get never waits for the rank that published it.
  *   get        PMIx_Get(rank, "shardx.card").
- *   fence_nb   PMIx_Fence_nb over the namespace, without data.
+ *   fence_nb   PMIx_Fence_nb over the namespace, without data. Either it
+ *              returns SX_OK and the callback runs exactly once (with
+ *              SX_OK, or the error the fence ended with), or it returns an
+ *              error and the callback never runs.
  *
  * PMIx_Init is reference counted by the PMIx library, so several engines
  * (or an MPI library beside us) may each initialise it: every successful
@@ -36,8 +39,6 @@
 #if SX_HAVE_PMIX
 
 #include <pmix.h>
-
-#include "common/tsan.h"
 
 /* The key our card is published under; PMIx keys are per process, so one
  * key serves every rank. */
@@ -234,11 +235,6 @@ static int sx_pmix_get(sx_modex_t *m, uint32_t rank, void *buf, size_t *len_p)
 static void sx_pmix_fence_done(pmix_status_t rc, void *cbdata)
 {
     sx_pmix_fence_op_t *op = cbdata;
-
-    /* Pairs with the release before PMIx_Fence_nb: PMIx hands op from the
-     * calling thread to its progress thread inside libpmix and libevent,
-     * which TSan does not see. */
-    SX_TSAN_ACQUIRE(op);
     int status = SX_OK;
     if (rc != PMIX_SUCCESS) {
         sx_error("modex", "pmix: PMIx_Fence_nb(%s) completed with an error: %s",
@@ -264,7 +260,8 @@ static int sx_pmix_fence_nb(sx_modex_t *m, sx_modex_cb_t cb, void *arg)
     op->arg = arg;
     op->everyone = p->everyone;
 
-    SX_TSAN_RELEASE(op);
+    /* PMIx hands op to its progress thread under its own (pthread) locks,
+     * which order our writes above before the callback's reads. */
     pmix_status_t rc = PMIx_Fence_nb(&op->everyone, 1, NULL, 0, sx_pmix_fence_done, op);
     if (rc == PMIX_SUCCESS)
         return SX_OK; /* sx_pmix_fence_done owns op now */
