@@ -280,6 +280,53 @@ SX_API int sx_peer_remove(sx_engine_h engine, sx_peer_h peer);
 /** The id the peer was added with. */
 SX_API uint64_t sx_peer_id(sx_peer_h peer);
 
+/**
+ * Adds a peer but also says how its channels connect: SX_ERR_UNSUPPORTED
+ * from sx_peer_add means the two cards share no connection method (see
+ * SX_CPC). Channels connect lazily: the first operation to a peer starts
+ * the method's exchange and later ones queue behind it. A channel that
+ * cannot connect within SX_CONNECT_TIMEOUT_MS fails its operations with
+ * SX_ERR_PEER_UNREACHABLE (no answer) or SX_ERR_PATH_MTU (only small
+ * datagrams get through), logs a diagnosis and runs the error callback; a
+ * peer found to have restarted fails with SX_ERR_PEER_RESTARTED.
+ */
+
+/* ------------------------------------------------------------------------ */
+/* Jobs: processes started together by a launcher                            */
+/* ------------------------------------------------------------------------ */
+
+/** What sx_engine_join found. */
+typedef struct sx_job_info {
+    uint32_t rank;     /* this process, 0 .. size - 1 */
+    uint32_t size;     /* processes in the job */
+    const char *modex; /* how cards were exchanged: "pmix" or "sxrun" (static string) */
+} sx_job_info_t;
+
+/**
+ * Joins the job that launched this process: publishes the engine's card,
+ * reads every other process's through the modex (PMIx under Open MPI's
+ * mpirun or another PMIx launcher; sx_run's rendezvous; SX_MODEX picks)
+ * and adds each process as a peer whose id is its rank (this process is
+ * the self peer). Blocks until every process of the job has joined. Once
+ * per engine (SX_ERR_EXISTS after). SX_ERR_NO_LAUNCHER when no launcher
+ * started the process: exchange cards with sx_engine_address and
+ * sx_peer_add instead, as an MPI runtime does with its own modex.
+ */
+SX_API int sx_engine_join(sx_engine_h engine, sx_job_info_t *info_p);
+
+/** The peer of rank @p rank after sx_engine_join, or NULL. */
+SX_API sx_peer_h sx_job_peer(sx_engine_h engine, uint32_t rank);
+
+/**
+ * A barrier over the job: returns once every process has entered it. It
+ * keeps progressing the engine while it waits, so peers still waiting for
+ * this process's acknowledgements are served; a process that has seen its
+ * own sends complete and then passes a barrier may destroy its engine
+ * without leaving a peer hanging. Every process calls it equally often, from
+ * one thread at a time.
+ */
+SX_API int sx_job_barrier(sx_engine_h engine);
+
 /* ------------------------------------------------------------------------ */
 /* Active messages                                                           */
 /* ------------------------------------------------------------------------ */

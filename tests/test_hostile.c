@@ -97,13 +97,18 @@ static int group_setup(void **state)
     char b_seq[16], a_seq[16];
     snprintf(b_seq, sizeof(b_seq), "%u", B_SEQ);
     snprintf(a_seq, sizeof(a_seq), "%u", (uint32_t)(B_SEQ + SEQ_GAP));
-    const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", b_seq}};
-    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", a_seq}};
+    /* The implicit connection method: these tests forge data packets of a
+     * channel the handshake never set up (test_cpc covers forged control
+     * messages and data before the handshake). */
+    const sx_config_kv_t kb[] = {
+        {"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", b_seq}, {"CPC", "implicit"}};
+    const sx_config_kv_t ka[] = {
+        {"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", a_seq}, {"CPC", "implicit"}};
     uint8_t card[4096];
     size_t len;
 
     memset(&fx, 0, sizeof(fx));
-    fx.a = am_engine(ka, 3);
+    fx.a = am_engine(ka, 4);
     fx.b = am_engine(kb, 3);
     assert_int_equal(sx_thread_bind(fx.a, 0), SX_OK);
     assert_int_equal(sx_thread_bind(fx.b, 0), SX_OK);

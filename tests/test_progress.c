@@ -129,11 +129,14 @@ static void test_engine_fd(void **state)
     assert_int_equal(fd, fd2);
     struct iovec iov = {msg, sizeof(msg)};
     assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
-    /* a's send went out when sx_send returned: b's fd must turn readable. */
+    /* a's first packet (the handshake's CONNECT) went out when sx_send
+     * returned: b's fd must turn readable. */
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     assert_int_equal(poll(&pfd, 1, 60000), 1);
-    while (atomic_load(&c.delivered) == 0)
+    while (atomic_load(&c.delivered) == 0) {
         sx_progress(b);
+        sx_progress(a);
+    }
     assert_true(am_progress_until(a, b, (const uint64_t *)&c.completed, 1));
     assert_int_equal(sx_engine_fd(NULL, &fd), SX_ERR_INVALID_PARAM);
     sx_engine_destroy(a);

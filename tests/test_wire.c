@@ -289,7 +289,7 @@ static void test_parse_drop_reasons(void **state)
     }
 
     /* Type: unknown values with a correct checksum. */
-    const uint8_t types[] = {0, 3, 0x80, 0xff};
+    const uint8_t types[] = {0, 4, 0x80, 0xff};
     for (size_t i = 0; i < sizeof(types); i++) {
         memcpy(bad, pkt, len);
         bad[1] = types[i];

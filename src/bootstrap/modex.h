@@ -66,9 +66,9 @@ extern const sx_modex_ops_t sx_modex_sxrun_ops;
 
 /**
  * Opens the backend named @p choice ("auto", "pmix", "sxrun", "manual").
- * SX_ERR_UNSUPPORTED, with a log line, when it names a launcher that did
- * not start this process, or for "manual" (and "auto" without a launcher):
- * the caller then exchanges cards itself.
+ * SX_ERR_NO_LAUNCHER, with a log line, for "manual", for "auto" when no
+ * launcher started this process, and for a backend whose launcher did not
+ * start it: the caller then exchanges cards itself.
  */
 int sx_modex_open(const char *choice, sx_oob_t *oob, sx_modex_t **m_p);
 void sx_modex_close(sx_modex_t *m);

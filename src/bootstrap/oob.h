@@ -51,8 +51,9 @@
 #define SX_OOB_TAG_RESERVED 0xffff0000u
 #define SX_OOB_TAG_HELLO    0xffff0000u /* first frame of a connection; no payload */
 #define SX_OOB_TAG_RDV_PUT  0xffff0001u /* rank -> launcher: u32 rank, u32 size, blob */
-#define SX_OOB_TAG_RDV_ALL  0xffff0002u /* launcher -> rank: u32 size, then per rank u32 len, blob \
-                                         */
+#define SX_OOB_TAG_RDV_ALL                                                 \
+    0xffff0002u /* launcher -> rank: u32 size, then per rank u32 len, blob \
+                 */
 #define SX_OOB_TAG_RDV_FENCE 0xffff0003u /* rank -> launcher: u32 rank, u32 round */
 #define SX_OOB_TAG_RDV_DONE  0xffff0004u /* launcher -> rank: u32 round */
 #define SX_OOB_TAG_RDV_ERROR 0xffff0005u /* launcher -> rank: a message (text) */

@@ -417,6 +417,10 @@ static void sx_config_scan_environment(void)
         name[len] = '\0';
         if (sx_config_find(name) >= 0)
             continue;
+        /* The sx_run launcher's variables (rank, size, rendezvous) are
+         * not parameters but are ours. */
+        if (strncmp(name, "SX_RUN_", 7) == 0)
+            continue;
         sx_config_unknown_count++;
         const char *close = sx_config_closest(name);
         if (close != NULL)

@@ -84,12 +84,26 @@
       "Print the engine's counters to standard error when it is destroyed.")                  \
     X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                   \
       "First sequence number of every channel; for testing wrap-around. Every process "       \
-      "of a job must use the same value.")
+      "of a job must use the same value with the implicit connection method; the "            \
+      "handshake exchanges it.")                                                              \
+    X(CPC, STRING, cpc, "", 0, 0, NULL,                                                       \
+      "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "       \
+      "drops one; empty: all that can run (handshake, implicit, and oob when the engine "     \
+      "has an OOB endpoint). A peer uses the highest-priority method both sides offer.")      \
+    X(CONNECT_TIMEOUT_MS, UINT, connect_timeout_ms, "10000", 10, 3600000, NULL,               \
+      "How long a channel may take to connect before it fails with a diagnosis "              \
+      "(SX_ERR_PEER_UNREACHABLE, or SX_ERR_PATH_MTU when only small datagrams get "           \
+      "through).")                                                                            \
+    X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                             \
+      "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "    \
+      "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "     \
+      "picks the launcher that started the process.")
 
 /* Word indices of the ENUM parameters; they follow the word lists above. */
 enum { SX_THREAD_MODE_SHARDED = 0, SX_THREAD_MODE_GLOBAL = 1 };
 enum { SX_STATS_NONE = 0, SX_STATS_TEXT = 1, SX_STATS_JSON = 2 };
 enum { SX_PROGRESS_POLL = 0, SX_PROGRESS_THREAD = 1 };
+enum { SX_MODEX_AUTO = 0, SX_MODEX_PMIX = 1, SX_MODEX_SXRUN = 2, SX_MODEX_MANUAL = 3 };
 
 typedef struct sx_config {
     uint64_t shards;
@@ -118,6 +132,9 @@ typedef struct sx_config {
     bool bind_progress;
     int stats;
     uint64_t seq_start;
+    char *cpc;
+    uint64_t connect_timeout_ms;
+    int modex;
 } sx_config_t;
 
 /**

@@ -63,6 +63,7 @@ static void sx_engine_init_proto(struct sx_engine *e)
     if (p->rto_max_ns < p->rto_min_ns)
         p->rto_max_ns = p->rto_min_ns;
     p->peer_timeout_ns = c->peer_timeout_ms * 1000000u;
+    p->connect_timeout_ns = c->connect_timeout_ms * 1000000u;
     p->checksum = c->checksum;
     p->max_msg = c->max_msg_size;
     p->peers = &e->peers;
@@ -120,9 +121,12 @@ static int sx_engine_create_shards(struct sx_engine *e)
 
 static void sx_engine_free(struct sx_engine *e)
 {
+    atomic_store(&e->closing, true);
     sx_engine_progress_stop(e);
     if (e->event_fd >= 0)
         close(e->event_fd);
+    /* The OOB's thread may hand messages to the shards: it goes first. */
+    sx_engine_bootstrap_fini(e);
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
      * the shards, whose inboxes may still hold peer-close requests. */
     sx_engine_peers_fini(e);
@@ -135,6 +139,7 @@ static void sx_engine_free(struct sx_engine *e)
         sx_rcu_table_fini(&e->peers);
     if (e->mem_created)
         sx_rcu_table_fini(&e->mem);
+    sx_cpc_engine_fini(e);
     sx_tl_self_domain_destroy(e->self_domain);
     sx_engine_graveyard_fini(e);
     free(e->removed_epochs);
@@ -144,6 +149,7 @@ static void sx_engine_free(struct sx_engine *e)
         sx_rlock_destroy(&e->global_lock);
     sx_topo_fini(&e->topo);
     sx_config_release(&e->cfg);
+    pthread_mutex_destroy(&e->join_lock);
     free(e);
 }
 
@@ -183,6 +189,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
                  ? params->name
                  : "shardx");
     atomic_init(&e->next_rr, 0);
+    atomic_init(&e->closing, false);
+    atomic_init(&e->fence_round, 0);
+    pthread_mutex_init(&e->join_lock, NULL);
     e->event_fd = -1;
 
     rc = sx_config_load(&e->cfg, kv, kv_count);
@@ -221,7 +230,14 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     e->mem_created = true;
     sx_fairlock_init(&e->peer_lock);
     sx_engine_init_proto(e);
+    sx_engine_epoch_init(e);
     rc = sx_engine_create_shards(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_engine_bootstrap_init(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_cpc_engine_init(e);
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_card_init(e);

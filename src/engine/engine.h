@@ -24,7 +24,10 @@
 #include <shardx.h>
 
 #include "common/config.h"
+#include "bootstrap/modex.h"
+#include "bootstrap/oob.h"
 #include "common/rcu_table.h"
+#include "cpc/cpc.h"
 #include "engine/topo.h"
 #include "locks/rlock.h"
 #include "shard/peer.h"
@@ -63,6 +66,21 @@ struct sx_engine {
     /* Handlers replaced by a later registration; a receive path may still
      * hold one, so they are freed only with the engine. */
     void *graveyard;
+    /* Connection methods (src/cpc/): the components that run, each with a
+     * module per shard; implicit modules for the self peer. */
+    unsigned ncpc;
+    const sx_cpc_component_t *cpc[SX_CPC_MAX];
+    sx_cpc_module_t *cpc_mods[SX_CPC_MAX];
+    sx_cpc_module_t *cpc_self_mods;
+    /* Start-up (src/bootstrap/): the OOB endpoint (NULL unless the engine
+     * was started by sx_run or SX_CPC names oob), and after
+     * sx_engine_join the modex and one peer per rank. */
+    sx_oob_t *oob;
+    atomic_bool closing; /* destroy has begun: OOB requests still queued are dropped */
+    pthread_mutex_t join_lock;
+    sx_modex_t *modex;
+    sx_peer_h *job_peers; /* [modex->size] */
+    atomic_uint fence_round;
 };
 
 /*
@@ -94,8 +112,18 @@ unsigned sx_send_lane(struct sx_engine *engine, sx_peer_h peer, unsigned *home_p
 /** The inbox request that queues an operation (sx_op_t) on its channel. */
 void sx_op_push_run(void *owner, sx_inbox_req_t *req);
 
-/** Builds the card and the engine's own epoch; at creation. */
+/** Draws the engine's epoch: random, never 0; at creation. */
+void sx_engine_epoch_init(struct sx_engine *engine);
+
+/** Builds the business card; at creation, after the shards and the CPCs. */
 int sx_engine_card_init(struct sx_engine *engine);
+
+/** Opens the OOB endpoint when the engine needs one (started by sx_run,
+ *  or SX_CPC names oob); at creation. */
+int sx_engine_bootstrap_init(struct sx_engine *engine);
+
+/** Leaves the job (modex) and closes the OOB; first thing at destruction. */
+void sx_engine_bootstrap_fini(struct sx_engine *engine);
 
 /** Closes every channel and frees every peer; at destruction. */
 void sx_engine_peers_fini(struct sx_engine *engine);

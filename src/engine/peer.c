@@ -12,13 +12,15 @@
 
 /*
  * The business card, little-endian:
- *   0  u32 magic "SXC1"     4  u16 version (1)     6  u16 shard count
+ *   0  u32 magic "SXC1"     4  u16 version (2)     6  u16 shard count
  *   8  u64 epoch            then per shard: u8 length, that many address bytes
- * A card says how to reach each shard over the network transport; the
- * epoch names this incarnation of the engine.
+ *   then the connection methods offered (cpc.h: u8 count, then per method
+ *   u8 id, u8 priority, u8 blob length, blob)
+ * A card says how to reach each shard over the network transport and how
+ * to set channels up; the epoch names this incarnation of the engine.
  */
 #define SX_CARD_MAGIC   0x31435853u
-#define SX_CARD_VERSION 1
+#define SX_CARD_VERSION 2
 #define SX_CARD_HDR     16
 
 typedef struct sx_graveyard {
@@ -26,7 +28,7 @@ typedef struct sx_graveyard {
     void *obj;
 } sx_graveyard_t;
 
-int sx_engine_card_init(struct sx_engine *e)
+void sx_engine_epoch_init(struct sx_engine *e)
 {
     uint64_t epoch = 0;
 
@@ -37,6 +39,11 @@ int sx_engine_card_init(struct sx_engine *e)
             epoch = sx_time_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)e;
     }
     e->proto.epoch = epoch;
+}
+
+int sx_engine_card_init(struct sx_engine *e)
+{
+    uint64_t epoch = e->proto.epoch;
 
     uint8_t *p = e->card;
     uint32_t magic = htole32(SX_CARD_MAGIC);
@@ -58,7 +65,10 @@ int sx_engine_card_init(struct sx_engine *e)
         e->card[off] = (uint8_t)len;
         off += 1 + len;
     }
-    e->card_len = off;
+    size_t offers = sx_cpc_card_write(e, e->card + off, sizeof(e->card) - off);
+    if (offers == 0)
+        return SX_ERR_NO_MEMORY;
+    e->card_len = off + offers;
     return SX_OK;
 }
 
@@ -95,7 +105,7 @@ static void sx_peer_table_free(sx_rcu_entry_t *entry)
 
 /* Parses a card into a new peer; SX_ERR_INVALID_PARAM with a reason. */
 static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
-                         struct sx_peer **peer_p)
+                         struct sx_peer **peer_p, sx_cpc_offer_t *offers, unsigned *noffers_p)
 {
     uint32_t magic;
     uint16_t version, n;
@@ -113,9 +123,13 @@ static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
     version = le16toh(version);
     n = le16toh(n);
     epoch = le64toh(epoch);
-    if (magic != SX_CARD_MAGIC || version != SX_CARD_VERSION) {
-        sx_error("peer", "sx_peer_add: not a shardx card (magic 0x%08x, version %u)", magic,
-                 version);
+    if (magic != SX_CARD_MAGIC) {
+        sx_error("peer", "sx_peer_add: not a shardx card (magic 0x%08x)", magic);
+        return SX_ERR_INVALID_PARAM;
+    }
+    if (version != SX_CARD_VERSION) {
+        sx_error("peer", "sx_peer_add: card version %u, this library reads version %u only",
+                 version, SX_CARD_VERSION);
         return SX_ERR_INVALID_PARAM;
     }
     if (n == 0 || n > 1024 || epoch == 0) {
@@ -143,6 +157,13 @@ static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
         memcpy(peer->addr[i].bytes, card + off + 1, card[off]);
         off += 1 + card[off];
     }
+    size_t used = sx_cpc_card_parse(card + off, len - off, offers, noffers_p);
+    if (used == 0) {
+        sx_error("peer", "sx_peer_add: the card's list of connection methods is malformed");
+        sx_peer_free(peer);
+        return SX_ERR_INVALID_PARAM;
+    }
+    off += used;
     if (off != len) {
         sx_error("peer", "sx_peer_add: %zu stray bytes after the card", len - off);
         sx_peer_free(peer);
@@ -158,10 +179,12 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
                                 sx_peer_h *peer_p)
 {
     struct sx_peer *peer;
+    sx_cpc_offer_t offers[SX_CPC_MAX];
+    unsigned noffers = 0;
 
     if (e == NULL || peer_p == NULL)
         return SX_ERR_INVALID_PARAM;
-    int rc = sx_card_parse(e, card, len, &peer);
+    int rc = sx_card_parse(e, card, len, &peer, offers, &noffers);
     if (rc != SX_OK)
         return rc;
     peer->id = peer_id;
@@ -180,6 +203,11 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
             }
             peer->addr[i].len = (uint8_t)alen;
         }
+    }
+    rc = sx_cpc_select(e, peer, offers, noffers);
+    if (rc != SX_OK) {
+        sx_peer_free(peer);
+        return rc;
     }
     atomic_init(&peer->failed, 0);
     atomic_init(&peer->error_reported, false);

@@ -1,5 +1,6 @@
 /* Channels: sequencing, acknowledgement, retransmission, delivery; see chan.h. */
 #include "shard/chan.h"
+#include "cpc/connect.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,11 @@ static void chan_mark_ready(sx_chan_t *c)
     else
         s->ready_head = c;
     s->ready_tail = c;
+}
+
+void sx_chan_kick_locked(sx_chan_t *c)
+{
+    chan_mark_ready(c);
 }
 
 static void op_append(sx_op_t **head, sx_op_t **tail, sx_op_t *op)
@@ -101,12 +107,24 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
         free(c);
         return NULL;
     }
-    /* Both ends start from the same configured number, so no handshake is
-     * needed for the implicit connection set-up. */
+    /* Both ends start from the configured number: the implicit connection
+     * relies on it; the handshake sends ours and learns the peer's. */
+    c->snd_isn = shard->seq_start;
     c->snd_una = c->snd_nxt = c->last_ack = shard->seq_start;
     c->rcv_nxt = shard->seq_start;
+    c->snd_window = p->window;
+    c->dgram_max = iface->caps.mtu;
     c->rto_ns = p->rto_init_ns;
     sx_timer_init(&c->ack_timer, chan_ack_timer, c);
+    c->cpc = peer->cpc_mods != NULL ? &peer->cpc_mods[shard->index] : NULL;
+    if (c->cpc == NULL) {
+        sx_error("chan", "peer %llu: no connection method chosen", (unsigned long long)peer->id);
+        iface->ops->addr_remove(iface, c->dest);
+        free(c->win);
+        free(c);
+        return NULL;
+    }
+    c->cpc->component->ep_init_locked(c->cpc, c);
     peer->chans[idx] = c;
     return c;
 }
@@ -163,10 +181,17 @@ static void chan_free_rx(sx_chan_t *c)
 
 void sx_chan_fail_locked(sx_chan_t *c, int status)
 {
+    sx_chan_fail_why_locked(c, status, NULL);
+}
+
+void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
+{
     if (c->failed != 0)
         return;
     c->failed = status;
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
+    if (c->cpc->component->ep_finalize_locked != NULL)
+        c->cpc->component->ep_finalize_locked(c->cpc, c);
     chan_free_window(c);
     chan_free_rx(c);
     sx_stat_add(&c->shard->stats.chan_failures, 1);
@@ -175,10 +200,15 @@ void sx_chan_fail_locked(sx_chan_t *c, int status)
     struct sx_peer *peer = c->peer;
     atomic_compare_exchange_strong(&peer->failed, &expected, status);
     chan_fail_ops(c, status);
-    if (status == SX_ERR_PEER_UNREACHABLE && !atomic_exchange(&peer->error_reported, true)) {
-        sx_warn("chan", "peer %llu unreachable: no acknowledgement for %llu ms",
-                (unsigned long long)peer->id,
-                (unsigned long long)(c->shard->proto->peer_timeout_ns / 1000000));
+    bool peer_fault = status == SX_ERR_PEER_UNREACHABLE || status == SX_ERR_PEER_RESTARTED ||
+                      status == SX_ERR_PATH_MTU;
+    if (peer_fault && !atomic_exchange(&peer->error_reported, true)) {
+        if (why != NULL)
+            sx_warn("chan", "%s (%s)", why, sx_status_name(status));
+        else
+            sx_warn("chan", "peer %llu unreachable: no acknowledgement for %llu ms",
+                    (unsigned long long)peer->id,
+                    (unsigned long long)(c->shard->proto->peer_timeout_ns / 1000000));
         sx_err_handler_t *h = atomic_load_explicit(&c->shard->proto->error, memory_order_acquire);
         if (h != NULL)
             h->cb(h->arg, peer->id, status);
@@ -422,7 +452,7 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
 static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
 {
     frame_plan_t plan[SX_PKT_MAX_FRAMES];
-    size_t mtu = chan_iface(c)->caps.mtu;
+    size_t mtu = c->dgram_max;
     size_t bytes;
     unsigned n = chan_plan_packet(c, mtu - SX_WIRE_HDR_LEN, plan, &bytes);
 
@@ -542,6 +572,13 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
 
     if (c->failed)
         return 0;
+    if (c->conn != SX_CONN_UP) {
+        /* Work waits until the connection is up; the first of it starts
+         * the component's connect (connections are made lazily). */
+        if (c->conn == SX_CONN_IDLE && c->sendq != NULL)
+            c->cpc->component->start_connect_locked(c->cpc, c);
+        return 0;
+    }
     /* Retransmissions first: they hold up everything behind them. */
     while (c->rtx != NULL) {
         sx_txpkt_t *pkt = c->rtx;
@@ -563,7 +600,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
     }
     /* New packets while the window, the byte budget and the hotel allow. */
     while (c->rtx == NULL && c->sendq != NULL) {
-        if ((uint32_t)(c->snd_nxt - c->snd_una) >= chan_window(c) ||
+        if ((uint32_t)(c->snd_nxt - c->snd_una) >= c->snd_window ||
             c->inflight_bytes >= p->max_inflight) {
             sx_stat_add(&c->shard->stats.window_stalls, 1);
             break;
@@ -592,6 +629,24 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
     if (c->ack_now || c->ack_pending >= p->ack_every)
         chan_send_ack(c);
     return sent;
+}
+
+int sx_chan_send_raw_locked(sx_chan_t *c, const uint8_t *data, size_t len)
+{
+    sx_tl_iface_t *iface = chan_iface(c);
+    sx_tl_tx_t tx = {.dest = c->dest, .iovcnt = 1};
+    unsigned posted = 0;
+
+    /* After what is staged, so the order on the wire is the order of the
+     * calls. Only transports that are done with the buffer when post_send
+     * returns (caps.sync_send: udp, self, fault) may carry it: the caller's
+     * buffer is gone after this call. */
+    if (!iface->caps.sync_send)
+        return SX_ERR_UNSUPPORTED;
+    sx_chan_post_batch_locked(c->shard);
+    tx.iov[0].iov_base = (void *)data;
+    tx.iov[0].iov_len = len;
+    return iface->ops->post_send(iface, &tx, 1, &posted);
 }
 
 void sx_chan_post_batch_locked(sx_shard_t *shard)
@@ -1239,6 +1294,12 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
 {
     if (c->failed) {
         sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
+        return;
+    }
+    if (c->conn != SX_CONN_UP && !sx_conn_data_ok_locked(c)) {
+        /* Before the peer's CONNECT we do not know where its sequence
+         * numbers start. */
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_NOT_CONNECTED], 1);
         return;
     }
     if (h->flags & SX_PKTF_ACK)

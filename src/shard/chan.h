@@ -155,6 +155,24 @@ typedef struct sx_chan {
     bool asm_drop;      /* the message is being discarded (too large, no memory) */
     int32_t put_status; /* target: status of the PUT whose chunks are arriving */
 
+    /* Connection set-up (src/cpc/connect.h). Nothing is sent before conn
+     * is SX_CONN_UP; nothing is delivered before rcv_synced. */
+    struct sx_cpc_module *cpc; /* how this channel connects */
+    uint8_t conn;              /* sx_conn_state_t */
+    bool rcv_synced;           /* rcv_nxt holds the peer's initial sequence number */
+    bool conn_small_ok;        /* handshake: the peer answered a small datagram */
+    bool conn_probe_ok;        /* handshake: ... and an MTU-sized one */
+    uint32_t snd_isn;          /* our initial sequence number */
+    uint32_t rcv_isn;          /* the peer's, once synced */
+    uint32_t snd_window;       /* packets in flight: the smaller of both windows */
+    size_t dgram_max;          /* datagram size: the smaller of both ends' */
+    uint32_t conn_nonce;
+    unsigned conn_tries;
+    uint64_t conn_start_ns;
+    uint64_t conn_retry_ns;
+    uint64_t last_reset_ns; /* we last told the peer it is stale */
+    sx_timer_t conn_timer;
+
     /* The shard's list of channels with something to send. */
     bool on_ready;
     struct sx_chan *ready_next;
@@ -166,6 +184,9 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
 
 /** Frees a channel, completing every operation still on it with @p status. */
 void sx_chan_destroy_locked(sx_chan_t *chan, int status);
+
+/** Puts the channel on its shard's list of channels to flush. */
+void sx_chan_kick_locked(sx_chan_t *chan);
 
 /** Queues @p op (taking ownership) and marks the channel ready. */
 void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
@@ -184,6 +205,16 @@ void sx_chan_post_batch_locked(sx_shard_t *shard);
 
 /** Fails the channel: every operation completes with @p status. */
 void sx_chan_fail_locked(sx_chan_t *chan, int status);
+
+/** The same, with the diagnosis (@p why) logged and given to the error
+ *  callback's report when the peer as a whole fails. */
+void sx_chan_fail_why_locked(sx_chan_t *chan, int status, const char *why);
+
+/** Stages nothing: sends one datagram of @p len bytes at @p data (header
+ *  already written) to the channel's peer at once, after what is staged.
+ *  For connection control; a refused datagram is lost (the sender
+ *  retries). */
+int sx_chan_send_raw_locked(sx_chan_t *chan, const uint8_t *data, size_t len);
 
 /** Completes @p op with @p status (runs its callback) and frees it. */
 void sx_op_complete(sx_op_t *op, int status);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "common/rcu_table.h"
+#include "cpc/cpc.h"
 #include "transports/transport.h"
 
 struct sx_chan;
@@ -47,6 +48,10 @@ struct sx_peer {
     void *engine;             /* the engine it belongs to (opaque to this layer) */
     struct sx_peer *all_next; /* the engine's list of every peer, for destroy */
     bool removed;             /* under the engine's peer lock */
+    /* How its channels connect: the chosen component's module on each of
+     * our shards, and the peer's offer of it. Set before publication. */
+    struct sx_cpc_module *cpc_mods; /* [local_shards] */
+    sx_cpc_offer_t cpc_offer;
 };
 
 #endif /* SX_SHARD_PEER_H */

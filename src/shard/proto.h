@@ -58,6 +58,7 @@ typedef struct sx_proto {
     uint64_t rto_max_ns;
     uint64_t rto_init_ns;
     uint64_t peer_timeout_ns;
+    uint64_t connect_timeout_ns;
     bool checksum;
     uint64_t max_msg;
     _Atomic(sx_am_handler_t *) am[256];

@@ -10,6 +10,7 @@
 #include "common/rcu_table.h"
 #include "common/time.h"
 #include "shard/chan.h"
+#include "cpc/connect.h"
 #include "shard/peer.h"
 #include "shard/proto.h"
 
@@ -192,49 +193,89 @@ void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
     sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len);
 }
 
-void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len)
+/* The channel a checked packet belongs to, created on first use; NULL
+ * with *why_p set when there is none. */
+static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire_hdr_t *h,
+                                   sx_drop_reason_t *why_p)
+{
+    const sx_proto_t *p = shard->proto;
+    sx_chan_t *c = NULL;
+
+    /* The peer table is read under RCU; a peer stays allocated while any
+     * shard still has a channel to it, so the channel outlives the read
+     * section. */
+    sx_rcu_read_lock();
+    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, h->src_epoch);
+    struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
+    if (peer == NULL)
+        *why_p = SX_DROP_UNKNOWN_PEER;
+    else if (h->src_shard >= peer->nshards)
+        *why_p = SX_DROP_SHARD;
+    else if (peer->is_self != (tl == SX_SHARD_TL_SELF))
+        /* Our own packets only ever come through the self transport; one
+         * with our epoch from the network is forged (and would upset the
+         * self channel), and another engine's through self is impossible. */
+        *why_p = SX_DROP_WRONG_IFACE;
+    else if ((c = sx_chan_get_locked(shard, peer, h->src_shard)) == NULL)
+        *why_p = SX_DROP_NO_BUFFER;
+    sx_rcu_read_unlock(p->peers);
+    return c;
+}
+
+static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
+                                     size_t len, bool via_oob)
 {
     const sx_proto_t *p = shard->proto;
     sx_wire_hdr_t h;
 
     sx_stat_add(&shard->stats.rx_packets, 1);
     sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
+    if (why == SX_DROP_COUNT && h.dst_shard != shard->index)
+        why = SX_DROP_SHARD;
+    if (why == SX_DROP_COUNT && via_oob && h.type != SX_PKT_CTRL)
+        why = SX_DROP_WRONG_IFACE;
     if (why != SX_DROP_COUNT) {
         sx_shard_drop(shard, why);
         return;
     }
-    if (h.dst_shard != shard->index) {
-        sx_shard_drop(shard, SX_DROP_SHARD);
+    /* A RESET names the stale epoch in its body; the sender may be new. */
+    if (h.type == SX_PKT_CTRL && h.dst_epoch == p->epoch && h.payload_len > 0 &&
+        data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET) {
+        sx_conn_recv_reset_locked(shard, &h, data, len);
         return;
     }
     if (h.dst_epoch != p->epoch) {
         sx_shard_drop(shard, SX_DROP_STALE_EPOCH);
+        /* From a peer we know, addressed to an earlier incarnation of us:
+         * tell it, so it stops waiting for the dead one. */
+        sx_drop_reason_t ignored;
+        sx_chan_t *c = NULL;
+        if (!via_oob &&
+            !(h.type == SX_PKT_CTRL && h.payload_len > 0 && data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET))
+            c = sx_shard_chan_of(shard, tl, &h, &ignored);
+        if (c != NULL)
+            sx_conn_stale_locked(c, &h);
         return;
     }
-    /* The peer table is read under RCU; a peer stays allocated while any
-     * shard still has a channel to it, so the channel outlives the read
-     * section. */
-    sx_rcu_read_lock();
-    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, h.src_epoch);
-    struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
-    sx_chan_t *c = NULL;
-    if (peer == NULL)
-        why = SX_DROP_UNKNOWN_PEER;
-    else if (h.src_shard >= peer->nshards)
-        why = SX_DROP_SHARD;
-    else if (peer->is_self != (tl == SX_SHARD_TL_SELF))
-        /* Our own packets only ever come through the self transport; one
-         * with our epoch from the network is forged (and would upset the
-         * self channel), and another engine's through self is impossible. */
-        why = SX_DROP_WRONG_IFACE;
-    else if ((c = sx_chan_get_locked(shard, peer, h.src_shard)) == NULL)
-        why = SX_DROP_NO_BUFFER;
-    sx_rcu_read_unlock(p->peers);
+    sx_chan_t *c = sx_shard_chan_of(shard, tl, &h, &why);
     if (c == NULL) {
         sx_shard_drop(shard, why);
         return;
     }
-    sx_chan_recv_locked(c, &h, data, len);
+    if (h.type == SX_PKT_CTRL)
+        sx_conn_recv_ctrl_locked(c, &h, data, len);
+    else
+        sx_chan_recv_locked(c, &h, data, len);
+}
+
+void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len)
+{
+    sx_shard_recv_any_locked(shard, tl, data, len, false);
+}
+
+void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
+{
+    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true);
 }
 
 static int sx_shard_poll_locked(sx_shard_t *shard)

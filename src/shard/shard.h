@@ -73,6 +73,8 @@ struct sx_shard_guest {
     X(am_delivered, "active messages delivered to handlers")                               \
     X(am_no_handler, "active messages dropped for want of a handler")                      \
     X(chan_failures, "channels failed")                                                    \
+    X(ctrl_sent, "connection control messages sent")                                       \
+    X(ctrl_received, "connection control messages accepted")                               \
     X(tl_tx_datagrams, "datagrams the network interface sent")                             \
     X(tl_rx_datagrams, "datagrams the network interface received")                         \
     X(tl_tx_again, "sends the network interface refused for lack of room")                 \
@@ -181,6 +183,10 @@ void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *da
 
 /** The same for a datagram from the network interface. */
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len);
+
+/** A connection control packet that came over the OOB (the oob CPC);
+ *  anything but SX_PKT_CTRL is dropped. */
+void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t len);
 
 /** Checks @p guest into the hotel until @p deadline_ns. Token holder only.
  *  SX_ERR_FULL when every room is taken. */

@@ -227,7 +227,7 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
     hdr->ack = get32(data + 28);
     hdr->sack = get64(data + 32);
     hdr->payload_len = get16(data + 40);
-    if (hdr->type != SX_PKT_DATA && hdr->type != SX_PKT_ACK)
+    if (hdr->type != SX_PKT_DATA && hdr->type != SX_PKT_ACK && hdr->type != SX_PKT_CTRL)
         return SX_DROP_TYPE;
     if (hdr->flags & ~SX_PKTF_KNOWN)
         return SX_DROP_FLAGS;

@@ -8,7 +8,7 @@
  *
  *   packet header (48 bytes)
  *     0  u8   version            SX_WIRE_VERSION
- *     1  u8   type               SX_PKT_DATA or SX_PKT_ACK
+ *     1  u8   type               SX_PKT_DATA, SX_PKT_ACK or SX_PKT_CTRL
  *     2  u16  flags              SX_PKTF_*
  *     4  u16  src_shard          sender's shard index
  *     6  u16  dst_shard          receiver's shard index
@@ -61,6 +61,7 @@
 enum sx_pkt_type {
     SX_PKT_DATA = 1, /* carries frames; sequenced and acknowledged */
     SX_PKT_ACK = 2,  /* acknowledgement only; no sequence number, no payload */
+    SX_PKT_CTRL = 3, /* connection set-up (src/cpc/connect.h); not sequenced */
 };
 
 enum sx_pkt_flags {
@@ -100,7 +101,9 @@ enum sx_frame_flags {
     X(SX_DROP_FRAME, "frame", "malformed frame")                                             \
     X(SX_DROP_TOO_LARGE, "too_large", "message larger than the receive limit")               \
     X(SX_DROP_NO_BUFFER, "no_buffer", "no memory to hold the packet")                        \
-    X(SX_DROP_CHANNEL_FAILED, "channel_failed", "channel has failed")
+    X(SX_DROP_CHANNEL_FAILED, "channel_failed", "channel has failed")                        \
+    X(SX_DROP_NOT_CONNECTED, "not_connected", "data before the connection was set up")       \
+    X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")
 
 #define SX_DROP_ENUM_ENTRY_(name, short_name, text) name,
 typedef enum sx_drop_reason { SX_DROP_TABLE(SX_DROP_ENUM_ENTRY_) SX_DROP_COUNT } sx_drop_reason_t;

@@ -17,6 +17,8 @@
  *   seed=N              PRNG seed (decimal or 0x hex; default 0)
  *   blackhole=S+D       drop everything sent from S ms to S+D ms after open
  *   ctrl_blackout=S+D   drop control datagrams sent in that window
+ *   path_mtu=N          drop every datagram longer than N bytes, as a link
+ *                       with a smaller MTU on the path would (no PRNG draw)
  *
  * P is a decimal probability in [0, 1]. "Control" is what
  * config->is_control says of a datagram's iov[0] (NULL: nothing is); the
@@ -46,6 +48,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +76,7 @@ typedef struct fault_spec {
     uint64_t delay_ns;
     uint64_t seed;
     bool blackhole, ctrl_blackout;
+    uint64_t path_mtu; /* 0: off */
     uint64_t blackhole_start_ns, blackhole_end_ns;
     uint64_t ctrl_blackout_start_ns, ctrl_blackout_end_ns;
 } fault_spec_t;
@@ -196,9 +200,9 @@ static int fault_parse_window(const char *key, const char *value, uint64_t *star
 /* Parses one key=value item. @p seen has one bit per key, for duplicates. */
 static int fault_parse_item(const char *key, const char *value, fault_spec_t *spec, unsigned *seen)
 {
-    static const char *const keys[] = {"loss",    "ctrl_loss", "dup",
-                                       "reorder", "corrupt",   "delay_us",
-                                       "seed",    "blackhole", "ctrl_blackout"};
+    static const char *const keys[] = {"loss",          "ctrl_loss", "dup",  "reorder",
+                                       "corrupt",       "delay_us",  "seed", "blackhole",
+                                       "ctrl_blackout", "path_mtu"};
     unsigned k;
     uint64_t v;
 
@@ -209,7 +213,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     if (k == sizeof(keys) / sizeof(keys[0]))
         return fault_bad(key, value,
                          "the keys loss, ctrl_loss, dup, reorder, corrupt, delay_us, seed, "
-                         "blackhole, ctrl_blackout");
+                         "blackhole, ctrl_blackout, path_mtu");
     if (*seen & (1u << k))
         return fault_bad(key, value, "each key at most once");
     *seen |= 1u << k;
@@ -237,6 +241,11 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     case 7:
         spec->blackhole = true;
         return fault_parse_window(key, value, &spec->blackhole_start_ns, &spec->blackhole_end_ns);
+    case 9:
+        if (fault_parse_uint(value, '\0', UINT32_MAX, &spec->path_mtu, NULL) != SX_OK ||
+            spec->path_mtu == 0)
+            return fault_bad(key, value, "bytes, an integer from 1 to 4294967295");
+        return SX_OK;
     default:
         spec->ctrl_blackout = true;
         return fault_parse_window(key, value, &spec->ctrl_blackout_start_ns,
@@ -440,6 +449,8 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
     if (ctrl && sp->ctrl_blackout &&
         fault_in_window(elapsed, sp->ctrl_blackout_start_ns, sp->ctrl_blackout_end_ns))
         lost = true;
+    if (sp->path_mtu != 0 && len > sp->path_mtu)
+        lost = true;
     if (lost || ctrl_lost) {
         f->fstats.dropped++;
         if (ctrl)
@@ -601,6 +612,16 @@ static int fault_local_addr(sx_tl_iface_t *iface, void *buf, size_t *len_p)
     return inner->ops->local_addr(inner, buf, len_p);
 }
 
+static void fault_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf,
+                           size_t cap)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    if (inner->ops->addr_str != NULL)
+        inner->ops->addr_str(inner, addr, len, buf, cap);
+    else
+        snprintf(buf, cap, "(an address of %zu bytes)", len);
+}
+
 static int fault_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len,
                              sx_tl_dest_t *dest_p)
 {
@@ -685,6 +706,7 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     /* Delegates, and remembers the destination as live so that sends the
      * decorator drops fail like delivered ones; token holder. */
     .addr_insert = fault_addr_insert,
+    .addr_str = fault_addr_str,
     /* Delegates; held datagrams to it are dropped on release; token holder. */
     .addr_remove = fault_addr_remove,
     /* Applies the faults per datagram and passes the survivors on; copies

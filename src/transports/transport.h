@@ -115,6 +115,11 @@ struct sx_tl_ops {
      *  SX_ERR_INVALID_PARAM for a malformed address. */
     int (*addr_insert)(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p);
 
+    /** Writes a card address in readable form ("127.0.0.1:40000") for
+     *  diagnoses; at most @p cap bytes with the NUL. Any thread; never
+     *  blocks. May be NULL (callers then print the bytes in hex). */
+    void (*addr_str)(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf, size_t cap);
+
     /** Forgets a destination; later sends to it fail with
      *  SX_ERR_INVALID_PARAM. */
     void (*addr_remove)(sx_tl_iface_t *iface, sx_tl_dest_t dest);

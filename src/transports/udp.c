@@ -318,6 +318,20 @@ static int udp_local_addr(sx_tl_iface_t *iface, void *buf, size_t *len_p)
     return SX_OK;
 }
 
+static void udp_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf, size_t cap)
+{
+    (void)iface;
+    const uint8_t *in = addr;
+    char ip[INET_ADDRSTRLEN];
+
+    if (addr == NULL || len != UDP_ADDR_LEN || in[0] != UDP_ADDR_IPV4 ||
+        inet_ntop(AF_INET, in + 4, ip, sizeof(ip)) == NULL) {
+        snprintf(buf, cap, "(malformed udp address of %zu bytes)", len);
+        return;
+    }
+    snprintf(buf, cap, "udp %s:%u", ip, (unsigned)(in[2] | (unsigned)in[3] << 8));
+}
+
 static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -569,6 +583,7 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     /* Validates 8 card bytes and fills a table slot; token holder; may
      * allocate when the table grows. */
     .addr_insert = udp_addr_insert,
+    .addr_str = udp_addr_str,
     /* Frees the slot for reuse; later sends to it fail; token holder. */
     .addr_remove = udp_addr_remove,
     /* sendmmsg with MSG_DONTWAIT; the kernel has copied the data when it

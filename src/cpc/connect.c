@@ -1,0 +1,424 @@
+/* The CONNECT / ACCEPT / ACK / PROBE exchange; see connect.h. */
+#include <endian.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/rcu_table.h"
+#include "common/time.h"
+#include "cpc/connect.h"
+#include "shard/chan.h"
+#include "shard/proto.h"
+
+/* Retries back off from the initial RTO up to this. */
+#define SX_CONN_RETRY_MAX_NS 1000000000ull
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    v = htole32(v);
+    memcpy(p, &v, 4);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    v = htole64(v);
+    memcpy(p, &v, 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return le32toh(v);
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return le64toh(v);
+}
+
+void sx_ctrl_write(uint8_t *out, const sx_ctrl_t *c)
+{
+    memset(out, 0, SX_CTRL_LEN);
+    out[0] = c->op;
+    out[1] = c->cpc;
+    put32(out + 4, c->mtu);
+    put32(out + 8, c->window);
+    put32(out + 12, c->isn);
+    put32(out + 16, c->nonce);
+    put32(out + 20, c->probe_len);
+    put64(out + 24, c->epoch);
+}
+
+bool sx_ctrl_parse(const uint8_t *in, size_t len, sx_ctrl_t *c)
+{
+    if (len < SX_CTRL_LEN)
+        return false;
+    c->op = in[0];
+    c->cpc = in[1];
+    if (c->op < SX_CTRL_CONNECT || c->op > SX_CTRL_RESET || in[2] != 0 || in[3] != 0 ||
+        get64(in + 32) != 0)
+        return false;
+    c->mtu = get32(in + 4);
+    c->window = get32(in + 8);
+    c->isn = get32(in + 12);
+    c->nonce = get32(in + 16);
+    c->probe_len = get32(in + 20);
+    c->epoch = get64(in + 24);
+    /* Only PROBE carries anything after the body. */
+    return c->op == SX_CTRL_PROBE || len == SX_CTRL_LEN;
+}
+
+static sx_tl_iface_t *conn_iface(const sx_chan_t *c)
+{
+    return c->shard->ifaces[c->tl];
+}
+
+static void conn_drop(sx_chan_t *c, const char *why)
+{
+    sx_stat_add(&c->shard->stats.drops[SX_DROP_CTRL], 1);
+    sx_debug("cpc", "shard %u: control message from peer %llu dropped: %s", c->shard->index,
+             (unsigned long long)c->peer->id, why);
+}
+
+/* Where the peer's shard is, for diagnoses. */
+static void conn_peer_addr(const sx_chan_t *c, char *buf, size_t cap)
+{
+    sx_tl_iface_t *iface = conn_iface(c);
+    const sx_peer_addr_t *a = &c->peer->addr[c->lane];
+
+    if (iface->ops->addr_str != NULL) {
+        iface->ops->addr_str(iface, a->bytes, a->len, buf, cap);
+        return;
+    }
+    size_t off = 0;
+    for (unsigned i = 0; i < a->len && off + 3 <= cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%02x", a->bytes[i]);
+}
+
+/* Builds a control message for @p c, padded to @p total_len for a probe,
+ * and sends it through component @p via. */
+static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t *ctrl,
+                          size_t total_len)
+{
+    const sx_proto_t *p = c->shard->proto;
+    uint8_t small[SX_WIRE_HDR_LEN + SX_CTRL_LEN];
+    uint8_t *buf = small;
+
+    if (total_len > sizeof(small)) {
+        buf = calloc(1, total_len);
+        if (buf == NULL)
+            return; /* the retry timer tries again */
+    } else {
+        total_len = sizeof(small);
+    }
+    ctrl->cpc = c->cpc->component->id;
+    ctrl->mtu = (uint32_t)conn_iface(c)->caps.mtu;
+    ctrl->window = p->window;
+    ctrl->isn = c->snd_isn;
+    sx_ctrl_write(buf + SX_WIRE_HDR_LEN, ctrl);
+    uint16_t payload = (uint16_t)(total_len - SX_WIRE_HDR_LEN);
+    sx_wire_hdr_t h = {
+        .type = SX_PKT_CTRL,
+        .src_shard = (uint16_t)c->shard->index,
+        .dst_shard = (uint16_t)c->lane,
+        .src_epoch = p->epoch,
+        .dst_epoch = c->peer->epoch,
+        .payload_len = payload,
+    };
+    uint32_t crc = sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload);
+    sx_wire_write_hdr(buf, &h, p->checksum ? &crc : NULL);
+    int rc = via->send_ctrl_locked(c->cpc, c, buf, total_len);
+    if (rc != SX_OK)
+        sx_debug("cpc", "shard %u: control message to peer %llu not sent: %s", c->shard->index,
+                 (unsigned long long)c->peer->id, sx_strerror(rc));
+    sx_stat_add(&c->shard->stats.ctrl_sent, 1);
+    if (buf != small)
+        free(buf);
+}
+
+static void conn_send_op(sx_chan_t *c, uint8_t op, uint32_t nonce, uint32_t probe_len)
+{
+    sx_ctrl_t ctrl = {.op = op, .nonce = nonce, .probe_len = probe_len};
+    conn_send_via(c, c->cpc->component, &ctrl, op == SX_CTRL_PROBE ? probe_len : 0);
+}
+
+static void conn_timer_fire(sx_timer_t *timer, void *arg);
+
+static void conn_up(sx_chan_t *c)
+{
+    if (c->conn == SX_CONN_UP)
+        return;
+    c->conn = SX_CONN_UP;
+    sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
+    sx_debug("cpc", "shard %u: channel to peer %llu shard %u is up (%s, window %u, datagrams %zu)",
+             c->shard->index, (unsigned long long)c->peer->id, c->lane, c->cpc->component->name,
+             c->snd_window, c->dgram_max);
+    sx_chan_kick_locked(c);
+}
+
+void sx_conn_ep_init_up_locked(sx_chan_t *c)
+{
+    sx_timer_init(&c->conn_timer, conn_timer_fire, c);
+    c->conn = SX_CONN_UP;
+    c->rcv_synced = true;
+    c->rcv_isn = c->rcv_nxt;
+}
+
+void sx_conn_ep_init_idle_locked(sx_chan_t *c)
+{
+    sx_timer_init(&c->conn_timer, conn_timer_fire, c);
+    c->conn = SX_CONN_IDLE;
+    c->rcv_synced = false;
+}
+
+void sx_conn_ep_fini_locked(sx_chan_t *c)
+{
+    sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
+}
+
+/* Sends what the state calls for: CONNECT until the peer answered, then
+ * the probe (when the component probes). */
+static void conn_transmit(sx_chan_t *c)
+{
+    c->conn_tries++;
+    if (!c->conn_small_ok)
+        conn_send_op(c, SX_CTRL_CONNECT, c->conn_nonce, 0);
+    else
+        conn_send_op(c, SX_CTRL_PROBE, c->conn_nonce, (uint32_t)c->dgram_max);
+}
+
+static void conn_fail(sx_chan_t *c)
+{
+    char addr[96], why[320];
+    uint64_t ms = (sx_time_ns() - c->conn_start_ns) / 1000000;
+
+    conn_peer_addr(c, addr, sizeof(addr));
+    if (!c->conn_small_ok) {
+        snprintf(why, sizeof(why),
+                 "no answer from peer %llu shard %u at %s to %u connection requests in %llu ms: "
+                 "wrong address or port, a firewall, or the peer is not running",
+                 (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries,
+                 (unsigned long long)ms);
+        sx_chan_fail_why_locked(c, SX_ERR_PEER_UNREACHABLE, why);
+    } else {
+        snprintf(why, sizeof(why),
+                 "peer %llu shard %u at %s answers small datagrams but none of %u probes of "
+                 "%zu bytes in %llu ms: a link on the path has a smaller MTU",
+                 (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries, c->dgram_max,
+                 (unsigned long long)ms);
+        sx_chan_fail_why_locked(c, SX_ERR_PATH_MTU, why);
+    }
+}
+
+static void conn_timer_fire(sx_timer_t *timer, void *arg)
+{
+    sx_chan_t *c = arg;
+    const sx_proto_t *p = c->shard->proto;
+    uint64_t now = sx_time_ns();
+    (void)timer;
+
+    if (c->failed || c->conn == SX_CONN_UP)
+        return;
+    int other = atomic_load(&c->peer->failed);
+    if (other != 0) {
+        sx_chan_fail_locked(c, other);
+        return;
+    }
+    if (now - c->conn_start_ns >= p->connect_timeout_ns) {
+        conn_fail(c);
+        return;
+    }
+    conn_transmit(c);
+    c->conn_retry_ns *= 2;
+    if (c->conn_retry_ns > SX_CONN_RETRY_MAX_NS)
+        c->conn_retry_ns = SX_CONN_RETRY_MAX_NS;
+    uint64_t at = now + c->conn_retry_ns;
+    if (at > c->conn_start_ns + p->connect_timeout_ns)
+        at = c->conn_start_ns + p->connect_timeout_ns;
+    sx_wheel_add(c->shard->wheel, &c->conn_timer, at);
+}
+
+void sx_conn_start_locked(sx_chan_t *c)
+{
+    const sx_proto_t *p = c->shard->proto;
+
+    if (c->conn != SX_CONN_IDLE || c->failed)
+        return;
+    c->conn = SX_CONN_CONNECTING;
+    c->conn_start_ns = sx_time_ns();
+    c->conn_retry_ns = p->rto_init_ns;
+    c->conn_tries = 0;
+    while (c->conn_nonce == 0)
+        c->conn_nonce = (uint32_t)(sx_time_ns() * 0x9e3779b97f4a7c15ull >> 32) ^ c->snd_isn;
+    conn_transmit(c);
+    sx_wheel_add(c->shard->wheel, &c->conn_timer, c->conn_start_ns + c->conn_retry_ns);
+}
+
+/* Takes the peer's parameters from CONNECT or ACCEPT. */
+static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
+{
+    const sx_proto_t *p = c->shard->proto;
+
+    if (m->window < 16 || m->window > 65536 || (m->window & (m->window - 1)) != 0) {
+        conn_drop(c, "window is not a power of two from 16 to 65536");
+        return false;
+    }
+    if (m->mtu < SX_WIRE_HDR_LEN + 256 || m->mtu > 65535) {
+        conn_drop(c, "datagram size out of range");
+        return false;
+    }
+    if (c->rcv_synced && m->isn != c->rcv_isn) {
+        conn_drop(c, "initial sequence number changed within one incarnation");
+        return false;
+    }
+    if (!c->rcv_synced) {
+        c->rcv_nxt = c->rcv_isn = m->isn;
+        c->rcv_synced = true;
+    }
+    c->snd_window = m->window < p->window ? m->window : p->window;
+    size_t mine = conn_iface(c)->caps.mtu;
+    c->dgram_max = m->mtu < mine ? m->mtu : mine;
+    return true;
+}
+
+void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len)
+{
+    sx_ctrl_t m;
+
+    if (c->failed) {
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
+        return;
+    }
+    if (!sx_ctrl_parse(data + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, &m)) {
+        conn_drop(c, "malformed body");
+        return;
+    }
+    if (m.cpc != c->cpc->component->id && m.op != SX_CTRL_PROBE && m.op != SX_CTRL_PROBE_ACK) {
+        conn_drop(c, "the peer connects with another method than ours");
+        return;
+    }
+    sx_stat_add(&c->shard->stats.ctrl_received, 1);
+    switch (m.op) {
+    case SX_CTRL_CONNECT:
+        if (conn_learn(c, &m))
+            conn_send_op(c, SX_CTRL_ACCEPT, m.nonce, 0);
+        break;
+    case SX_CTRL_ACCEPT:
+        if (c->conn != SX_CONN_CONNECTING || m.nonce != c->conn_nonce) {
+            /* A late answer to an earlier attempt, or for a channel that is
+             * up already: acknowledge it again, nothing else. */
+            if (c->conn == SX_CONN_UP)
+                conn_send_op(c, SX_CTRL_ACK, 0, 0);
+            return;
+        }
+        if (!conn_learn(c, &m))
+            return;
+        conn_send_op(c, SX_CTRL_ACK, 0, 0);
+        if (!c->conn_small_ok) {
+            c->conn_small_ok = true;
+            if (c->cpc->component->probe) {
+                c->conn_tries = 0;
+                conn_transmit(c);
+            }
+        }
+        if (!c->cpc->component->probe || c->conn_probe_ok)
+            conn_up(c);
+        break;
+    case SX_CTRL_ACK:
+        if (c->rcv_synced)
+            conn_up(c);
+        break;
+    case SX_CTRL_PROBE:
+        if (m.probe_len != h->payload_len + (uint32_t)SX_WIRE_HDR_LEN) {
+            conn_drop(c, "probe length disagrees with the datagram");
+            return;
+        }
+        conn_send_op(c, SX_CTRL_PROBE_ACK, m.nonce, m.probe_len);
+        break;
+    case SX_CTRL_PROBE_ACK:
+        if (c->conn != SX_CONN_CONNECTING || m.nonce != c->conn_nonce ||
+            m.probe_len != c->dgram_max)
+            return; /* an answer to an earlier probe */
+        c->conn_probe_ok = true;
+        if (c->conn_small_ok)
+            conn_up(c);
+        break;
+    default:
+        conn_drop(c, "unexpected operation");
+        break;
+    }
+}
+
+bool sx_conn_data_ok_locked(sx_chan_t *c)
+{
+    if (!c->rcv_synced)
+        return false;
+    /* The peer sends data only after an ACCEPT from us, which carried our
+     * initial sequence number: our side may start too. */
+    if (c->conn != SX_CONN_UP)
+        conn_up(c);
+    return true;
+}
+
+void sx_conn_stale_locked(sx_chan_t *c, const sx_wire_hdr_t *h)
+{
+    const sx_proto_t *p = c->shard->proto;
+    uint64_t now = sx_time_ns();
+
+    if (c->peer->is_self || h->dst_epoch == 0)
+        return;
+    if (c->last_reset_ns != 0 && now - c->last_reset_ns < p->rto_min_ns)
+        return;
+    c->last_reset_ns = now;
+    sx_ctrl_t ctrl = {.op = SX_CTRL_RESET, .epoch = h->dst_epoch};
+    /* The RESET goes over the datagram path whatever the channel's
+     * component: that is where the stale packet came from. */
+    conn_send_via(c, &sx_cpc_handshake, &ctrl, 0);
+}
+
+void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const uint8_t *data,
+                               size_t len)
+{
+    const sx_proto_t *p = shard->proto;
+    sx_ctrl_t m;
+
+    if (!sx_ctrl_parse(data + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, &m) ||
+        m.op != SX_CTRL_RESET || m.epoch == h->src_epoch) {
+        sx_stat_add(&shard->stats.drops[SX_DROP_CTRL], 1);
+        return;
+    }
+    /* The sender is a new incarnation (h->src_epoch) of the peer we know
+     * as m.epoch. Fail every channel of this shard to the old one; the
+     * peer's failed flag fails the others as they next run. */
+    sx_rcu_read_lock();
+    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, m.epoch);
+    struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
+    if (peer == NULL || peer->is_self || h->src_shard >= peer->nshards) {
+        sx_rcu_read_unlock(p->peers);
+        sx_stat_add(&shard->stats.drops[SX_DROP_CTRL], 1);
+        return;
+    }
+    sx_stat_add(&shard->stats.ctrl_received, 1);
+    char why[160];
+    snprintf(why, sizeof(why), "peer %llu restarted: its shard %u now runs epoch %016llx",
+             (unsigned long long)peer->id, (unsigned)h->src_shard,
+             (unsigned long long)h->src_epoch);
+    bool any = false;
+    for (unsigned lane = 0; lane < peer->nshards; lane++) {
+        sx_chan_t *c = peer->chans[(size_t)shard->index * peer->nshards + lane];
+        if (c != NULL && !c->failed) {
+            sx_chan_fail_why_locked(c, SX_ERR_PEER_RESTARTED, why);
+            any = true;
+        }
+    }
+    if (!any) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&peer->failed, &expected, SX_ERR_PEER_RESTARTED);
+    }
+    sx_rcu_read_unlock(p->peers);
+}

@@ -1,0 +1,246 @@
+/* The CPC framework: which components run, their card offers, and the
+ * choice per peer (cpc.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "cpc/cpc.h"
+#include "engine/engine.h"
+
+/* Every component compiled in, in the order they are tried. */
+static const sx_cpc_component_t *const sx_cpc_all[] = {
+    &sx_cpc_handshake,
+    &sx_cpc_implicit,
+    &sx_cpc_oob,
+};
+#define SX_CPC_ALL_COUNT (sizeof(sx_cpc_all) / sizeof(sx_cpc_all[0]))
+
+const char *sx_cpc_name(uint8_t id)
+{
+    for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
+        if (sx_cpc_all[i]->id == id)
+            return sx_cpc_all[i]->name;
+    }
+    return "unknown";
+}
+
+/*
+ * Parses SX_CPC into one bit per entry of sx_cpc_all: "a,b" keeps those,
+ * "^a,b" drops those, "" keeps all. *named_p gets the bits named
+ * explicitly in an include list.
+ */
+static int sx_cpc_parse_spec(const char *spec, unsigned *keep_p, unsigned *named_p)
+{
+    unsigned all = (1u << SX_CPC_ALL_COUNT) - 1, named = 0;
+    bool exclude = false;
+
+    *named_p = 0;
+    if (spec == NULL || spec[0] == '\0') {
+        *keep_p = all;
+        return SX_OK;
+    }
+    if (spec[0] == '^') {
+        exclude = true;
+        spec++;
+    }
+    const char *p = spec;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        size_t i;
+        for (i = 0; i < SX_CPC_ALL_COUNT; i++) {
+            if (strlen(sx_cpc_all[i]->name) == len && strncmp(p, sx_cpc_all[i]->name, len) == 0)
+                break;
+        }
+        if (i == SX_CPC_ALL_COUNT) {
+            sx_error("cpc",
+                     "SX_CPC=\"%s%s\": unknown connection method \"%.*s\" (known: handshake, "
+                     "implicit, oob; \"a,b\" keeps those, \"^a,b\" drops those)",
+                     exclude ? "^" : "", spec, (int)len, p);
+            return SX_ERR_INVALID_PARAM;
+        }
+        named |= 1u << i;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    *keep_p = exclude ? (all & ~named) : named;
+    *named_p = exclude ? 0 : named;
+    return SX_OK;
+}
+
+bool sx_cpc_oob_requested(const char *spec)
+{
+    unsigned keep, named;
+    if (sx_cpc_parse_spec(spec, &keep, &named) != SX_OK)
+        return false;
+    for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
+        if (sx_cpc_all[i] == &sx_cpc_oob)
+            return (named & (1u << i)) != 0;
+    }
+    return false;
+}
+
+/* Builds one module per shard of @p comp into a new array. */
+static int sx_cpc_query_all(struct sx_engine *e, const sx_cpc_component_t *comp,
+                            sx_cpc_module_t **mods_p)
+{
+    sx_cpc_module_t *mods = calloc(e->nshards, sizeof(*mods));
+    if (mods == NULL)
+        return SX_ERR_NO_MEMORY;
+    for (unsigned s = 0; s < e->nshards; s++) {
+        mods[s].component = comp;
+        mods[s].engine = e;
+        mods[s].shard = s;
+        mods[s].priority = comp->priority;
+        int rc = comp->query(e, &mods[s]);
+        if (rc != SX_OK) {
+            free(mods);
+            return rc;
+        }
+    }
+    *mods_p = mods;
+    return SX_OK;
+}
+
+int sx_cpc_engine_init(struct sx_engine *e)
+{
+    unsigned keep, named;
+    int rc = sx_cpc_parse_spec(e->cfg.cpc, &keep, &named);
+    if (rc != SX_OK)
+        return rc;
+
+    /* The self peer always connects implicitly, whatever SX_CPC says. */
+    rc = sx_cpc_query_all(e, &sx_cpc_implicit, &e->cpc_self_mods);
+    if (rc != SX_OK)
+        return rc;
+    for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
+        const sx_cpc_component_t *comp = sx_cpc_all[i];
+        if (!(keep & (1u << i)))
+            continue;
+        rc = comp->init != NULL ? comp->init(e) : SX_OK;
+        if (rc == SX_OK)
+            rc = sx_cpc_query_all(e, comp, &e->cpc_mods[e->ncpc]);
+        if (rc == SX_ERR_UNSUPPORTED) {
+            if (named & (1u << i))
+                sx_warn("cpc", "SX_CPC names %s, but it cannot run in this engine", comp->name);
+            if (comp->finalize != NULL)
+                comp->finalize(e);
+            continue;
+        }
+        if (rc != SX_OK)
+            return rc;
+        e->cpc[e->ncpc++] = comp;
+    }
+    if (e->ncpc == 0) {
+        sx_error("cpc", "SX_CPC=\"%s\" leaves no connection method that can run", e->cfg.cpc);
+        return SX_ERR_INVALID_PARAM;
+    }
+    return SX_OK;
+}
+
+void sx_cpc_engine_fini(struct sx_engine *e)
+{
+    for (unsigned k = 0; k < e->ncpc; k++) {
+        if (e->cpc[k]->finalize != NULL)
+            e->cpc[k]->finalize(e);
+        free(e->cpc_mods[k]);
+        e->cpc_mods[k] = NULL;
+    }
+    e->ncpc = 0;
+    free(e->cpc_self_mods);
+    e->cpc_self_mods = NULL;
+}
+
+/*
+ * The offers section of a card:
+ *   u8 count, then per offer: u8 id, u8 priority, u8 blob length, blob
+ * Offers are the same on every shard, so shard 0's modules speak for all.
+ */
+size_t sx_cpc_card_write(struct sx_engine *e, uint8_t *out, size_t cap)
+{
+    size_t off = 1;
+
+    if (cap < 1)
+        return 0;
+    out[0] = (uint8_t)e->ncpc;
+    for (unsigned k = 0; k < e->ncpc; k++) {
+        const sx_cpc_module_t *m = &e->cpc_mods[k][0];
+        if (off + 3 + m->blob_len > cap)
+            return 0;
+        out[off] = m->component->id;
+        out[off + 1] = m->priority;
+        out[off + 2] = m->blob_len;
+        memcpy(out + off + 3, m->blob, m->blob_len);
+        off += 3 + (size_t)m->blob_len;
+    }
+    return off;
+}
+
+size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_cpc_offer_t *offers, unsigned *count_p)
+{
+    if (len < 1 || in[0] > SX_CPC_MAX)
+        return 0;
+    unsigned n = in[0];
+    size_t off = 1;
+    for (unsigned k = 0; k < n; k++) {
+        if (len - off < 3 || in[off + 2] > SX_CPC_BLOB_MAX || len - off - 3 < in[off + 2] ||
+            in[off + 1] > 100)
+            return 0;
+        offers[k].id = in[off];
+        offers[k].priority = in[off + 1];
+        offers[k].blob_len = in[off + 2];
+        memcpy(offers[k].blob, in + off + 3, offers[k].blob_len);
+        off += 3 + (size_t)offers[k].blob_len;
+    }
+    *count_p = n;
+    return off;
+}
+
+int sx_cpc_select(struct sx_engine *e, struct sx_peer *peer, const sx_cpc_offer_t *offers,
+                  unsigned count)
+{
+    int best = -1, best_offer = -1;
+    unsigned best_score = 0;
+
+    if (peer->is_self) {
+        peer->cpc_mods = e->cpc_self_mods;
+        return SX_OK;
+    }
+    for (unsigned k = 0; k < e->ncpc; k++) {
+        for (unsigned o = 0; o < count; o++) {
+            if (offers[o].id != e->cpc[k]->id)
+                continue;
+            unsigned mine = e->cpc_mods[k][0].priority, theirs = offers[o].priority;
+            /* Both ends compute the same score from the same two numbers;
+             * ties go to the higher id. */
+            unsigned score = (mine > theirs ? mine : theirs) * 256u + e->cpc[k]->id;
+            if (best < 0 || score > best_score) {
+                best = (int)k;
+                best_offer = (int)o;
+                best_score = score;
+            }
+        }
+    }
+    if (best < 0) {
+        char ours[64] = "", theirs[64] = "";
+        size_t a = 0, b = 0;
+        for (unsigned k = 0; k < e->ncpc && a < sizeof(ours); k++)
+            a +=
+                (size_t)snprintf(ours + a, sizeof(ours) - a, "%s%s", k ? "," : "", e->cpc[k]->name);
+        for (unsigned o = 0; o < count && b < sizeof(theirs); o++)
+            b += (size_t)snprintf(theirs + b, sizeof(theirs) - b, "%s%s", o ? "," : "",
+                                  sx_cpc_name(offers[o].id));
+        sx_error("cpc",
+                 "sx_peer_add: no connection method in common with peer %llu: we offer %s, it "
+                 "offers %s (see SX_CPC)",
+                 (unsigned long long)peer->id, ours, count ? theirs : "none");
+        return SX_ERR_UNSUPPORTED;
+    }
+    peer->cpc_mods = e->cpc_mods[best];
+    peer->cpc_offer = offers[best_offer];
+    if (e->cpc[best]->peer_init != NULL)
+        return e->cpc[best]->peer_init(e, peer);
+    return SX_OK;
+}

@@ -1,0 +1,37 @@
+/*
+ * implicit: nothing is exchanged. The card holds every address and both
+ * ends start their sequence numbers at SX_SEQ_START, so the first data
+ * packet sets the channel up; the cheapest first message, and no
+ * diagnosis when the path is broken (the peer timeout reports it).
+ */
+#include <shardx.h>
+
+#include "cpc/connect.h"
+
+static int implicit_query(struct sx_engine *engine, sx_cpc_module_t *module)
+{
+    (void)engine;
+    module->blob_len = 0;
+    return SX_OK;
+}
+
+static void implicit_ep_init(sx_cpc_module_t *module, struct sx_chan *chan)
+{
+    (void)module;
+    sx_conn_ep_init_up_locked(chan);
+}
+
+static void implicit_start_connect(sx_cpc_module_t *module, struct sx_chan *chan)
+{
+    (void)module;
+    (void)chan; /* always up */
+}
+
+const sx_cpc_component_t sx_cpc_implicit = {
+    .name = "implicit",
+    .id = SX_CPC_IMPLICIT,
+    .priority = 50,
+    .query = implicit_query,
+    .ep_init_locked = implicit_ep_init,
+    .start_connect_locked = implicit_start_connect,
+};

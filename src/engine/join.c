@@ -1,0 +1,144 @@
+/* Start-up: the OOB endpoint, sx_engine_join and the job barrier. */
+#include <sched.h>
+#include <stdlib.h>
+
+#include "bootstrap/modex.h"
+#include "bootstrap/oob.h"
+#include "common/log.h"
+#include "cpc/cpc.h"
+#include "engine/engine.h"
+
+static const char *const sx_modex_choice[] = {"auto", "pmix", "sxrun", "manual"};
+
+int sx_engine_bootstrap_init(struct sx_engine *e)
+{
+    int choice = e->cfg.modex;
+    bool sxrun = (choice == SX_MODEX_AUTO || choice == SX_MODEX_SXRUN) &&
+                 sx_modex_sxrun_ops.detect() &&
+                 !(choice == SX_MODEX_AUTO && sx_modex_pmix_ops.detect());
+
+    /* The sxrun modex talks to the launcher over the OOB, and the oob
+     * connection method needs an endpoint; nothing else does. */
+    if (!sxrun && !sx_cpc_oob_requested(e->cfg.cpc))
+        return SX_OK;
+    int rc = sx_oob_open(e->proto.epoch, e->cfg.bind_addr, 0, &e->oob);
+    if (rc != SX_OK)
+        sx_error("engine", "cannot open the OOB endpoint on %s: %s", e->cfg.bind_addr,
+                 sx_strerror(rc));
+    return rc;
+}
+
+void sx_engine_bootstrap_fini(struct sx_engine *e)
+{
+    sx_modex_close(e->modex);
+    e->modex = NULL;
+    free(e->job_peers);
+    e->job_peers = NULL;
+    if (e->oob != NULL)
+        sx_oob_close(e->oob);
+    e->oob = NULL;
+}
+
+static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
+{
+    sx_modex_t *m = NULL;
+    uint8_t card[sizeof(e->card)];
+
+    if (e->modex != NULL) {
+        sx_error("engine", "sx_engine_join: this engine already joined its job");
+        return SX_ERR_EXISTS;
+    }
+    int rc = sx_modex_open(sx_modex_choice[e->cfg.modex], e->oob, &m);
+    if (rc != SX_OK)
+        return rc;
+    rc = m->ops->exchange(m, e->card, e->card_len);
+    sx_peer_h *peers = rc == SX_OK ? calloc(m->size, sizeof(*peers)) : NULL;
+    if (rc == SX_OK && peers == NULL)
+        rc = SX_ERR_NO_MEMORY;
+    for (uint32_t r = 0; rc == SX_OK && r < m->size; r++) {
+        size_t len = sizeof(card);
+        rc = m->ops->get(m, r, card, &len);
+        if (rc == SX_OK)
+            rc = sx_peer_add(e, r, card, len, &peers[r]);
+        if (rc != SX_OK)
+            sx_error("engine", "sx_engine_join: rank %u's card: %s", r, sx_strerror(rc));
+    }
+    if (rc != SX_OK) {
+        for (uint32_t r = 0; peers != NULL && r < m->size; r++) {
+            if (peers[r] != NULL)
+                (void)sx_peer_remove(e, peers[r]);
+        }
+        free(peers);
+        sx_modex_close(m);
+        return rc;
+    }
+    e->job_peers = peers;
+    e->modex = m;
+    if (info_p != NULL) {
+        info_p->rank = m->rank;
+        info_p->size = m->size;
+        info_p->modex = m->ops->name;
+    }
+    return SX_OK;
+}
+
+SX_API int sx_engine_join(sx_engine_h e, sx_job_info_t *info_p)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&e->join_lock);
+    int rc = sx_engine_join_locked(e, info_p);
+    pthread_mutex_unlock(&e->join_lock);
+    return rc;
+}
+
+SX_API sx_peer_h sx_job_peer(sx_engine_h e, uint32_t rank)
+{
+    sx_peer_h peer = NULL;
+
+    if (e == NULL)
+        return NULL;
+    pthread_mutex_lock(&e->join_lock);
+    if (e->modex != NULL && rank < e->modex->size)
+        peer = e->job_peers[rank];
+    pthread_mutex_unlock(&e->join_lock);
+    return peer;
+}
+
+typedef struct sx_fence_wait {
+    atomic_bool done;
+    int status;
+} sx_fence_wait_t;
+
+static void sx_fence_done(void *arg, int status)
+{
+    sx_fence_wait_t *w = arg;
+    w->status = status;
+    /* Last touch of *w: the waiter may return as soon as it sees this. */
+    atomic_store_explicit(&w->done, true, memory_order_release);
+}
+
+SX_API int sx_job_barrier(sx_engine_h e)
+{
+    sx_fence_wait_t w;
+
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&e->join_lock);
+    sx_modex_t *m = e->modex;
+    pthread_mutex_unlock(&e->join_lock);
+    if (m == NULL) {
+        sx_error("engine", "sx_job_barrier: the engine has not joined a job (sx_engine_join)");
+        return SX_ERR_NO_LAUNCHER;
+    }
+    atomic_init(&w.done, false);
+    w.status = SX_OK;
+    int rc = m->ops->fence_nb(m, sx_fence_done, &w);
+    if (rc != SX_OK)
+        return rc;
+    while (!atomic_load_explicit(&w.done, memory_order_acquire)) {
+        if (sx_progress(e) == 0)
+            sched_yield();
+    }
+    return w.status;
+}
