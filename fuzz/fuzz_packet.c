@@ -43,6 +43,7 @@
 
 #include <shardx.h>
 
+#include "cpc/cpc.h"
 #include "engine/engine.h"
 #include "shard/chan.h"
 #include "shard/peer.h"
@@ -125,10 +126,14 @@ static void engine_init(void)
         die("dummy socket", SX_ERR_IO);
     /* The socket stays open (and unread) for the life of the process. */
 
-    uint8_t card[16 + FAKE_SHARDS * 9];
+    /* Card version 2: the addresses, then the connection methods offered:
+     * implicit only, so data packets reach the channel without a
+     * handshake (the exchange's messages reach sx_conn_recv_reset_locked
+     * and the implicit channel's refusal). */
+    uint8_t card[16 + FAKE_SHARDS * 9 + 4];
     uint16_t port = ntohs(sa.sin_port);
     memcpy(card, "SXC1", 4);
-    card[4] = 1;
+    card[4] = 2;
     card[5] = 0;
     card[6] = FAKE_SHARDS;
     card[7] = 0;
@@ -143,6 +148,11 @@ static void engine_init(void)
         a[4] = (uint8_t)(port >> 8);
         memcpy(a + 5, &sa.sin_addr.s_addr, 4);
     }
+    uint8_t *offers = card + 16 + FAKE_SHARDS * 9;
+    offers[0] = 1;               /* one method */
+    offers[1] = SX_CPC_IMPLICIT; /* id */
+    offers[2] = 50;              /* priority */
+    offers[3] = 0;               /* no blob */
     if ((rc = sx_peer_add(engine, 1, card, sizeof(card), &fake)) != SX_OK)
         die("sx_peer_add", rc);
     /* On the heap, so ASan's redzones bracket it exactly. */

@@ -294,6 +294,10 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
         return;
     }
+    if (c->cpc->component->send_ctrl_locked == NULL) {
+        conn_drop(c, "the channel connects implicitly: no exchange to take part in");
+        return;
+    }
     if (!sx_ctrl_parse(data + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, &m)) {
         conn_drop(c, "malformed body");
         return;

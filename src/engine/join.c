@@ -1,5 +1,7 @@
 /* Start-up: the OOB endpoint, sx_engine_join and the job barrier. */
 #include <sched.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "bootstrap/modex.h"
@@ -21,7 +23,14 @@ int sx_engine_bootstrap_init(struct sx_engine *e)
      * connection method needs an endpoint; nothing else does. */
     if (!sxrun && !sx_cpc_oob_requested(e->cfg.cpc))
         return SX_OK;
-    int rc = sx_oob_open(e->proto.epoch, e->cfg.bind_addr, 0, &e->oob);
+    /* SX_BIND_ADDR may pin the udp port ("a.b.c.d:port"); the OOB takes
+     * the address only, with a port of its own. */
+    char host[64];
+    snprintf(host, sizeof(host), "%s", e->cfg.bind_addr);
+    char *colon = strchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    int rc = sx_oob_open(e->proto.epoch, host, 0, &e->oob);
     if (rc != SX_OK)
         sx_error("engine", "cannot open the OOB endpoint on %s: %s", e->cfg.bind_addr,
                  sx_strerror(rc));
