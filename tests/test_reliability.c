@@ -69,9 +69,9 @@ typedef struct rl_plan {
 
 /* Counters every process reports. */
 static const char *const rl_ctr_names[] = {
-    "rtx_timeout",   "rtx_sack",           "rtx_dupack",   "drop_duplicate",
-    "drop_hdr_csum", "drop_payload_crc",   "drop_version", "rx_out_of_order",
-    "data_sent",     "tl_rx_kernel_drops", "chan_failures"};
+    "rtx_timeout",   "rtx_sack",           "rtx_dupack",    "drop_duplicate",
+    "drop_hdr_csum", "drop_payload_crc",   "drop_version",  "rx_out_of_order",
+    "data_sent",     "tl_rx_kernel_drops", "chan_failures", "tx_no_credits"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -693,11 +693,12 @@ static int rl_teardown(void **state)
 /* ------------------------------------------------------------ two processes */
 
 enum {
-    EXP_RTX = 1,     /* the sender retransmitted */
-    EXP_TIMEOUT = 2, /* ... after a timeout */
-    EXP_DUP = 4,     /* the receiver dropped duplicates */
-    EXP_OOO = 8,     /* the receiver kept packets aside ahead of a gap */
-    EXP_CSUM = 16,   /* the receiver caught corruption */
+    EXP_RTX = 1,      /* the sender retransmitted */
+    EXP_TIMEOUT = 2,  /* ... after a timeout */
+    EXP_DUP = 4,      /* the receiver dropped duplicates */
+    EXP_OOO = 8,      /* the receiver kept packets aside ahead of a gap */
+    EXP_CSUM = 16,    /* the receiver caught corruption */
+    EXP_CREDITS = 32, /* the sender held datagrams back for want of send credits */
 };
 
 typedef struct rl_case {
@@ -744,6 +745,8 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
         assert_true(ctr(rr, "drop_duplicate") > 0);
     if (c->expect & EXP_OOO)
         assert_true(ctr(rr, "rx_out_of_order") > 0);
+    if (c->expect & EXP_CREDITS)
+        assert_true(ctr(sr, "tx_no_credits") > 0);
     /* A flipped bit fails the header checksum or the payload CRC (or, in
      * the first byte, the version check). */
     if (c->expect & EXP_CSUM)
@@ -779,6 +782,9 @@ static const rl_case_t rl_cases[] = {
     /* All the sender sends vanishes for 2 s: it backs off and recovers
      * well within the (default, 30 s) peer timeout. */
     {"blackhole 2 s", "blackhole=100+2000", NULL, NULL, 150, 16, 2200, 0, false, EXP_TIMEOUT},
+    /* An interface with 2 send credits: batches are rationed, nothing is
+     * lost or reordered by it. */
+    {"2 send credits", "tx_credits=2", NULL, NULL, 250, 32, 0, 0, false, EXP_CREDITS},
     /* Both directions at once from 296 below 2^32, clean and lossy. */
     {"sequence wrap", NULL, NULL, "4294967000", 200, 8, 0, 800, true, 0},
     {"sequence wrap, lossy", "loss=0.02,reorder=0.05,seed=19", "loss=0.02,reorder=0.05,seed=20",

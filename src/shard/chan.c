@@ -657,7 +657,23 @@ void sx_chan_post_batch_locked(sx_shard_t *shard)
 
     if (q->n == 0)
         return;
-    int rc = iface->ops->post_send(iface, q->tx, q->n, &posted);
+    /* Send credits (DESIGN.md section 4): at most tx_credits datagrams may
+     * be with the interface at once. A transport that is done with each
+     * datagram when post_send returns (caps.sync_send) gets them all back
+     * at once, so for it the credits only bound one batch; for the others
+     * each SX_TL_EV_SEND_DONE returns one (sx_shard_poll_locked). What
+     * finds no credit waits, as a refused datagram does. */
+    unsigned credits = iface->caps.tx_credits > shard->tx_inflight[q->tl]
+                           ? iface->caps.tx_credits - shard->tx_inflight[q->tl]
+                           : 0;
+    unsigned n = q->n < credits ? q->n : credits;
+    int rc = n > 0 ? iface->ops->post_send(iface, q->tx, n, &posted) : SX_OK;
+    if (rc == SX_OK && posted < q->n) {
+        rc = SX_ERR_AGAIN;
+        sx_stat_add(&shard->stats.tx_no_credits, q->n - posted);
+    }
+    if (!iface->caps.sync_send)
+        shard->tx_inflight[q->tl] += posted;
     for (unsigned i = posted; i < q->n; i++) {
         sx_chan_t *c = q->chan[i];
         sx_txpkt_t *pkt = q->pkt[i];

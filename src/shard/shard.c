@@ -296,6 +296,8 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
         for (int i = 0; i < n; i++) {
             if (ev[i].type == SX_TL_EV_RECV)
                 sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len);
+            else if (ev[i].type == SX_TL_EV_SEND_DONE && shard->tx_inflight[t] > 0)
+                shard->tx_inflight[t]--; /* a send credit comes back */
         }
         total += n;
     }

@@ -69,6 +69,7 @@ struct sx_shard_guest {
     X(window_stalls, "flushes stopped by a full window or byte budget")                    \
     X(hotel_full, "packets that waited for a hotel room")                                  \
     X(tx_again, "sends refused by a full interface")                                       \
+    X(tx_no_credits, "datagrams held back for want of send credits")                       \
     X(ops_completed, "operations completed successfully")                                  \
     X(am_delivered, "active messages delivered to handlers")                               \
     X(am_no_handler, "active messages dropped for want of a handler")                      \
@@ -110,6 +111,7 @@ struct sx_shard {
     sx_tl_iface_t *ifaces[SX_SHARD_TL_COUNT]; /* NULL when not opened */
     struct sx_chan *ready_head, *ready_tail;  /* channels with work to send */
     sx_shard_txq_t txq;
+    unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
     /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
      * until when; a token holder that arms an earlier timer rings wake_fd. */
     atomic_int sleeping;

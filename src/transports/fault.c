@@ -19,6 +19,8 @@
  *   ctrl_blackout=S+D   drop control datagrams sent in that window
  *   path_mtu=N          drop every datagram longer than N bytes, as a link
  *                       with a smaller MTU on the path would (no PRNG draw)
+ *   tx_credits=N        advertise N send credits (fewer than the inner
+ *                       transport's), so the layer above must ration them
  *
  * P is a decimal probability in [0, 1]. "Control" is what
  * config->is_control says of a datagram's iov[0] (NULL: nothing is); the
@@ -76,7 +78,8 @@ typedef struct fault_spec {
     uint64_t delay_ns;
     uint64_t seed;
     bool blackhole, ctrl_blackout;
-    uint64_t path_mtu; /* 0: off */
+    uint64_t path_mtu;   /* 0: off */
+    uint64_t tx_credits; /* 0: the inner transport's */
     uint64_t blackhole_start_ns, blackhole_end_ns;
     uint64_t ctrl_blackout_start_ns, ctrl_blackout_end_ns;
 } fault_spec_t;
@@ -200,9 +203,9 @@ static int fault_parse_window(const char *key, const char *value, uint64_t *star
 /* Parses one key=value item. @p seen has one bit per key, for duplicates. */
 static int fault_parse_item(const char *key, const char *value, fault_spec_t *spec, unsigned *seen)
 {
-    static const char *const keys[] = {"loss",          "ctrl_loss", "dup",  "reorder",
-                                       "corrupt",       "delay_us",  "seed", "blackhole",
-                                       "ctrl_blackout", "path_mtu"};
+    static const char *const keys[] = {"loss",          "ctrl_loss", "dup",       "reorder",
+                                       "corrupt",       "delay_us",  "seed",      "blackhole",
+                                       "ctrl_blackout", "path_mtu",  "tx_credits"};
     unsigned k;
     uint64_t v;
 
@@ -213,7 +216,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     if (k == sizeof(keys) / sizeof(keys[0]))
         return fault_bad(key, value,
                          "the keys loss, ctrl_loss, dup, reorder, corrupt, delay_us, seed, "
-                         "blackhole, ctrl_blackout, path_mtu");
+                         "blackhole, ctrl_blackout, path_mtu, tx_credits");
     if (*seen & (1u << k))
         return fault_bad(key, value, "each key at most once");
     *seen |= 1u << k;
@@ -245,6 +248,11 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         if (fault_parse_uint(value, '\0', UINT32_MAX, &spec->path_mtu, NULL) != SX_OK ||
             spec->path_mtu == 0)
             return fault_bad(key, value, "bytes, an integer from 1 to 4294967295");
+        return SX_OK;
+    case 10:
+        if (fault_parse_uint(value, '\0', 65536, &spec->tx_credits, NULL) != SX_OK ||
+            spec->tx_credits == 0)
+            return fault_bad(key, value, "credits, an integer from 1 to 65536");
         return SX_OK;
     default:
         spec->ctrl_blackout = true;
@@ -582,6 +590,8 @@ static int fault_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     f->base.ops = &sx_tl_fault_ops;
     f->base.caps = f->inner->caps;
     f->spec = spec;
+    if (spec.tx_credits != 0 && spec.tx_credits < f->base.caps.tx_credits)
+        f->base.caps.tx_credits = (unsigned)spec.tx_credits;
     f->is_control = config->is_control;
     uint64_t x = spec.seed ^ ((uint64_t)config->shard * 0xd1b54a32d192ed03ull);
     for (unsigned i = 0; i < 4; i++)
