@@ -43,6 +43,7 @@
 
 #include <shardx.h>
 
+#include "common/le.h"
 #include "cpc/cpc.h"
 #include "engine/engine.h"
 #include "shard/chan.h"
@@ -200,24 +201,6 @@ static void reset_channels(void)
     drop_token();
 }
 
-static inline void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static inline uint64_t near_region(uint64_t v)
 {
     return (uint64_t)(uintptr_t)region + (uint64_t)(int64_t)(int16_t)v;
@@ -233,13 +216,13 @@ static void repair_rma(const sx_chan_t *c, uint8_t *payload, size_t len)
     while (sx_wire_next_frame(payload, len, &off, &f) == 1) {
         uint8_t *ext = payload + start + SX_WIRE_FRAME_LEN;
         if (f.kind == SX_FRAME_PUT || f.kind == SX_FRAME_GET_REQ) {
-            put64(ext, near_region(f.rma.addr));
-            put64(ext + 8, region_key);
-            put64(ext + 16, near_region(f.rma.op_addr));
-            put64(ext + 24, (uint64_t)(int64_t)(int16_t)f.rma.op_len);
+            sx_put64(ext, near_region(f.rma.addr));
+            sx_put64(ext + 8, region_key);
+            sx_put64(ext + 16, near_region(f.rma.op_addr));
+            sx_put64(ext + 24, (uint64_t)(int64_t)(int16_t)f.rma.op_len);
         } else if (f.kind == SX_FRAME_RMA_RESP) {
             uint32_t base = (c != NULL && c->rmaq != NULL) ? c->rmaq->op_id : 0;
-            put32(ext, base + (uint32_t)(int32_t)(int8_t)f.resp.op_id);
+            sx_put32(ext, base + (uint32_t)(int32_t)(int8_t)f.resp.op_id);
         }
         start = off;
     }
@@ -253,34 +236,34 @@ static void repair(uint8_t ctl, uint8_t *pkt, size_t len)
     unsigned lane = pkt[4] < 4 ? pkt[4] : 0;
     if (ctl & CTL_ADDRESS) {
         pkt[0] = SX_WIRE_VERSION;
-        put16(pkt + 4, (uint16_t)lane);
-        put16(pkt + 6, 0);
-        put64(pkt + 8, FAKE_EPOCH);
-        put64(pkt + 16, engine->proto.epoch);
+        sx_put16(pkt + 4, (uint16_t)lane);
+        sx_put16(pkt + 6, 0);
+        sx_put64(pkt + 8, FAKE_EPOCH);
+        sx_put64(pkt + 16, engine->proto.epoch);
     }
     if (ctl & CTL_LENGTH) {
-        put16(pkt + 2, (uint16_t)((pkt[2] | pkt[3] << 8) & SX_PKTF_KNOWN));
-        put16(pkt + 40, (uint16_t)(len - SX_WIRE_HDR_LEN));
+        sx_put16(pkt + 2, (uint16_t)((pkt[2] | pkt[3] << 8) & SX_PKTF_KNOWN));
+        sx_put16(pkt + 40, (uint16_t)(len - SX_WIRE_HDR_LEN));
     }
     /* The channel this packet will reach, if it exists yet; a new one
      * starts at the shard's seq_start on both sides. */
     sx_chan_t *c = lane < FAKE_SHARDS ? fake->chans[lane] : NULL;
     if (ctl & CTL_SEQ) {
         uint32_t base = c != NULL ? c->rcv_nxt : shard0->seq_start;
-        put32(pkt + 24, base + (uint32_t)(int32_t)(int8_t)pkt[24]);
+        sx_put32(pkt + 24, base + (uint32_t)(int32_t)(int8_t)pkt[24]);
     }
     if (ctl & CTL_ACK) {
         uint32_t base = c != NULL ? c->snd_una : shard0->seq_start;
-        put32(pkt + 28, base + (uint32_t)(int32_t)(int8_t)pkt[28]);
+        sx_put32(pkt + 28, base + (uint32_t)(int32_t)(int8_t)pkt[28]);
     }
     if (ctl & CTL_RMA)
         repair_rma(c, pkt + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN);
     if ((ctl & CTL_CRC) && (pkt[2] & SX_PKTF_CRC)) {
         size_t plen = len - SX_WIRE_HDR_LEN;
-        put32(pkt + 44, sx_crc32c(0, pkt + SX_WIRE_HDR_LEN, plen));
+        sx_put32(pkt + 44, sx_crc32c(0, pkt + SX_WIRE_HDR_LEN, plen));
     }
-    put16(pkt + 42, 0);
-    put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
+    sx_put16(pkt + 42, 0);
+    sx_put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
 }
 
 static void run_parser(const uint8_t *data, size_t size)

@@ -31,6 +31,7 @@
  * them): rounds are numbered in call order, and the k-th posted DONE
  * receive must belong to round k. A fence callback may call fence_nb.
  */
+#include "common/le.h"
 #include "bootstrap/modex.h"
 
 #include <errno.h>
@@ -92,19 +93,6 @@ struct sx_sxrun {
     uint32_t next_round;      /* the last fence round entered */
     sx_sxrun_fence_t *fences; /* not completed yet, in round order */
 };
-
-static void sx_sxrun_put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t sx_sxrun_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 static bool sx_sxrun_detect(void)
 {
@@ -261,7 +249,7 @@ static void sx_sxrun_on_done(void *arg, int status, uint64_t peer, uint32_t tag,
 
     (void)peer;
     (void)tag;
-    if (status == SX_OK && len == 4 && sx_sxrun_get_u32(f->buf) == f->round) {
+    if (status == SX_OK && len == 4 && sx_get32(f->buf) == f->round) {
         sx_sxrun_fence_finish(f, SX_OK);
         return;
     }
@@ -269,7 +257,7 @@ static void sx_sxrun_on_done(void *arg, int status, uint64_t peer, uint32_t tag,
         sx_error("modex",
                  "rank %" PRIu32 ": fence round %" PRIu32 " got a %zu-byte RDV_DONE%s%" PRIu32,
                  f->st->rank, f->round, len, len >= 4 ? " for round " : "",
-                 len >= 4 ? sx_sxrun_get_u32(f->buf) : 0u);
+                 len >= 4 ? sx_get32(f->buf) : 0u);
         status = SX_ERR_PROTO;
     }
     sx_sxrun_fence_finish(f, status);
@@ -375,7 +363,7 @@ static int sx_sxrun_parse_all(sx_sxrun_t *st)
     const uint8_t *p = st->all;
     size_t len = st->all_len;
 
-    if (len < 4 || sx_sxrun_get_u32(p) != st->size) {
+    if (len < 4 || sx_get32(p) != st->size) {
         sx_error("modex",
                  "rank %" PRIu32 ": RDV_ALL of %zu bytes is not for a job of %" PRIu32 " ranks",
                  st->rank, len, st->size);
@@ -392,7 +380,7 @@ static int sx_sxrun_parse_all(sx_sxrun_t *st)
                      st->rank, len, r);
             return SX_ERR_PROTO;
         }
-        uint32_t blen = sx_sxrun_get_u32(p + off);
+        uint32_t blen = sx_get32(p + off);
         off += 4;
         if (len - off < blen) {
             sx_error("modex",
@@ -465,8 +453,8 @@ static int sx_sxrun_exchange(sx_modex_t *m, const void *blob, size_t len)
     deadline.tv_sec += SX_MODEX_SXRUN_TIMEOUT_MS / 1000;
 
     uint8_t hdr[8];
-    sx_sxrun_put_u32(hdr, st->rank);
-    sx_sxrun_put_u32(hdr + 4, st->size);
+    sx_put32(hdr, st->rank);
+    sx_put32(hdr + 4, st->size);
     struct iovec siov[2] = {{.iov_base = hdr, .iov_len = sizeof(hdr)},
                             {.iov_base = (void *)blob, .iov_len = len}};
     rc = sx_oob_send(st->oob, SX_OOB_ID_LAUNCHER, SX_OOB_TAG_RDV_PUT, siov, len > 0 ? 2 : 1,
@@ -601,8 +589,8 @@ static int sx_sxrun_fence_nb(sx_modex_t *m, sx_modex_cb_t cb, void *arg)
     }
 
     uint8_t msg[8];
-    sx_sxrun_put_u32(msg, st->rank);
-    sx_sxrun_put_u32(msg + 4, round);
+    sx_put32(msg, st->rank);
+    sx_put32(msg + 4, round);
     struct iovec siov = {.iov_base = msg, .iov_len = sizeof(msg)};
     rc = sx_oob_send_nb(st->oob, SX_OOB_ID_LAUNCHER, SX_OOB_TAG_RDV_FENCE, &siov, 1,
                         sx_sxrun_on_fence_sent, f);

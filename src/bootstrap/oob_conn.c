@@ -31,6 +31,7 @@
  * triggered, and a read budget per event keeps one busy peer from
  * starving the others.
  */
+#include "common/le.h"
 #include "bootstrap/oob_int.h"
 
 #include <errno.h>
@@ -52,35 +53,13 @@
 
 _Thread_local sx_oob_t *sx_oob_current;
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 void sx_oob_hdr_write(uint8_t *h, uint32_t tag, uint64_t src, uint32_t len)
 {
-    put32(h, SX_OOB_MAGIC);
-    put32(h + 4, tag);
-    put64(h + 8, src);
-    put32(h + 16, len);
-    put32(h + 20, sx_crc32c(0, h, OOB_HDR_CRC_LEN));
+    sx_put32(h, SX_OOB_MAGIC);
+    sx_put32(h + 4, tag);
+    sx_put64(h + 8, src);
+    sx_put32(h + 16, len);
+    sx_put32(h + 20, sx_crc32c(0, h, OOB_HDR_CRC_LEN));
 }
 
 void sx_oob_wake(sx_oob_t *oob)
@@ -374,8 +353,9 @@ static bool oob_hello(sx_oob_t *oob, oob_conn_t *c, uint64_t src, oob_fifo_t *ba
 static bool oob_frame_header(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
 {
     const uint8_t *h = c->rx_hdr;
-    uint32_t magic = get32(h), tag = get32(h + 4), len = get32(h + 16), crc = get32(h + 20);
-    uint64_t src = get64(h + 8);
+    uint32_t magic = sx_get32(h), tag = sx_get32(h + 4), len = sx_get32(h + 16),
+             crc = sx_get32(h + 20);
+    uint64_t src = sx_get64(h + 8);
 
     if (magic != SX_OOB_MAGIC) {
         sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_ERROR, "bad frame magic %#010x",

@@ -14,6 +14,7 @@
  * sx_run started, a rank that speaks twice or from two endpoints, fence
  * rounds out of order, and blobs that would not fit the RDV_ALL message.
  */
+#include "common/le.h"
 #include "bootstrap/rendezvous.h"
 
 #include <inttypes.h>
@@ -53,19 +54,6 @@ struct sx_rdv_server {
     uint32_t done_round;
     char error[SX_RDV_TEXT_MAX]; /* the first fault, for later offenders */
 };
-
-static uint32_t sx_rdv_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void sx_rdv_put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
 
 /* A send that fails means that rank has gone; sx_run sees it end and
  * reports it, so here it is only worth a debug line. */
@@ -165,10 +153,10 @@ static void sx_rdv_send_all(sx_rdv_server_t *srv)
         return;
     }
     uint8_t *p = msg;
-    sx_rdv_put_u32(p, srv->size);
+    sx_put32(p, srv->size);
     p += 4;
     for (uint32_t r = 0; r < srv->size; r++) {
-        sx_rdv_put_u32(p, srv->ranks[r].len);
+        sx_put32(p, srv->ranks[r].len);
         p += 4;
         if (srv->ranks[r].len > 0)
             memcpy(p, srv->ranks[r].blob, srv->ranks[r].len);
@@ -197,8 +185,8 @@ static void sx_rdv_on_put(void *arg, uint64_t peer, uint32_t tag, const void *da
         sx_rdv_fault(srv, peer, "PUT of %zu bytes is shorter than its 8-byte header", len);
         goto out;
     }
-    uint32_t rank = sx_rdv_get_u32(p);
-    uint32_t size = sx_rdv_get_u32(p + 4);
+    uint32_t rank = sx_get32(p);
+    uint32_t size = sx_get32(p + 4);
     if (size != srv->size) {
         sx_rdv_fault(srv, peer,
                      "PUT of rank %" PRIu32 " says the job has %" PRIu32
@@ -264,8 +252,8 @@ static void sx_rdv_on_fence(void *arg, uint64_t peer, uint32_t tag, const void *
         sx_rdv_fault(srv, peer, "FENCE of %zu bytes; it has 8", len);
         goto out;
     }
-    uint32_t rank = sx_rdv_get_u32(p);
-    uint32_t round = sx_rdv_get_u32(p + 4);
+    uint32_t rank = sx_get32(p);
+    uint32_t round = sx_get32(p + 4);
     if (rank >= srv->size) {
         sx_rdv_fault(srv, peer,
                      "FENCE of rank %" PRIu32 ": out of range (the job has %" PRIu32 " ranks)",
@@ -292,7 +280,7 @@ static void sx_rdv_on_fence(void *arg, uint64_t peer, uint32_t tag, const void *
             break;
         srv->done_round = next;
         uint8_t msg[4];
-        sx_rdv_put_u32(msg, next);
+        sx_put32(msg, next);
         sx_debug("rdv", "fence round %" PRIu32 " done", next);
         for (uint32_t r = 0; r < srv->size; r++)
             sx_rdv_send(srv, srv->ranks[r].peer, SX_OOB_TAG_RDV_DONE, msg, sizeof(msg));

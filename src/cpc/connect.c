@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/le.h"
 #include "common/log.h"
 #include "common/rcu_table.h"
 #include "common/time.h"
@@ -15,43 +16,17 @@
 /* Retries back off from the initial RTO up to this. */
 #define SX_CONN_RETRY_MAX_NS 1000000000ull
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, 4);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
-
 void sx_ctrl_write(uint8_t *out, const sx_ctrl_t *c)
 {
     memset(out, 0, SX_CTRL_LEN);
     out[0] = c->op;
     out[1] = c->cpc;
-    put32(out + 4, c->mtu);
-    put32(out + 8, c->window);
-    put32(out + 12, c->isn);
-    put32(out + 16, c->nonce);
-    put32(out + 20, c->probe_len);
-    put64(out + 24, c->epoch);
+    sx_put32(out + 4, c->mtu);
+    sx_put32(out + 8, c->window);
+    sx_put32(out + 12, c->isn);
+    sx_put32(out + 16, c->nonce);
+    sx_put32(out + 20, c->probe_len);
+    sx_put64(out + 24, c->epoch);
 }
 
 bool sx_ctrl_parse(const uint8_t *in, size_t len, sx_ctrl_t *c)
@@ -61,14 +36,14 @@ bool sx_ctrl_parse(const uint8_t *in, size_t len, sx_ctrl_t *c)
     c->op = in[0];
     c->cpc = in[1];
     if (c->op < SX_CTRL_CONNECT || c->op > SX_CTRL_RESET || in[2] != 0 || in[3] != 0 ||
-        get64(in + 32) != 0)
+        sx_get64(in + 32) != 0)
         return false;
-    c->mtu = get32(in + 4);
-    c->window = get32(in + 8);
-    c->isn = get32(in + 12);
-    c->nonce = get32(in + 16);
-    c->probe_len = get32(in + 20);
-    c->epoch = get64(in + 24);
+    c->mtu = sx_get32(in + 4);
+    c->window = sx_get32(in + 8);
+    c->isn = sx_get32(in + 12);
+    c->nonce = sx_get32(in + 16);
+    c->probe_len = sx_get32(in + 20);
+    c->epoch = sx_get64(in + 24);
     /* Only PROBE carries anything after the body. */
     return c->op == SX_CTRL_PROBE || len == SX_CTRL_LEN;
 }

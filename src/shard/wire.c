@@ -1,48 +1,10 @@
 /* Wire encoding, validation and checksums; see wire.h. */
+#include "common/le.h"
 #include "shard/wire.h"
 
 #include <endian.h>
 #include <pthread.h>
 #include <string.h>
-
-static inline void put16(uint8_t *p, uint16_t v)
-{
-    v = htole16(v);
-    memcpy(p, &v, 2);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, 4);
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, 8);
-}
-
-static inline uint16_t get16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return le16toh(v);
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
 
 static const char *const sx_drop_texts[] = {
 #define SX_DROP_TEXT_ENTRY_(name, short_name, text) [name] = text,
@@ -117,8 +79,8 @@ static void sx_crc32c_init_table(void)
 static uint32_t sx_crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
 {
     while (len >= 8) {
-        uint32_t lo = get32(p) ^ crc;
-        uint32_t hi = get32(p + 4);
+        uint32_t lo = sx_get32(p) ^ crc;
+        uint32_t hi = sx_get32(p + 4);
         crc = sx_crc32c_table[7][lo & 0xff] ^ sx_crc32c_table[6][(lo >> 8) & 0xff] ^
               sx_crc32c_table[5][(lo >> 16) & 0xff] ^ sx_crc32c_table[4][lo >> 24] ^
               sx_crc32c_table[3][hi & 0xff] ^ sx_crc32c_table[2][(hi >> 8) & 0xff] ^
@@ -184,27 +146,27 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
         flags |= SX_PKTF_CRC;
     out[0] = SX_WIRE_VERSION;
     out[1] = hdr->type;
-    put16(out + 2, flags);
-    put16(out + 4, hdr->src_shard);
-    put16(out + 6, hdr->dst_shard);
-    put64(out + 8, hdr->src_epoch);
-    put64(out + 16, hdr->dst_epoch);
-    put32(out + 24, hdr->seq);
-    put32(out + 28, hdr->ack);
-    put64(out + 32, hdr->sack);
-    put16(out + 40, hdr->payload_len);
-    put16(out + 42, 0);
-    put32(out + 44, payload_crc != NULL ? *payload_crc : 0);
-    put16(out + 42, sx_wire_csum16(out, SX_WIRE_HDR_LEN));
+    sx_put16(out + 2, flags);
+    sx_put16(out + 4, hdr->src_shard);
+    sx_put16(out + 6, hdr->dst_shard);
+    sx_put64(out + 8, hdr->src_epoch);
+    sx_put64(out + 16, hdr->dst_epoch);
+    sx_put32(out + 24, hdr->seq);
+    sx_put32(out + 28, hdr->ack);
+    sx_put64(out + 32, hdr->sack);
+    sx_put16(out + 40, hdr->payload_len);
+    sx_put16(out + 42, 0);
+    sx_put32(out + 44, payload_crc != NULL ? *payload_crc : 0);
+    sx_put16(out + 42, sx_wire_csum16(out, SX_WIRE_HDR_LEN));
 }
 
 void sx_wire_update_ack(uint8_t *pkt, uint32_t ack, uint64_t sack, uint16_t flags_set)
 {
-    put16(pkt + 2, get16(pkt + 2) | flags_set);
-    put32(pkt + 28, ack);
-    put64(pkt + 32, sack);
-    put16(pkt + 42, 0);
-    put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
+    sx_put16(pkt + 2, sx_get16(pkt + 2) | flags_set);
+    sx_put32(pkt + 28, ack);
+    sx_put64(pkt + 32, sack);
+    sx_put16(pkt + 42, 0);
+    sx_put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
 }
 
 sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
@@ -218,15 +180,15 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         return SX_DROP_HDR_CSUM;
     hdr->version = data[0];
     hdr->type = data[1];
-    hdr->flags = get16(data + 2);
-    hdr->src_shard = get16(data + 4);
-    hdr->dst_shard = get16(data + 6);
-    hdr->src_epoch = get64(data + 8);
-    hdr->dst_epoch = get64(data + 16);
-    hdr->seq = get32(data + 24);
-    hdr->ack = get32(data + 28);
-    hdr->sack = get64(data + 32);
-    hdr->payload_len = get16(data + 40);
+    hdr->flags = sx_get16(data + 2);
+    hdr->src_shard = sx_get16(data + 4);
+    hdr->dst_shard = sx_get16(data + 6);
+    hdr->src_epoch = sx_get64(data + 8);
+    hdr->dst_epoch = sx_get64(data + 16);
+    hdr->seq = sx_get32(data + 24);
+    hdr->ack = sx_get32(data + 28);
+    hdr->sack = sx_get64(data + 32);
+    hdr->payload_len = sx_get16(data + 40);
     if (hdr->type != SX_PKT_DATA && hdr->type != SX_PKT_ACK && hdr->type != SX_PKT_CTRL)
         return SX_DROP_TYPE;
     if (hdr->flags & ~SX_PKTF_KNOWN)
@@ -238,7 +200,7 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
     if (hdr->type == SX_PKT_ACK && !(hdr->flags & SX_PKTF_ACK))
         return SX_DROP_FLAGS; /* an ACK that acknowledges nothing */
     if (hdr->flags & SX_PKTF_CRC) {
-        uint32_t want = get32(data + 44);
+        uint32_t want = sx_get32(data + 44);
         if (sx_crc32c(0, data + SX_WIRE_HDR_LEN, hdr->payload_len) != want)
             return SX_DROP_PAYLOAD_CRC;
     }
@@ -276,27 +238,27 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *f)
 
     out[0] = f->kind;
     out[1] = f->tag;
-    put16(out + 2, f->flags);
-    put32(out + 4, f->len);
+    sx_put16(out + 2, f->flags);
+    sx_put32(out + 4, f->len);
     switch (f->kind) {
     case SX_FRAME_AM_FIRST:
-        put64(p, f->total);
+        sx_put64(p, f->total);
         p += 8;
         break;
     case SX_FRAME_PUT:
     case SX_FRAME_GET_REQ:
-        put64(p, f->rma.addr);
-        put64(p + 8, f->rma.key);
-        put64(p + 16, f->rma.op_addr);
-        put64(p + 24, f->rma.op_len);
-        put32(p + 32, f->rma.op_id);
-        put32(p + 36, 0);
+        sx_put64(p, f->rma.addr);
+        sx_put64(p + 8, f->rma.key);
+        sx_put64(p + 16, f->rma.op_addr);
+        sx_put64(p + 24, f->rma.op_len);
+        sx_put32(p + 32, f->rma.op_id);
+        sx_put32(p + 36, 0);
         p += SX_WIRE_RMA_LEN;
         break;
     case SX_FRAME_RMA_RESP:
-        put32(p, f->resp.op_id);
-        put32(p + 4, (uint32_t)f->resp.status);
-        put64(p + 8, f->resp.offset);
+        sx_put32(p, f->resp.op_id);
+        sx_put32(p + 4, (uint32_t)f->resp.status);
+        sx_put64(p + 8, f->resp.offset);
         p += SX_WIRE_RESP_LEN;
         break;
     default:
@@ -320,29 +282,29 @@ int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offse
         return -1;
     f->kind = p[0];
     f->tag = p[1];
-    f->flags = get16(p + 2);
-    f->len = get32(p + 4);
+    f->flags = sx_get16(p + 2);
+    f->len = sx_get32(p + 4);
     size_t avail = payload_len - off - SX_WIRE_FRAME_LEN;
     if ((size_t)ext > avail || f->len > avail - (size_t)ext)
         return -1;
     const uint8_t *e = p + SX_WIRE_FRAME_LEN;
     switch (f->kind) {
     case SX_FRAME_AM_FIRST:
-        f->total = get64(e);
+        f->total = sx_get64(e);
         break;
     case SX_FRAME_PUT:
     case SX_FRAME_GET_REQ:
-        f->rma.addr = get64(e);
-        f->rma.key = get64(e + 8);
-        f->rma.op_addr = get64(e + 16);
-        f->rma.op_len = get64(e + 24);
-        f->rma.op_id = get32(e + 32);
-        f->rma.reserved = get32(e + 36);
+        f->rma.addr = sx_get64(e);
+        f->rma.key = sx_get64(e + 8);
+        f->rma.op_addr = sx_get64(e + 16);
+        f->rma.op_len = sx_get64(e + 24);
+        f->rma.op_id = sx_get32(e + 32);
+        f->rma.reserved = sx_get32(e + 36);
         break;
     case SX_FRAME_RMA_RESP:
-        f->resp.op_id = get32(e);
-        f->resp.status = (int32_t)get32(e + 4);
-        f->resp.offset = get64(e + 8);
+        f->resp.op_id = sx_get32(e);
+        f->resp.status = (int32_t)sx_get32(e + 4);
+        f->resp.offset = sx_get64(e + 8);
         break;
     default:
         break;
