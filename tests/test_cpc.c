@@ -1233,7 +1233,11 @@ static void test_forged_ctrl_implicit(void **state)
     f_open(&f, a, b);
     body_t m = body_connect();
     f_ctrl(&f, "a CONNECT", &m, SX_CTRL_LEN, DROP_CTRL);
+    /* Naming the channel's own method, with the sequence number its
+     * receive side starts at (SEQ_START, 0): nothing else would stop it
+     * from being answered through a component that has no carrier. */
     m.cpc = SX_CPC_IMPLICIT;
+    m.isn = 0;
     f_ctrl(&f, "a CONNECT naming implicit", &m, SX_CTRL_LEN, DROP_CTRL);
     m.op = SX_CTRL_ACCEPT;
     f_ctrl(&f, "an ACCEPT", &m, SX_CTRL_LEN, DROP_CTRL);
