@@ -156,6 +156,25 @@ void sx_conn_ep_fini_locked(sx_chan_t *c)
     sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
 }
 
+/*
+ * The peer has our initial sequence number (its ACK, or its data, follows
+ * our ACCEPT). Without a probe to make that is all we need; otherwise our
+ * own direction of the path is still unproven, so the first thing we send
+ * starts the exchange at the probe (sx_conn_start_locked) and we are up at
+ * its answer: an acceptor behind a small-MTU link gets the same diagnosis
+ * as a connector.
+ */
+static void conn_peer_knows_us(sx_chan_t *c)
+{
+    if (c->conn == SX_CONN_UP)
+        return;
+    c->conn_small_ok = true;
+    if (!c->cpc->component->probe || c->conn_probe_ok)
+        conn_up(c);
+    else
+        sx_chan_kick_locked(c); /* queued work may start the probe */
+}
+
 /* Sends what the state calls for: CONNECT until the peer answered, then
  * the probe (when the component probes). */
 static void conn_transmit(sx_chan_t *c)
@@ -281,14 +300,17 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         conn_drop(c, "the peer connects with another method than ours");
         return;
     }
-    sx_stat_add(&c->shard->stats.ctrl_received, 1);
+    /* ctrl_received counts what passed every check (a drop counts as one). */
     switch (m.op) {
     case SX_CTRL_CONNECT:
-        if (conn_learn(c, &m))
-            conn_send_op(c, SX_CTRL_ACCEPT, m.nonce, 0);
+        if (!conn_learn(c, &m))
+            return;
+        sx_stat_add(&c->shard->stats.ctrl_received, 1);
+        conn_send_op(c, SX_CTRL_ACCEPT, m.nonce, 0);
         break;
     case SX_CTRL_ACCEPT:
         if (c->conn != SX_CONN_CONNECTING || m.nonce != c->conn_nonce) {
+            sx_stat_add(&c->shard->stats.ctrl_received, 1);
             /* A late answer to an earlier attempt, or for a channel that is
              * up already: acknowledge it again, nothing else. */
             if (c->conn == SX_CONN_UP)
@@ -297,6 +319,7 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         }
         if (!conn_learn(c, &m))
             return;
+        sx_stat_add(&c->shard->stats.ctrl_received, 1);
         conn_send_op(c, SX_CTRL_ACK, 0, 0);
         if (!c->conn_small_ok) {
             c->conn_small_ok = true;
@@ -309,17 +332,20 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
             conn_up(c);
         break;
     case SX_CTRL_ACK:
+        sx_stat_add(&c->shard->stats.ctrl_received, 1);
         if (c->rcv_synced)
-            conn_up(c);
+            conn_peer_knows_us(c);
         break;
     case SX_CTRL_PROBE:
         if (m.probe_len != h->payload_len + (uint32_t)SX_WIRE_HDR_LEN) {
             conn_drop(c, "probe length disagrees with the datagram");
             return;
         }
+        sx_stat_add(&c->shard->stats.ctrl_received, 1);
         conn_send_op(c, SX_CTRL_PROBE_ACK, m.nonce, m.probe_len);
         break;
     case SX_CTRL_PROBE_ACK:
+        sx_stat_add(&c->shard->stats.ctrl_received, 1);
         if (c->conn != SX_CONN_CONNECTING || m.nonce != c->conn_nonce ||
             m.probe_len != c->dgram_max)
             return; /* an answer to an earlier probe */
@@ -338,9 +364,8 @@ bool sx_conn_data_ok_locked(sx_chan_t *c)
     if (!c->rcv_synced)
         return false;
     /* The peer sends data only after an ACCEPT from us, which carried our
-     * initial sequence number: our side may start too. */
-    if (c->conn != SX_CONN_UP)
-        conn_up(c);
+     * initial sequence number. */
+    conn_peer_knows_us(c);
     return true;
 }
 

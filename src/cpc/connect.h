@@ -30,10 +30,13 @@
  *                                  negotiated datagram size and is up at
  *                                  PROBE_ACK (usnic's connectivity check)
  *   ACK                        ->  the acceptor knows the connector knows
- *                                  its isn: its own sends may start
+ *                                  its isn; over the datagram path its first
+ *                                  send probes its own direction first
+ *                                  (PROBE, PROBE_ACK), then it is up
  *
  * Data from the peer also proves it has our isn (it sends only after an
- * ACCEPT from us), so a lost ACK costs nothing. CONNECT is repeated with
+ * ACCEPT from us), so a lost ACK costs nothing. A side that is not up yet
+ * still acknowledges what it receives. CONNECT is repeated with
  * exponential back-off from SX_RTO_INIT_US until SX_CONNECT_TIMEOUT_MS;
  * then the channel fails with SX_ERR_PEER_UNREACHABLE (no answer at all)
  * or SX_ERR_PATH_MTU (answers to small datagrams, none to the probe).

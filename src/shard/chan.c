@@ -574,9 +574,13 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         return 0;
     if (c->conn != SX_CONN_UP) {
         /* Work waits until the connection is up; the first of it starts
-         * the component's connect (connections are made lazily). */
+         * the component's connect (connections are made lazily). What we
+         * received is still acknowledged: the peer may be up before us
+         * (we are probing our direction of the path). */
         if (c->conn == SX_CONN_IDLE && c->sendq != NULL)
             c->cpc->component->start_connect_locked(c->cpc, c);
+        if (c->rcv_synced && (c->ack_now || c->ack_pending >= p->ack_every))
+            chan_send_ack(c);
         return 0;
     }
     /* Retransmissions first: they hold up everything behind them. */
