@@ -65,12 +65,13 @@ extern const sx_modex_ops_t sx_modex_sxrun_ops;
 #define SX_RUN_ENV_ADDR "SX_RUN_ADDR" /* the launcher's OOB address, "host:port" */
 
 /**
- * Opens the backend named @p choice ("auto", "pmix", "sxrun", "manual").
+ * Opens the backend @p choice (SX_MODEX_AUTO, _PMIX, _SXRUN, _MANUAL of
+ * common/config.h, as SX_MODEX parsed it).
  * SX_ERR_NO_LAUNCHER, with a log line, for "manual", for "auto" when no
  * launcher started this process, and for a backend whose launcher did not
  * start it: the caller then exchanges cards itself.
  */
-int sx_modex_open(const char *choice, sx_oob_t *oob, sx_modex_t **m_p);
+int sx_modex_open(int choice, sx_oob_t *oob, sx_modex_t **m_p);
 void sx_modex_close(sx_modex_t *m);
 
 #endif /* SX_BOOTSTRAP_MODEX_H */

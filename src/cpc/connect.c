@@ -105,7 +105,7 @@ static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t
         .dst_epoch = c->peer->epoch,
         .payload_len = payload,
     };
-    uint32_t crc = sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload);
+    uint32_t crc = p->checksum ? sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload) : 0;
     sx_wire_write_hdr(buf, &h, p->checksum ? &crc : NULL);
     int rc = via->send_ctrl_locked(c->cpc, c, buf, total_len);
     if (rc != SX_OK)

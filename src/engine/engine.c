@@ -190,7 +190,6 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
                  : "shardx");
     atomic_init(&e->next_rr, 0);
     atomic_init(&e->closing, false);
-    atomic_init(&e->fence_round, 0);
     pthread_mutex_init(&e->join_lock, NULL);
     e->event_fd = -1;
 

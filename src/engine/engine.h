@@ -80,7 +80,6 @@ struct sx_engine {
     pthread_mutex_t join_lock;
     sx_modex_t *modex;
     sx_peer_h *job_peers; /* [modex->size] */
-    atomic_uint fence_round;
 };
 
 /*

@@ -10,8 +10,6 @@
 #include "cpc/cpc.h"
 #include "engine/engine.h"
 
-static const char *const sx_modex_choice[] = {"auto", "pmix", "sxrun", "manual"};
-
 int sx_engine_bootstrap_init(struct sx_engine *e)
 {
     int choice = e->cfg.modex;
@@ -57,7 +55,7 @@ static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
         sx_error("engine", "sx_engine_join: this engine already joined its job");
         return SX_ERR_EXISTS;
     }
-    int rc = sx_modex_open(sx_modex_choice[e->cfg.modex], e->oob, &m);
+    int rc = sx_modex_open(e->cfg.modex, e->oob, &m);
     if (rc != SX_OK)
         return rc;
     rc = m->ops->exchange(m, e->card, e->card_len);

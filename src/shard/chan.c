@@ -116,14 +116,8 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     c->dgram_max = iface->caps.mtu;
     c->rto_ns = p->rto_init_ns;
     sx_timer_init(&c->ack_timer, chan_ack_timer, c);
-    c->cpc = peer->cpc_mods != NULL ? &peer->cpc_mods[shard->index] : NULL;
-    if (c->cpc == NULL) {
-        sx_error("chan", "peer %llu: no connection method chosen", (unsigned long long)peer->id);
-        iface->ops->addr_remove(iface, c->dest);
-        free(c->win);
-        free(c);
-        return NULL;
-    }
+    /* sx_peer_add chose the peer's method before publishing it. */
+    c->cpc = &peer->cpc_mods[shard->index];
     c->cpc->component->ep_init_locked(c->cpc, c);
     peer->chans[idx] = c;
     return c;

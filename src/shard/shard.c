@@ -239,20 +239,19 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
         return;
     }
     /* A RESET names the stale epoch in its body; the sender may be new. */
-    if (h.type == SX_PKT_CTRL && h.dst_epoch == p->epoch && h.payload_len > 0 &&
-        data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET) {
+    bool reset =
+        h.type == SX_PKT_CTRL && h.payload_len > 0 && data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET;
+    if (reset && h.dst_epoch == p->epoch) {
         sx_conn_recv_reset_locked(shard, &h, data, len);
         return;
     }
     if (h.dst_epoch != p->epoch) {
         sx_shard_drop(shard, SX_DROP_STALE_EPOCH);
         /* From a peer we know, addressed to an earlier incarnation of us:
-         * tell it, so it stops waiting for the dead one. */
+         * tell it, so it stops waiting for the dead one (but never answer
+         * a RESET with one). */
         sx_drop_reason_t ignored;
-        sx_chan_t *c = NULL;
-        if (!via_oob &&
-            !(h.type == SX_PKT_CTRL && h.payload_len > 0 && data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET))
-            c = sx_shard_chan_of(shard, tl, &h, &ignored);
+        sx_chan_t *c = (!via_oob && !reset) ? sx_shard_chan_of(shard, tl, &h, &ignored) : NULL;
         if (c != NULL)
             sx_conn_stale_locked(c, &h);
         return;
