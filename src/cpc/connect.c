@@ -157,33 +157,20 @@ void sx_conn_ep_fini_locked(sx_chan_t *c)
 }
 
 /*
- * The peer has our initial sequence number (its ACK, or its data, follows
- * our ACCEPT). Without a probe to make that is all we need; otherwise our
- * own direction of the path is still unproven, so the first thing we send
- * starts the exchange at the probe (sx_conn_start_locked) and we are up at
- * its answer: an acceptor behind a small-MTU link gets the same diagnosis
- * as a connector.
+ * Sends what the state calls for: CONNECT until the peer answered, then
+ * the probe (when the component probes) together with a CONNECT, whose
+ * ACCEPT shows the peer still answers small datagrams: only then does a
+ * probe that never comes back mean a small MTU rather than a dead peer.
  */
-static void conn_peer_knows_us(sx_chan_t *c)
-{
-    if (c->conn == SX_CONN_UP)
-        return;
-    c->conn_small_ok = true;
-    if (!c->cpc->component->probe || c->conn_probe_ok)
-        conn_up(c);
-    else
-        sx_chan_kick_locked(c); /* queued work may start the probe */
-}
-
-/* Sends what the state calls for: CONNECT until the peer answered, then
- * the probe (when the component probes). */
 static void conn_transmit(sx_chan_t *c)
 {
     c->conn_tries++;
-    if (!c->conn_small_ok)
-        conn_send_op(c, SX_CTRL_CONNECT, c->conn_nonce, 0);
-    else
+    if (c->conn_small_ok) {
+        if (c->conn_probe_start_ns == 0)
+            c->conn_probe_start_ns = sx_time_ns();
         conn_send_op(c, SX_CTRL_PROBE, c->conn_nonce, (uint32_t)c->dgram_max);
+    }
+    conn_send_op(c, SX_CTRL_CONNECT, c->conn_nonce, 0);
 }
 
 static void conn_fail(sx_chan_t *c)
@@ -196,6 +183,13 @@ static void conn_fail(sx_chan_t *c)
         snprintf(why, sizeof(why),
                  "no answer from peer %llu shard %u at %s to %u connection requests in %llu ms: "
                  "wrong address or port, a firewall, or the peer is not running",
+                 (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries,
+                 (unsigned long long)ms);
+        sx_chan_fail_why_locked(c, SX_ERR_PEER_UNREACHABLE, why);
+    } else if (c->conn_small_answer_ns <= c->conn_probe_start_ns) {
+        snprintf(why, sizeof(why),
+                 "peer %llu shard %u at %s stopped answering: no answer to %u connection "
+                 "requests and probes in %llu ms (the peer died or the path went down)",
                  (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries,
                  (unsigned long long)ms);
         sx_chan_fail_why_locked(c, SX_ERR_PEER_UNREACHABLE, why);
@@ -320,6 +314,7 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         if (!conn_learn(c, &m))
             return;
         sx_stat_add(&c->shard->stats.ctrl_received, 1);
+        c->conn_small_answer_ns = sx_time_ns();
         conn_send_op(c, SX_CTRL_ACK, 0, 0);
         if (!c->conn_small_ok) {
             c->conn_small_ok = true;
@@ -334,7 +329,7 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
     case SX_CTRL_ACK:
         sx_stat_add(&c->shard->stats.ctrl_received, 1);
         if (c->rcv_synced)
-            conn_peer_knows_us(c);
+            conn_up(c);
         break;
     case SX_CTRL_PROBE:
         if (m.probe_len != h->payload_len + (uint32_t)SX_WIRE_HDR_LEN) {
@@ -364,8 +359,10 @@ bool sx_conn_data_ok_locked(sx_chan_t *c)
     if (!c->rcv_synced)
         return false;
     /* The peer sends data only after an ACCEPT from us, which carried our
-     * initial sequence number. */
-    conn_peer_knows_us(c);
+     * initial sequence number: we may send too. The acceptor does not probe
+     * its own direction first: that held its sends back behind data already
+     * flowing to it (connect.h says what is left undiagnosed). */
+    conn_up(c);
     return true;
 }
 

@@ -30,9 +30,10 @@
  *                                  negotiated datagram size and is up at
  *                                  PROBE_ACK (usnic's connectivity check)
  *   ACK                        ->  the acceptor knows the connector knows
- *                                  its isn; over the datagram path its first
- *                                  send probes its own direction first
- *                                  (PROBE, PROBE_ACK), then it is up
+ *                                  its isn: its own sends may start. Its
+ *                                  direction of the path is not probed, so
+ *                                  a small MTU there shows only as the peer
+ *                                  timeout (SX_ERR_PEER_UNREACHABLE)
  *
  * Data from the peer also proves it has our isn (it sends only after an
  * ACCEPT from us), so a lost ACK costs nothing. A side that is not up yet

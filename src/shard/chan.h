@@ -169,6 +169,8 @@ typedef struct sx_chan {
     uint32_t conn_nonce;
     unsigned conn_tries;
     uint64_t conn_start_ns;
+    uint64_t conn_probe_start_ns;  /* the first probe went out (0: not yet) */
+    uint64_t conn_small_answer_ns; /* the latest ACCEPT to our CONNECT */
     uint64_t conn_retry_ns;
     uint64_t last_reset_ns; /* we last told the peer it is stale */
     sx_timer_t conn_timer;
