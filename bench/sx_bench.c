@@ -5,11 +5,11 @@
  *            [--seed N] [--no-bind] [--mode sharded|global|both] [--threads LIST]
  *            [--oversubscribe]
  *
- * Until the sx_run launcher exists, sx_bench starts its own peer: it forks
- * once, before any engine or thread exists (a fork copies only the calling
- * thread, so forking later could leave the child with locks held by threads
- * it does not have). The parent is rank 0 and prints; the child is rank 1.
- * They exchange business cards and everything else over a pair of pipes.
+ * Two processes take part, rank 0 (which prints) and rank 1: started by a
+ * launcher (`sx_run -n 2 sx_bench ...`, `mpirun -np 2 --bind-to none
+ * sx_bench ...`), or, run on its own, sx_bench forks rank 1 itself
+ * (sx_bench_ctl.c). They exchange business cards and everything else over
+ * a control channel.
  *
  * Both ranks busy-poll, so each needs a core of its own: by default rank r
  * is pinned to the r-th CPU of the inherited affinity mask, as mpirun binds
@@ -41,122 +41,9 @@
 
 #include "sx_bench.h"
 
-/* ---- process lifetime ----------------------------------------------------- */
-
-static volatile sig_atomic_t g_child_exited;
-static volatile pid_t g_child_pid;
-static pid_t g_parent_pid;
-static int g_rank;
-
-static void sxb_on_sigchld(int sig)
-{
-    (void)sig;
-    g_child_exited = 1;
-}
-
-/* The last-resort watchdog: something blocked past every bounded wait. */
-static void sxb_on_sigalrm(int sig)
-{
-    static const char msg[] = "sx_bench: run time limit exceeded; killing both ranks\n";
-    (void)sig;
-    if (g_child_pid > 0)
-        kill(g_child_pid, SIGKILL);
-    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    (void)w;
-    _exit(3);
-}
-
-int sxb_fail(const char *fmt, ...)
-{
-    va_list ap;
-    char line[512];
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "sx_bench[rank %d]: %s\n", g_rank, line);
-    return -1;
-}
-
-int sxb_check(const sxb_ctl_t *ctl, uint64_t deadline_ns, const char *what)
-{
-    if (ctl->rank == 0 && g_child_exited)
-        return sxb_fail("rank 1 exited while waiting for %s", what);
-    /* PR_SET_PDEATHSIG normally kills rank 1 first; this covers the rest. */
-    if (ctl->rank == 1 && getppid() != g_parent_pid)
-        return sxb_fail("rank 0 exited while waiting for %s", what);
-    if (sxb_now_ns() > deadline_ns)
-        return sxb_fail("timed out after %llu s waiting for %s",
-                        (unsigned long long)(SXB_WAIT_LIMIT_NS / 1000000000ull), what);
-    return 0;
-}
-
 bool sxb_human(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 {
     return ctl->rank == 0 && !opts->json;
-}
-
-/* ---- control channel ------------------------------------------------------ */
-
-int sxb_ctl_write(const sxb_ctl_t *ctl, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-
-    while (len > 0) {
-        ssize_t n = write(ctl->wfd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return sxb_fail("control channel write: %s", strerror(errno));
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-int sxb_ctl_read(const sxb_ctl_t *ctl, void *buf, size_t len, sxb_idle_fn idle, void *arg)
-{
-    uint8_t *p = buf;
-    uint64_t deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
-    unsigned spins = 0;
-
-    while (len > 0) {
-        ssize_t n = read(ctl->rfd, p, len);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n == 0)
-            return sxb_fail("the other rank closed the control channel (it exited)");
-        if (errno != EAGAIN && errno != EINTR)
-            return sxb_fail("control channel read: %s", strerror(errno));
-        if (idle != NULL) {
-            /* Keep the engine going: the other rank may be waiting for
-             * our ACKs before it can write what we wait for. */
-            if (idle(arg) != 0)
-                return -1;
-            if ((++spins & 1023) == 0 && sxb_check(ctl, deadline, "the control channel") != 0)
-                return -1;
-        } else {
-            struct pollfd pfd = {.fd = ctl->rfd, .events = POLLIN};
-            (void)poll(&pfd, 1, 10);
-            if (sxb_check(ctl, deadline, "the control channel") != 0)
-                return -1;
-        }
-    }
-    return 0;
-}
-
-int sxb_ctl_barrier(const sxb_ctl_t *ctl, sxb_idle_fn idle, void *arg)
-{
-    uint8_t token = 0xb5, got = 0;
-
-    if (sxb_ctl_write(ctl, &token, 1) != 0 || sxb_ctl_read(ctl, &got, 1, idle, arg) != 0)
-        return -1;
-    if (got != token)
-        return sxb_fail("control channel out of step (barrier read 0x%02x)", got);
-    return 0;
 }
 
 /* ---- statistics and sizes ------------------------------------------------- */
@@ -606,81 +493,15 @@ static int sxb_run(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     return -1;
 }
 
-/* Waits (bounded) for rank 1 to exit; kills it when it does not. */
-static int sxb_reap(pid_t child, bool kill_first)
-{
-    int status = 0;
-    uint64_t deadline = sxb_now_ns() + 10ull * 1000000000ull;
-
-    if (kill_first)
-        kill(child, SIGKILL);
-    for (;;) {
-        pid_t r = waitpid(child, &status, WNOHANG);
-        if (r == child)
-            break;
-        if (r < 0 && errno != EINTR)
-            return sxb_fail("waitpid: %s", strerror(errno));
-        if (sxb_now_ns() > deadline) {
-            sxb_fail("rank 1 did not exit; killing it");
-            kill(child, SIGKILL);
-            deadline = UINT64_MAX;
-        }
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    if (kill_first)
-        return -1;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return 0;
-    if (WIFSIGNALED(status))
-        return sxb_fail("rank 1 was killed by signal %d", WTERMSIG(status));
-    return sxb_fail("rank 1 exited with status %d", WEXITSTATUS(status));
-}
-
 int main(int argc, char **argv)
 {
     sxb_opts_t opts;
-    int p2c[2], c2p[2];
+    sxb_ctl_t ctl;
 
     if (sxb_parse_args(argc, argv, &opts) != 0)
         return sxb_usage();
-    /* Writes to a dead rank's pipe must fail with EPIPE, not kill us. */
-    signal(SIGPIPE, SIG_IGN);
-    /* Installed before the fork so that an early death is never missed. */
-    struct sigaction sa = {.sa_handler = sxb_on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGCHLD, &sa, NULL);
-    if (pipe(p2c) != 0 || pipe(c2p) != 0) {
-        perror("sx_bench: pipe");
+    if (sxb_ctl_start(&ctl) != 0)
         return 1;
-    }
-    fflush(NULL);
-    g_parent_pid = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("sx_bench: fork");
-        return 1;
-    }
-    sxb_ctl_t ctl;
-    if (pid == 0) {
-        /* Rank 1 dies with rank 0, also when rank 0 is killed outright. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != g_parent_pid)
-            _exit(1);
-        signal(SIGCHLD, SIG_DFL);
-        g_rank = 1;
-        close(p2c[1]);
-        close(c2p[0]);
-        ctl = (sxb_ctl_t){.rank = 1, .rfd = p2c[0], .wfd = c2p[1], .child = 0};
-    } else {
-        close(p2c[0]);
-        close(c2p[1]);
-        g_child_pid = pid;
-        ctl = (sxb_ctl_t){.rank = 0, .rfd = c2p[0], .wfd = p2c[1], .child = pid};
-    }
-    fcntl(ctl.rfd, F_SETFL, fcntl(ctl.rfd, F_GETFL) | O_NONBLOCK);
-    signal(SIGALRM, sxb_on_sigalrm);
-    alarm(SXB_RUN_LIMIT_S);
     /* mt runs threads on several shards: see the comment at the top. */
     if (opts.bind && opts.cmd != SXB_MT)
         sxb_bind(ctl.rank);
@@ -718,14 +539,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    int rc = sxb_run(&ctl, &opts);
-    if (ctl.rank == 1) {
-        /* Rank 0 reaps us; a failure here already printed its reason. */
-        fflush(NULL);
-        _exit(rc == 0 ? 0 : 1);
-    }
-    rc = sxb_reap(pid, rc != 0) == 0 ? rc : -1;
-    if (rc == 0 && opts.json)
+    int rc = sxb_ctl_finish(&ctl, sxb_run(&ctl, &opts));
+    if (rc == 0 && ctl.rank == 0 && opts.json)
         sxb_print_json(&un, cores, bi.version, load[0]);
     free(g_records);
     free(g_counters);

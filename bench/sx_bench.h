@@ -58,9 +58,10 @@ typedef struct sxb_opts {
 /* The control channel to the other rank. */
 typedef struct sxb_ctl {
     int rank;
-    int rfd;     /* nonblocking */
-    int wfd;     /* blocking; only small messages are written */
-    pid_t child; /* rank 0: rank 1's pid */
+    int rfd;       /* nonblocking */
+    int wfd;       /* forked: blocking pipe; launched: the same socket as rfd */
+    pid_t child;   /* forked, rank 0: rank 1's pid */
+    bool launched; /* started by sx_run or a PMIx launcher (sx_bench_ctl.c) */
 } sxb_ctl_t;
 
 /* Called while a control-channel read waits, e.g. to keep an engine
@@ -106,6 +107,19 @@ size_t sxb_counters_count(void);
 /* Prints the counters of sessions @p first .. the last as a table, one row
  * per counter and one column per session and rank. */
 void sxb_counters_print(size_t first);
+
+/* ---- the two ranks and the control channel (sx_bench_ctl.c) ---------------- */
+
+/* Whether a launcher (sx_run, or mpirun and other PMIx servers) started us. */
+bool sxb_launched(void);
+/* Becomes rank 0 or 1: meets the other process through the launcher's
+ * modex, or forks it. Returns 0, or -1 after printing why. */
+int sxb_ctl_start(sxb_ctl_t *ctl);
+/* Ends the run with status @p rc: a forked rank 1 exits here; rank 0 reaps
+ * it (killing it when @p rc says the run failed). Returns the run's status. */
+int sxb_ctl_finish(sxb_ctl_t *ctl, int rc);
+/* Whether a read would find data now; never blocks. */
+bool sxb_ctl_readable(const sxb_ctl_t *ctl);
 
 /* ---- helpers (sx_bench.c) ------------------------------------------------- */
 

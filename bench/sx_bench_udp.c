@@ -195,13 +195,10 @@ static int sxb_udp_count(const sxb_ctl_t *ctl, sxb_udp_t *u, sxb_udp_rx_report_t
             return sxb_fail("raw UDP recv: %s", strerror(errno));
         if ((++spins & 255) != 0)
             continue;
-        if (!done) {
-            /* 8 bytes are below PIPE_BUF: the read gets all or nothing. */
-            ssize_t r = read(ctl->rfd, &sent, sizeof(sent));
-            if (r == (ssize_t)sizeof(sent))
-                done = true;
-            else if (r == 0)
-                return sxb_fail("the other rank closed the control channel (it exited)");
+        if (!done && sxb_ctl_readable(ctl)) {
+            if (sxb_ctl_read(ctl, &sent, sizeof(sent), NULL, NULL) != 0)
+                return -1;
+            done = true;
         }
         if (done) {
             uint64_t now = sxb_now_ns();

@@ -296,6 +296,29 @@ static void test_output_prefixes(void **state)
     free(longline);
 }
 
+/* --no-prefix: the same whole lines, none prefixed (sx_bench --json). */
+static void test_output_no_prefix(void **state)
+{
+    (void)state;
+    job_t j;
+
+    run(&j, (const char *const[]){"-n", "2", "--no-prefix", child_path, "print", NULL});
+    assert_int_equal(exit_code(&j), 0);
+    for (int r = 0; r < 2; r++) {
+        char line[64];
+        snprintf(line, sizeof(line), "out %d line 1\n", r);
+        assert_has(j.text[0], line);
+        snprintf(line, sizeof(line), "tail %d\n", r);
+        assert_has(j.text[0], line);
+        snprintf(line, sizeof(line), "err %d line 1\n", r);
+        assert_has(j.text[1], line);
+    }
+    assert_int_equal(count_of(j.text[0], "\n"), 8);
+    assert_int_equal(count_of(j.text[0], "["), 0);
+    assert_int_equal(count_of(j.text[1], "["), 0);
+    job_free(&j);
+}
+
 /* A line longer than sx_run's 1 MiB line buffer still comes out whole,
  * with one prefix. */
 static void test_very_long_line(void **state)
@@ -682,6 +705,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_program_not_found),
         cmocka_unit_test(test_output_prefixes),
+        cmocka_unit_test(test_output_no_prefix),
         cmocka_unit_test(test_very_long_line),
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_exit_status),

@@ -106,6 +106,7 @@ typedef struct sx_run_rank {
 typedef struct sx_run {
     unsigned n;
     double timeout_s; /* 0: none */
+    bool no_prefix;   /* --no-prefix: lines go out as the ranks wrote them */
     char **prog_argv; /* what the user wrote after the options */
     char *path;       /* the program resolved along PATH */
     char **sh_argv;   /* "/bin/sh path args", for scripts without #! */
@@ -172,7 +173,7 @@ static uint64_t sx_run_now_ns(void)
 static void sx_run_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: sx_run -n N [--timeout SECONDS] [--] PROGRAM [ARGS...]\n"
+            "Usage: sx_run -n N [--timeout SECONDS] [--no-prefix] [--] PROGRAM [ARGS...]\n"
             "\n"
             "Starts N local processes of PROGRAM for a shardx job. Each gets\n"
             "SX_RUN_RANK (0..N-1), SX_RUN_SIZE (N) and SX_RUN_ADDR (the launcher's\n"
@@ -183,6 +184,8 @@ static void sx_run_usage(FILE *f)
             "Options:\n"
             "  -n, --np N           number of processes (1..%d)\n"
             "  --timeout SECONDS    kill the job after SECONDS (decimals allowed)\n"
+            "  --no-prefix          forward whole lines without the \"[RANK] \" prefix\n"
+            "                       (for output read by programs, e.g. JSON)\n"
             "  -h, --help           print this help\n"
             "\n"
             "When a rank fails, the timeout passes, the rendezvous fails, or sx_run\n"
@@ -263,6 +266,11 @@ static int sx_run_parse_args(sx_run_t *r, int argc, char **argv)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             sx_run_usage(stdout);
             return -1;
+        }
+        if (strcmp(a, "--no-prefix") == 0) {
+            r->no_prefix = true;
+            i++;
+            continue;
         }
         if (strcmp(a, "-n") == 0 || strcmp(a, "--np") == 0 || strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc) {
@@ -658,7 +666,7 @@ static void sx_run_emit(sx_run_t *r, unsigned rank, sx_run_stream_t *s, const ch
     int cnt = 0;
 
     int plen = snprintf(prefix, sizeof(prefix), "[%u] ", rank);
-    if (!s->midline) {
+    if (!s->midline && !r->no_prefix) {
         iov[cnt].iov_base = prefix;
         iov[cnt++].iov_len = (size_t)plen;
     }
