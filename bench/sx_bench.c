@@ -43,7 +43,7 @@
 
 bool sxb_human(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 {
-    return ctl->rank == 0 && !opts->json;
+    return ctl->rank == 0 && !opts->json && !opts->csv;
 }
 
 /* ---- statistics and sizes ------------------------------------------------- */
@@ -69,7 +69,7 @@ void sxb_quantiles(uint64_t *v, size_t n, double p, uint64_t *median_p, uint64_t
 
 size_t sxb_latency_sizes(const sxb_opts_t *opts, size_t *sizes, size_t max)
 {
-    static const size_t ladder[] = {0, 8, 64, 512, 4096, 32768, 262144, 1048576};
+    static const size_t ladder[] = {0, 8, 64, 512, 4096, 32768, 262144, 1048576, 4194304};
     size_t n = 0;
 
     if (opts->size_set) {
@@ -164,6 +164,26 @@ void sxb_counters_add(const char *bench, const char *label, const uint64_t rank0
 size_t sxb_counters_count(void)
 {
     return g_ncounters;
+}
+
+double sxb_counters_ratio(size_t first, int rank, const char *num, const char *den)
+{
+    int kn = -1, kd = -1;
+    uint64_t n = 0, d = 0;
+
+    for (int k = 0; k < SXB_NCOUNTERS; k++) {
+        kn = strcmp(sxb_counter_names[k], num) == 0 ? k : kn;
+        kd = strcmp(sxb_counter_names[k], den) == 0 ? k : kd;
+    }
+    if (kn < 0 || kd < 0)
+        return NAN;
+    for (size_t i = first; i < g_ncounters; i++) {
+        if (g_counters[i].v[rank][kn] == UINT64_MAX || g_counters[i].v[rank][kd] == UINT64_MAX)
+            return NAN;
+        n += g_counters[i].v[rank][kn];
+        d += g_counters[i].v[rank][kd];
+    }
+    return d > 0 ? (double)n / (double)d : NAN;
 }
 
 void sxb_counters_print(size_t first)
@@ -298,31 +318,86 @@ static void sxb_print_json(const struct utsname *un, long cores, const char *ver
     fputs("]}\n", out);
 }
 
+/* Metric keys of every record, each once, in order of first appearance. */
+static size_t sxb_metric_keys(const char **keys, size_t max)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < g_nrecords; i++) {
+        for (unsigned k = 0; k < g_records[i].nmetrics; k++) {
+            size_t j = 0;
+            while (j < n && strcmp(keys[j], g_records[i].m[k].key) != 0)
+                j++;
+            if (j == n && n < max)
+                keys[n++] = g_records[i].m[k].key;
+        }
+    }
+    return n;
+}
+
+/* --csv: a header, then one line per record; a metric a record lacks is
+ * an empty field. Keys and names contain no commas or quotes. */
+static void sxb_print_csv(void)
+{
+    const char *keys[64];
+    size_t nkeys = sxb_metric_keys(keys, 64);
+
+    fputs("bench,mode,transport,threads,size", stdout);
+    for (size_t j = 0; j < nkeys; j++)
+        printf(",%s", keys[j]);
+    fputc('\n', stdout);
+    for (size_t i = 0; i < g_nrecords; i++) {
+        const sxb_record_t *r = &g_records[i];
+        printf("%s,%s,%s,%u,%llu", r->bench, r->mode, g_transport, r->threads,
+               (unsigned long long)r->size);
+        for (size_t j = 0; j < nkeys; j++) {
+            fputc(',', stdout);
+            for (unsigned k = 0; k < r->nmetrics; k++) {
+                if (strcmp(r->m[k].key, keys[j]) == 0 && isfinite(r->m[k].value))
+                    printf("%.6g", r->m[k].value);
+            }
+        }
+        fputc('\n', stdout);
+    }
+}
+
 /* ---- command line --------------------------------------------------------- */
 
 static int sxb_usage(void)
 {
-    fprintf(stderr, "usage: sx_bench <latency|floor|loss|rate|mt> [--json] [--size N] [--iters N]\n"
-                    "                [--window N] [--seed N] [--no-bind] [--mode M]\n"
-                    "                [--threads LIST] [--oversubscribe]\n"
-                    "  latency  ping-pong half round trip (median, p99) and the raw-UDP floor\n"
-                    "  floor    raw-UDP ping-pong and one-way message rate only\n"
-                    "  rate     windowed message rate (default 8 B, window 64)\n"
-                    "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
+    fprintf(stderr, "usage: sx_bench <latency|bw|rate|mt|loss|floor> [--json|--csv] [--size N]\n"
+                    "                [--iters N] [--window N] [--seed N] [--no-bind] [--mode M]\n"
+                    "                [--threads LIST] [--oversubscribe] [--transport NAME]\n"
+                    "Start it with `sx_run -n 2 sx_bench ...` or `mpirun -np 2 --bind-to none\n"
+                    "sx_bench ...`; run alone, it forks its second rank itself.\n"
+                    "  latency  ping-pong half round trip (median, p99), 0 B .. 4 MiB, beside\n"
+                    "           the raw-UDP floor measured in the same run\n"
+                    "  bw       unidirectional bandwidth with a window, 0 B .. 4 MiB, beside\n"
+                    "           the raw-UDP one-way stream\n"
+                    "  rate     windowed small-message rate (default 8 B), aggregation on and\n"
+                    "           off, window 64 and 256 (or --window), beside the raw-UDP floor\n"
                     "  mt       scaling: T sender threads on rank 0, T receiver threads on\n"
                     "           rank 1, one shard and one lane each (default 8 B, window 64\n"
-                    "           per thread), sharded and global mode side by side\n"
-                    "  --iters  latency/floor: round trips per size; rate: messages;\n"
+                    "           per thread), sharded and global mode side by side; then the\n"
+                    "           injection-only variant over the sink transport\n"
+                    "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
+                    "  floor    raw-UDP ping-pong and one-way message rate only\n"
+                    "  --json   one JSON object on stdout: machine, config, results, counters\n"
+                    "  --csv    the results as CSV on stdout, one record per line\n"
+                    "  --size   one message size instead of the default ladder or size\n"
+                    "  --iters  latency/floor: round trips per size; rate, bw: messages;\n"
                     "           loss: messages per loss rate (default: 64 MiB worth);\n"
                     "           mt: messages per configuration, split over the threads\n"
                     "           (default 300000)\n"
+                    "  --window messages in flight (default 64; rate: 64 and 256)\n"
                     "  --no-bind  leave both ranks unpinned (default: one CPU each; mt never\n"
                     "           pins)\n"
                     "  --mode   sharded|global (sets SX_THREAD_MODE); mt also takes both,\n"
                     "           its default\n"
                     "  --threads  mt: threads per rank, e.g. 1,2,4 (default 1, 2, 4, ...\n"
                     "           and the number of online CPUs)\n"
-                    "  --oversubscribe  mt: allow more threads than online CPUs\n");
+                    "  --oversubscribe  mt: allow more threads than online CPUs\n"
+                    "  --transport  the network transport (sets SX_TRANSPORT; default udp)\n");
     return 2;
 }
 
@@ -408,16 +483,16 @@ static int sxb_check_args(sxb_opts_t *o)
 
 static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
 {
-    static const char *const cmds[] = {"latency", "floor", "loss", "rate", "mt"};
+    static const char *const cmds[] = {"latency", "floor", "loss", "rate", "mt", "bw"};
     uint64_t v;
 
     *o = (sxb_opts_t){.window = 64, .seed = 1, .bind = true};
     if (argc < 2)
         return -1;
     size_t c = 0;
-    while (c < 5 && strcmp(argv[1], cmds[c]) != 0)
+    while (c < 6 && strcmp(argv[1], cmds[c]) != 0)
         c++;
-    if (c == 5)
+    if (c == 6)
         return -1;
     o->cmd = (sxb_cmd_t)c;
     for (int i = 2; i < argc; i++) {
@@ -425,6 +500,11 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
         const char *val = (i + 1 < argc) ? argv[i + 1] : NULL;
         if (strcmp(a, "--json") == 0) {
             o->json = true;
+        } else if (strcmp(a, "--csv") == 0) {
+            o->csv = true;
+        } else if (strcmp(a, "--transport") == 0 && val != NULL && val[0] != '\0') {
+            o->transport = val;
+            i++;
         } else if (strcmp(a, "--no-bind") == 0) {
             o->bind = false;
         } else if (strcmp(a, "--oversubscribe") == 0) {
@@ -443,6 +523,7 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             i++;
         } else if (strcmp(a, "--window") == 0 && sxb_parse_u64(val, 1, 1u << 20, &v) == 0) {
             o->window = (unsigned)v;
+            o->window_set = true;
             i++;
         } else if (strcmp(a, "--seed") == 0 && sxb_parse_u64(val, 0, UINT64_MAX, &v) == 0) {
             o->seed = v;
@@ -452,6 +533,14 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             return -1;
         }
     }
+    if (o->json && o->csv) {
+        fprintf(stderr, "sx_bench: --json and --csv: choose one\n");
+        return -1;
+    }
+    /* Every engine of the run reads it; an unknown name fails the first
+     * engine's creation with the list of transports this build has. */
+    if (o->transport != NULL && setenv("SX_TRANSPORT", o->transport, 1) != 0)
+        return -1;
     return sxb_check_args(o);
 }
 
@@ -489,6 +578,8 @@ static int sxb_run(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         return sxb_bench_rate(ctl, opts);
     case SXB_MT:
         return sxb_bench_mt(ctl, opts);
+    case SXB_BW:
+        return sxb_bench_bw(ctl, opts);
     }
     return -1;
 }
@@ -525,7 +616,7 @@ int main(int argc, char **argv)
     double load[1] = {NAN};
     (void)getloadavg(load, 1);
     if (sxb_human(&ctl, &opts)) {
-        static const char *const names[] = {"latency", "floor", "loss", "rate", "mt"};
+        static const char *const names[] = {"latency", "floor", "loss", "rate", "mt", "bw"};
         const char *threads = "1 thread per rank";
         const char *pinned = opts.bind ? ", ranks pinned to CPUs" : "";
         if (opts.cmd == SXB_MT) {
@@ -542,6 +633,8 @@ int main(int argc, char **argv)
     int rc = sxb_ctl_finish(&ctl, sxb_run(&ctl, &opts));
     if (rc == 0 && ctl.rank == 0 && opts.json)
         sxb_print_json(&un, cores, bi.version, load[0]);
+    if (rc == 0 && ctl.rank == 0 && opts.csv)
+        sxb_print_csv();
     free(g_records);
     free(g_counters);
     return rc == 0 ? 0 : 1;

@@ -28,7 +28,7 @@
  * transport does on loopback). */
 #define SXB_UDP_MAX 65000u
 
-typedef enum sxb_cmd { SXB_LATENCY, SXB_FLOOR, SXB_LOSS, SXB_RATE, SXB_MT } sxb_cmd_t;
+typedef enum sxb_cmd { SXB_LATENCY, SXB_FLOOR, SXB_LOSS, SXB_RATE, SXB_MT, SXB_BW } sxb_cmd_t;
 
 /* mt: most threads per rank (the tag of a message is its thread's index,
  * and tags are 8 bits) and most entries in a --threads list. */
@@ -41,8 +41,11 @@ enum { SXB_MODE_SHARDED = 1u << 0, SXB_MODE_GLOBAL = 1u << 1 };
 typedef struct sxb_opts {
     sxb_cmd_t cmd;
     bool json;
+    bool csv;
+    const char *transport; /* --transport: SX_TRANSPORT for every engine; NULL: as set */
     bool size_set;
     bool iters_set;
+    bool window_set;
     bool bind; /* pin rank r to the r-th CPU of the inherited affinity mask */
     size_t size;
     uint64_t iters;
@@ -104,6 +107,9 @@ void sxb_counters_add(const char *bench, const char *label, const uint64_t rank0
                       const uint64_t rank1[SXB_NCOUNTERS]);
 /* How many sessions' counters are recorded so far. */
 size_t sxb_counters_count(void);
+/* Counter @p num over counter @p den, summed over rank @p rank's sessions
+ * from @p first on; NaN when the engine lacks either or @p den is 0. */
+double sxb_counters_ratio(size_t first, int rank, const char *num, const char *den);
 /* Prints the counters of sessions @p first .. the last as a table, one row
  * per counter and one column per session and rank. */
 void sxb_counters_print(size_t first);
@@ -130,7 +136,7 @@ static inline uint64_t sxb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Human output goes to stdout on rank 0 unless --json. */
+/* Human output goes to stdout on rank 0 unless --json or --csv. */
 bool sxb_human(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 
 /* Prints "sx_bench[rank R]: ..." to stderr; returns -1 for `return sxb_fail(...)`. */
@@ -184,6 +190,7 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 
 int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 
 /* ---- multithreaded scaling (sx_bench_mt.c) -------------------------------- */

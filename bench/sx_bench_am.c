@@ -38,6 +38,7 @@ struct sxb_am {
     sx_engine_h engine;
     sx_peer_h peer;
     int peer_status; /* set by the error callback */
+    bool batch;      /* streams post each window refill with SX_SEND_MORE but the last */
     /* Receive side, written by the handler. */
     uint64_t rx_count;
     uint64_t rx_bytes;
@@ -157,11 +158,13 @@ static int sxb_am_wait(sxb_am_t *am, const uint64_t *counter, uint64_t target, c
     return 0;
 }
 
-static int sxb_am_send(sxb_am_t *am, const uint8_t *buf, size_t size, sx_complete_cb_t cb,
-                       void *ctx)
+static int sxb_am_send(sxb_am_t *am, const uint8_t *buf, size_t size, bool more,
+                       sx_complete_cb_t cb, void *ctx)
 {
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = size};
-    int rc = sx_send(am->peer, SXB_TAG, size ? &iov : NULL, size ? 1 : 0, cb, ctx);
+    sx_send_params_t params = {.field_mask = SX_SEND_PARAM_FLAGS, .flags = SX_SEND_MORE};
+    int rc = sx_send_ex(am->peer, SXB_TAG, size ? &iov : NULL, size ? 1 : 0, more ? &params : NULL,
+                        cb, ctx);
     if (rc != SX_INPROGRESS)
         return sxb_fail("sx_send of %zu bytes: %s", size, sx_strerror(rc));
     am->tx_posted++;
@@ -189,9 +192,11 @@ static void sxb_counters_read(sx_engine_h e, uint64_t v[SXB_NCOUNTERS])
     }
 }
 
-static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault)
+/* Opens a session's engine; @p fault (FAULT) and @p aggregate (AGGREGATE)
+ * go into its configuration when not NULL. */
+static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault, const char *aggregate)
 {
-    sx_config_kv_t kv[1];
+    sx_config_kv_t kv[2];
     size_t nkv = 0;
     uint8_t *card = NULL, *peer_card = NULL;
     size_t len = 0;
@@ -202,6 +207,8 @@ static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault)
     am->ctl = ctl;
     if (fault != NULL)
         kv[nkv++] = (sx_config_kv_t){.name = "FAULT", .value = fault};
+    if (aggregate != NULL)
+        kv[nkv++] = (sx_config_kv_t){.name = "AGGREGATE", .value = aggregate};
     sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME,
                                  .name = ctl->rank == 0 ? "bench-rank0" : "bench-rank1"};
     if (nkv > 0) {
@@ -310,14 +317,17 @@ static int sxb_stream_send(sxb_am_t *am, const uint8_t *buf, size_t size, uint64
 
     while (am->tx_done - base < count) {
         while (posted < count && posted - (am->tx_done - base) < window) {
+            /* Batching: every send of a refill but its last says more follow. */
+            bool more =
+                am->batch && posted + 1 < count && posted + 1 - (am->tx_done - base) < window;
             int rc;
             if (timed) {
                 sxb_slot_t *s = am->free_slots[--am->nfree];
                 s->index = posted;
                 s->start_ns = sxb_now_ns();
-                rc = sxb_am_send(am, buf, size, sxb_on_done_timed, s);
+                rc = sxb_am_send(am, buf, size, more, sxb_on_done_timed, s);
             } else {
-                rc = sxb_am_send(am, buf, size, sxb_on_done, am);
+                rc = sxb_am_send(am, buf, size, more, sxb_on_done, am);
             }
             if (rc != 0)
                 return -1;
@@ -389,14 +399,14 @@ static int sxb_am_pingpong(sxb_am_t *am, const uint8_t *buf, size_t size, uint64
     for (uint64_t i = 0; i < warmup + iters; i++) {
         if (am->ctl->rank == 0) {
             uint64_t t0 = sxb_now_ns();
-            if (sxb_am_send(am, buf, size, sxb_on_done, am) != 0 ||
+            if (sxb_am_send(am, buf, size, false, sxb_on_done, am) != 0 ||
                 sxb_am_wait(am, &am->rx_count, base + i + 1, "a pong") != 0)
                 return -1;
             uint64_t t1 = sxb_now_ns();
             if (i >= warmup)
                 rtt_ns[i - warmup] = t1 - t0;
         } else if (sxb_am_wait(am, &am->rx_count, base + i + 1, "a ping") != 0 ||
-                   sxb_am_send(am, buf, am->rx_last_len, sxb_on_done, am) != 0) {
+                   sxb_am_send(am, buf, am->rx_last_len, false, sxb_on_done, am) != 0) {
             return -1;
         }
         if (am->rx_last_len != size)
@@ -423,7 +433,7 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         free(buf);
         return -1;
     }
-    if (sxb_am_open(&am, ctl, NULL) != 0) {
+    if (sxb_am_open(&am, ctl, NULL, NULL) != 0) {
         sxb_udp_close(&u);
         free(buf);
         return -1;
@@ -484,72 +494,204 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 
 /* ---- rate ----------------------------------------------------------------- */
 
+/* One rate session: a warm-up stream, then the measured one. */
+static int sxb_rate_one(const sxb_ctl_t *ctl, const uint8_t *buf, size_t size, uint64_t count,
+                        unsigned window, bool aggregate, sxb_rx_report_t *rep, uint64_t *tx_ns_p)
+{
+    uint64_t warmup = count / 10 < 1000 ? (count < 1000 ? count : 1000) : count / 10;
+    sxb_rx_report_t warm_rep;
+    uint64_t warm_tx_ns = 0;
+    char label[48];
+    sxb_am_t am;
+
+    if (sxb_am_open(&am, ctl, NULL, aggregate ? "yes" : "no") != 0)
+        return -1;
+    am.batch = aggregate;
+    bool ok = sxb_stream(&am, buf, size, warmup, window, false, &warm_tx_ns, &warm_rep) == 0 &&
+              sxb_stream(&am, buf, size, count, window, false, tx_ns_p, rep) == 0;
+    snprintf(label, sizeof(label), "w=%u,agg=%s", window, aggregate ? "on" : "off");
+    return sxb_am_close(&am, "rate", label, ok);
+}
+
+/*
+ * Windowed message rate, with aggregation on (SX_AGGREGATE=yes, each window
+ * refill posted with SX_SEND_MORE but its last send, so small messages can
+ * share datagrams) and off (one message per datagram, each send flushed at
+ * once), for window 64 and 256 (or --window), against the raw-UDP one-way
+ * floor measured in the same run.
+ */
 int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 {
     size_t size = opts->size_set ? opts->size : 8;
     uint64_t count = opts->iters_set ? opts->iters : 300000;
-    uint64_t warmup = count / 10 < 1000 ? (count < 1000 ? count : 1000) : count / 10;
+    unsigned windows[2] = {opts->window_set ? opts->window : 64, 256};
+    unsigned nwindows = opts->window_set ? 1 : 2;
     size_t first_counters = sxb_counters_count();
-    sxb_rx_report_t rep, warm_rep;
-    uint64_t tx_ns = 0, warm_tx_ns = 0;
-    sxb_am_t am;
-    int rc;
+    bool human = sxb_human(ctl, opts);
 
     uint8_t *buf = sxb_buffer(size);
-    if (buf == NULL || sxb_am_open(&am, ctl, NULL) != 0) {
-        free(buf);
+    if (buf == NULL)
         return -1;
-    }
-    bool ok =
-        sxb_stream(&am, buf, size, warmup, opts->window, false, &warm_tx_ns, &warm_rep) == 0 &&
-        sxb_stream(&am, buf, size, count, opts->window, false, &tx_ns, &rep) == 0;
-    char label[32];
-    snprintf(label, sizeof(label), "window=%u", opts->window);
-    rc = sxb_am_close(&am, "rate", label, ok);
-    free(buf);
-    if (rc != 0)
-        return -1;
-
-    /* The floor: the same number of raw datagrams, right after. */
+    /* The floor first: the same number of raw datagrams. */
     double floor_rate = NAN;
     if (size <= SXB_UDP_MAX) {
         sxb_udp_t u = {.fd = -1};
-        if (sxb_udp_open(ctl, &u) != 0)
-            return -1;
-        rc = sxb_udp_rate(ctl, &u, size, count, &floor_rate, NULL, NULL);
+        int rc = sxb_udp_open(ctl, &u);
+        if (rc == 0)
+            rc = sxb_udp_rate(ctl, &u, size, count, &floor_rate, NULL, NULL);
         sxb_udp_close(&u);
-        if (rc != 0)
+        if (rc != 0) {
+            free(buf);
             return -1;
+        }
     }
-    if (ctl->rank != 0)
-        return 0;
-    double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
-    double rx_rate = rx_s > 0 ? (double)(rep.count) / rx_s : NAN;
-    double tx_rate = (double)count / ((double)tx_ns / 1e9);
-    sxb_record_t r = sxb_record("rate", NULL, size);
-    sxb_metric(&r, "window", opts->window);
-    sxb_metric(&r, "msg_rate", rx_rate);
-    sxb_metric(&r, "msg_rate_sender", tx_rate);
-    sxb_metric(&r, "bw_MBps", rx_rate * (double)size / 1e6);
-    if (!isnan(floor_rate))
-        sxb_metric(&r, "ratio_to_floor", rx_rate / floor_rate);
-    sxb_record_add(&r);
-    if (sxb_human(ctl, opts)) {
-        printf("\n# message rate: %zu-byte sx_send, window %u, %llu messages after %llu of "
-               "warm-up\n"
-               "%9s %7s %10s %14s %14s %14s %7s\n"
-               "%9zu %7u %10llu %14.0f %14.0f %14.0f %7.3f\n",
-               size, opts->window, (unsigned long long)count, (unsigned long long)warmup, "size",
-               "window", "messages", "rx_msgs_per_s", "tx_msgs_per_s", "udp_rx_per_s", "ratio",
-               size, opts->window, (unsigned long long)count, rx_rate, tx_rate, floor_rate,
-               rx_rate / floor_rate);
-        printf("# rx: first to last delivery at rank 1; tx: first send to last completion at "
-               "rank 0;\n# udp: raw-UDP one-way floor, %llu datagrams, one send() each; "
-               "ratio = rx / udp\n",
-               (unsigned long long)count);
+    if (human)
+        printf("\n# message rate: %zu-byte sx_send, %llu messages after a warm-up; rx: first to "
+               "last delivery\n# at rank 1; tx: first send to last completion at rank 0; "
+               "aggregation on: SX_AGGREGATE=yes\n# and SX_SEND_MORE on each window refill but "
+               "its last send; off: one message per datagram;\n# udp: raw-UDP one-way floor, one "
+               "send() per datagram (%.0f msgs/s); ratio = rx / udp\n"
+               "%9s %7s %5s %14s %14s %10s %7s\n",
+               size, (unsigned long long)count, floor_rate, "size", "window", "agg",
+               "rx_msgs_per_s", "tx_msgs_per_s", "msgs/dgram", "ratio");
+    for (unsigned w = 0; w < nwindows; w++) {
+        for (int agg = 1; agg >= 0; agg--) {
+            sxb_rx_report_t rep;
+            uint64_t tx_ns = 0;
+            size_t before = sxb_counters_count();
+            if (sxb_rate_one(ctl, buf, size, count, windows[w], agg != 0, &rep, &tx_ns) != 0) {
+                free(buf);
+                return -1;
+            }
+            if (ctl->rank != 0)
+                continue;
+            double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
+            double rx_rate = rx_s > 0 ? (double)rep.count / rx_s : NAN;
+            double tx_rate = (double)count / ((double)tx_ns / 1e9);
+            double per_dgram = sxb_counters_ratio(before, 0, "frames_sent", "data_sent");
+            sxb_record_t r = sxb_record("rate", NULL, size);
+            sxb_metric(&r, "window", windows[w]);
+            sxb_metric(&r, "aggregation", agg);
+            sxb_metric(&r, "msg_rate", rx_rate);
+            sxb_metric(&r, "msg_rate_sender", tx_rate);
+            sxb_metric(&r, "bw_MBps", rx_rate * (double)size / 1e6);
+            sxb_metric(&r, "msgs_per_datagram", per_dgram);
+            if (!isnan(floor_rate))
+                sxb_metric(&r, "ratio_to_floor", rx_rate / floor_rate);
+            sxb_record_add(&r);
+            if (human) {
+                printf("%9zu %7u %5s %14.0f %14.0f %10.1f %7.3f\n", size, windows[w],
+                       agg ? "on" : "off", rx_rate, tx_rate, per_dgram, rx_rate / floor_rate);
+                fflush(stdout);
+            }
+        }
+    }
+    free(buf);
+    if (ctl->rank == 0 && !isnan(floor_rate)) {
+        sxb_record_t r = sxb_record("floor_rate", "raw", size);
+        sxb_metric(&r, "msg_rate", floor_rate);
+        sxb_record_add(&r);
     }
     sxb_print_counters(ctl, opts, first_counters);
     return 0;
+}
+
+/* ---- bw ------------------------------------------------------------------- */
+
+/* Messages per size: about 64 MiB, at least 64 and at most 100000 (which
+ * small sizes reach in well under a second). */
+static uint64_t sxb_bw_count(const sxb_opts_t *opts, size_t size)
+{
+    if (opts->iters_set)
+        return opts->iters;
+    uint64_t n = (64ull << 20) / (size ? size : 1);
+    return n < 64 ? 64 : n > 100000 ? 100000 : n;
+}
+
+/*
+ * Unidirectional bandwidth: a windowed stream of each size from rank 0 to
+ * rank 1 over one engine session, then the raw-UDP one-way floor for the
+ * sizes one datagram holds. MB/s = 10^6 payload bytes per second between
+ * rank 1's first and last delivery.
+ */
+int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
+{
+    size_t sizes[16];
+    size_t nsizes = sxb_latency_sizes(opts, sizes, 16);
+    size_t max = 0;
+    size_t first_counters = sxb_counters_count();
+    bool human = sxb_human(ctl, opts);
+    sxb_am_t am;
+
+    for (size_t s = 0; s < nsizes; s++)
+        max = sizes[s] > max ? sizes[s] : max;
+    uint8_t *buf = sxb_buffer(max);
+    if (buf == NULL)
+        return -1;
+    if (human)
+        printf("\n# unidirectional bandwidth: sx_send stream, window %u; MB/s = 10^6 payload "
+               "bytes/s\n# from rank 1's first to last delivery; udp: raw-UDP one-way stream of "
+               "the same datagrams\n# (lost ones not counted); ratio = shardx / udp\n"
+               "%9s %8s %10s %12s %10s %7s\n",
+               opts->window, "size", "messages", "MB_per_s", "msgs_per_s", "udp_MB/s", "ratio");
+    if (sxb_am_open(&am, ctl, NULL, NULL) != 0) {
+        free(buf);
+        return -1;
+    }
+    double *mbps = calloc(nsizes, sizeof(*mbps)), *rates = calloc(nsizes, sizeof(*rates));
+    bool ok = mbps != NULL && rates != NULL;
+    for (size_t s = 0; ok && s < nsizes; s++) {
+        uint64_t count = sxb_bw_count(opts, sizes[s]), tx_ns = 0, warm_ns = 0;
+        uint64_t warmup = count / 10 + 1;
+        sxb_rx_report_t rep;
+        ok = sxb_stream(&am, buf, sizes[s], warmup, opts->window, false, &warm_ns, &rep) == 0 &&
+             sxb_stream(&am, buf, sizes[s], count, opts->window, false, &tx_ns, &rep) == 0;
+        double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
+        rates[s] = rx_s > 0 ? (double)rep.count / rx_s : NAN;
+        mbps[s] = rates[s] * (double)sizes[s] / 1e6;
+    }
+    int rc = sxb_am_close(&am, "bw", "bw", ok);
+    sxb_udp_t u = {.fd = -1};
+    if (rc == 0)
+        rc = sxb_udp_open(ctl, &u);
+    for (size_t s = 0; rc == 0 && s < nsizes; s++) {
+        double floor_rate = NAN;
+        uint64_t count = sxb_bw_count(opts, sizes[s]);
+        if (sizes[s] <= SXB_UDP_MAX)
+            rc = sxb_udp_rate(ctl, &u, sizes[s], count, &floor_rate, NULL, NULL);
+        if (rc != 0 || ctl->rank != 0)
+            continue;
+        double floor_mbps = floor_rate * (double)sizes[s] / 1e6;
+        sxb_record_t r = sxb_record("bw", NULL, sizes[s]);
+        sxb_metric(&r, "window", opts->window);
+        sxb_metric(&r, "bw_MBps", mbps[s]);
+        sxb_metric(&r, "msg_rate", rates[s]);
+        if (sizes[s] > 0 && !isnan(floor_rate))
+            sxb_metric(&r, "ratio_to_floor", mbps[s] / floor_mbps);
+        sxb_record_add(&r);
+        if (!isnan(floor_rate)) {
+            r = sxb_record("floor_bw", "raw", sizes[s]);
+            sxb_metric(&r, "bw_MBps", floor_mbps);
+            sxb_metric(&r, "msg_rate", floor_rate);
+            sxb_record_add(&r);
+        }
+        if (human) {
+            printf("%9zu %8llu %10.1f %12.0f", sizes[s], (unsigned long long)count, mbps[s],
+                   rates[s]);
+            if (isnan(floor_rate))
+                printf(" %10s %7s\n", "-", "-");
+            else
+                printf(" %10.1f %7.2f\n", floor_mbps, sizes[s] ? mbps[s] / floor_mbps : NAN);
+            fflush(stdout);
+        }
+    }
+    sxb_udp_close(&u);
+    free(mbps);
+    free(rates);
+    free(buf);
+    if (rc == 0)
+        sxb_print_counters(ctl, opts, first_counters);
+    return rc;
 }
 
 /* ---- loss ----------------------------------------------------------------- */
@@ -589,7 +731,7 @@ int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         snprintf(fault, sizeof(fault), "loss=%g,seed=%llu", rates[i],
                  (unsigned long long)opts->seed);
         snprintf(label, sizeof(label), "loss=%g", rates[i]);
-        if (sxb_am_open(&am, ctl, ctl->rank == 0 ? fault : NULL) != 0)
+        if (sxb_am_open(&am, ctl, ctl->rank == 0 ? fault : NULL, NULL) != 0)
             goto fail;
         bool ok = true;
         if (ctl->rank == 0)

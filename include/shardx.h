@@ -361,7 +361,18 @@ SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iov
                    sx_complete_cb_t cb, void *ctx);
 
 enum sx_send_param_field {
-    SX_SEND_PARAM_LANE = 1u << 0, /**< lane */
+    SX_SEND_PARAM_LANE = 1u << 0,  /**< lane */
+    SX_SEND_PARAM_FLAGS = 1u << 1, /**< flags */
+};
+
+/** sx_send_ex flags. */
+enum sx_send_flag {
+    /** More sends follow at once: the engine may hold this message back so
+     *  that the next ones share its datagram (as libfabric's FI_MORE). It
+     *  goes out at the caller's next send without the flag, or at the next
+     *  sx_progress call on its shard, whichever comes first; a caller that
+     *  sets the flag must make one of the two happen. */
+    SX_SEND_MORE = 1u << 0,
 };
 
 /** Options of sx_send_ex; set field_mask to the fields filled in. */
@@ -372,6 +383,8 @@ typedef struct sx_send_params {
      *  within one lane, not across lanes. Default: the caller's home shard
      *  modulo the peer's shard count. */
     unsigned lane;
+    /** SX_SEND_* flags (SX_SEND_PARAM_FLAGS); unknown bits are an error. */
+    unsigned flags;
 } sx_send_params_t;
 
 /** sx_send with options; @p params may be NULL. */

@@ -56,7 +56,8 @@
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                               \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")              \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                        \
-      "Send an ACK at once after this many packets arrived unacknowledged.")                  \
+      "Send an ACK at once after this many message frames arrived unacknowledged (a "         \
+      "packet of aggregated small messages counts each).")                                    \
     X(RTO_MIN_US, UINT, rto_min_us, "2000", 10, 60000000, NULL,                               \
       "Floor of the retransmission timeout (RFC 6298); high enough that a peer "              \
       "descheduled for a scheduler slice causes a spurious retransmit, not a failure.")       \
@@ -69,6 +70,9 @@
       "operations complete with SX_ERR_PEER_UNREACHABLE and the error callback runs.")        \
     X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                            \
       "CRC32C over every payload (the header checksum is always on).")                        \
+    X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                          \
+      "Pack several small messages queued for one peer into one datagram; no: one "           \
+      "message frame per datagram (for measuring what aggregation buys).")                    \
     X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                           \
       "Largest active message accepted, sent or received; bounds reassembly memory.")         \
     X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                  \
@@ -126,6 +130,7 @@ typedef struct sx_config {
     uint64_t rto_init_us;
     uint64_t peer_timeout_ms;
     bool checksum;
+    bool aggregate;
     uint64_t max_msg_size;
     int progress;
     uint64_t spin_us;

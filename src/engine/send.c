@@ -26,7 +26,10 @@ void sx_op_push_run(void *owner, sx_inbox_req_t *req)
         sx_op_complete(op, SX_ERR_NO_MEMORY);
         return;
     }
+    bool more = op->more; /* the push may complete and free the op */
     sx_chan_push_locked(c, op);
+    if (more)
+        shard->hold_flush = true;
 }
 
 /* Validates a send and sums its length; SX_OK or why not. */
@@ -75,9 +78,16 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
     int rc = sx_send_check(peer, iov, iovcnt, &len);
     if (rc != SX_OK)
         return rc;
-    if (params != NULL && (params->field_mask & ~(uint64_t)SX_SEND_PARAM_LANE) != 0) {
+    const uint64_t known = SX_SEND_PARAM_LANE | SX_SEND_PARAM_FLAGS;
+    if (params != NULL && (params->field_mask & ~known) != 0) {
         sx_error("send", "sx_send_ex: unknown field_mask bits 0x%llx",
-                 (unsigned long long)(params->field_mask & ~(uint64_t)SX_SEND_PARAM_LANE));
+                 (unsigned long long)(params->field_mask & ~known));
+        return SX_ERR_INVALID_PARAM;
+    }
+    if (params != NULL && (params->field_mask & SX_SEND_PARAM_FLAGS) &&
+        (params->flags & ~(unsigned)SX_SEND_MORE) != 0) {
+        sx_error("send", "sx_send_ex: unknown flags 0x%x",
+                 params->flags & ~(unsigned)SX_SEND_MORE);
         return SX_ERR_INVALID_PARAM;
     }
     struct sx_engine *e = peer->engine;
@@ -98,6 +108,8 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
     op->lane = sx_send_lane(e, peer, &home);
     if (params != NULL && (params->field_mask & SX_SEND_PARAM_LANE))
         op->lane = params->lane % peer->nshards;
+    if (params != NULL && (params->field_mask & SX_SEND_PARAM_FLAGS))
+        op->more = (params->flags & SX_SEND_MORE) != 0;
     sx_engine_submit(e, home, &op->req);
     return SX_INPROGRESS;
 }

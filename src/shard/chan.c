@@ -262,7 +262,6 @@ static void op_copy(sx_op_t *op, uint8_t *dst, size_t n)
     }
 }
 
-#define SX_PKT_MAX_FRAMES 64
 /* Below this much room a packet that already holds frames is closed rather
  * than starting a new large message with a tiny chunk. */
 #define SX_MIN_CHUNK 512
@@ -344,7 +343,7 @@ static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan,
 
     /* Each op appears at most once per packet: an op that does not finish
      * here fills the packet, so planning never has to track its cursor. */
-    while (op != NULL && n < SX_PKT_MAX_FRAMES) {
+    while (op != NULL && n < c->shard->proto->max_frames) {
         frame_plan_t *f = &plan[n];
         size_t room = space - used;
         bool fits =
@@ -1146,13 +1145,16 @@ static void chan_recv_resp(sx_chan_t *c, const sx_wire_frame_t *f)
 
 /* One in-order packet's frames. Reliability already made this packet
  * exactly-once and in order, so chunks of a message arrive consecutively. */
-static void chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len)
+/* Delivers a packet's frames in order; returns how many it held. */
+static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len)
 {
+    unsigned frames = 0;
     size_t off = 0;
     sx_wire_frame_t f;
     int r;
 
     while ((r = sx_wire_next_frame(payload, len, &off, &f)) == 1) {
+        frames++;
         bool assembling = c->asm_buf != NULL || c->asm_drop;
         switch (f.kind) {
         case SX_FRAME_AM:
@@ -1214,13 +1216,22 @@ static void chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len
     }
     if (r < 0)
         chan_drop_frame(c, SX_DROP_FRAME);
+    return frames;
 }
 
-static void chan_owe_ack(sx_chan_t *c)
+/*
+ * Counts what arrived since the last ACK and decides when to send one: at
+ * once after ack_every message frames, else after ack_delay. Counting frames
+ * rather than packets keeps the delayed ACK (RFC 1122 4.2.3.2) from holding
+ * back a burst of aggregated small messages: a sender that packed a window
+ * of them into one datagram waits for their completions, and would
+ * otherwise wait the whole delay for every window.
+ */
+static void chan_owe_ack(sx_chan_t *c, unsigned frames)
 {
     const sx_proto_t *p = c->shard->proto;
 
-    c->ack_pending++;
+    c->ack_pending += frames > 0 ? frames : 1;
     if (c->ack_pending >= p->ack_every || p->ack_delay_ns == 0) {
         c->ack_now = true;
     } else if (!sx_timer_is_pending(&c->ack_timer)) {
@@ -1323,10 +1334,10 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
 
     if (h->seq == c->rcv_nxt) {
         c->rcv_nxt++;
-        chan_deliver_packet(c, data + SX_WIRE_HDR_LEN, h->payload_len);
+        unsigned frames = chan_deliver_packet(c, data + SX_WIRE_HDR_LEN, h->payload_len);
         if (!c->failed)
             chan_deliver_kept(c);
-        chan_owe_ack(c);
+        chan_owe_ack(c, frames);
         if (c->ooo_count != 0)
             c->ack_now = true; /* still a gap: keep the sender informed */
     } else if (seq_before(c->rcv_nxt, h->seq)) {

@@ -61,6 +61,7 @@ typedef struct sx_op {
     uint8_t kind;  /* sx_op_kind_t */
     uint8_t tag;
     uint8_t started; /* its first frame is on the wire */
+    bool more;       /* AM: sent with SX_SEND_MORE; its push holds the shard's flush */
     uint16_t iovcnt;
     uint32_t last_seq; /* sequence number of the packet with its last byte */
     uint64_t len;      /* total bytes (PUT, GET: of the remote range) */
@@ -146,7 +147,7 @@ typedef struct sx_chan {
     uint64_t *ooo_bits; /* [window / 64]: which slots hold a packet */
     unsigned ooo_count;
     size_t ooo_bytes;
-    unsigned ack_pending; /* packets received since we last acknowledged */
+    unsigned ack_pending; /* message frames received since we last acknowledged */
     bool ack_now;
     sx_timer_t ack_timer;
     uint8_t *asm_buf; /* reassembly of a chunked message */

@@ -47,6 +47,9 @@ typedef struct sx_mem {
     void *engine;
 } sx_mem_t;
 
+/* Most message frames one data packet carries (aggregation, DESIGN.md §4). */
+#define SX_PKT_MAX_FRAMES 64
+
 typedef struct sx_proto {
     uint64_t epoch;      /* this engine's epoch, random at creation */
     unsigned nshards;    /* shards of this engine */
@@ -60,6 +63,7 @@ typedef struct sx_proto {
     uint64_t peer_timeout_ns;
     uint64_t connect_timeout_ns;
     bool checksum;
+    unsigned max_frames; /* frames per packet: SX_PKT_MAX_FRAMES; 1 when SX_AGGREGATE=no */
     uint64_t max_msg;
     _Atomic(sx_am_handler_t *) am[256];
     _Atomic(sx_err_handler_t *) error;

@@ -38,7 +38,10 @@ static void sx_shard_flush_hook(void *owner)
     sx_shard_t *shard = owner;
     uint64_t next;
 
-    sx_shard_flush_locked(shard);
+    if (shard->hold_flush)
+        shard->hold_flush = false; /* SX_SEND_MORE: the caller has more to add */
+    else
+        sx_shard_flush_locked(shard);
     /* A sleeping progress thread computed its wake-up before we armed our
      * timers: wake it if one of ours is due earlier. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
@@ -331,7 +334,9 @@ int sx_shard_progress(sx_shard_t *shard)
     sx_stat_add(&shard->stats.progress_calls, 1);
     sx_stat_add(&shard->stats.timers_fired, fired);
     sx_shard_mirror_tl_stats(shard);
-    /* Leaving flushes the channels (the inbox's flush hook). */
+    /* Leaving flushes the channels (the inbox's flush hook), also what
+     * sends with SX_SEND_MORE held back. */
+    shard->hold_flush = false;
     ran += sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
     return (int)ran + polled + (int)fired;
 }

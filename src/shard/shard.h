@@ -110,6 +110,10 @@ struct sx_shard {
     sx_shard_stats_t stats __attribute__((aligned(64)));
     sx_tl_iface_t *ifaces[SX_SHARD_TL_COUNT]; /* NULL when not opened */
     struct sx_chan *ready_head, *ready_tail;  /* channels with work to send */
+    /* A send with SX_SEND_MORE ran in this tenure: the flush at leave is
+     * skipped once, so the next messages can share its datagram (as
+     * FI_MORE and MSG_MORE do). sx_shard_progress always flushes. */
+    bool hold_flush;
     sx_shard_txq_t txq;
     unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
     /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
