@@ -344,18 +344,14 @@ static void sxb_mt_reset(sxb_mt_t *mt, uint64_t per_thread)
     }
 }
 
-/* Rank 0: T senders stream @p per_thread messages each; @p lanes gets
- * rank 1's report. */
-static int sxb_mt_phase_send(sxb_mt_t *mt, uint64_t per_thread, sxb_mt_lane_t *lanes)
+/* Starts the T senders, releases them together, waits for every
+ * completion of @p per_thread messages each and joins them. */
+static int sxb_mt_run_senders(sxb_mt_t *mt, uint64_t per_thread)
 {
-    const sxb_ctl_t *ctl = mt->ctl;
     sxb_mt_stall_t st = {0};
-    uint8_t done = SXB_MT_DONE;
 
-    sxb_mt_reset(mt, per_thread);
-    if (sxb_ctl_barrier(ctl, NULL, NULL) != 0)
-        return -1;
     for (unsigned t = 0; t < mt->nthreads; t++) {
+        mt->tx[t].count = per_thread;
         int err = pthread_create(&mt->tx[t].tid, NULL, sxb_mt_sender, &mt->tx[t]);
         if (err != 0) {
             sxb_mt_join(mt, SXB_MT_ABORT);
@@ -385,6 +381,22 @@ static int sxb_mt_phase_send(sxb_mt_t *mt, uint64_t per_thread, sxb_mt_lane_t *l
         if (tx->rc != SX_OK)
             return sxb_fail("sender %u: %s", t, sx_strerror(tx->rc));
     }
+    return 0;
+fail:
+    sxb_mt_join(mt, SXB_MT_ABORT);
+    return -1;
+}
+
+/* Rank 0: T senders stream @p per_thread messages each; @p lanes gets
+ * rank 1's report. */
+static int sxb_mt_phase_send(sxb_mt_t *mt, uint64_t per_thread, sxb_mt_lane_t *lanes)
+{
+    const sxb_ctl_t *ctl = mt->ctl;
+    uint8_t done = SXB_MT_DONE;
+
+    sxb_mt_reset(mt, per_thread);
+    if (sxb_ctl_barrier(ctl, NULL, NULL) != 0 || sxb_mt_run_senders(mt, per_thread) != 0)
+        return -1;
     if (sxb_ctl_write(ctl, &done, 1) != 0 ||
         sxb_ctl_read(ctl, lanes, mt->nthreads * sizeof(*lanes), NULL, NULL) != 0)
         return -1;
@@ -396,9 +408,6 @@ static int sxb_mt_phase_send(sxb_mt_t *mt, uint64_t per_thread, sxb_mt_lane_t *l
                             (unsigned long long)lanes[t].bad_len, (unsigned long long)per_thread);
     }
     return 0;
-fail:
-    sxb_mt_join(mt, SXB_MT_ABORT);
-    return -1;
 }
 
 /* Rank 1: T receivers progress until every lane got @p per_thread
@@ -693,6 +702,131 @@ static int sxb_mt_config(const sxb_ctl_t *ctl, const sxb_opts_t *opts, unsigned 
     return sxb_mt_close(&mt, label, ok);
 }
 
+/* ---- injection only: the engine against the sink transport ---------------- */
+
+/* An engine of the injection-only variant: no network (TRANSPORT=sink),
+ * the implicit connection (the sink answers no handshake). */
+static int sxb_mt_sink_engine(const char *mode, const char *name, sx_engine_h *e_p)
+{
+    sx_config_kv_t kv[3] = {{.name = "THREAD_MODE", .value = mode},
+                            {.name = "TRANSPORT", .value = "sink"},
+                            {.name = "CPC", .value = "implicit"}};
+    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME | SX_ENGINE_PARAM_CONFIG,
+                                 .name = name,
+                                 .config = kv,
+                                 .config_count = 3};
+    int rc = sx_engine_create(&params, e_p);
+    if (rc != SX_OK)
+        return sxb_fail("sx_engine_create (TRANSPORT=sink, THREAD_MODE=%s): %s", mode,
+                        sx_strerror(rc));
+    return 0;
+}
+
+/*
+ * Rank 0 alone: T sender threads of one engine stream to a peer that
+ * exists only as a business card (a second engine, never progressed)
+ * over the sink transport, which acknowledges every packet as it is
+ * posted. The same sender threads and window as the network runs; the
+ * figure is the sends completed per second over all threads, from the
+ * first send to the last completion.
+ */
+static int sxb_mt_inject_config(const sxb_ctl_t *ctl, const sxb_opts_t *opts, unsigned mode,
+                                unsigned nthreads, size_t size, const uint8_t *buf, double *rate_p)
+{
+    uint64_t iters = opts->iters_set ? opts->iters : SXB_MT_DEFAULT_ITERS;
+    uint64_t per_thread = iters / nthreads ? iters / nthreads : 1;
+    uint64_t warmup = per_thread / 10 ? per_thread / 10 : 1;
+    sx_engine_h ghost = NULL;
+    uint8_t card[SXB_MT_CARD_MAX];
+    size_t len = sizeof(card);
+    sxb_mt_t mt;
+    int rc = -1;
+
+    memset(&mt, 0, sizeof(mt));
+    mt.ctl = ctl;
+    mt.nthreads = nthreads;
+    mt.window = opts->window;
+    mt.size = size;
+    mt.buf = buf;
+    atomic_init(&mt.peer_status, SX_OK);
+    mt.tx = sxb_mt_calloc_aligned(nthreads, sizeof(*mt.tx));
+    if (mt.tx == NULL)
+        return sxb_fail("out of memory for %u threads", nthreads);
+    for (unsigned t = 0; t < nthreads; t++) {
+        mt.tx[t].mt = &mt;
+        mt.tx[t].index = t;
+    }
+    if (sxb_mt_sink_engine(sxb_mt_modes[mode], "bench-inject-peer", &ghost) != 0 ||
+        sxb_mt_sink_engine(sxb_mt_modes[mode], "bench-inject", &mt.engine) != 0)
+        goto out;
+    int err;
+    if ((err = sx_engine_address(ghost, card, &len)) != SX_OK ||
+        (err = sx_engine_shard_count(mt.engine, &mt.shards)) != SX_OK ||
+        (err = sx_error_register(mt.engine, sxb_mt_on_error, &mt)) != SX_OK ||
+        (err = sx_peer_add(mt.engine, 1, card, len, &mt.peer)) != SX_OK) {
+        sxb_fail("injection-only set-up: %s", sx_strerror(err));
+        goto out;
+    }
+    sxb_mt_reset(&mt, warmup);
+    if (sxb_mt_run_senders(&mt, warmup) != 0)
+        goto out;
+    sxb_mt_reset(&mt, per_thread);
+    if (sxb_mt_run_senders(&mt, per_thread) != 0)
+        goto out;
+    uint64_t first = UINT64_MAX, last = 0;
+    for (unsigned t = 0; t < nthreads; t++) {
+        first = mt.tx[t].start_ns < first ? mt.tx[t].start_ns : first;
+        last = mt.tx[t].end_ns > last ? mt.tx[t].end_ns : last;
+    }
+    *rate_p = sxb_mt_rate(per_thread * nthreads, first, last);
+    rc = 0;
+out:
+    sx_engine_destroy(mt.engine);
+    sx_engine_destroy(ghost);
+    free(mt.tx);
+    return rc;
+}
+
+/* The injection-only variant for every mode and thread count; rank 1
+ * waits at a barrier meanwhile. */
+static int sxb_mt_inject(const sxb_ctl_t *ctl, const sxb_opts_t *opts, bool human, unsigned modes,
+                         const unsigned *list, unsigned nlist, size_t size, const uint8_t *buf)
+{
+    double rates[2][SXB_MAX_THREAD_LIST];
+
+    if (ctl->rank != 0)
+        return sxb_ctl_barrier(ctl, NULL, NULL);
+    if (human)
+        printf("\n# injection only: rank 0's T threads send to a peer behind the sink transport,\n"
+               "# which acknowledges each packet as it is posted: the engine's own cost, no "
+               "kernel;\n# sends completed per second over all threads\n"
+               "%8s %4s %14s %12s\n",
+               "mode", "T", "msgs_per_s", "ratio_to_t1");
+    for (unsigned m = 0; m < 2; m++) {
+        if ((modes & (1u << m)) == 0)
+            continue;
+        double t1 = NAN;
+        for (unsigned i = 0; i < nlist; i++) {
+            if (sxb_mt_inject_config(ctl, opts, m, list[i], size, buf, &rates[m][i]) != 0)
+                return -1;
+            if (list[i] == 1)
+                t1 = rates[m][i];
+            sxb_record_t r = sxb_record("mt_inject", sxb_mt_modes[m], size);
+            r.threads = list[i];
+            sxb_metric(&r, "msg_rate", rates[m][i]);
+            sxb_metric(&r, "ratio_to_t1", rates[m][i] / t1);
+            sxb_metric(&r, "window", opts->window);
+            sxb_record_add(&r);
+            if (human) {
+                printf("%8s %4u %14.0f %12.3f\n", sxb_mt_modes[m], list[i], rates[m][i],
+                       rates[m][i] / t1);
+                fflush(stdout);
+            }
+        }
+    }
+    return sxb_ctl_barrier(ctl, NULL, NULL);
+}
+
 /* --threads, or 1, 2, 4, ... and the number of online CPUs. */
 static unsigned sxb_mt_thread_list(const sxb_opts_t *opts, unsigned *list)
 {
@@ -839,14 +973,11 @@ int sxb_bench_mt(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     }
     if (rc == 0 && ctl->rank == 0) {
         sxb_mt_report(opts, human, size, res, nres, list, nlist);
-        /* stderr under --json, where stdout is one JSON object. */
-        fprintf(human ? stdout : stderr,
-                "%s# injection-only variant (engine cost alone, against a sink transport): not "
-                "run; no sink transport exists yet\n",
-                human ? "\n" : "");
-        if (human)
-            sxb_counters_print(first_counters);
     }
+    if (rc == 0)
+        rc = sxb_mt_inject(ctl, opts, human, modes, list, nlist, size, buf);
+    if (rc == 0 && human)
+        sxb_counters_print(first_counters);
     for (unsigned i = 0; i < nres; i++)
         free(res[i].thread_rate);
     free(buf);

@@ -74,9 +74,12 @@ static void sx_engine_init_proto(struct sx_engine *e)
     atomic_init(&p->error, NULL);
 }
 
+_Static_assert(SX_TL_SINK_ACK_LEN == SX_WIRE_HDR_LEN, "the sink hands up whole ACK headers");
+
 static int sx_engine_create_shards(struct sx_engine *e)
 {
-    const sx_tl_ops_t *net = &sx_tl_udp_ops;
+    const sx_tl_ops_t *net =
+        e->cfg.transport == SX_TRANSPORT_SINK ? &sx_tl_sink_ops : &sx_tl_udp_ops;
     bool fault = e->cfg.fault != NULL && e->cfg.fault[0] != '\0';
 
     e->shards = calloc(e->nshards, sizeof(*e->shards));
@@ -109,6 +112,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .fault = fault ? e->cfg.fault : NULL,
                     .inner_ops = fault ? net : NULL,
                     .is_control = sx_wire_is_control,
+                    .reflect = sx_wire_reflect_ack,
                 },
             .self_config = {.shard = i, .nshards = e->nshards, .self_domain = e->self_domain},
             .seq_start = (uint32_t)e->cfg.seq_start,

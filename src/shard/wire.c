@@ -160,6 +160,27 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
     sx_put16(out + 42, sx_wire_csum16(out, SX_WIRE_HDR_LEN));
 }
 
+bool sx_wire_reflect_ack(const uint8_t *pkt, size_t len, uint8_t ack_out[SX_WIRE_HDR_LEN],
+                         uint32_t *seq_p)
+{
+    if (pkt == NULL || len < SX_WIRE_HDR_LEN || pkt[0] != SX_WIRE_VERSION ||
+        pkt[1] != SX_PKT_DATA || sx_wire_csum16(pkt, SX_WIRE_HDR_LEN) != 0)
+        return false;
+    uint32_t seq = sx_get32(pkt + 24);
+    sx_wire_hdr_t h = {
+        .type = SX_PKT_ACK,
+        .flags = SX_PKTF_ACK,
+        .src_shard = sx_get16(pkt + 6),
+        .dst_shard = sx_get16(pkt + 4),
+        .src_epoch = sx_get64(pkt + 16),
+        .dst_epoch = sx_get64(pkt + 8),
+        .ack = seq + 1, /* wraps like every sequence number */
+    };
+    sx_wire_write_hdr(ack_out, &h, NULL);
+    *seq_p = seq;
+    return true;
+}
+
 void sx_wire_update_ack(uint8_t *pkt, uint32_t ack, uint64_t sack, uint16_t flags_set)
 {
     sx_put16(pkt + 2, sx_get16(pkt + 2) | flags_set);

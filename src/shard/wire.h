@@ -196,6 +196,17 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
 int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offset,
                        sx_wire_frame_t *frame);
 
+/**
+ * For the sink transport: writes to @p ack_out the standalone ACK a peer
+ * that got every packet in order would send for the data packet @p pkt
+ * (the header is read from the first @p len bytes, which must hold it
+ * whole; the payload is not looked at), and sets *seq_p to its sequence
+ * number. Returns false, writing nothing, for anything but a well-formed
+ * DATA header. Any thread; no state.
+ */
+bool sx_wire_reflect_ack(const uint8_t *pkt, size_t len, uint8_t ack_out[SX_WIRE_HDR_LEN],
+                         uint32_t *seq_p);
+
 /** RFC 1071 Internet checksum. */
 uint16_t sx_wire_csum16(const uint8_t *data, size_t len);
 

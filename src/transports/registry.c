@@ -10,6 +10,7 @@ static const sx_tl_ops_t *const sx_tl_builtin[] = {
     &sx_tl_udp_ops,
     &sx_tl_self_ops,
     &sx_tl_fault_ops,
+    &sx_tl_sink_ops,
 };
 
 const sx_tl_ops_t *sx_tl_find(const char *name)

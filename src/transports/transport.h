@@ -22,6 +22,7 @@
 #ifndef SX_TRANSPORTS_TRANSPORT_H
 #define SX_TRANSPORTS_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -60,6 +61,12 @@ typedef struct sx_tl_config {
      * tells control from data must sit whole in iov[0]. NULL: nothing is
      * control. Called by the sending shard's token holder; must not block. */
     int (*is_control)(const void *data, size_t len);
+    /* sink: writes the ACK a peer that got every packet would answer a
+     * datagram with (iov[0] of a tx, which holds the wire header whole)
+     * and its sequence number; false: the datagram needs no answer. The
+     * shard layer passes sx_wire_reflect_ack; the sink itself knows nothing
+     * of the wire format. */
+    bool (*reflect)(const uint8_t *pkt, size_t len, uint8_t *ack_out, uint32_t *seq_p);
 } sx_tl_config_t;
 
 /** One datagram to send. */
@@ -157,6 +164,10 @@ struct sx_tl_iface {
 extern const sx_tl_ops_t sx_tl_udp_ops;
 extern const sx_tl_ops_t sx_tl_self_ops;
 extern const sx_tl_ops_t sx_tl_fault_ops;
+extern const sx_tl_ops_t sx_tl_sink_ops;
+
+/** sink: bytes of the answer a config->reflect callback writes. */
+#define SX_TL_SINK_ACK_LEN 48
 
 /** The transport called @p name ("udp", "self", "fault"), or NULL. */
 const sx_tl_ops_t *sx_tl_find(const char *name);
