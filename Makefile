@@ -1,6 +1,6 @@
 # The top-level Makefile only orchestrates: CMake builds, ctest runs tests.
 #   make test        build into build/ and run every test
-#   make bench       build and run the scaling benchmark (sx_bench mt)
+#   make bench       build and run the scaling benchmark (sx_bench mt), with plots
 #   make test-asan   the same tests under ASan+UBSan, in build-asan/
 #   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -10,7 +10,7 @@ CTEST_ARGS ?=
 
 CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
 
-.PHONY: all deps build test bench build-asan test-asan build-tsan test-tsan fuzz install format clean
+.PHONY: all deps build test bench bench-all bench-readme build-asan test-asan build-tsan test-tsan fuzz install format clean
 
 all: build
 
@@ -25,14 +25,37 @@ test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The main job: the scaling benchmark (sx_bench mt: sharded vs global, 1..N
-# threads, UDP over loopback, two local processes), as a table and as JSON
-# under build/bench-results/.
+# threads, UDP over loopback, two local processes started by sx_run, then
+# the injection-only variant), with the latency and loss benchmarks that
+# the plots need; tables on stdout, JSON, PNG plots and a markdown summary
+# under build/bench-results/. About two minutes on 2 cores.
+RESULTS = build/bench-results
+SXRUN   = ./build/sx_run -n 2 --no-prefix --timeout 600
 bench: build
+	@mkdir -p $(RESULTS)
 	./build/sx_info | head -n 7
-	./build/bench/sx_bench mt
-	@mkdir -p build/bench-results
-	./build/bench/sx_bench mt --json > build/bench-results/mt.json
-	@echo "bench: JSON in build/bench-results/mt.json"
+	$(SXRUN) ./build/bench/sx_bench mt --json-file $(RESULTS)/mt.json
+	$(SXRUN) ./build/bench/sx_bench latency --json-file $(RESULTS)/latency.json
+	$(SXRUN) ./build/bench/sx_bench loss --json-file $(RESULTS)/loss.json
+	bench/plot.sh $(RESULTS) $(RESULTS)/mt.json $(RESULTS)/latency.json $(RESULTS)/loss.json
+	bench/results.sh $(RESULTS)/mt.json $(RESULTS)/latency.json $(RESULTS)/loss.json > $(RESULTS)/results.md
+	@echo "bench: JSON, PNGs and results.md in $(RESULTS)/"
+
+# Everything sx_bench has (adds rate and bw; several minutes).
+bench-all: bench
+	$(SXRUN) ./build/bench/sx_bench rate --json-file $(RESULTS)/rate.json
+	$(SXRUN) ./build/bench/sx_bench bw --json-file $(RESULTS)/bw.json
+	bench/plot.sh $(RESULTS) $(RESULTS)/*.json
+	bench/results.sh $(RESULTS)/mt.json $(RESULTS)/latency.json $(RESULTS)/loss.json \
+		$(RESULTS)/rate.json $(RESULTS)/bw.json > $(RESULTS)/results.md
+
+# Puts the last run's results.md and plots into the README's results
+# section (between its bench-results markers) and docs/bench/.
+bench-readme:
+	@test -f $(RESULTS)/results.md || { echo "run make bench first" >&2; exit 1; }
+	@mkdir -p docs/bench
+	cp $(RESULTS)/*.png docs/bench/
+	scripts/splice-readme.sh README.md $(RESULTS)/results.md
 
 build-asan: deps
 	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null

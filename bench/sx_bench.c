@@ -253,10 +253,9 @@ static const char *sxb_param_value(const sx_param_info_t *pi)
     return v != NULL ? v : pi->default_value;
 }
 
-static void sxb_print_json(const struct utsname *un, long cores, const char *version, double load1)
+static void sxb_print_json(FILE *out, const struct utsname *un, long cores, const char *version,
+                           double load1)
 {
-    FILE *out = stdout;
-
     fputs("{\"machine\":{\"host\":", out);
     sxb_json_str(out, un->nodename);
     fprintf(out, ",\"cores\":%ld,\"kernel\":", cores);
@@ -365,8 +364,9 @@ static void sxb_print_csv(void)
 
 static int sxb_usage(void)
 {
-    fprintf(stderr, "usage: sx_bench <latency|bw|rate|mt|loss|floor> [--json|--csv] [--size N]\n"
-                    "                [--iters N] [--window N] [--seed N] [--no-bind] [--mode M]\n"
+    fprintf(stderr, "usage: sx_bench <latency|bw|rate|mt|loss|floor> [--json|--csv]\n"
+                    "                [--json-file F] [--size N] [--iters N] [--window N] [--seed "
+                    "N] [--no-bind] [--mode M]\n"
                     "                [--threads LIST] [--oversubscribe] [--transport NAME]\n"
                     "Start it with `sx_run -n 2 sx_bench ...` or `mpirun -np 2 --bind-to none\n"
                     "sx_bench ...`; run alone, it forks its second rank itself.\n"
@@ -384,6 +384,8 @@ static int sxb_usage(void)
                     "  floor    raw-UDP ping-pong and one-way message rate only\n"
                     "  --json   one JSON object on stdout: machine, config, results, counters\n"
                     "  --csv    the results as CSV on stdout, one record per line\n"
+                    "  --json-file FILE  also write the JSON object to FILE (the table still\n"
+                    "           goes to stdout)\n"
                     "  --size   one message size instead of the default ladder or size\n"
                     "  --iters  latency/floor: round trips per size; rate, bw: messages;\n"
                     "           loss: messages per loss rate (default: 64 MiB worth);\n"
@@ -502,6 +504,9 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             o->json = true;
         } else if (strcmp(a, "--csv") == 0) {
             o->csv = true;
+        } else if (strcmp(a, "--json-file") == 0 && val != NULL && val[0] != '\0') {
+            o->json_file = val;
+            i++;
         } else if (strcmp(a, "--transport") == 0 && val != NULL && val[0] != '\0') {
             o->transport = val;
             i++;
@@ -632,7 +637,17 @@ int main(int argc, char **argv)
 
     int rc = sxb_ctl_finish(&ctl, sxb_run(&ctl, &opts));
     if (rc == 0 && ctl.rank == 0 && opts.json)
-        sxb_print_json(&un, cores, bi.version, load[0]);
+        sxb_print_json(stdout, &un, cores, bi.version, load[0]);
+    if (rc == 0 && ctl.rank == 0 && opts.json_file != NULL) {
+        FILE *f = fopen(opts.json_file, "w");
+        if (f == NULL) {
+            rc = sxb_fail("cannot write %s: %s", opts.json_file, strerror(errno));
+        } else {
+            sxb_print_json(f, &un, cores, bi.version, load[0]);
+            if (fclose(f) != 0)
+                rc = sxb_fail("cannot write %s: %s", opts.json_file, strerror(errno));
+        }
+    }
     if (rc == 0 && ctl.rank == 0 && opts.csv)
         sxb_print_csv();
     free(g_records);

@@ -42,6 +42,7 @@ typedef struct sxb_opts {
     sxb_cmd_t cmd;
     bool json;
     bool csv;
+    const char *json_file; /* --json-file: the JSON object goes there too */
     const char *transport; /* --transport: SX_TRANSPORT for every engine; NULL: as set */
     bool size_set;
     bool iters_set;

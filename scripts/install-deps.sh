@@ -12,6 +12,8 @@ packages=(
     libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev
     # launchers for the multi-process tests (mpirun runs the pmix modex test)
     openmpi-bin libopenmpi-dev
+    # make bench: plots (bench/plot.sh) and summaries read the JSON with jq
+    gnuplot-nox jq
 )
 
 missing=()

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Writes the README's results section from sx_bench JSON: the machine, the
+# mt scaling table (network and injection-only), the 8 B latency against
+# the raw-UDP floor, the goodput under loss, and the rate and bw rows when
+# those files are given. Markdown on stdout; the figures are copied
+# verbatim from the JSON, nothing is typed in by hand.
+#
+# Usage: bench/results.sh FILE.json...
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then
+    echo "usage: bench/results.sh FILE.json..." >&2
+    exit 2
+fi
+command -v jq >/dev/null 2>&1 || {
+    echo "results.sh: jq is not installed (scripts/install-deps.sh installs it)" >&2
+    exit 1
+}
+all=$(jq -c '.results[]' "$@")
+q() { jq -r "$1" <<<"$all"; }
+
+jq -r '"Measured on \(.machine.host) (\(.machine.cores) cores, Linux \(.machine.kernel) \(.machine.arch)), shardx \(.config.version), \(.config.transport) over loopback, two local processes started by sx_run; load average \(.machine.load1) when the first benchmark started."' "$1"
+echo
+
+if [[ -n $(q 'select(.bench == "mt") | .bench') ]]; then
+    echo "**mt** (8 B messages, window 64 per thread; aggregate messages/s, ratio to T=1 of the same mode):"
+    echo
+    echo "| T | sharded | ratio | global | ratio | sharded/global | injection-only sharded | ratio | injection-only global | ratio |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    for t in $(q 'select(.bench == "mt") | .threads' | sort -n | uniq); do
+        cell() { # bench mode metric format
+            q "select(.bench == \"$1\" and .mode == \"$2\" and .threads == $t) | .$3 // empty" |
+                head -n 1 | { read -r v && printf "$4" "$v" || printf -- "-"; }
+        }
+        echo "| $t | $(cell mt sharded msg_rate %.0f) | $(cell mt sharded ratio_to_t1 %.2f)" \
+            "| $(cell mt global msg_rate %.0f) | $(cell mt global ratio_to_t1 %.2f)" \
+            "| $(cell mt sharded sharded_to_global %.2f)" \
+            "| $(cell mt_inject sharded msg_rate %.0f) | $(cell mt_inject sharded ratio_to_t1 %.2f)" \
+            "| $(cell mt_inject global msg_rate %.0f) | $(cell mt_inject global ratio_to_t1 %.2f) |"
+    done
+    echo
+fi
+
+if [[ -n $(q 'select(.bench == "latency") | .bench') ]]; then
+    echo "**latency** (ping-pong half round trip, µs, median and p99; raw-UDP floor in the same run):"
+    echo
+    echo "| size (B) | shardx median | shardx p99 | UDP floor median | ratio to floor |"
+    echo "|---|---|---|---|---|"
+    q 'select(.bench == "latency") | [.size, .half_rtt_us, .p99_us, (.ratio_to_floor // null)] | @tsv' |
+        while IFS=$'\t' read -r size med p99 ratio; do
+            floor=$(q "select(.bench == \"floor\" and .size == $size) | .half_rtt_us" | head -n 1)
+            printf '| %s | %.2f | %.2f | %s | %s |\n' "$size" "$med" "$p99" \
+                "$([[ -n $floor ]] && printf %.2f "$floor" || echo -)" \
+                "$([[ -n $ratio ]] && printf %.2f "$ratio" || echo -)"
+        done
+    echo
+fi
+
+if [[ -n $(q 'select(.bench == "loss") | .bench') ]]; then
+    echo "**loss** (64 KiB messages, window 64, loss injected on the sender's datagrams):"
+    echo
+    echo "| loss | MB/s | goodput / lossless | mean completion µs | p99 µs |"
+    echo "|---|---|---|---|---|"
+    q 'select(.bench == "loss") | "| \(.loss * 100)% | \(.bw_MBps * 10 | round / 10) | \(.goodput_ratio * 1000 | round / 1000) | \(.mean_us | round) | \(.p99_us | round) |"'
+    echo
+fi
+
+if [[ -n $(q 'select(.bench == "rate") | .bench') ]]; then
+    echo "**rate** (8 B, one thread; raw-UDP one-way floor $(q 'select(.bench == "floor_rate") | .msg_rate | round' | head -n 1) messages/s):"
+    echo
+    echo "| window | aggregation | messages/s | messages per datagram | ratio to floor |"
+    echo "|---|---|---|---|---|"
+    q 'select(.bench == "rate") | "| \(.window) | \(if .aggregation == 1 then "on" else "off" end) | \(.msg_rate | round) | \(.msgs_per_datagram * 10 | round / 10) | \(.ratio_to_floor * 100 | round / 100) |"'
+    echo
+fi
+
+if [[ -n $(q 'select(.bench == "bw") | .bench') ]]; then
+    echo "**bw** (window 64; MB/s = 10^6 B/s):"
+    echo
+    echo "| size (B) | shardx MB/s | raw UDP MB/s | ratio |"
+    echo "|---|---|---|---|"
+    q 'select(.bench == "bw" and .size > 0) | "| \(.size) | \(.bw_MBps * 10 | round / 10) | \(.ratio_to_floor // "-" | if type == "number" then (. * 100 | round / 100) else . end) |"' |
+        while read -r line; do
+            size=$(awk -F'|' '{gsub(/ /, "", $2); print $2}' <<<"$line")
+            floor=$(q "select(.bench == \"floor_bw\" and .size == $size) | .bw_MBps * 10 | round / 10" | head -n 1)
+            # insert the floor column before the ratio
+            awk -F'|' -v f="${floor:--}" '{printf "|%s|%s| %s |%s|\n", $2, $3, f, $4}' <<<"$line"
+        done
+    echo
+fi
