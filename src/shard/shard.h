@@ -112,7 +112,11 @@ struct sx_shard {
     struct sx_chan *ready_head, *ready_tail;  /* channels with work to send */
     /* A send with SX_SEND_MORE ran in this tenure: the flush at leave is
      * skipped once, so the next messages can share its datagram (as
-     * FI_MORE and MSG_MORE do). sx_shard_progress always flushes. */
+     * FI_MORE and MSG_MORE do). sx_shard_progress always flushes. DESIGN.md
+     * section 4 forbids holding a send back to wait for company; this is
+     * not that: the engine never holds on its own, only when the caller
+     * says more sends follow at once, and only until its next send
+     * without the flag or its next progress call. */
     bool hold_flush;
     sx_shard_txq_t txq;
     unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
