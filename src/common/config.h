@@ -20,6 +20,12 @@
 
 #include <shardx.h>
 
+/*
+ * SX_UDP_ACK_SOCKET's default, from bench/ack_socket_bench.c (see
+ * src/transports/udp.c, "ACK socket"). MEASUREMENT PENDING.
+ */
+#define SX_UDP_ACK_SOCKET_DEFAULT "no"
+
 #define SX_CONFIG_TABLE(X)                                                                    \
     X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                               \
       "Number of shards; 0 means one per core of the process's cpuset. More shards than "     \
@@ -53,6 +59,9 @@
       "system default.")                                                                      \
     X(SNDBUF, SIZE, sndbuf, "4m", 0, 1073741824, NULL,                                        \
       "Send socket buffer to request; 0: the system default.")                                \
+    X(UDP_ACK_SOCKET, BOOL, udp_ack_socket, SX_UDP_ACK_SOCKET_DEFAULT, 0, 0, NULL,            \
+      "Give each shard's udp interface a second socket for pure ACKs, read before the data "  \
+      "socket, so ACKs do not queue behind data. Peers with and without it interoperate.")    \
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                               \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")              \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                        \
@@ -119,6 +128,7 @@ typedef struct sx_config {
     uint64_t max_inflight;
     uint64_t rcvbuf;
     uint64_t sndbuf;
+    bool udp_ack_socket;
     uint64_t ack_delay_us;
     uint64_t ack_every;
     uint64_t rto_min_us;
