@@ -241,6 +241,15 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Zeroes the stream counters. Only between streams, before the barrier
+ * that starts the next: a rank that is still in that barrier progresses
+ * its engine and may already receive the other's first messages. */
+static void counters_reset(void)
+{
+    g.rx_count = g.rx_bytes = 0;
+    g.tx_posted = g.tx_done = g.tx_errors = 0;
+}
+
 /*
  * Streams @p count messages of @p size to the other rank (if @p send) with
  * @p window outstanding, while receiving @p expect; returns when both are
@@ -253,8 +262,6 @@ static int stream(const uint8_t *buf, size_t size, uint64_t count, unsigned wind
     uint64_t seen = 0, deadline = now_ns() + STALL_NS;
     unsigned spins = 0;
 
-    g.rx_count = g.rx_bytes = 0;
-    g.tx_posted = g.tx_done = g.tx_errors = 0;
     if (!send)
         count = 0;
     while (g.tx_done < count || g.rx_count < expect) {
@@ -300,9 +307,13 @@ static int run_once(const opts_t *o, bool ack_socket, size_t size, uint64_t coun
     if (session_open(ack_socket) != 0)
         return -1;
     /* The warm-up connects the channel and gives the RTO estimator its
-     * first samples; then both start together. */
-    if (stream(buf, size, warm, o->window, send, (o->bidir || g.rank == 1) ? warm : 0) != 0 ||
-        barrier() != 0)
+     * first samples; then both start together. When a rank's warm-up is
+     * over, it has received all the other sends before the barrier. */
+    counters_reset();
+    if (stream(buf, size, warm, o->window, send, (o->bidir || g.rank == 1) ? warm : 0) != 0)
+        goto fail;
+    counters_reset();
+    if (barrier() != 0)
         goto fail;
     uint64_t t0 = now_ns();
     if (stream(buf, size, count, o->window, send, expect) != 0)
