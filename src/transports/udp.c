@@ -34,8 +34,11 @@
  * epoll fd over both sockets. The ACK socket carries SO_PRIORITY 6, which
  * a pfifo_fast or prio qdisc on a real NIC dequeues first; fq_codel, the
  * usual default, already treats it as a separate, sparse flow. Whether it
- * pays off is measured by bench/ack_socket_bench.c; the default is in
- * src/common/config.h with the figures.
+ * pays off is measured by bench/ack_socket_bench.c. On loopback it did not
+ * (a second system call per poll costs more than the ACKs' wait saves), so
+ * it is off by default, unlike DESIGN.md's picture of an interface with
+ * both channels; the figures are next to SX_UDP_ACK_SOCKET_DEFAULT in
+ * src/common/config.h.
  *
  * Binding: config->bind_addr is "a.b.c.d" or "a.b.c.d:port" (port 0 or no
  * port lets the kernel choose); NULL means 127.0.0.1. The wildcard address
