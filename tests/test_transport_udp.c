@@ -594,14 +594,14 @@ static void test_ack_socket_rejects_garbage(void **state)
 
 /* Sends @p n datagrams to @p dest in one post_send call: data "D<i>" and,
  * where @p pattern has an 'A', a control datagram "A<i>". */
-static void send_mix(sx_tl_iface_t *tx, sx_tl_dest_t dest, const char *pattern, char (*bufs)[8])
+static void send_mix(sx_tl_iface_t *tx, sx_tl_dest_t dest, const char *pattern, char (*bufs)[16])
 {
     sx_tl_tx_t t[32];
     unsigned n = (unsigned)strlen(pattern), posted = 0;
 
     assert_true(n <= 32);
     for (unsigned i = 0; i < n; i++) {
-        snprintf(bufs[i], 8, "%c%u", pattern[i], i);
+        snprintf(bufs[i], sizeof(bufs[i]), "%c%u", pattern[i], i);
         t[i] = (sx_tl_tx_t){.dest = dest, .iovcnt = 1};
         t[i].iov[0] = (struct iovec){bufs[i], strlen(bufs[i])};
     }
@@ -616,7 +616,7 @@ static void test_ack_socket_routing(void **state)
     sx_tl_dest_t to_b = connect_to(a, b);
     uint8_t addr[SX_TL_ADDR_MAX];
     size_t alen = sizeof(addr);
-    char bufs[32][8];
+    char bufs[32][16];
     sx_tl_event_t ev[32];
     rx_log_t log = {0};
 
@@ -703,7 +703,7 @@ static void test_ack_socket_interop(void **state)
     sx_tl_iface_t *on = open_udp_ack(1), *off = open_udp_ack(0), *plain = open_udp(0);
     sx_tl_dest_t on_to_off = connect_to(on, off), off_to_on = connect_to(off, on);
     sx_tl_dest_t plain_to_on = connect_to(plain, on), on_to_plain = connect_to(on, plain);
-    char bufs[32][8];
+    char bufs[32][16];
     rx_log_t log = {0};
 
     /* on -> off: the ACK leaves through on's ACK socket to off's data
@@ -748,7 +748,7 @@ static void test_ack_socket_wait_fd(void **state)
     sx_tl_dest_t to_b = connect_to(a, b);
     struct pollfd pfd = {.fd = b->ops->wait_fd(b), .events = POLLIN};
     sx_tl_event_t ev[4];
-    char bufs[32][8];
+    char bufs[32][16];
 
     assert_true(pfd.fd >= 0);
     assert_int_equal(poll(&pfd, 1, 0), 0);
