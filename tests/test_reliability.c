@@ -69,9 +69,9 @@ typedef struct rl_plan {
 
 /* Counters every process reports. */
 static const char *const rl_ctr_names[] = {
-    "rtx_timeout",   "rtx_sack",           "rtx_dupack",    "drop_duplicate",
-    "drop_hdr_csum", "drop_payload_crc",   "drop_version",  "rx_out_of_order",
-    "data_sent",     "tl_rx_kernel_drops", "chan_failures", "tx_no_credits"};
+    "rtx_timeout",      "rtx_sack",      "rtx_dupack",      "drop_duplicate", "drop_hdr_csum",
+    "drop_payload_crc", "drop_version",  "rx_out_of_order", "data_sent",      "tl_rx_kernel_drops",
+    "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -875,19 +875,59 @@ static void test_two_peers_one_dies(void **state)
     assert_int_equal(ctr(&r->child_res[0], "chan_failures"), 0);
 }
 
+/* ------------------------------------------------------------ ACK socket */
+
+/*
+ * The udp ACK socket (SX_UDP_ACK_SOCKET) between a process that has one
+ * (the parent) and one that has not (the child), both streaming through
+ * loss: the child sends its ACKs to the parent's ACK port, the parent
+ * sends its from its ACK socket to the child's data port, and every
+ * message still arrives once and in order (rl_execute checks).
+ */
+static void test_ack_socket_mixed(void **state)
+{
+    (void)state;
+    rl_run_t *r = rl_run_new(1);
+    rl_plan_t *pp = &r->me.plan, *cp = &r->child_plan[0];
+
+    rl_kv(pp, "UDP_ACK_SOCKET", "yes");
+    rl_kv(cp, "UDP_ACK_SOCKET", "no");
+    rl_kv(pp, "FAULT", "loss=0.03,reorder=0.05,seed=61");
+    rl_kv(cp, "FAULT", "loss=0.03,ctrl_loss=0.05,seed=62");
+    rl_stream(&pp->flow[0], &cp->flow[0], 250, 63, 32);
+    rl_stream(&cp->flow[0], &pp->flow[0], 250, 64, 32);
+    rl_execute(r);
+    print_message("[ ACK socket   ] parent with, child without: %.2f s\n", r->secs);
+    rl_print("parent", &r->my_res);
+    rl_print("child", &r->child_res[0]);
+    const rl_result_t *pr = &r->my_res, *cr = &r->child_res[0];
+    /* Each side's standalone ACKs took the ACK path, and the ones that
+     * reached the parent came in on its ACK socket. The fault decorator
+     * drops some before they reach udp (and the interface counters are
+     * copied at each progress pass), so "at most" on the sending side. */
+    assert_true(ctr(pr, "acks_sent") > 0 && ctr(cr, "acks_sent") > 0);
+    assert_true(ctr(pr, "tl_tx_ack_path") > 0 && ctr(pr, "tl_tx_ack_path") <= ctr(pr, "acks_sent"));
+    assert_true(ctr(cr, "tl_tx_ack_path") > 0 && ctr(cr, "tl_tx_ack_path") <= ctr(cr, "acks_sent"));
+    assert_true(ctr(pr, "tl_rx_ack_socket") > 0);
+    assert_int_equal(ctr(cr, "tl_rx_ack_socket"), 0); /* it has none */
+    assert_true(ctr(pr, "rtx_timeout") + ctr(pr, "rtx_sack") + ctr(pr, "rtx_dupack") > 0);
+    assert_int_equal(ctr(pr, "chan_failures") + ctr(cr, "chan_failures"), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], MP_CHILD_FLAG) == 0)
         return rl_child_main(atoi(argv[2]), atoi(argv[3]));
     /* A child that dies must not take the parent with it through a pipe. */
     signal(SIGPIPE, SIG_IGN);
-    struct CMUnitTest tests[RL_NCASES + 3] = {
+    struct CMUnitTest tests[RL_NCASES + 4] = {
         cmocka_unit_test_teardown(test_peer_killed_self, rl_teardown),
         cmocka_unit_test_teardown(test_peer_killed_by_parent, rl_teardown),
         cmocka_unit_test_teardown(test_two_peers_one_dies, rl_teardown),
+        cmocka_unit_test_teardown(test_ack_socket_mixed, rl_teardown),
     };
     /* The table's cases first, each named after its case. */
-    memmove(tests + RL_NCASES, tests, 3 * sizeof(tests[0]));
+    memmove(tests + RL_NCASES, tests, 4 * sizeof(tests[0]));
     for (size_t i = 0; i < RL_NCASES; i++)
         tests[i] = (struct CMUnitTest){rl_cases[i].name, test_pair, NULL, rl_teardown,
                                        (void *)&rl_cases[i]};

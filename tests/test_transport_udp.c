@@ -1,7 +1,9 @@
 /*
  * The udp transport over real loopback sockets: sizes up to the mtu,
  * sendmmsg/recvmmsg batches, address validation, destination removal, the
- * wait fd, a closed destination port, kernel drop counting and truncation.
+ * wait fd, a closed destination port, kernel drop counting and truncation;
+ * and the ACK socket: its address, routing, priority, interoperation with
+ * peers without one, and its wait fd.
  * Nothing sleeps to synchronize: receivers poll until what they wait for
  * arrives, and a generous deadline only turns a hang into a failure.
  */
@@ -15,6 +17,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -471,6 +474,303 @@ static void test_oversized_datagram_dropped(void **state)
     b->ops->close(b);
 }
 
+/* ------------------------------------------------------------------ */
+/* The ACK socket (config.ack_socket)                                  */
+
+/* The tests' control datagrams start with 'A'; as sx_wire_is_control looks
+ * at one byte of the wire header, this looks at one byte of iov[0]. */
+static int test_is_control(const void *data, size_t len)
+{
+    return len >= 1 && ((const uint8_t *)data)[0] == 'A';
+}
+
+static sx_tl_iface_t *open_udp_ack(int ack_socket)
+{
+    sx_tl_config_t cfg = {
+        .shard = 0, .nshards = 1, .ack_socket = ack_socket, .is_control = test_is_control};
+    sx_tl_iface_t *iface = NULL;
+
+    assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
+    assert_non_null(iface);
+    return iface;
+}
+
+/* The fd of this process's UDP socket bound to @p port, found by asking
+ * every open fd its name: the test watches the interface's two sockets
+ * without a back door in the transport. */
+static int fd_of_port(uint16_t port)
+{
+    for (int fd = 0; fd < 1024; fd++) {
+        struct sockaddr_in sa;
+        socklen_t len = sizeof(sa);
+        int type = 0;
+        socklen_t tlen = sizeof(type);
+        if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sin_family == AF_INET &&
+            ntohs(sa.sin_port) == port && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
+            type == SOCK_DGRAM)
+            return fd;
+    }
+    fail_msg("no socket bound to port %u", port);
+    return -1;
+}
+
+/* Waits until @p fd has a datagram queued (a bound only, never a sleep). */
+static void wait_readable(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+}
+
+static void test_ack_socket_address(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_ack(1), *off = open_udp_ack(0);
+    uint8_t addr[SX_TL_ADDR_MAX];
+    size_t len = sizeof(addr);
+    char text[128];
+
+    assert_int_equal(a->ops->local_addr(a, addr, &len), SX_OK);
+    assert_int_equal(len, 10);
+    assert_int_equal(addr[0], 4);
+    assert_int_equal(addr[1], 0);
+    uint16_t port = (uint16_t)(addr[2] | addr[3] << 8);
+    uint16_t ack_port = (uint16_t)(addr[8] | addr[9] << 8);
+    assert_true(port != 0 && ack_port != 0 && ack_port != port);
+    assert_memory_equal(addr + 4, "\x7f\x00\x00\x01", 4);
+    /* Both ports are real sockets of this process. */
+    assert_int_not_equal(fd_of_port(port), fd_of_port(ack_port));
+    a->ops->addr_str(a, addr, len, text, sizeof(text));
+    char want[128];
+    snprintf(want, sizeof(want), "udp 127.0.0.1:%u (ACKs to port %u)", port, ack_port);
+    assert_string_equal(text, want);
+    size_t short_len = 9;
+    assert_int_equal(a->ops->local_addr(a, addr, &short_len), SX_ERR_TRUNCATED);
+
+    /* Round trip: each side accepts the other's address, and its own. */
+    sx_tl_dest_t d = SX_TL_DEST_NONE;
+    assert_int_equal(off->ops->addr_insert(off, addr, 10, &d), SX_OK);
+    assert_int_equal(a->ops->addr_insert(a, addr, 10, &d), SX_OK);
+    len = sizeof(addr);
+    assert_int_equal(off->ops->local_addr(off, addr, &len), SX_OK);
+    assert_int_equal(len, 8);
+    assert_int_equal(a->ops->addr_insert(a, addr, 8, &d), SX_OK);
+    a->ops->close(a);
+    off->ops->close(off);
+}
+
+static void test_ack_socket_rejects_garbage(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_ack(1);
+    sx_tl_dest_t dest = 777;
+    char text[128];
+    static const struct {
+        const char *bytes;
+        size_t len;
+        const char *why; /* in addr_str's text */
+    } bad[] = {
+        {"\x04\x00\x10\x27\x7f\x00\x00\x01\x11", 9, "wrong length"},
+        {"\x04\x00\x10\x27\x7f\x00\x00\x01\x11\x27\x00", 11, "wrong length"},
+        {"\x04\x00\x10\x27\x7f\x00\x00\x01\x00\x00", 10, "ACK port 0"},
+        {"\x04\x00\x10\x27\x7f\x00\x00\x01\x10\x27", 10, "equal to the data port"},
+        {"\x04\x00\x00\x00\x7f\x00\x00\x01\x11\x27", 10, "port 0"},
+        {"\x04\x02\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "reserved"},
+        {"\x06\x00\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "family"},
+        {"\x04\x00\x10\x27\x00\x00\x00\x00\x11\x27", 10, "0.0.0.0"},
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(a->ops->addr_insert(a, bad[i].bytes, bad[i].len, &dest),
+                         SX_ERR_INVALID_PARAM);
+        a->ops->addr_str(a, bad[i].bytes, bad[i].len, text, sizeof(text));
+        if (strstr(text, "malformed") == NULL || strstr(text, bad[i].why) == NULL)
+            fail_msg("address %zu: '%s' does not say '%s'", i, text, bad[i].why);
+    }
+    assert_int_equal(dest, 777);
+    assert_int_equal(a->ops->addr_insert(a, "\x04\x00\x10\x27\x7f\x00\x00\x01\x11\x27", 10, &dest),
+                     SX_OK);
+    a->ops->close(a);
+}
+
+/* Sends @p n datagrams to @p dest in one post_send call: data "D<i>" and,
+ * where @p pattern has an 'A', a control datagram "A<i>". */
+static void send_mix(sx_tl_iface_t *tx, sx_tl_dest_t dest, const char *pattern, char (*bufs)[16])
+{
+    sx_tl_tx_t t[32];
+    unsigned n = (unsigned)strlen(pattern), posted = 0;
+
+    assert_true(n <= 32);
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(bufs[i], sizeof(bufs[i]), "%c%u", pattern[i], i);
+        t[i] = (sx_tl_tx_t){.dest = dest, .iovcnt = 1};
+        t[i].iov[0] = (struct iovec){bufs[i], strlen(bufs[i])};
+    }
+    assert_int_equal(tx->ops->post_send(tx, t, n, &posted), SX_OK);
+    assert_int_equal(posted, n);
+}
+
+static void test_ack_socket_routing(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_ack(1), *b = open_udp_ack(1);
+    sx_tl_dest_t to_b = connect_to(a, b);
+    uint8_t addr[SX_TL_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    char bufs[32][16];
+    sx_tl_event_t ev[32];
+    rx_log_t log = {0};
+
+    assert_int_equal(b->ops->local_addr(b, addr, &alen), SX_OK);
+    int b_data = fd_of_port((uint16_t)(addr[2] | addr[3] << 8));
+    int b_ack = fd_of_port((uint16_t)(addr[8] | addr[9] << 8));
+
+    /* Data, then an ACK, in one call: two sendmmsg runs, order kept. */
+    send_mix(a, to_b, "DDDDDDAD", bufs);
+    assert_int_equal(a->stats.tx_datagrams, 8);
+    assert_int_equal(a->stats.tx_ack_path, 1);
+    /* With both of b's sockets holding datagrams, the ACK comes first
+     * although six data datagrams were sent before it. */
+    wait_readable(b_data);
+    wait_readable(b_ack);
+    int n = b->ops->poll(b, ev, 32);
+    assert_true(n >= 2);
+    assert_int_equal(ev[0].len, 2);
+    assert_memory_equal(ev[0].data, "A6", 2);
+    assert_memory_equal(ev[1].data, "D0", 2);
+    for (int i = 0; i < n; i++)
+        rx_log_add(&log, ev[i].data, ev[i].len);
+    rx_until(b, &log, 8);
+    for (unsigned i = 1, d = 0; i < 8; i++, d++) {
+        char want[8];
+        snprintf(want, sizeof(want), "D%u", d == 6 ? 7 : d);
+        assert_memory_equal(log.data[i], want, strlen(want));
+    }
+    rx_log_free(&log);
+    assert_int_equal(b->stats.rx_ack_socket, 1);
+    assert_int_equal(b->stats.rx_datagrams, 8);
+
+    /* A flood on the ACK socket leaves a quarter of each poll to data:
+     * control datagrams first, at most 24 of 32, and data after them. */
+    send_mix(a, to_b, "DDDDAAAAAAAAAAAAAAAAAAAAAAAAAAAA", bufs);
+    wait_readable(b_data);
+    wait_readable(b_ack);
+    n = b->ops->poll(b, ev, 32);
+    int acks = 0;
+    while (acks < n && ((const char *)ev[acks].data)[0] == 'A')
+        acks++;
+    assert_true(acks >= 1 && acks <= 24);
+    assert_true(n > acks);
+    for (int i = acks; i < n; i++)
+        assert_int_equal(((const char *)ev[i].data)[0], 'D');
+    for (int i = 0; i < n; i++)
+        rx_log_add(&log, ev[i].data, ev[i].len);
+    rx_until(b, &log, 32);
+    rx_log_free(&log);
+    assert_int_equal(b->stats.rx_ack_socket, 1 + 28);
+    assert_int_equal(a->stats.tx_ack_path, 1 + 28);
+
+    /* A control datagram longer than UDP_CTRL_MAX (256) takes the data
+     * path; one sent straight to the ACK port is cut, and dropped. */
+    static char big[300];
+    memset(big, 'A', sizeof(big));
+    assert_int_equal(send_one(a, to_b, big, sizeof(big)), SX_OK);
+    assert_int_equal(a->stats.tx_ack_path, 29);
+    rx_until(b, &log, 1);
+    assert_int_equal(log.len[0], sizeof(big));
+    rx_log_free(&log);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_port = htons((uint16_t)(addr[8] | addr[9] << 8));
+    memcpy(&sa.sin_addr, addr + 4, 4);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(sendto(fd, big, sizeof(big), 0, (struct sockaddr *)&sa, sizeof(sa)),
+                     (ssize_t)sizeof(big));
+    assert_int_equal(sendto(fd, "A!", 2, 0, (struct sockaddr *)&sa, sizeof(sa)), 2);
+    rx_until(b, &log, 1);
+    assert_memory_equal(log.data[0], "A!", 2);
+    assert_int_equal(b->stats.rx_truncated, 1);
+    rx_log_free(&log);
+    close(fd);
+    a->ops->close(a);
+    b->ops->close(b);
+}
+
+/* Peers with and without the ACK socket, and one with no idea of control
+ * datagrams at all, talk to each other. */
+static void test_ack_socket_interop(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *on = open_udp_ack(1), *off = open_udp_ack(0), *plain = open_udp(0);
+    sx_tl_dest_t on_to_off = connect_to(on, off), off_to_on = connect_to(off, on);
+    sx_tl_dest_t plain_to_on = connect_to(plain, on), on_to_plain = connect_to(on, plain);
+    char bufs[32][16];
+    rx_log_t log = {0};
+
+    /* on -> off: the ACK leaves through on's ACK socket to off's data
+     * port, the only one off has. */
+    send_mix(on, on_to_off, "DAD", bufs);
+    assert_int_equal(on->stats.tx_ack_path, 1);
+    rx_until(off, &log, 3);
+    assert_int_equal(off->stats.rx_ack_socket, 0);
+    assert_int_equal(off->stats.rx_datagrams, 3);
+    rx_log_free(&log);
+
+    /* off -> on: off has no ACK socket but on's address names one, so
+     * off's ACKs go there from its data socket. */
+    send_mix(off, off_to_on, "DAAD", bufs);
+    assert_int_equal(off->stats.tx_ack_path, 2);
+    rx_until(on, &log, 4);
+    assert_int_equal(on->stats.rx_ack_socket, 2);
+    rx_log_free(&log);
+
+    /* An interface that calls nothing control sends everything to the data
+     * port; and on's ACKs reach it too. */
+    send_mix(plain, plain_to_on, "DA", bufs);
+    assert_int_equal(plain->stats.tx_ack_path, 0);
+    rx_until(on, &log, 2);
+    assert_int_equal(on->stats.rx_ack_socket, 2);
+    rx_log_free(&log);
+    send_mix(on, on_to_plain, "AD", bufs);
+    rx_until(plain, &log, 2);
+    /* Two sockets sent them: their order on arrival is not promised. */
+    assert_true(memcmp(log.data[0], "A0", 2) == 0 || memcmp(log.data[1], "A0", 2) == 0);
+    rx_log_free(&log);
+    on->ops->close(on);
+    off->ops->close(off);
+    plain->ops->close(plain);
+}
+
+/* wait_fd wakes for either socket and is quiet once both are drained. */
+static void test_ack_socket_wait_fd(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_ack(1), *b = open_udp_ack(1);
+    sx_tl_dest_t to_b = connect_to(a, b);
+    struct pollfd pfd = {.fd = b->ops->wait_fd(b), .events = POLLIN};
+    sx_tl_event_t ev[4];
+    char bufs[32][16];
+
+    assert_true(pfd.fd >= 0);
+    assert_int_equal(poll(&pfd, 1, 0), 0);
+    const char *const patterns[] = {"A", "D", "AD"};
+    for (size_t i = 0; i < 3; i++) {
+        send_mix(a, to_b, patterns[i], bufs);
+        assert_int_equal(poll(&pfd, 1, 10000), 1);
+        assert_true(pfd.revents & POLLIN);
+        size_t got = 0;
+        uint64_t deadline = sx_time_ns() + DEADLINE_NS;
+        while (got < strlen(patterns[i])) {
+            int n = b->ops->poll(b, ev, 4);
+            assert_true(n >= 0);
+            got += (size_t)n;
+            assert_true(sx_time_ns() < deadline);
+        }
+        assert_int_equal(poll(&pfd, 1, 0), 0);
+    }
+    a->ops->close(a);
+    b->ops->close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +784,11 @@ int main(void)
         cmocka_unit_test(test_closed_port_is_not_fatal),
         cmocka_unit_test(test_kernel_drops_counted),
         cmocka_unit_test(test_oversized_datagram_dropped),
+        cmocka_unit_test(test_ack_socket_address),
+        cmocka_unit_test(test_ack_socket_rejects_garbage),
+        cmocka_unit_test(test_ack_socket_routing),
+        cmocka_unit_test(test_ack_socket_interop),
+        cmocka_unit_test(test_ack_socket_wait_fd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

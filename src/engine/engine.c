@@ -109,6 +109,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .bind_addr = e->cfg.bind_addr,
                     .rcvbuf = e->cfg.rcvbuf,
                     .sndbuf = e->cfg.sndbuf,
+                    .ack_socket = e->cfg.udp_ack_socket,
                     .fault = fault ? e->cfg.fault : NULL,
                     .inner_ops = fault ? net : NULL,
                     .is_control = sx_wire_is_control,

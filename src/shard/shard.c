@@ -320,6 +320,8 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
     sx_stat_set(&shard->stats.tl_rx_truncated, iface->stats.rx_truncated);
     sx_stat_set(&shard->stats.tl_rx_kernel_drops, iface->stats.rx_kernel_drops);
     sx_stat_set(&shard->stats.tl_tx_refused, iface->stats.tx_refused);
+    sx_stat_set(&shard->stats.tl_tx_ack_path, iface->stats.tx_ack_path);
+    sx_stat_set(&shard->stats.tl_rx_ack_socket, iface->stats.rx_ack_socket);
 }
 
 int sx_shard_progress(sx_shard_t *shard)

@@ -81,7 +81,9 @@ struct sx_shard_guest {
     X(tl_tx_again, "sends the network interface refused for lack of room")                 \
     X(tl_rx_truncated, "datagrams longer than the MTU, dropped")                           \
     X(tl_rx_kernel_drops, "datagrams the kernel dropped for a full socket buffer")         \
-    X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")
+    X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")                \
+    X(tl_tx_ack_path, "ACKs sent through the udp ACK socket (ours or the peer's)")         \
+    X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;

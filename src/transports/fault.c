@@ -686,6 +686,10 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     f->base.stats.rx_truncated = in->rx_truncated;
     f->base.stats.rx_kernel_drops = in->rx_kernel_drops;
     f->base.stats.tx_refused = in->tx_refused;
+    /* The inner transport's own counts of what went out on its ACK path:
+     * the decorator's tx_datagrams counts datagrams it handed down. */
+    f->base.stats.tx_ack_path = in->tx_ack_path;
+    f->base.stats.rx_ack_socket = in->rx_ack_socket;
     return rc;
 }
 

@@ -53,13 +53,16 @@ typedef struct sx_tl_config {
     const char *bind_addr;        /* udp: local IPv4/IPv6 address to bind; NULL = loopback */
     size_t rcvbuf;                /* udp: requested SO_RCVBUF in bytes; 0 = leave default */
     size_t sndbuf;                /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
+    int ack_socket;               /* udp: 1 = open a second socket for control datagrams */
     const char *fault;            /* fault: the SX_FAULT specification */
     const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
     void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
-    /* fault: says whether a datagram is a control datagram (for ctrl_loss and
-     * ctrl_blackout); called on iov[0] of each tx only, so a wire header that
-     * tells control from data must sit whole in iov[0]. NULL: nothing is
-     * control. Called by the sending shard's token holder; must not block. */
+    /* fault and udp: says whether a datagram is a control datagram (a pure
+     * ACK): fault applies ctrl_loss and ctrl_blackout to those, udp sends
+     * them on its ACK path. Called on iov[0] of each tx only, so a wire
+     * header that tells control from data must sit whole in iov[0]. NULL:
+     * nothing is control. Called by the sending shard's token holder; must
+     * not block. */
     int (*is_control)(const void *data, size_t len);
     /* sink: writes the ACK a peer that got every packet would answer a
      * datagram with (iov[0] of a tx, which holds the wire header whole)
@@ -101,6 +104,10 @@ typedef struct sx_tl_stats {
                                * self: dropped by a full destination queue */
     uint64_t tx_refused;      /* udp: ECONNREFUSED reported and ignored; self: sent to a
                                * closed interface and dropped */
+    uint64_t tx_ack_path;     /* udp: control datagrams sent through our ACK socket or to
+                               * the peer's (counted in tx_datagrams too) */
+    uint64_t rx_ack_socket;   /* udp: datagrams received on the ACK socket (counted in
+                               * rx_datagrams too) */
 } sx_tl_stats_t;
 
 struct sx_tl_ops {

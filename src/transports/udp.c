@@ -1,11 +1,12 @@
 /*
  * udp: the embedded default transport (DESIGN.md sections 2 and 4).
  *
- * One nonblocking IPv4 UDP socket per interface. Sends go out in batches
- * through sendmmsg(2) and receives come in batches through recvmmsg(2), so
- * a busy shard pays one system call per batch, not per datagram.
+ * One nonblocking IPv4 UDP socket per interface, and optionally a second
+ * one for acknowledgements (below). Sends go out in batches through
+ * sendmmsg(2) and receives come in batches through recvmmsg(2), so a busy
+ * shard pays one system call per batch, not per datagram.
  *
- * Address (the business-card bytes), 8 bytes, fixed layout:
+ * Address (the business-card bytes), 8 or 10 bytes, fixed layout:
  *
  *   offset  size  field
  *   0       1     family: 4 = IPv4 (no other value is accepted yet)
@@ -13,11 +14,36 @@
  *   2       2     UDP port, little-endian, never 0
  *   4       4     IPv4 address in network byte order (a.b.c.d as a, b, c, d),
  *                 never 0.0.0.0
+ *   8       2     optional: the ACK socket's UDP port, little-endian, never 0
+ *                 and never the data port; absent (an 8-byte address) when
+ *                 the interface has no ACK socket
+ *
+ * ACK socket (config->ack_socket, SX_UDP_ACK_SOCKET): the seeds' usnic BTL
+ * gives each module a priority channel for ACKs and tiny messages beside
+ * its data channel (DESIGN.md section 1), so that an acknowledgement never
+ * waits in a receive queue behind a window of full-size data, and is not
+ * the datagram a full receive buffer drops. Here the priority channel is a
+ * second socket on the same address. What config->is_control calls
+ * control (the pure ACKs), up to UDP_CTRL_MAX bytes, goes out through our
+ * ACK socket if we have one, to the peer's ACK port if its address names
+ * one; everything else goes data socket to data port. Either side may lack
+ * the socket: an 8-byte address means "send me ACKs on the data socket",
+ * and an interface without an ACK socket still sends ACKs to a peer's ACK
+ * port. poll reads the ACK socket first (up to three quarters of its
+ * room, so a flood there cannot starve the data), and wait_fd is then an
+ * epoll fd over both sockets. The ACK socket carries SO_PRIORITY 6, which
+ * a pfifo_fast or prio qdisc on a real NIC dequeues first; fq_codel, the
+ * usual default, already treats it as a separate, sparse flow. Whether it
+ * pays off is measured by bench/ack_socket_bench.c. On loopback it did not
+ * (a second system call per poll costs more than the ACKs' wait saves), so
+ * it is off by default, unlike DESIGN.md's picture of an interface with
+ * both channels; the figures are next to SX_UDP_ACK_SOCKET_DEFAULT in
+ * src/common/config.h.
  *
  * Binding: config->bind_addr is "a.b.c.d" or "a.b.c.d:port" (port 0 or no
  * port lets the kernel choose); NULL means 127.0.0.1. The wildcard address
  * is refused because the card must name an address a peer can reach; IPv6
- * is not supported yet.
+ * is not supported yet. The ACK socket always takes a kernel-chosen port.
  *
  * MTU: IPv4 allows 65507 bytes of UDP payload (RFC 791 total length minus
  * 28 bytes of headers). On loopback the mtu is 65000, which leaves that
@@ -45,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -54,21 +81,26 @@
 #include "common/log.h"
 
 #define UDP_ADDR_LEN        8
+#define UDP_ADDR_LEN_ACK    10 /* with the ACK socket's port */
 #define UDP_ADDR_IPV4       4
 #define UDP_MTU_LOOPBACK    65000
 #define UDP_MTU_MAX         65000
 #define UDP_MTU_DEFAULT     1472 /* 1500 - 20 (IPv4 header) - 8 (UDP header) */
 #define UDP_HEADERS         28
 #define UDP_TX_CREDITS      256
-#define UDP_TX_BATCH        64 /* mmsghdrs per sendmmsg call */
-#define UDP_RX_BATCH        32 /* receive buffers, each of mtu bytes */
-#define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
+#define UDP_TX_BATCH        64  /* mmsghdrs per sendmmsg call */
+#define UDP_RX_BATCH        32  /* receive buffers per socket */
+#define UDP_CTRL_MAX        256 /* longest datagram sent or received on the ACK path */
+#define UDP_ACK_PRIORITY    6   /* SO_PRIORITY of the ACK socket: TC_PRIO_INTERACTIVE */
+#define UDP_REFUSED_RETRIES 16  /* ECONNREFUSED reports skipped per call */
 #define UDP_DEST_FREE_END   UINT32_MAX
 
 typedef struct udp_dest {
-    struct sockaddr_in sa;
-    uint32_t next_free; /* link in the free list while !live */
+    struct sockaddr_in sa;     /* the peer's data socket */
+    struct sockaddr_in ack_sa; /* where control datagrams go: its ACK socket, or sa */
+    uint32_t next_free;        /* link in the free list while !live */
     bool live;
+    bool has_ack; /* the peer's address named an ACK port */
 } udp_dest_t;
 
 /* Room for the SO_RXQ_OVFL control message, aligned for struct cmsghdr. */
@@ -77,10 +109,29 @@ typedef union udp_ctrl {
     char buf[CMSG_SPACE(sizeof(uint32_t))];
 } udp_ctrl_t;
 
+/* One socket's receive side: UDP_RX_BATCH buffers of buflen bytes; the
+ * events of one poll point into them until the next poll. */
+typedef struct udp_rx {
+    int fd;
+    size_t buflen;
+    uint8_t *mem;
+    struct mmsghdr msgs[UDP_RX_BATCH];
+    struct iovec iov[UDP_RX_BATCH];
+    udp_ctrl_t ctrl[UDP_RX_BATCH];
+    uint32_t last_ovfl; /* the socket's drop counter as last reported */
+} udp_rx_t;
+
 typedef struct udp_iface {
     sx_tl_iface_t base;
     int fd;
     struct sockaddr_in local;
+    int (*is_control)(const void *data, size_t len);
+
+    /* The ACK socket, -1 when off; ep_fd is the epoll fd over both
+     * sockets that wait_fd returns then (-1 when off). */
+    int ack_fd;
+    int ep_fd;
+    uint16_t ack_port; /* host order */
 
     /* Destination table: slots are reused through a free list. */
     udp_dest_t *dests;
@@ -88,13 +139,8 @@ typedef struct udp_iface {
     uint32_t cap;
     uint32_t free_head;
 
-    /* Receive side: UDP_RX_BATCH buffers of mtu bytes; the events of one
-     * poll point into them until the next poll. */
-    uint8_t *rx_mem;
-    struct mmsghdr rx_msgs[UDP_RX_BATCH];
-    struct iovec rx_iov[UDP_RX_BATCH];
-    udp_ctrl_t rx_ctrl[UDP_RX_BATCH];
-    uint32_t last_ovfl; /* the socket's drop counter as last reported */
+    udp_rx_t rx;     /* the data socket */
+    udp_rx_t ack_rx; /* the ACK socket, when there is one */
 } udp_iface_t;
 
 /* ------------------------------------------------------------------ */
@@ -209,6 +255,107 @@ static void udp_set_buf(int fd, size_t want, int force_opt, int opt, const char 
 /* ------------------------------------------------------------------ */
 /* Ops                                                                 */
 
+/*
+ * Creates one nonblocking socket, sizes its buffers, asks for drop counts
+ * and binds it to @p sa; the bound address goes to *bound_p. @p what names
+ * it in messages ("data", "ACK"). On failure *fd_p may hold a socket for
+ * the caller to close.
+ */
+static int udp_socket_open(const char *what, const struct sockaddr_in *sa, size_t rcvbuf,
+                           size_t sndbuf, int *fd_p, struct sockaddr_in *bound_p)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    *fd_p = fd;
+    if (fd < 0) {
+        sx_error("udp", "%s socket: %s", what, strerror(errno));
+        return errno == ENOMEM || errno == ENOBUFS ? SX_ERR_NO_MEMORY : SX_ERR_IO;
+    }
+    udp_set_buf(fd, rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
+    udp_set_buf(fd, sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
+
+    /* SO_RXQ_OVFL attaches the socket's drop count to every datagram read,
+     * so loss in the network can be told from overflow here (socket(7)). */
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
+        sx_debug("udp", "SO_RXQ_OVFL unavailable (%s); kernel drops will not be counted",
+                 strerror(errno));
+
+    if (bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0) {
+        int err = errno;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
+        sx_error("udp", "bind %s socket to %s:%u: %s", what, ip, ntohs(sa->sin_port),
+                 strerror(err));
+        return err == EADDRINUSE      ? SX_ERR_EXISTS
+               : err == EADDRNOTAVAIL ? SX_ERR_INVALID_PARAM
+                                      : SX_ERR_IO;
+    }
+    socklen_t salen = sizeof(*bound_p);
+    if (getsockname(fd, (struct sockaddr *)bound_p, &salen) != 0) {
+        sx_error("udp", "getsockname of the %s socket: %s", what, strerror(errno));
+        return SX_ERR_IO;
+    }
+    return SX_OK;
+}
+
+/* Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
+static int udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
+{
+    rx->fd = fd;
+    rx->buflen = buflen;
+    rx->mem = malloc(buflen * UDP_RX_BATCH);
+    if (rx->mem == NULL)
+        return SX_ERR_NO_MEMORY;
+    for (unsigned i = 0; i < UDP_RX_BATCH; i++) {
+        rx->iov[i] = (struct iovec){.iov_base = rx->mem + i * buflen, .iov_len = buflen};
+        rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
+        rx->msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    return SX_OK;
+}
+
+/*
+ * Opens the ACK socket on the data socket's address (a kernel-chosen
+ * port) and the epoll fd over both that wait_fd hands out.
+ */
+static int udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
+{
+    struct sockaddr_in sa = u->local, bound;
+
+    sa.sin_port = 0;
+    /* ACKs are a few dozen bytes: the default send buffer holds hundreds;
+     * the receive buffer gets what the data socket gets, which costs
+     * memory only while it is used. */
+    int rc = udp_socket_open("ACK", &sa, config->rcvbuf, 0, &u->ack_fd, &bound);
+    if (rc != SX_OK)
+        return rc;
+    u->ack_port = ntohs(bound.sin_port);
+    int prio = UDP_ACK_PRIORITY;
+    if (setsockopt(u->ack_fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio)) != 0)
+        sx_debug("udp", "SO_PRIORITY %d on the ACK socket: %s", prio, strerror(errno));
+    rc = udp_rx_init(&u->ack_rx, u->ack_fd, UDP_CTRL_MAX);
+    if (rc != SX_OK)
+        return rc;
+    /* One fd for the owner to sleep on: an epoll set is itself pollable
+     * and readable while any socket in it is (epoll(7)), so the engine's
+     * epoll needs no change for a transport with two sockets. */
+    u->ep_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (u->ep_fd < 0) {
+        sx_error("udp", "epoll_create1: %s", strerror(errno));
+        return SX_ERR_IO;
+    }
+    int fds[2] = {u->fd, u->ack_fd};
+    for (unsigned i = 0; i < 2; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+        if (epoll_ctl(u->ep_fd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+            sx_error("udp", "epoll_ctl: %s", strerror(errno));
+            return SX_ERR_IO;
+        }
+    }
+    return SX_OK;
+}
+
 static void udp_close(sx_tl_iface_t *iface);
 
 static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
@@ -227,38 +374,11 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         return SX_ERR_NO_MEMORY;
     u->base.ops = &sx_tl_udp_ops;
     u->free_head = UDP_DEST_FREE_END;
-    u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (u->fd < 0) {
-        sx_error("udp", "socket: %s", strerror(errno));
-        status = errno == ENOMEM || errno == ENOBUFS ? SX_ERR_NO_MEMORY : SX_ERR_IO;
+    u->is_control = config->is_control;
+    u->ack_fd = u->ep_fd = -1;
+    status = udp_socket_open("data", &bind_sa, config->rcvbuf, config->sndbuf, &u->fd, &u->local);
+    if (status != SX_OK)
         goto fail;
-    }
-    udp_set_buf(u->fd, config->rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
-    udp_set_buf(u->fd, config->sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
-
-    /* SO_RXQ_OVFL attaches the socket's drop count to every datagram read,
-     * so loss in the network can be told from overflow here (socket(7)). */
-    int one = 1;
-    if (setsockopt(u->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
-        sx_debug("udp", "SO_RXQ_OVFL unavailable (%s); kernel drops will not be counted",
-                 strerror(errno));
-
-    if (bind(u->fd, (const struct sockaddr *)&bind_sa, sizeof(bind_sa)) != 0) {
-        int err = errno;
-        char ip[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &bind_sa.sin_addr, ip, sizeof(ip));
-        sx_error("udp", "bind to %s:%u: %s", ip, ntohs(bind_sa.sin_port), strerror(err));
-        status = err == EADDRINUSE      ? SX_ERR_EXISTS
-                 : err == EADDRNOTAVAIL ? SX_ERR_INVALID_PARAM
-                                        : SX_ERR_IO;
-        goto fail;
-    }
-    socklen_t salen = sizeof(u->local);
-    if (getsockname(u->fd, (struct sockaddr *)&u->local, &salen) != 0) {
-        sx_error("udp", "getsockname: %s", strerror(errno));
-        status = SX_ERR_IO;
-        goto fail;
-    }
 
     size_t mtu = udp_pick_mtu(u->fd, &u->local);
     u->base.caps = (sx_tl_caps_t){
@@ -267,18 +387,13 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         .tx_credits = UDP_TX_CREDITS,
         .sync_send = 1,
     };
-    u->rx_mem = malloc(mtu * UDP_RX_BATCH);
-    if (u->rx_mem == NULL) {
-        status = SX_ERR_NO_MEMORY;
+    status = udp_rx_init(&u->rx, u->fd, mtu);
+    if (status == SX_OK && config->ack_socket)
+        status = udp_open_ack(u, config);
+    if (status != SX_OK)
         goto fail;
-    }
-    for (unsigned i = 0; i < UDP_RX_BATCH; i++) {
-        u->rx_iov[i] = (struct iovec){.iov_base = u->rx_mem + i * mtu, .iov_len = mtu};
-        u->rx_msgs[i].msg_hdr.msg_iov = &u->rx_iov[i];
-        u->rx_msgs[i].msg_hdr.msg_iovlen = 1;
-    }
-    sx_debug("udp", "shard %u: bound to port %u, mtu %zu", config->shard, ntohs(u->local.sin_port),
-             mtu);
+    sx_debug("udp", "shard %u: bound to port %u, ACK socket on port %u (0: none), mtu %zu",
+             config->shard, ntohs(u->local.sin_port), u->ack_port, mtu);
     *iface_p = &u->base;
     return SX_OK;
 fail:
@@ -292,9 +407,14 @@ static void udp_close(sx_tl_iface_t *iface)
 
     if (u == NULL)
         return;
+    if (u->ep_fd >= 0)
+        close(u->ep_fd);
+    if (u->ack_fd >= 0)
+        close(u->ack_fd);
     if (u->fd >= 0)
         close(u->fd);
-    free(u->rx_mem);
+    free(u->rx.mem);
+    free(u->ack_rx.mem);
     free(u->dests);
     free(u);
 }
@@ -304,51 +424,96 @@ static int udp_local_addr(sx_tl_iface_t *iface, void *buf, size_t *len_p)
     udp_iface_t *u = (udp_iface_t *)iface;
     uint8_t *out = buf;
     uint16_t port = ntohs(u->local.sin_port);
+    size_t len = u->ack_fd >= 0 ? UDP_ADDR_LEN_ACK : UDP_ADDR_LEN;
 
     if (buf == NULL || len_p == NULL)
         return SX_ERR_INVALID_PARAM;
-    if (*len_p < UDP_ADDR_LEN)
+    if (*len_p < len)
         return SX_ERR_TRUNCATED;
     out[0] = UDP_ADDR_IPV4;
     out[1] = 0;
     out[2] = (uint8_t)(port & 0xff);
     out[3] = (uint8_t)(port >> 8);
     memcpy(out + 4, &u->local.sin_addr.s_addr, 4); /* already network order */
-    *len_p = UDP_ADDR_LEN;
+    if (u->ack_fd >= 0) {
+        out[8] = (uint8_t)(u->ack_port & 0xff);
+        out[9] = (uint8_t)(u->ack_port >> 8);
+    }
+    *len_p = len;
     return SX_OK;
+}
+
+/*
+ * Decodes and checks card bytes (layout above). Returns NULL when they are
+ * a valid address, else why not, for the message. *ack_port_p is 0 when
+ * the address names no ACK socket.
+ */
+static const char *udp_addr_decode(const void *addr, size_t len, struct sockaddr_in *sa,
+                                   uint16_t *ack_port_p)
+{
+    const uint8_t *in = addr;
+
+    if (addr == NULL)
+        return "no address";
+    if (len != UDP_ADDR_LEN && len != UDP_ADDR_LEN_ACK)
+        return "wrong length (allowed: 8, or 10 with an ACK port)";
+    if (in[0] != UDP_ADDR_IPV4)
+        return "unknown address family (allowed: 4, IPv4)";
+    if (in[1] != 0)
+        return "reserved byte is not 0";
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)(in[2] | (unsigned)in[3] << 8));
+    memcpy(&sa->sin_addr.s_addr, in + 4, 4);
+    if (sa->sin_port == 0)
+        return "port 0";
+    if (sa->sin_addr.s_addr == htonl(INADDR_ANY))
+        return "address 0.0.0.0";
+    *ack_port_p = 0;
+    if (len == UDP_ADDR_LEN_ACK) {
+        *ack_port_p = (uint16_t)(in[8] | (unsigned)in[9] << 8);
+        if (*ack_port_p == 0)
+            return "ACK port 0";
+        if (*ack_port_p == ntohs(sa->sin_port))
+            return "ACK port equal to the data port";
+    }
+    return NULL;
 }
 
 static void udp_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf, size_t cap)
 {
     (void)iface;
-    const uint8_t *in = addr;
+    struct sockaddr_in sa;
+    uint16_t ack_port = 0;
     char ip[INET_ADDRSTRLEN];
 
-    if (addr == NULL || len != UDP_ADDR_LEN || in[0] != UDP_ADDR_IPV4 ||
-        inet_ntop(AF_INET, in + 4, ip, sizeof(ip)) == NULL) {
-        snprintf(buf, cap, "(malformed udp address of %zu bytes)", len);
+    const char *bad = udp_addr_decode(addr, len, &sa, &ack_port);
+    if (bad != NULL || inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip)) == NULL) {
+        snprintf(buf, cap, "(malformed udp address of %zu bytes: %s)", len,
+                 bad != NULL ? bad : "unprintable");
         return;
     }
-    snprintf(buf, cap, "udp %s:%u", ip, (unsigned)(in[2] | (unsigned)in[3] << 8));
+    if (ack_port != 0)
+        snprintf(buf, cap, "udp %s:%u (ACKs to port %u)", ip, ntohs(sa.sin_port), ack_port);
+    else
+        snprintf(buf, cap, "udp %s:%u", ip, ntohs(sa.sin_port));
 }
 
 static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
-    const uint8_t *in = addr;
     struct sockaddr_in sa;
+    uint16_t ack_port = 0;
     uint32_t slot;
 
+    if (dest_p == NULL)
+        return SX_ERR_INVALID_PARAM;
     /* The bytes come from a peer's business card: check every field. */
-    if (addr == NULL || dest_p == NULL || len != UDP_ADDR_LEN || in[0] != UDP_ADDR_IPV4 ||
-        in[1] != 0)
+    const char *bad = udp_addr_decode(addr, len, &sa, &ack_port);
+    if (bad != NULL) {
+        sx_error("udp", "malformed peer address of %zu bytes: %s", len, bad);
         return SX_ERR_INVALID_PARAM;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)(in[2] | (unsigned)in[3] << 8));
-    memcpy(&sa.sin_addr.s_addr, in + 4, 4);
-    if (sa.sin_port == 0 || sa.sin_addr.s_addr == htonl(INADDR_ANY))
-        return SX_ERR_INVALID_PARAM;
+    }
 
     if (u->free_head != UDP_DEST_FREE_END) {
         slot = u->free_head;
@@ -366,7 +531,12 @@ static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, s
         }
         slot = u->ndests++;
     }
-    u->dests[slot] = (udp_dest_t){.sa = sa, .next_free = UDP_DEST_FREE_END, .live = true};
+    udp_dest_t *d = &u->dests[slot];
+    *d = (udp_dest_t){.sa = sa, .ack_sa = sa, .next_free = UDP_DEST_FREE_END, .live = true};
+    if (ack_port != 0) {
+        d->ack_sa.sin_port = htons(ack_port);
+        d->has_ack = true;
+    }
     *dest_p = slot;
     return SX_OK;
 }
@@ -382,8 +552,13 @@ static void udp_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     u->free_head = dest;
 }
 
-/* Checks one tx and fills its message header; SX_OK or why it is refused. */
-static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m)
+/*
+ * Checks one tx and fills its message header; SX_OK or why it is refused.
+ * *fd_p is the socket it goes out on; *ctrl_p says whether it takes the
+ * ACK path (our ACK socket, the peer's ACK port, or both).
+ */
+static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, int *fd_p,
+                       bool *ctrl_p)
 {
     size_t len = 0;
 
@@ -394,12 +569,19 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m)
             return SX_ERR_INVALID_PARAM;
         len += tx->iov[i].iov_len;
     }
+    const udp_dest_t *d = &u->dests[tx->dest];
+    /* is_control is asked only when an ACK path exists, so an interface
+     * and a peer without ACK sockets pay nothing for the feature. */
+    bool ctrl = (u->ack_fd >= 0 || d->has_ack) && u->is_control != NULL && tx->iovcnt > 0 &&
+                len <= UDP_CTRL_MAX && u->is_control(tx->iov[0].iov_base, tx->iov[0].iov_len);
     memset(m, 0, sizeof(*m));
-    m->msg_hdr.msg_name = &u->dests[tx->dest].sa;
+    m->msg_hdr.msg_name = (void *)(ctrl ? &d->ack_sa : &d->sa);
     m->msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     /* sendmsg(2) only reads the iovec; the cast drops a const it keeps. */
     m->msg_hdr.msg_iov = (struct iovec *)tx->iov;
     m->msg_hdr.msg_iovlen = tx->iovcnt;
+    *fd_p = ctrl && u->ack_fd >= 0 ? u->ack_fd : u->fd;
+    *ctrl_p = ctrl;
     return SX_OK;
 }
 
@@ -430,14 +612,14 @@ static int udp_send_errno(int err)
     }
 }
 
-/* Sends msgs[0..n); sets *sent_p to how many the kernel took. */
-static int udp_sendmmsg(udp_iface_t *u, struct mmsghdr *msgs, unsigned n, unsigned *sent_p)
+/* Sends msgs[0..n) through @p fd; sets *sent_p to how many the kernel took. */
+static int udp_sendmmsg(udp_iface_t *u, int fd, struct mmsghdr *msgs, unsigned n, unsigned *sent_p)
 {
     unsigned sent = 0, refused = 0;
     int status = SX_OK;
 
     while (sent < n) {
-        int rc = sendmmsg(u->fd, msgs + sent, n - sent, MSG_DONTWAIT);
+        int rc = sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
         if (rc > 0) {
             sent += (unsigned)rc;
             continue;
@@ -463,25 +645,34 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     struct mmsghdr msgs[UDP_TX_BATCH];
+    bool ctrl[UDP_TX_BATCH];
     unsigned done = 0;
     int status = SX_OK;
 
     while (done < count && status == SX_OK) {
         unsigned n = 0, sent = 0;
-        int bad = SX_OK;
+        int bad = SX_OK, fd = -1;
 
-        /* Gather a batch, stopping before the first tx that is refused so
-         * that the ones ahead of it still go out in order. */
+        /* Gather a batch for one socket, stopping before the first tx that
+         * is refused so that the ones ahead of it still go out in order.
+         * With an ACK socket a batch ends where the socket changes: the
+         * datagrams of one call leave in the order given, as the contract
+         * says, at the price of a system call per run ([data..., ACK] is
+         * the usual shape of a flush, so mostly one more). */
         while (done + n < count && n < UDP_TX_BATCH) {
-            bad = udp_prepare(u, &tx[done + n], &msgs[n]);
-            if (bad != SX_OK)
+            int this_fd;
+            bad = udp_prepare(u, &tx[done + n], &msgs[n], &this_fd, &ctrl[n]);
+            if (bad != SX_OK || (n > 0 && this_fd != fd))
                 break;
+            fd = this_fd;
             n++;
         }
         if (n > 0) {
-            status = udp_sendmmsg(u, msgs, n, &sent);
+            status = udp_sendmmsg(u, fd, msgs, n, &sent);
             done += sent;
             u->base.stats.tx_datagrams += sent;
+            for (unsigned i = 0; i < sent; i++)
+                u->base.stats.tx_ack_path += ctrl[i];
         }
         if (status == SX_OK)
             status = bad;
@@ -494,7 +685,7 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
 }
 
 /* Reads the SO_RXQ_OVFL counter from one received datagram, if present. */
-static void udp_read_ovfl(udp_iface_t *u, struct msghdr *h)
+static void udp_read_ovfl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h)
 {
     for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_RXQ_OVFL ||
@@ -504,14 +695,15 @@ static void udp_read_ovfl(udp_iface_t *u, struct msghdr *h)
         memcpy(&drops, CMSG_DATA(c), sizeof(drops));
         /* The counter is the socket's running total and wraps at 2^32:
          * add the difference, computed modulo 2^32. */
-        u->base.stats.rx_kernel_drops += (uint32_t)(drops - u->last_ovfl);
-        u->last_ovfl = drops;
+        u->base.stats.rx_kernel_drops += (uint32_t)(drops - rx->last_ovfl);
+        rx->last_ovfl = drops;
     }
 }
 
-static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+/* Reads up to @p max datagrams from one socket into @p events; returns how
+ * many, or SX_ERR_IO. */
+static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
 {
-    udp_iface_t *u = (udp_iface_t *)iface;
     unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
     unsigned refused = 0;
     int rc;
@@ -519,15 +711,15 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     if (want == 0)
         return 0;
     for (unsigned i = 0; i < want; i++) {
-        struct msghdr *h = &u->rx_msgs[i].msg_hdr;
+        struct msghdr *h = &rx->msgs[i].msg_hdr;
         /* recvmmsg writes these back; reset them for the next read. */
-        h->msg_control = u->rx_ctrl[i].buf;
-        h->msg_controllen = sizeof(u->rx_ctrl[i].buf);
+        h->msg_control = rx->ctrl[i].buf;
+        h->msg_controllen = sizeof(rx->ctrl[i].buf);
         h->msg_flags = 0;
-        u->rx_iov[i].iov_len = u->base.caps.mtu;
+        rx->iov[i].iov_len = rx->buflen;
     }
     for (;;) {
-        rc = recvmmsg(u->fd, u->rx_msgs, want, MSG_DONTWAIT, NULL);
+        rc = recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT, NULL);
         if (rc >= 0)
             break;
         int err = errno;
@@ -547,52 +739,81 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
 
     unsigned n = 0;
     for (int i = 0; i < rc; i++) {
-        struct msghdr *h = &u->rx_msgs[i].msg_hdr;
-        udp_read_ovfl(u, h);
+        struct msghdr *h = &rx->msgs[i].msg_hdr;
+        udp_read_ovfl(u, rx, h);
         if (h->msg_flags & MSG_TRUNC) {
-            /* Longer than our mtu: a peer with another idea of the mtu, or
-             * garbage. Never hand up a cut datagram. */
+            /* Longer than the buffer (the mtu, or UDP_CTRL_MAX on the ACK
+             * socket): a peer with another idea of the mtu, or garbage.
+             * Never hand up a cut datagram. */
             u->base.stats.rx_truncated++;
             continue;
         }
         events[n++] = (sx_tl_event_t){
             .type = SX_TL_EV_RECV,
             .status = SX_OK,
-            .data = u->rx_iov[i].iov_base,
-            .len = u->rx_msgs[i].msg_len,
+            .data = rx->iov[i].iov_base,
+            .len = rx->msgs[i].msg_len,
         };
     }
     u->base.stats.rx_datagrams += n;
     return (int)n;
 }
 
+static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+    int got = 0;
+
+    if (u->ack_fd >= 0) {
+        /* ACKs first: they free window and stop retransmissions that data
+         * queued ahead of them would otherwise delay. A quarter of the
+         * room stays for data, so a flood on the ACK port cannot starve
+         * it. The two sockets have separate buffers, so the events of both
+         * stay valid until the next poll. */
+        got = udp_rx_poll(u, &u->ack_rx, events, max - max / 4);
+        if (got < 0)
+            return got;
+        u->base.stats.rx_ack_socket += (unsigned)got;
+    }
+    int n = udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
+    return n < 0 ? n : got + n;
+}
+
 static int udp_wait_fd(sx_tl_iface_t *iface)
 {
-    return ((udp_iface_t *)iface)->fd;
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    return u->ep_fd >= 0 ? u->ep_fd : u->fd;
 }
 
 const sx_tl_ops_t sx_tl_udp_ops = {
     .name = "udp",
-    /* Creates, sizes and binds the socket; may block briefly; allocates
-     * UDP_RX_BATCH receive buffers of mtu bytes. */
+    /* Creates, sizes and binds the data socket (and the ACK socket and
+     * their epoll fd when config->ack_socket is set); may block briefly;
+     * allocates UDP_RX_BATCH receive buffers of mtu bytes (and as many of
+     * UDP_CTRL_MAX bytes for the ACK socket). */
     .open = udp_open,
-    /* Closes the socket and frees the buffers; token holder. */
+    /* Closes the sockets and frees the buffers; token holder. */
     .close = udp_close,
     /* Encodes the bound address (layout above); any thread, never blocks. */
     .local_addr = udp_local_addr,
-    /* Validates 8 card bytes and fills a table slot; token holder; may
-     * allocate when the table grows. */
+    /* Validates 8 or 10 card bytes, logs why they are refused, and fills a
+     * table slot; token holder; may allocate when the table grows. */
     .addr_insert = udp_addr_insert,
     .addr_str = udp_addr_str,
     /* Frees the slot for reuse; later sends to it fail; token holder. */
     .addr_remove = udp_addr_remove,
-    /* sendmmsg with MSG_DONTWAIT; the kernel has copied the data when it
-     * returns (sync_send), so the caller owns its buffers again; token
-     * holder; never blocks. */
+    /* sendmmsg with MSG_DONTWAIT, one call per run of datagrams for the
+     * same socket; the kernel has copied the data when it returns
+     * (sync_send), so the caller owns its buffers again; token holder;
+     * never blocks. Calls config->is_control on iov[0] of each datagram
+     * when an ACK path exists to its destination. */
     .post_send = udp_post_send,
     /* recvmmsg with MSG_DONTWAIT into the interface's own buffers, which
-     * stay valid until the next poll; token holder; never blocks. */
+     * stay valid until the next poll, the ACK socket first; token holder;
+     * never blocks. */
     .poll = udp_poll,
-    /* The socket itself: readable when a datagram is queued; any thread. */
+    /* The data socket, or with an ACK socket an epoll fd over both:
+     * readable when a datagram is queued on either; any thread. */
     .wait_fd = udp_wait_fd,
 };
