@@ -49,19 +49,27 @@
  *             completion p99      42 ms                 115 ms
  *     16 KiB  MB/s                 446 [258..506]        441 [336..475]
  *      1 KiB  MB/s                  75 [22..87]           63 [17..73]
- *   sx_bench latency, 64 B, 4 alternating pairs: half round trip median
- *   6.75 us off, 7.23 us on (on was slower in every pair); sx_bench rate
- *   varied 18k..68k messages/s within each setting: no verdict.
+ *   load ~0.1 to 0.5, 5 runs each
+ *     64 KiB  MB/s                1439 [1136..2029]     1133 [1018..1862]
+ *             completion p99      15 ms                 65 ms
+ *     16 KiB  MB/s                1425 [1306..1848]     1651 [1204..1826]
+ *      1 KiB  MB/s                 289 [270..312]        215 [205..233]
+ *   sx_bench latency, 64 B, half round trip, medians of alternating runs:
+ *   at load ~0.5, 10 pairs, 6.29 us [5.83..6.63] off, 6.90 us [5.72..7.20]
+ *   on (on slower in 9 pairs); at load ~5, 4 pairs, 6.75 off, 7.23 on.
+ *   sx_bench rate varied 18k..68k messages/s within each setting under
+ *   load: no verdict.
  *
- * So: throughput the same at 16 KiB, 7 to 11 % lower at 64 KiB in every
- * set and 13 to 25 % lower at 1 KiB in three sets of four (the fourth,
- * dominated by timeouts from the load, went the other way); ping-pong
- * 0.4 us slower, about what the second recvmmsg of every poll costs. The
- * throughput loss is not explained by that alone: a variant that read an
- * idle ACK socket only every fourth poll did not recover it in a quick
- * A/B (so it was not kept). The one gain, the median completion of 64 KiB
- * sends halved, comes with a p99 about three times worse; per rank, one
- * direction then ran ahead of the other.
+ * So: throughput within the noise at 16 KiB, 7 to 21 % lower at 64 KiB
+ * in every set and 13 to 26 % lower at 1 KiB in four sets of five (the
+ * fifth, dominated by timeouts from the load, went the other way);
+ * ping-pong 0.5 to 0.6 us slower, about what the second recvmmsg of every
+ * poll costs. The throughput loss is not explained by that alone: a
+ * variant that read an idle ACK socket only every fourth poll did not
+ * recover it in a quick A/B (so it was not kept). The one gain, the
+ * median completion of 64 KiB sends a third to a half lower, comes with a
+ * p99 three to four times worse; per rank, one direction then ran ahead
+ * of the other.
  * No run with SX_MAX_INFLIGHT below SX_RCVBUF had a kernel drop, so there
  * were no lost ACKs for the socket to save; with SX_RCVBUF=256k both
  * settings collapsed alike under overflow. A real NIC, with a qdisc that
