@@ -60,7 +60,19 @@ typedef struct mca_btl_shardx_module {
      * then freed without calling up into a PML that is going away. */
     atomic_bool closing;
     atomic_uint_fast64_t dropped_no_handler; /* messages for a tag nobody registered */
+    /* Which protocol paths ran, counted only with btl_shardx_verbose >= 1
+     * (so the fast path pays a predictable branch, not a shared atomic)
+     * and printed at finalize: the test suite checks that each run took
+     * the path it meant to. */
+    bool count_ops;
+    atomic_uint_fast64_t n_sendi, n_sendi_queued, n_send, n_send_inline, n_put, n_get, n_reg;
 } mca_btl_shardx_module_t;
+
+#define SHARDX_COUNT(m, field)                                               \
+    do {                                                                     \
+        if ((m)->count_ops)                                                  \
+            atomic_fetch_add_explicit(&(m)->field, 1, memory_order_relaxed); \
+    } while (0)
 
 typedef struct mca_btl_shardx_component {
     mca_btl_base_component_3_0_0_t super;

@@ -117,7 +117,9 @@ static int shardx_component_register(void)
                                           MCA_BASE_VAR_SCOPE_READONLY, &c->free_list_max);
     c->verbose = 0;
     (void)mca_base_component_var_register(
-        &c->super.btl_version, "verbose", "Verbosity of the shardx BTL (0: errors only)",
+        &c->super.btl_version, "verbose",
+        "Verbosity of the shardx BTL (0: errors only; 1: also count the operations of each "
+        "protocol path and print them at finalize)",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_LOCAL, &c->verbose);
     shardx_register_engine_params(c);
 

@@ -235,6 +235,7 @@ static int shardx_send(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
     if (total <= btl->btl_eager_limit) {
         int rc = sx_sendi(peer, tag, iov, n);
         if (rc == SX_OK) {
+            SHARDX_COUNT(shardx_module(btl), n_send_inline);
             bool btl_owns = (des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) != 0;
             if ((des->des_flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) && des->des_cbfunc != NULL)
                 des->des_cbfunc(btl, endpoint, des, OPAL_SUCCESS);
@@ -246,8 +247,10 @@ static int shardx_send(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
             return mca_btl_shardx_status(rc);
     }
     int rc = sx_send(peer, tag, iov, n, shardx_send_complete, frag);
-    if (rc == SX_INPROGRESS)
+    if (rc == SX_INPROGRESS) {
+        SHARDX_COUNT(shardx_module(btl), n_send);
         return OPAL_SUCCESS;
+    }
     return mca_btl_shardx_status(rc);
 }
 
@@ -309,6 +312,7 @@ static int shardx_sendi(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *end
 
     rc = sx_sendi(peer, tag, iov, n);
     if (rc == SX_OK) {
+        SHARDX_COUNT(m, n_sendi);
         if (frag != NULL)
             shardx_frag_return(frag);
         return OPAL_SUCCESS;
@@ -333,8 +337,10 @@ static int shardx_sendi(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *end
     frag->base.des_flags = MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
     struct iovec one = {.iov_base = frag->data, .iov_len = total};
     rc = sx_send(peer, tag, &one, 1, shardx_send_complete, frag);
-    if (rc == SX_INPROGRESS)
+    if (rc == SX_INPROGRESS) {
+        SHARDX_COUNT(m, n_sendi_queued);
         return OPAL_SUCCESS;
+    }
     shardx_frag_return(frag);
     return mca_btl_shardx_status(rc);
 
@@ -428,6 +434,7 @@ static mca_btl_base_registration_handle_t *shardx_register_mem(mca_btl_base_modu
             return NULL;
         }
         reg->handle.rkey = sx_mem_rkey(reg->mem);
+        SHARDX_COUNT(m, n_reg);
     }
     return &reg->handle;
 }
@@ -469,7 +476,15 @@ typedef int (*shardx_rdma_fn_t)(sx_peer_h peer, void *local, size_t len, uint64_
 static int shardx_put_fn(sx_peer_h peer, void *local, size_t len, uint64_t raddr, sx_rkey_t key,
                          sx_complete_cb_t cb, void *ctx)
 {
+    SHARDX_COUNT(&mca_btl_shardx_module, n_put);
     return sx_put(peer, local, len, raddr, key, cb, ctx);
+}
+
+static int shardx_get_fn(sx_peer_h peer, void *local, size_t len, uint64_t raddr, sx_rkey_t key,
+                         sx_complete_cb_t cb, void *ctx)
+{
+    SHARDX_COUNT(&mca_btl_shardx_module, n_get);
+    return sx_get(peer, local, len, raddr, key, cb, ctx);
 }
 
 static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpoint,
@@ -526,7 +541,7 @@ static int shardx_get(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpo
     (void)flags;
     (void)order;
     return shardx_rdma(btl, endpoint, local_address, remote_address, local_handle, remote_handle,
-                       size, cbfunc, cbcontext, cbdata, sx_get);
+                       size, cbfunc, cbcontext, cbdata, shardx_get_fn);
 }
 
 /* ------------------------------------------------------------------ */
@@ -658,6 +673,17 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
     atomic_store_explicit(&m->closing, true, memory_order_release);
     sx_engine_destroy(m->engine);
     m->engine = NULL;
+    if (m->count_ops)
+        opal_output(0,
+                    "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
+                    "send_inline=%llu put=%llu get=%llu registrations=%llu",
+                    (unsigned long long)atomic_load(&m->n_sendi),
+                    (unsigned long long)atomic_load(&m->n_sendi_queued),
+                    (unsigned long long)atomic_load(&m->n_send),
+                    (unsigned long long)atomic_load(&m->n_send_inline),
+                    (unsigned long long)atomic_load(&m->n_put),
+                    (unsigned long long)atomic_load(&m->n_get),
+                    (unsigned long long)atomic_load(&m->n_reg));
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",
@@ -718,6 +744,14 @@ int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine)
     m->error_cb = NULL;
     atomic_init(&m->closing, false);
     atomic_init(&m->dropped_no_handler, 0);
+    m->count_ops = c->verbose >= 1;
+    atomic_init(&m->n_sendi, 0);
+    atomic_init(&m->n_sendi_queued, 0);
+    atomic_init(&m->n_send, 0);
+    atomic_init(&m->n_send_inline, 0);
+    atomic_init(&m->n_put, 0);
+    atomic_init(&m->n_get, 0);
+    atomic_init(&m->n_reg, 0);
     OBJ_CONSTRUCT(&m->ep_lock, opal_mutex_t);
     OBJ_CONSTRUCT(&m->endpoints, opal_list_t);
     rc = shardx_list_init(&m->eager_frags, sizeof(mca_btl_shardx_frag_t) + eager,
