@@ -3,6 +3,7 @@
 #   make bench       build and run the scaling benchmark (sx_bench mt)
 #   make test-asan   the same tests under ASan+UBSan, in build-asan/
 #   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
+#   make bench-mpi   the shardx Open MPI BTL against the tcp BTL and UCX
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 SX_WERROR  ?= ON
 CMAKE_ARGS ?=
@@ -10,7 +11,7 @@ CTEST_ARGS ?=
 
 CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
 
-.PHONY: all deps build test bench build-asan test-asan build-tsan test-tsan fuzz install format clean
+.PHONY: all deps build test bench bench-mpi build-asan test-asan build-tsan test-tsan fuzz install format clean
 
 all: build
 
@@ -33,6 +34,12 @@ bench: build
 	@mkdir -p build/bench-results
 	./build/bench/sx_bench mt --json > build/bench-results/mt.json
 	@echo "bench: JSON in build/bench-results/mt.json"
+
+# The Open MPI comparison (integrations/openmpi-btl): ping-pong, message
+# rate and multithreaded latency over btl shardx, btl tcp and UCX on tcp,
+# as a table, build/bench-results/mpi.json and mpi.png.
+bench-mpi: build
+	bench/bench_mpi.sh build
 
 build-asan: deps
 	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null
