@@ -12,9 +12,14 @@
  *   btl_suite storm             thousands of unexpected small messages
  *   btl_suite threads           MPI_THREAD_MULTIPLE, 4 threads per rank
  *   btl_suite coll              barrier, bcast, allreduce, allgather, alltoall
+ *   btl_suite peerfail          rank 1 stops (SIGSTOP); rank 0 keeps sending
+ *                               until shardx declares the peer failed and the
+ *                               BTL's error callback makes ob1 abort the job
+ *                               (run_mpi.sh expects that failure)
  */
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,6 +420,27 @@ static void test_coll(void)
         printf("coll: barrier, bcast, allreduce, allgather, alltoall: ok\n");
 }
 
+/* Rank 1 stops for good; rank 0's messages are never acknowledged, so
+ * after SX_PEER_TIMEOUT_MS shardx fails the channel and reports the peer,
+ * and the BTL hands that to ob1's error callback, which aborts the job.
+ * Returning from here would be the failure. */
+static void test_peerfail(void)
+{
+    uint64_t v = 0;
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 1) {
+        raise(SIGSTOP);
+        /* Continued only by mpirun tearing the job down. */
+        MPI_OK(MPI_Recv(&v, 1, MPI_UINT64_T, 0, 702, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+    if (rank == 0) {
+        for (int i = 0; i < 1000; i++)
+            MPI_OK(MPI_Send(&v, 1, MPI_UINT64_T, 1, 700, MPI_COMM_WORLD));
+        MPI_OK(MPI_Recv(&v, 1, MPI_UINT64_T, 1, 701, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+    CHECK(0, "peerfail: rank %d returned although its peer stopped", rank);
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "";
@@ -439,8 +465,10 @@ int main(int argc, char **argv)
         test_threads();
     else if (strcmp(test, "coll") == 0)
         test_coll();
+    else if (strcmp(test, "peerfail") == 0)
+        test_peerfail();
     else
-        CHECK(0, "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll)", test);
+        CHECK(0, "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail)", test);
 
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
     MPI_Finalize();

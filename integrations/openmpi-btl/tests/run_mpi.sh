@@ -9,7 +9,8 @@
 # each protocol path at finalize) and the given arguments. The test passes
 # when mpirun exits 0 and the counters, summed over ranks, meet EXPECT:
 # comma-separated conditions such as "get>0,put=0" ("-" for none), so a
-# run meant for the put pipeline fails if it never put.
+# run meant for the put pipeline fails if it never put. EXPECT
+# "fail:REGEX" instead wants mpirun to fail with REGEX in its output.
 set -u
 mpirun=$1 sysdir=$2 ourdir=$3 np=$4 expect=$5
 shift 5
@@ -25,6 +26,20 @@ trap 'rm -f "$out"' EXIT
     --mca btl_shardx_verbose 1 "$@" >"$out" 2>&1
 rc=$?
 cat "$out"
+
+# "fail:REGEX": the job must fail, and say REGEX.
+if [[ $expect == fail:* ]]; then
+    if [[ $rc -eq 0 ]]; then
+        echo "run_mpi: FAILED: mpirun succeeded, expected a failure" >&2
+        exit 1
+    fi
+    if ! grep -Eq "${expect#fail:}" "$out"; then
+        echo "run_mpi: FAILED: the output does not say '${expect#fail:}'" >&2
+        exit 1
+    fi
+    echo "run_mpi: failed as expected: ${expect#fail:}"
+    exit 0
+fi
 if [[ $rc -ne 0 ]]; then
     echo "run_mpi: FAILED: mpirun exited with status $rc" >&2
     exit 1
