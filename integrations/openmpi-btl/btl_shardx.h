@@ -82,6 +82,9 @@ typedef struct mca_btl_shardx_component {
     char **sx_values;
     size_t sx_value_count;
     int *sx_var_index; /* MCA variable index per slot, -1 if not registered */
+    /* The engine's sockets are bound to a loopback address (SX_BIND_ADDR,
+     * 127.0.0.1 by default): only processes on this host can reach it. */
+    bool loopback_only;
     int free_list_max; /* btl_shardx_free_list_max */
     int verbose;       /* btl_shardx_verbose */
     int output;        /* opal_output stream */

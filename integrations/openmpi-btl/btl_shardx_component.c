@@ -176,6 +176,14 @@ static int shardx_engine_create(sx_engine_h *engine_p)
     kv[n].value = "manual";
     n++;
 
+    /* Which address the engine will bind: this BTL's parameter, else the
+     * environment, else shardx's default (loopback). */
+    const char *bind = getenv("SX_BIND_ADDR");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(kv[i].name, "BIND_ADDR") == 0)
+            bind = kv[i].value;
+    c->loopback_only = bind == NULL || bind[0] == '\0' || strncmp(bind, "127.", 4) == 0;
+
     char name[64];
     snprintf(name, sizeof(name), "btl_shardx[%s]", OPAL_NAME_PRINT(OPAL_PROC_MY_NAME));
     sx_engine_params_t params = {

@@ -7,6 +7,7 @@
 
 #include "opal/class/opal_bitmap.h"
 #include "opal/datatype/opal_convertor.h"
+#include "opal/mca/hwloc/base/base.h"
 #include "opal/mca/pmix/pmix.h"
 #include "opal/runtime/opal.h"
 #include "opal/util/output.h"
@@ -575,6 +576,13 @@ static int shardx_add_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
         /* Our own process is the self BTL's. */
         if (opal_compare_proc(proc->proc_name, OPAL_PROC_MY_NAME) == 0)
             continue;
+        if (c->loopback_only && !OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags)) {
+            opal_output_verbose(10, c->output,
+                                "btl shardx: %s is on another host and the engine is bound to "
+                                "loopback (set btl_shardx_bind_addr): not reachable",
+                                OPAL_NAME_PRINT(proc->proc_name));
+            continue;
+        }
         OPAL_MODEX_RECV(rc, &c->super.btl_version, &proc->proc_name, (void **)&card, &len);
         if (rc != OPAL_SUCCESS || card == NULL) {
             opal_output_verbose(10, c->output, "btl shardx: no card from %s",
