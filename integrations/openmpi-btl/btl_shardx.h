@@ -47,6 +47,9 @@
 
 BEGIN_C_DECLS
 
+/* Room for shardx's configuration table (sx_param_count(); 30 today). */
+#define SHARDX_MAX_ENGINE_PARAMS 128
+
 typedef struct mca_btl_shardx_module {
     mca_btl_base_module_t super;
     sx_engine_h engine;
@@ -78,10 +81,12 @@ typedef struct mca_btl_shardx_component {
     mca_btl_base_component_3_0_0_t super;
     /* Values of the btl_shardx_<name> parameters that mirror shardx's own
      * configuration table; NULL or "" leaves shardx to its environment and
-     * defaults. One slot per sx_param_info index. */
-    char **sx_values;
+     * defaults. One slot per sx_param_info index. The MCA variable system
+     * keeps pointers to these slots and writes them when it deregisters
+     * the variables, after the component's close: so the slots live as
+     * long as the (never unloaded) component, and are never freed. */
+    char *sx_values[SHARDX_MAX_ENGINE_PARAMS];
     size_t sx_value_count;
-    int *sx_var_index; /* MCA variable index per slot, -1 if not registered */
     /* The engine's sockets are bound to a loopback address (SX_BIND_ADDR,
      * 127.0.0.1 by default): only processes on this host can reach it. */
     bool loopback_only;

@@ -71,22 +71,18 @@ static void shardx_register_engine_params(mca_btl_shardx_component_t *c)
 {
     size_t n = sx_param_count();
 
-    c->sx_values = calloc(n, sizeof(*c->sx_values));
-    c->sx_var_index = malloc(n * sizeof(*c->sx_var_index));
-    if (c->sx_values == NULL || c->sx_var_index == NULL) {
-        free(c->sx_values);
-        free(c->sx_var_index);
-        c->sx_values = NULL;
-        c->sx_var_index = NULL;
-        c->sx_value_count = 0;
-        return;
+    if (n > SHARDX_MAX_ENGINE_PARAMS) {
+        opal_output(0,
+                    "btl shardx: %zu shardx parameters, room for %d: the rest have no "
+                    "btl_shardx_ name (SX_ environment variables still work)",
+                    n, SHARDX_MAX_ENGINE_PARAMS);
+        n = SHARDX_MAX_ENGINE_PARAMS;
     }
     c->sx_value_count = n;
     for (size_t i = 0; i < n; i++) {
         sx_param_info_t info;
         char name[64], desc[1024];
 
-        c->sx_var_index[i] = -1;
         if (sx_param_info(i, &info) != SX_OK || strcmp(info.name, "MODEX") == 0)
             continue;
         size_t len = strlen(info.name);
@@ -100,9 +96,9 @@ static void shardx_register_engine_params(mca_btl_shardx_component_t *c)
                  info.name, info.type_name, info.allowed, info.default_value, info.description,
                  info.name);
         /* MCA copies name and description. */
-        c->sx_var_index[i] = mca_base_component_var_register(
-            &c->super.btl_version, name, desc, MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0,
-            OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &c->sx_values[i]);
+        (void)mca_base_component_var_register(&c->super.btl_version, name, desc,
+                                              MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5,
+                                              MCA_BASE_VAR_SCOPE_READONLY, &c->sx_values[i]);
     }
 }
 
@@ -140,12 +136,8 @@ static int shardx_component_close(void)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
 
-    /* The values themselves belong to the MCA variable system. */
-    free(c->sx_values);
-    free(c->sx_var_index);
-    c->sx_values = NULL;
-    c->sx_var_index = NULL;
-    c->sx_value_count = 0;
+    /* sx_values stays: the MCA variable system owns the strings and still
+     * writes the slots when it deregisters the variables, after this. */
     if (c->output > 0)
         opal_output_close(c->output);
     return OPAL_SUCCESS;

@@ -10,7 +10,8 @@
 # when mpirun exits 0 and the counters, summed over ranks, meet EXPECT:
 # comma-separated conditions such as "get>0,put=0" ("-" for none), so a
 # run meant for the put pipeline fails if it never put. EXPECT
-# "fail:REGEX" instead wants mpirun to fail with REGEX in its output.
+# "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with each REGEX
+# in its output.
 set -u
 mpirun=$1 sysdir=$2 ourdir=$3 np=$4 expect=$5
 shift 5
@@ -27,16 +28,21 @@ trap 'rm -f "$out"' EXIT
 rc=$?
 cat "$out"
 
-# "fail:REGEX": the job must fail, and say REGEX.
+# "fail:REGEX[@@REGEX...]": the job must fail, and say each REGEX.
 if [[ $expect == fail:* ]]; then
     if [[ $rc -eq 0 ]]; then
         echo "run_mpi: FAILED: mpirun succeeded, expected a failure" >&2
         exit 1
     fi
-    if ! grep -Eq "${expect#fail:}" "$out"; then
-        echo "run_mpi: FAILED: the output does not say '${expect#fail:}'" >&2
-        exit 1
-    fi
+    pats=${expect#fail:}
+    while [[ -n $pats ]]; do
+        pat=${pats%%@@*}
+        if ! grep -Eq -- "$pat" "$out"; then
+            echo "run_mpi: FAILED: the output does not say '$pat'" >&2
+            exit 1
+        fi
+        [[ $pats == *"@@"* ]] && pats=${pats#*@@} || pats=""
+    done
     echo "run_mpi: failed as expected: ${expect#fail:}"
     exit 0
 fi
