@@ -35,8 +35,10 @@ tests=("pingpong" "rate" "mt 1" "mt 2")
 
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-for t in "${transports[@]}"; do
-    for test in "${tests[@]}"; do
+# Transports alternate within each test, so a change of load on the
+# machine during the run falls on all of them alike, not on one.
+for test in "${tests[@]}"; do
+    for t in "${transports[@]}"; do
         echo "bench_mpi: $t: $test" >&2
         # A run that fails or hangs (a busy machine, a transport that is
         # missing) leaves its figure out instead of stopping the comparison.
