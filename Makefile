@@ -3,6 +3,7 @@
 #   make bench       build and run the scaling benchmark (sx_bench mt), with plots
 #   make test-asan   the same tests under ASan+UBSan, in build-asan/
 #   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
+#   make bench-mpi   the shardx Open MPI BTL against the tcp BTL and UCX
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 SX_WERROR  ?= ON
 CMAKE_ARGS ?=
@@ -10,7 +11,7 @@ CTEST_ARGS ?=
 
 CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
 
-.PHONY: all deps build test bench bench-all bench-readme build-asan test-asan build-tsan test-tsan fuzz install format clean
+.PHONY: all deps build test bench bench-all bench-readme bench-mpi build-asan test-asan build-tsan test-tsan fuzz install format clean
 
 all: build
 
@@ -56,6 +57,12 @@ bench-readme:
 	@mkdir -p docs/bench
 	cp $(RESULTS)/*.png docs/bench/
 	scripts/splice-readme.sh README.md $(RESULTS)/results.md
+
+# The Open MPI comparison (integrations/openmpi-btl): ping-pong, message
+# rate and multithreaded latency over btl shardx, btl tcp and UCX on tcp,
+# as a table, build/bench-results/mpi.json and mpi.png.
+bench-mpi: build
+	bench/bench_mpi.sh build
 
 build-asan: deps
 	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null

@@ -41,4 +41,17 @@ cmake --build "$work/cmake-build" >/dev/null
 
 # The installed sx_info runs.
 "$work/prefix/bin/sx_info" >/dev/null
-echo "install check passed: pkg-config (shared, static) and find_package(shardx)"
+# The Open MPI BTL, when built: installed under <libdir>/shardx/openmpi and
+# loadable from there by Open MPI, finding the installed libshardx through
+# its own RPATH (no LD_LIBRARY_PATH).
+what="pkg-config (shared, static) and find_package(shardx)"
+if [ -f "$build/openmpi/mca_btl_shardx.so" ]; then
+    btl=$(find "$work/prefix" -path '*/shardx/openmpi/mca_btl_shardx.so' | head -n 1)
+    [ -n "$btl" ] || { echo "mca_btl_shardx.so was not installed under lib*/shardx/openmpi" >&2; exit 1; }
+    sysdir=$(sed -n 's/^SX_OMPI_COMPONENT_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+    env -u LD_LIBRARY_PATH OMPI_MCA_mca_base_component_path="$sysdir:$(dirname "$btl")" \
+        ompi_info --param btl shardx --level 9 | grep -q 'btl_shardx_eager_limit' ||
+        { echo "ompi_info does not load the installed $btl" >&2; exit 1; }
+    what="$what, and the Open MPI BTL"
+fi
+echo "install check passed: $what"

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# `make bench-mpi`: one run comparing the shardx BTL with Open MPI's tcp
+# BTL and with UCX on tcp, under ob1 (UCX: its own PML), two ranks on this
+# machine with mpirun's default binding. mpi_bench measures an 8 B .. 4 MiB
+# ping-pong, a windowed 8-byte message rate and an 8-byte latency with 1
+# and 2 threads per rank (MPI_THREAD_MULTIPLE, each thread its own tag).
+#
+#   bench/bench_mpi.sh [BUILD_DIR]      (default: build)
+#
+# Prints a table and the three ratios of the issue's targets; writes
+# BUILD_DIR/bench-results/mpi.json and, when gnuplot is installed, mpi.png
+# (bench/plot_mpi.sh). Figures only: nothing here passes or fails on speed.
+set -euo pipefail
+build=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+bench=$build/bench/mpi_bench
+results=$build/bench-results
+[[ -x $bench ]] || { echo "bench_mpi: $bench not built (needs SX_OPENMPI_BTL)" >&2; exit 1; }
+sysdir=$(sed -n 's/^SX_OMPI_COMPONENT_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+[[ -n $sysdir && -f $build/openmpi/mca_btl_shardx.so ]] ||
+    { echo "bench_mpi: the shardx BTL is not built in $build" >&2; exit 1; }
+mkdir -p "$results"
+
+export OMPI_MCA_mca_base_component_path="$sysdir:$(cd "$build/openmpi" && pwd)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+declare -A args=(
+    [shardx]="--mca pml ob1 --mca btl shardx,self"
+    [tcp]="--mca pml ob1 --mca btl tcp,self"
+    # pml ucx only takes transports on its list; UCX_TLS picks tcp on lo.
+    [ucx_tcp]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo"
+)
+transports=(shardx tcp ucx_tcp)
+tests=("pingpong" "rate" "mt 1" "mt 2")
+
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
+# Transports alternate within each test, so a change of load on the
+# machine during the run falls on all of them alike, not on one.
+for test in "${tests[@]}"; do
+    for t in "${transports[@]}"; do
+        echo "bench_mpi: $t: $test" >&2
+        # A run that fails or hangs (a busy machine, a transport that is
+        # missing) leaves its figure out instead of stopping the comparison.
+        # shellcheck disable=SC2086
+        if line=$(timeout 300 mpirun -np 2 ${args[$t]} "$bench" $test 2>/dev/null | grep '^{' | tail -n 1) &&
+            [[ -n $line ]]; then
+            echo "{\"transport\": \"$t\", \"result\": $line}" >>"$raw"
+        else
+            echo "bench_mpi: $t: $test failed; left out" >&2
+        fi
+    done
+done
+
+python3 - "$raw" "$results" <<'PY'
+import json, os, sys
+raw, outdir = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(raw) if l.strip()]
+res = {}
+for r in rows:
+    t, x = r["transport"], r["result"]
+    d = res.setdefault(t, {})
+    if x["test"] == "pingpong":
+        d["pingpong"] = x["results"]
+    elif x["test"] == "rate":
+        d["rate_msgs_per_s"] = x["messages_per_s"]
+    elif x["test"] == "mt":
+        d["mt%d_latency_us" % x["threads"]] = x["latency_us"]
+
+def lat8(t):
+    for p in res.get(t, {}).get("pingpong", []):
+        if p["size"] == 8:
+            return p["latency_us"]
+    return None
+
+def ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+sx, tcp = res.get("shardx", {}), res.get("tcp", {})
+ratios = {
+    "latency_8B_shardx_over_tcp": ratio(lat8("shardx"), lat8("tcp")),
+    "rate_8B_shardx_over_tcp": ratio(sx.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
+    "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8("shardx")),
+}
+targets = {
+    "latency_8B_shardx_over_tcp": "<= 0.8",
+    "rate_8B_shardx_over_tcp": ">= 2",
+    "mt2_latency_over_shardx_1thread": "<= 3",
+}
+load = os.getloadavg()
+doc = {"machine": {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2)},
+       "results": res, "ratios": ratios, "targets": targets}
+json.dump(doc, open(os.path.join(outdir, "mpi.json"), "w"), indent=2)
+
+# Data files for the plot.
+with open(os.path.join(outdir, "mpi_latency.dat"), "w") as f:
+    sizes = sorted({p["size"] for t in res for p in res[t].get("pingpong", []) if p["size"] > 0})
+    f.write("# size " + " ".join(res) + "\n")
+    for s in sizes:
+        vals = []
+        for t in res:
+            v = [p["latency_us"] for p in res[t].get("pingpong", []) if p["size"] == s]
+            vals.append("%.3f" % v[0] if v else "NaN")
+        f.write("%d %s\n" % (s, " ".join(vals)))
+with open(os.path.join(outdir, "mpi_bars.dat"), "w") as f:
+    f.write("# transport rate_kmsgs lat8 mt1 mt2\n")
+    for t in res:
+        d = res[t]
+        def g(k, scale=1.0):
+            v = d.get(k)
+            return "%.3f" % (v * scale) if v is not None else "NaN"
+        f.write('"%s" %s %s %s %s\n' % (t, g("rate_msgs_per_s", 1e-3),
+                                      "%.3f" % lat8(t) if lat8(t) is not None else "NaN",
+                                      g("mt1_latency_us"), g("mt2_latency_us")))
+
+def fmt(v, f="%.1f"):
+    return f % v if v is not None else "-"
+print("\n%-9s %12s %14s %14s %14s %14s" % ("transport", "8 B lat us", "1 MiB MB/s",
+                                           "8 B msgs/s", "mt1 lat us", "mt2 lat us"))
+for t in res:
+    d = res[t]
+    bw = [p["bandwidth_MBps"] for p in d.get("pingpong", []) if p["size"] == 1048576]
+    print("%-9s %12s %14s %14s %14s %14s" % (t, fmt(lat8(t)), fmt(bw[0] if bw else None),
+                                             fmt(d.get("rate_msgs_per_s"), "%.0f"),
+                                             fmt(d.get("mt1_latency_us")),
+                                             fmt(d.get("mt2_latency_us"))))
+print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
+for k, v in ratios.items():
+    print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
+print("\nbench_mpi: JSON in %s" % os.path.join(outdir, "mpi.json"))
+PY
+
+"$here/plot_mpi.sh" "$results" || true

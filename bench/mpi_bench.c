@@ -1,0 +1,187 @@
+/*
+ * mpi_bench: the MPI figures behind `make bench-mpi` (bench/bench_mpi.sh
+ * runs it over each transport). Two ranks; rank 0 prints one JSON object.
+ *
+ *   mpi_bench pingpong   one-way latency (half the round trip) per size
+ *   mpi_bench rate       8-byte messages per second, windows of 64 Isends
+ *   mpi_bench mt N [I]   8-byte latency with N threads per rank, each
+ *                        ping-ponging on its own tag (MPI_THREAD_MULTIPLE),
+ *                        I round trips per thread and batch (500)
+ *
+ * Each figure is the median of several batches, so one batch slowed by
+ * a busy machine does not set it. The program prints figures; it never
+ * passes or fails on them.
+ */
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCHES 5
+static int rank;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Round trips on (comm, tag); returns the one-way latency in µs. */
+static double pingpong(MPI_Comm comm, int tag, char *buf, int size, int iters)
+{
+    int peer = 1 - rank;
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (rank == 0) {
+            MPI_Send(buf, size, MPI_BYTE, peer, tag, comm);
+            MPI_Recv(buf, size, MPI_BYTE, peer, tag, comm, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, size, MPI_BYTE, peer, tag, comm, MPI_STATUS_IGNORE);
+            MPI_Send(buf, size, MPI_BYTE, peer, tag, comm);
+        }
+    }
+    return (MPI_Wtime() - t0) * 1e6 / iters / 2;
+}
+
+static void bench_pingpong(void)
+{
+    static const int sizes[] = {0, 8, 64, 512, 4096, 32768, 262144, 1048576, 4194304};
+    const int n = sizeof(sizes) / sizeof(sizes[0]);
+    char *buf = calloc(1, 4194304);
+
+    if (rank == 0)
+        printf("{\"test\": \"pingpong\", \"results\": [");
+    for (int k = 0; k < n; k++) {
+        int iters = sizes[k] <= 4096 ? 2000 : sizes[k] <= 262144 ? 200 : 20;
+        double lat[BATCHES];
+        pingpong(MPI_COMM_WORLD, 1, buf, sizes[k], iters / 10 + 1); /* warm-up */
+        for (int b = 0; b < BATCHES; b++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            lat[b] = pingpong(MPI_COMM_WORLD, 1, buf, sizes[k], iters);
+        }
+        double med = median(lat, BATCHES);
+        if (rank == 0)
+            printf("%s{\"size\": %d, \"latency_us\": %.3f, \"bandwidth_MBps\": %.1f}",
+                   k ? ", " : "", sizes[k], med, med > 0 ? sizes[k] / med : 0.0);
+    }
+    if (rank == 0)
+        printf("]}\n");
+    free(buf);
+}
+
+#define WINDOW 64
+static void bench_rate(void)
+{
+    const int windows = 400;
+    char buf[WINDOW][8];
+    MPI_Request req[WINDOW];
+    double rate[BATCHES];
+    int peer = 1 - rank;
+
+    memset(buf, 1, sizeof(buf));
+    for (int b = -1; b < BATCHES; b++) { /* b = -1: warm-up */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int w = 0; w < windows; w++) {
+            for (int i = 0; i < WINDOW; i++) {
+                if (rank == 0)
+                    MPI_Isend(buf[i], 8, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &req[i]);
+                else
+                    MPI_Irecv(buf[i], 8, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &req[i]);
+            }
+            MPI_Waitall(WINDOW, req, MPI_STATUSES_IGNORE);
+            /* The receiver acknowledges each window, so the sender measures
+             * delivered messages, not queued ones. */
+            if (rank == 0)
+                MPI_Recv(NULL, 0, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            else
+                MPI_Send(NULL, 0, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
+        }
+        double t = MPI_Wtime() - t0;
+        if (b >= 0)
+            rate[b] = (double)windows * WINDOW / t;
+    }
+    if (rank == 0)
+        printf("{\"test\": \"rate\", \"size\": 8, \"window\": %d, \"messages_per_s\": %.0f}\n",
+               WINDOW, median(rate, BATCHES));
+}
+
+typedef struct mt_arg {
+    int t;
+    int iters;
+    pthread_barrier_t *start;
+    double lat;
+} mt_arg_t;
+
+static void *mt_thread(void *p)
+{
+    mt_arg_t *a = p;
+    char buf[8] = {0};
+    pingpong(MPI_COMM_WORLD, 10 + a->t, buf, 8, a->iters / 10 + 1); /* warm-up */
+    pthread_barrier_wait(a->start);
+    a->lat = pingpong(MPI_COMM_WORLD, 10 + a->t, buf, 8, a->iters);
+    return NULL;
+}
+
+static void bench_mt(int nthreads, int iters)
+{
+    double lat[BATCHES];
+    pthread_t th[64];
+    mt_arg_t args[64];
+    pthread_barrier_t start;
+
+    for (int b = 0; b < BATCHES; b++) {
+        pthread_barrier_init(&start, NULL, (unsigned)nthreads);
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int t = 0; t < nthreads; t++) {
+            args[t] = (mt_arg_t){.t = t, .iters = iters, .start = &start};
+            pthread_create(&th[t], NULL, mt_thread, &args[t]);
+        }
+        double sum = 0;
+        for (int t = 0; t < nthreads; t++) {
+            pthread_join(th[t], NULL);
+            sum += args[t].lat;
+        }
+        pthread_barrier_destroy(&start);
+        lat[b] = sum / nthreads; /* each thread's own latency, averaged */
+    }
+    if (rank == 0)
+        printf("{\"test\": \"mt\", \"threads\": %d, \"size\": 8, \"latency_us\": %.3f}\n", nthreads,
+               median(lat, BATCHES));
+}
+
+int main(int argc, char **argv)
+{
+    const char *test = argc > 1 ? argv[1] : "pingpong";
+    int mt = strcmp(test, "mt") == 0;
+    int nthreads = argc > 2 ? atoi(argv[2]) : 2;
+    int provided, size;
+
+    MPI_Init_thread(&argc, &argv, mt ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2 || (mt && (provided < MPI_THREAD_MULTIPLE || nthreads < 1 || nthreads > 64))) {
+        if (rank == 0)
+            fprintf(stderr, "mpi_bench: needs 2 ranks (and MPI_THREAD_MULTIPLE, 1..64 threads "
+                            "for mt)\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (strcmp(test, "pingpong") == 0)
+        bench_pingpong();
+    else if (strcmp(test, "rate") == 0)
+        bench_rate();
+    else if (mt)
+        bench_mt(nthreads, argc > 3 ? atoi(argv[3]) : 500);
+    else if (rank == 0)
+        fprintf(stderr, "mpi_bench: unknown test '%s' (pingpong, rate, mt N)\n", test);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}

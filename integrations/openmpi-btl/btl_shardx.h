@@ -1,0 +1,161 @@
+/*
+ * The shardx BTL: Open MPI's byte transfer layer over one shardx engine.
+ *
+ * One module per process, over one engine. Everything Open MPI hands the
+ * module maps onto shardx's public API (include/shardx.h) and nothing
+ * else:
+ *
+ *   BTL                                shardx
+ *   btl_init                           sx_engine_create (SX_MODEX=manual)
+ *   business card in the modex         sx_engine_address -> OPAL_MODEX_SEND
+ *   add_procs                          OPAL_MODEX_RECV -> sx_peer_add
+ *   del_procs                          sx_peer_remove
+ *   tag (8 bits)                       the shardx active-message tag itself
+ *   send / sendi                       sx_send (completion) / sx_sendi
+ *   register_mem / deregister_mem      sx_mem_register / sx_mem_deregister
+ *   put / get                          sx_put / sx_get (complete when done
+ *                                      at the target / locally)
+ *   btl_progress                       sx_progress
+ *   error callback                     sx_error_register
+ *   btl_shardx_<name> MCA parameters   the engine's own SX_<NAME> settings
+ *
+ * Concurrency. ob1 calls every entry point from every thread at once
+ * (MPI_THREAD_MULTIPLE) and re-enters send, alloc, put and get from the
+ * receive and completion callbacks. shardx's calls are safe from any thread
+ * and from its callbacks, so the module keeps no lock of its own on the
+ * fast path: descriptors come from OPAL free lists (lock-free LIFOs),
+ * endpoints are read-only after add_procs, and the only mutex
+ * (module->ep_lock) guards the endpoint list that add_procs, del_procs and
+ * finalize walk.
+ */
+#ifndef MCA_BTL_SHARDX_H
+#define MCA_BTL_SHARDX_H
+
+#include "opal_config.h"
+
+#include "opal/class/opal_free_list.h"
+#include "opal/class/opal_list.h"
+#include "opal/mca/btl/btl.h"
+#include "opal/mca/btl/base/base.h"
+#include "opal/threads/mutex.h"
+#include "opal/util/proc.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <shardx.h>
+
+BEGIN_C_DECLS
+
+/* Room for shardx's configuration table (sx_param_count(); 30 today). */
+#define SHARDX_MAX_ENGINE_PARAMS 128
+
+typedef struct mca_btl_shardx_module {
+    mca_btl_base_module_t super;
+    sx_engine_h engine;
+    mca_btl_base_module_error_cb_fn_t error_cb; /* set once by ob1, read on failure */
+    opal_free_list_t eager_frags;               /* descriptors of btl_eager_limit bytes */
+    opal_free_list_t max_frags;                 /* descriptors of btl_max_send_size bytes */
+    opal_free_list_t rdma_ops;                  /* put/get contexts */
+    opal_mutex_t ep_lock;                       /* endpoint list only; never on the fast path */
+    opal_list_t endpoints;
+    /* Set when finalize starts: completions of cancelled operations are
+     * then freed without calling up into a PML that is going away. */
+    atomic_bool closing;
+    atomic_uint_fast64_t dropped_no_handler; /* messages for a tag nobody registered */
+    /* Which protocol paths ran, counted only with btl_shardx_verbose >= 1
+     * (so the fast path pays a predictable branch, not a shared atomic)
+     * and printed at finalize: the test suite checks that each run took
+     * the path it meant to. */
+    bool count_ops;
+    atomic_uint_fast64_t n_sendi, n_sendi_queued, n_send, n_send_inline, n_put, n_get, n_reg;
+} mca_btl_shardx_module_t;
+
+#define SHARDX_COUNT(m, field)                                               \
+    do {                                                                     \
+        if ((m)->count_ops)                                                  \
+            atomic_fetch_add_explicit(&(m)->field, 1, memory_order_relaxed); \
+    } while (0)
+
+typedef struct mca_btl_shardx_component {
+    mca_btl_base_component_3_0_0_t super;
+    /* Values of the btl_shardx_<name> parameters that mirror shardx's own
+     * configuration table; NULL or "" leaves shardx to its environment and
+     * defaults. One slot per sx_param_info index. The MCA variable system
+     * keeps pointers to these slots and writes them when it deregisters
+     * the variables, after the component's close: so the slots live as
+     * long as the (never unloaded) component, and are never freed. */
+    char *sx_values[SHARDX_MAX_ENGINE_PARAMS];
+    size_t sx_value_count;
+    /* The engine's sockets are bound to a loopback address (SX_BIND_ADDR,
+     * 127.0.0.1 by default): only processes on this host can reach it. */
+    bool loopback_only;
+    int free_list_max; /* btl_shardx_free_list_max */
+    int verbose;       /* btl_shardx_verbose */
+    int output;        /* opal_output stream */
+} mca_btl_shardx_component_t;
+
+OPAL_MODULE_DECLSPEC extern mca_btl_shardx_component_t mca_btl_shardx_component;
+extern mca_btl_shardx_module_t mca_btl_shardx_module;
+
+/* One remote process. Created by add_procs and kept until the module is
+ * finalized, so a callback that names it (its address is the shardx peer
+ * id) never sees freed memory; del_procs only removes the shardx peer. */
+struct mca_btl_base_endpoint_t {
+    opal_list_item_t super;
+    opal_proc_t *proc;
+    sx_peer_h peer;       /* NULL once removed */
+    atomic_bool removed;  /* del_procs ran (it may run twice) */
+    atomic_bool reported; /* the error callback ran for it */
+};
+typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
+OBJ_CLASS_DECLARATION(mca_btl_base_endpoint_t);
+
+/* A send descriptor. segments[0] is the copy area (data[], sized by the
+ * free list it came from); prepare_src of contiguous data adds
+ * segments[1], pointing at the user's buffer (no copy). */
+typedef struct mca_btl_shardx_frag {
+    mca_btl_base_descriptor_t base;
+    mca_btl_base_segment_t segments[2];
+    mca_btl_base_endpoint_t *endpoint;
+    opal_free_list_t *list; /* the list it returns to */
+    size_t capacity;        /* bytes in data[] */
+    uint8_t tag;
+    uint8_t data[] __attribute__((aligned(16)));
+} mca_btl_shardx_frag_t;
+OBJ_CLASS_DECLARATION(mca_btl_shardx_frag_t);
+
+/* A put or get in flight. */
+typedef struct mca_btl_shardx_rdma_op {
+    opal_free_list_item_t super;
+    mca_btl_base_endpoint_t *endpoint;
+    void *local_address;
+    mca_btl_base_registration_handle_t *local_handle;
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    void *cbcontext;
+    void *cbdata;
+} mca_btl_shardx_rdma_op_t;
+OBJ_CLASS_DECLARATION(mca_btl_shardx_rdma_op_t);
+
+/* What a peer needs to name a registered region: sent by ob1 to the peer
+ * as btl_registration_handle_size plain bytes, so no local pointers. */
+struct mca_btl_base_registration_handle_t {
+    uint64_t rkey;
+};
+
+/* The local side of a registration; ob1 holds &reg->handle. */
+typedef struct mca_btl_shardx_reg {
+    mca_btl_base_registration_handle_t handle;
+    sx_mem_h mem; /* NULL for a local-only registration */
+} mca_btl_shardx_reg_t;
+
+/* Module functions (btl_shardx_module.c). */
+int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine);
+int mca_btl_shardx_progress(void);
+
+/* shardx status -> OPAL status. */
+int mca_btl_shardx_status(int sx_status);
+
+END_C_DECLS
+
+#endif /* MCA_BTL_SHARDX_H */

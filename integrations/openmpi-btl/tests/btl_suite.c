@@ -1,0 +1,476 @@
+/*
+ * btl_suite: MPI tests for the shardx BTL, one test per run, chosen by
+ * name. Run under `mpirun --mca pml ob1 --mca btl shardx,self`, so every
+ * byte between ranks crosses the BTL (self only carries a rank's messages
+ * to itself). Every received byte is checked against a pattern derived
+ * from (sender, size, sequence); nothing depends on timing. Exit status 0
+ * on success; a failure prints what differed and aborts the job.
+ *
+ *   btl_suite p2p [max_bytes]   blocking and nonblocking, 0 B .. 16 MiB
+ *   btl_suite wildcard          MPI_ANY_SOURCE / MPI_ANY_TAG, order kept
+ *   btl_suite probe             Probe, Iprobe, Mprobe of every size class
+ *   btl_suite storm             thousands of unexpected small messages
+ *   btl_suite threads           MPI_THREAD_MULTIPLE, 4 threads per rank
+ *   btl_suite coll              barrier, bcast, allreduce, allgather, alltoall
+ *   btl_suite peerfail          rank 1 stops (SIGSTOP); rank 0 keeps sending
+ *                               until shardx declares the peer failed and the
+ *                               BTL's error callback makes ob1 abort the job
+ *                               (run_mpi.sh expects that failure)
+ */
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, nranks;
+
+#define CHECK(cond, ...)                                          \
+    do {                                                          \
+        if (!(cond)) {                                            \
+            fprintf(stderr, "btl_suite rank %d: FAILED: ", rank); \
+            fprintf(stderr, __VA_ARGS__);                         \
+            fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);    \
+            MPI_Abort(MPI_COMM_WORLD, 1);                         \
+        }                                                         \
+    } while (0)
+
+#define MPI_OK(call)                                             \
+    do {                                                         \
+        int rc_ = (call);                                        \
+        CHECK(rc_ == MPI_SUCCESS, "%s returned %d", #call, rc_); \
+    } while (0)
+
+static uint8_t pattern(int src, size_t size, unsigned seq, size_t i)
+{
+    return (uint8_t)(src * 131 + size * 7 + seq * 31 + i + (i >> 8) * 13);
+}
+
+static void fill(uint8_t *buf, int src, size_t size, unsigned seq)
+{
+    for (size_t i = 0; i < size; i++)
+        buf[i] = pattern(src, size, seq, i);
+}
+
+static void verify(const uint8_t *buf, int src, size_t size, unsigned seq, const char *what)
+{
+    for (size_t i = 0; i < size; i++)
+        CHECK(buf[i] == pattern(src, size, seq, i),
+              "%s: %zu-byte message %u from rank %d differs at byte %zu (%u, expected %u)", what,
+              size, seq, src, i, buf[i], pattern(src, size, seq, i));
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    CHECK(p != NULL, "out of memory (%zu bytes)", n);
+    return p;
+}
+
+/* 0, 1, 2, 3, then every power of two up to max with its neighbours, plus
+ * the BTL's protocol boundaries (8 KiB eager, 64 KiB send fragment, 1 MiB
+ * RDMA piece). */
+static size_t sizes(size_t max, size_t *out)
+{
+    size_t n = 0;
+    for (size_t s = 0; s < 4; s++)
+        out[n++] = s;
+    for (size_t p = 4; p <= max; p *= 2) {
+        out[n++] = p - 1;
+        out[n++] = p;
+        if (p + 1 <= max)
+            out[n++] = p + 1;
+    }
+    const size_t extra[] = {8192 - 64, 8192 + 64, 65536 - 100, 65536 + 100, 3 * 1048576 + 5};
+    for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
+        if (extra[i] <= max)
+            out[n++] = extra[i];
+    return n;
+}
+
+/* Blocking pairs (rank ^ 1), then a nonblocking ring in both directions. */
+static void test_p2p(size_t max)
+{
+    size_t list[128];
+    size_t n = sizes(max, list);
+    uint8_t *sbuf = xmalloc(max), *rbuf = xmalloc(max), *rbuf2 = xmalloc(max);
+    uint8_t *sbuf2 = xmalloc(max);
+    int partner = rank ^ 1;
+
+    for (size_t k = 0; k < n; k++) {
+        size_t size = list[k];
+        unsigned seq = (unsigned)k;
+        MPI_Status st;
+        int count;
+
+        if (partner < nranks) {
+            fill(sbuf, rank, size, seq);
+            memset(rbuf, 0xee, size);
+            if (rank % 2 == 0) {
+                MPI_OK(MPI_Send(sbuf, (int)size, MPI_BYTE, partner, 100, MPI_COMM_WORLD));
+                MPI_OK(MPI_Recv(rbuf, (int)size, MPI_BYTE, partner, 100, MPI_COMM_WORLD, &st));
+            } else {
+                MPI_OK(MPI_Recv(rbuf, (int)size, MPI_BYTE, partner, 100, MPI_COMM_WORLD, &st));
+                MPI_OK(MPI_Send(sbuf, (int)size, MPI_BYTE, partner, 100, MPI_COMM_WORLD));
+            }
+            MPI_OK(MPI_Get_count(&st, MPI_BYTE, &count));
+            CHECK((size_t)count == size, "blocking: received %d bytes, expected %zu", count, size);
+            verify(rbuf, partner, size, seq, "blocking");
+            /* Synchronous send: completes only once matched. */
+            if (rank % 2 == 0)
+                MPI_OK(MPI_Ssend(sbuf, (int)size, MPI_BYTE, partner, 101, MPI_COMM_WORLD));
+            else {
+                MPI_OK(MPI_Recv(rbuf, (int)size, MPI_BYTE, partner, 101, MPI_COMM_WORLD, &st));
+                verify(rbuf, partner, size, seq, "ssend");
+            }
+        }
+
+        int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+        MPI_Request req[4];
+        fill(sbuf, rank, size, seq + 1000);
+        fill(sbuf2, rank, size, seq + 2000);
+        memset(rbuf, 0xee, size);
+        memset(rbuf2, 0xee, size);
+        MPI_OK(MPI_Irecv(rbuf, (int)size, MPI_BYTE, left, 200, MPI_COMM_WORLD, &req[0]));
+        MPI_OK(MPI_Irecv(rbuf2, (int)size, MPI_BYTE, right, 201, MPI_COMM_WORLD, &req[1]));
+        MPI_OK(MPI_Isend(sbuf, (int)size, MPI_BYTE, right, 200, MPI_COMM_WORLD, &req[2]));
+        MPI_OK(MPI_Isend(sbuf2, (int)size, MPI_BYTE, left, 201, MPI_COMM_WORLD, &req[3]));
+        MPI_OK(MPI_Waitall(4, req, MPI_STATUSES_IGNORE));
+        verify(rbuf, left, size, seq + 1000, "nonblocking ring");
+        verify(rbuf2, right, size, seq + 2000, "nonblocking ring (reverse)");
+    }
+    free(sbuf);
+    free(sbuf2);
+    free(rbuf);
+    free(rbuf2);
+    if (rank == 0)
+        printf("p2p: %zu sizes up to %zu bytes, blocking, synchronous and nonblocking: ok\n", n,
+               max);
+}
+
+/* Every other rank sends PER messages to rank 0 with tags cycling over 3;
+ * rank 0 receives them all with MPI_ANY_SOURCE and MPI_ANY_TAG and checks
+ * that each (source, tag) stream arrives in order (MPI's non-overtaking
+ * rule) and intact. Sizes alternate between eager and rendezvous. */
+#define WILD_PER 300
+static size_t wild_size(unsigned i)
+{
+    static const size_t s[] = {0, 8, 1000, 9000, 70000, 300000};
+    return s[i % 6];
+}
+
+static void test_wildcard(void)
+{
+    uint8_t *buf = xmalloc(300000);
+    if (rank == 0) {
+        int total = (nranks - 1) * WILD_PER;
+        unsigned *next = calloc((size_t)nranks * 3, sizeof(unsigned));
+        CHECK(next != NULL, "out of memory");
+        for (int k = 0; k < total; k++) {
+            MPI_Status st;
+            int count;
+            MPI_OK(
+                MPI_Recv(buf, 300000, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st));
+            int src = st.MPI_SOURCE, tag = st.MPI_TAG;
+            CHECK(src > 0 && src < nranks && tag >= 0 && tag < 3, "bad source %d / tag %d", src,
+                  tag);
+            /* Message i of a sender has tag i % 3, so stream (src, tag) holds
+             * i = tag, tag + 3, ... in order. */
+            unsigned i = next[src * 3 + tag] * 3 + (unsigned)tag;
+            next[src * 3 + tag]++;
+            MPI_OK(MPI_Get_count(&st, MPI_BYTE, &count));
+            CHECK((size_t)count == wild_size(i), "message %u from %d: %d bytes, expected %zu", i,
+                  src, count, wild_size(i));
+            verify(buf, src, (size_t)count, i, "wildcard");
+        }
+        for (int s = 1; s < nranks; s++)
+            for (int t = 0; t < 3; t++)
+                CHECK(next[s * 3 + t] == WILD_PER / 3, "rank %d tag %d: %u messages", s, t,
+                      next[s * 3 + t]);
+        free(next);
+        printf("wildcard: %d messages from %d ranks matched by ANY_SOURCE/ANY_TAG: ok\n", total,
+               nranks - 1);
+    } else {
+        for (unsigned i = 0; i < WILD_PER; i++) {
+            fill(buf, rank, wild_size(i), i);
+            MPI_OK(MPI_Send(buf, (int)wild_size(i), MPI_BYTE, 0, (int)(i % 3), MPI_COMM_WORLD));
+        }
+    }
+    free(buf);
+}
+
+/* Rank 0 learns each message's size from a probe before receiving it:
+ * MPI_Probe, then MPI_Iprobe polling, then MPI_Mprobe / MPI_Mrecv. */
+static void test_probe(void)
+{
+    static const size_t s[] = {0, 1, 100, 8192, 20000, 65536, 1048576, 4194304 + 3};
+    const unsigned ns = sizeof(s) / sizeof(s[0]);
+    if (rank == 0) {
+        for (int mode = 0; mode < 3; mode++) {
+            for (unsigned k = 0; k < ns * (unsigned)(nranks - 1); k++) {
+                MPI_Status st;
+                MPI_Message msg;
+                int count, flag = 0;
+                if (mode == 0)
+                    MPI_OK(MPI_Probe(MPI_ANY_SOURCE, 300 + mode, MPI_COMM_WORLD, &st));
+                else if (mode == 1)
+                    while (!flag)
+                        MPI_OK(MPI_Iprobe(MPI_ANY_SOURCE, 300 + mode, MPI_COMM_WORLD, &flag, &st));
+                else
+                    MPI_OK(MPI_Mprobe(MPI_ANY_SOURCE, 300 + mode, MPI_COMM_WORLD, &msg, &st));
+                MPI_OK(MPI_Get_count(&st, MPI_BYTE, &count));
+                uint8_t *buf = xmalloc((size_t)count);
+                int src = st.MPI_SOURCE;
+                if (mode == 2)
+                    MPI_OK(MPI_Mrecv(buf, count, MPI_BYTE, &msg, &st));
+                else
+                    MPI_OK(MPI_Recv(buf, count, MPI_BYTE, src, 300 + mode, MPI_COMM_WORLD, &st));
+                /* Which message of that sender is it? Its size says. */
+                unsigned idx = ns;
+                for (unsigned j = 0; j < ns; j++)
+                    if (s[j] == (size_t)count)
+                        idx = j;
+                CHECK(idx < ns, "probe: unexpected size %d from %d", count, src);
+                verify(buf, src, (size_t)count, idx + 10 * (unsigned)mode, "probe");
+                free(buf);
+            }
+        }
+        printf("probe: Probe, Iprobe and Mprobe over %u sizes from %d ranks: ok\n", ns, nranks - 1);
+    } else {
+        uint8_t *buf = xmalloc(s[ns - 1]);
+        for (int mode = 0; mode < 3; mode++)
+            for (unsigned j = 0; j < ns; j++) {
+                fill(buf, rank, s[j], j + 10 * (unsigned)mode);
+                MPI_OK(MPI_Send(buf, (int)s[j], MPI_BYTE, 0, 300 + mode, MPI_COMM_WORLD));
+            }
+        free(buf);
+    }
+}
+
+/* Each rank floods every other rank with STORM small messages before the
+ * receivers post anything (they arrive unexpected), then everyone
+ * receives in order per sender. A second round posts the receives first. */
+#define STORM 4000
+static void test_storm(void)
+{
+    size_t per = (size_t)STORM * (size_t)nranks;
+    uint32_t *out = xmalloc(per * sizeof(uint32_t) * 2);
+    uint32_t *in = xmalloc(per * sizeof(uint32_t) * 2);
+    MPI_Request *req = xmalloc(per * 2 * sizeof(MPI_Request));
+
+    for (int round = 0; round < 2; round++) {
+        size_t nr = 0;
+        if (round == 1)
+            for (int p = 0; p < nranks; p++)
+                for (unsigned i = 0; i < STORM && p != rank; i++, nr++)
+                    MPI_OK(MPI_Irecv(&in[nr * 2], 2, MPI_UINT32_T, p, 400, MPI_COMM_WORLD,
+                                     &req[per + nr]));
+        MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+        size_t ns = 0;
+        for (unsigned i = 0; i < STORM; i++)
+            for (int p = 0; p < nranks; p++) {
+                if (p == rank)
+                    continue;
+                out[ns * 2] = (uint32_t)rank;
+                out[ns * 2 + 1] = i * 7919u + (uint32_t)p + (uint32_t)round;
+                MPI_OK(MPI_Isend(&out[ns * 2], 2, MPI_UINT32_T, p, 400, MPI_COMM_WORLD, &req[ns]));
+                ns++;
+            }
+        if (round == 0) {
+            /* Everything is in flight or unexpected at the receiver by now. */
+            MPI_OK(MPI_Waitall((int)ns, req, MPI_STATUSES_IGNORE));
+            MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+            for (int p = 0; p < nranks; p++)
+                for (unsigned i = 0; i < STORM && p != rank; i++) {
+                    uint32_t v[2];
+                    MPI_OK(MPI_Recv(v, 2, MPI_UINT32_T, p, 400, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                    CHECK(v[0] == (uint32_t)p && v[1] == i * 7919u + (uint32_t)rank,
+                          "storm: message %u from %d is (%u, %u)", i, p, v[0], v[1]);
+                }
+        } else {
+            MPI_OK(MPI_Waitall((int)ns, req, MPI_STATUSES_IGNORE));
+            MPI_OK(MPI_Waitall((int)nr, req + per, MPI_STATUSES_IGNORE));
+            nr = 0;
+            for (int p = 0; p < nranks; p++)
+                for (unsigned i = 0; i < STORM && p != rank; i++, nr++)
+                    CHECK(in[nr * 2] == (uint32_t)p &&
+                              in[nr * 2 + 1] == i * 7919u + (uint32_t)rank + 1,
+                          "storm (preposted): message %u from %d is (%u, %u)", i, p, in[nr * 2],
+                          in[nr * 2 + 1]);
+        }
+    }
+    free(out);
+    free(in);
+    free(req);
+    if (rank == 0)
+        printf("storm: %d messages per pair, unexpected and preposted, %d ranks: ok\n", STORM,
+               nranks);
+}
+
+/* MPI_THREAD_MULTIPLE: THREADS threads per rank; thread t exchanges with
+ * thread t of the neighbouring ranks on its own tag and communicator
+ * duplicate, blocking and nonblocking, eager and rendezvous sizes. */
+#define THREADS      4
+#define THREAD_ITERS 150
+typedef struct thread_arg {
+    int t;
+    MPI_Comm comm;
+} thread_arg_t;
+
+static void *thread_main(void *p)
+{
+    thread_arg_t *a = p;
+    int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+    static const size_t s[] = {0, 8, 512, 8000, 9000, 65536, 200000, 1048576 + 17};
+    const size_t ns = sizeof(s) / sizeof(s[0]);
+    uint8_t *sb = xmalloc(s[ns - 1]), *rb = xmalloc(s[ns - 1]);
+    int tag = 500 + a->t;
+
+    for (unsigned it = 0; it < THREAD_ITERS; it++) {
+        size_t size = s[(it + (unsigned)a->t) % ns];
+        unsigned seq = it * THREADS + (unsigned)a->t;
+        MPI_Request rq[2];
+        fill(sb, rank, size, seq);
+        memset(rb, 0xee, size);
+        if (it % 2 == 0) {
+            MPI_OK(MPI_Irecv(rb, (int)size, MPI_BYTE, left, tag, a->comm, &rq[0]));
+            MPI_OK(MPI_Isend(sb, (int)size, MPI_BYTE, right, tag, a->comm, &rq[1]));
+            MPI_OK(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE));
+        } else {
+            MPI_OK(MPI_Sendrecv(sb, (int)size, MPI_BYTE, right, tag, rb, (int)size, MPI_BYTE, left,
+                                tag, a->comm, MPI_STATUS_IGNORE));
+        }
+        verify(rb, left, size, seq, "threads");
+        /* A small message on the shared communicator with a thread tag. */
+        uint64_t v = ((uint64_t)rank << 32) | seq, w = 0;
+        MPI_OK(MPI_Sendrecv(&v, 1, MPI_UINT64_T, right, 600 + a->t, &w, 1, MPI_UINT64_T, left,
+                            600 + a->t, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(w == (((uint64_t)left << 32) | seq), "threads: small message %llx",
+              (unsigned long long)w);
+    }
+    free(sb);
+    free(rb);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    pthread_t th[THREADS];
+    thread_arg_t args[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        args[t].t = t;
+        MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &args[t].comm));
+    }
+    for (int t = 0; t < THREADS; t++)
+        CHECK(pthread_create(&th[t], NULL, thread_main, &args[t]) == 0, "pthread_create");
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(th[t], NULL);
+    for (int t = 0; t < THREADS; t++)
+        MPI_OK(MPI_Comm_free(&args[t].comm));
+    if (rank == 0)
+        printf("threads: %d threads per rank, %d exchanges each, MPI_THREAD_MULTIPLE: ok\n",
+               THREADS, THREAD_ITERS);
+}
+
+static void test_coll(void)
+{
+    const int counts[] = {1, 1000, 300000};
+    for (unsigned k = 0; k < 3; k++) {
+        int n = counts[k];
+        int64_t *a = xmalloc((size_t)n * sizeof(int64_t));
+        int64_t *b = xmalloc((size_t)n * sizeof(int64_t) * (size_t)nranks);
+        MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+        for (int root = 0; root < nranks; root++) {
+            for (int i = 0; i < n; i++)
+                a[i] = rank == root ? (int64_t)i * 3 + root : -1;
+            MPI_OK(MPI_Bcast(a, n, MPI_INT64_T, root, MPI_COMM_WORLD));
+            for (int i = 0; i < n; i++)
+                CHECK(a[i] == (int64_t)i * 3 + root, "bcast[%d] = %lld", i, (long long)a[i]);
+        }
+        for (int i = 0; i < n; i++)
+            a[i] = (int64_t)i + rank;
+        MPI_OK(MPI_Allreduce(a, b, n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+        for (int i = 0; i < n; i++)
+            CHECK(b[i] == (int64_t)i * nranks + (int64_t)nranks * (nranks - 1) / 2,
+                  "allreduce[%d] = %lld", i, (long long)b[i]);
+        MPI_OK(MPI_Allgather(a, n, MPI_INT64_T, b, n, MPI_INT64_T, MPI_COMM_WORLD));
+        for (int r = 0; r < nranks; r++)
+            for (int i = 0; i < n; i++)
+                CHECK(b[(size_t)r * n + i] == (int64_t)i + r, "allgather[%d][%d]", r, i);
+        free(a);
+        free(b);
+        /* Alltoall: block r of rank q's send buffer goes to rank r. */
+        int m = n / nranks + 1;
+        int64_t *s = xmalloc((size_t)m * nranks * sizeof(int64_t));
+        int64_t *d = xmalloc((size_t)m * nranks * sizeof(int64_t));
+        for (int r = 0; r < nranks; r++)
+            for (int i = 0; i < m; i++)
+                s[(size_t)r * m + i] = (int64_t)rank * 1000003 + r * 1009 + i;
+        MPI_OK(MPI_Alltoall(s, m, MPI_INT64_T, d, m, MPI_INT64_T, MPI_COMM_WORLD));
+        for (int q = 0; q < nranks; q++)
+            for (int i = 0; i < m; i++)
+                CHECK(d[(size_t)q * m + i] == (int64_t)q * 1000003 + rank * 1009 + i,
+                      "alltoall from %d [%d]", q, i);
+        free(s);
+        free(d);
+    }
+    if (rank == 0)
+        printf("coll: barrier, bcast, allreduce, allgather, alltoall: ok\n");
+}
+
+/* Rank 1 stops for good; rank 0's messages are never acknowledged, so
+ * after SX_PEER_TIMEOUT_MS shardx fails the channel and reports the peer,
+ * and the BTL hands that to ob1's error callback, which aborts the job.
+ * Returning from here would be the failure. */
+static void test_peerfail(void)
+{
+    uint64_t v = 0;
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 1) {
+        raise(SIGSTOP);
+        /* Continued only by mpirun tearing the job down. */
+        MPI_OK(MPI_Recv(&v, 1, MPI_UINT64_T, 0, 702, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+    if (rank == 0) {
+        for (int i = 0; i < 1000; i++)
+            MPI_OK(MPI_Send(&v, 1, MPI_UINT64_T, 1, 700, MPI_COMM_WORLD));
+        MPI_OK(MPI_Recv(&v, 1, MPI_UINT64_T, 1, 701, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+    CHECK(0, "peerfail: rank %d returned although its peer stopped", rank);
+}
+
+int main(int argc, char **argv)
+{
+    const char *test = argc > 1 ? argv[1] : "";
+    int provided = 0;
+    int want = strcmp(test, "threads") == 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE;
+
+    MPI_Init_thread(&argc, &argv, want, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    CHECK(provided >= want, "MPI_Init_thread provided %d, wanted %d", provided, want);
+    CHECK(nranks >= 2, "needs at least 2 ranks");
+
+    if (strcmp(test, "p2p") == 0)
+        test_p2p(argc > 2 ? strtoull(argv[2], NULL, 0) : 16u << 20);
+    else if (strcmp(test, "wildcard") == 0)
+        test_wildcard();
+    else if (strcmp(test, "probe") == 0)
+        test_probe();
+    else if (strcmp(test, "storm") == 0)
+        test_storm();
+    else if (strcmp(test, "threads") == 0)
+        test_threads();
+    else if (strcmp(test, "coll") == 0)
+        test_coll();
+    else if (strcmp(test, "peerfail") == 0)
+        test_peerfail();
+    else
+        CHECK(0, "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail)", test);
+
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs one btl_suite test over the shardx BTL and checks the result.
+#
+#   run_mpi.sh MPIRUN SYSTEM_COMPONENT_DIR OUR_COMPONENT_DIR NP EXPECT -- MPIRUN_ARGS...
+#
+# mpirun runs NP ranks with ob1 over `btl shardx,self` only (so a BTL that
+# failed to load cannot be replaced by tcp: ob1 then finds no path and the
+# job fails), btl_shardx_verbose=1 (each rank prints the operations of
+# each protocol path at finalize) and the given arguments. The test passes
+# when mpirun exits 0 and the counters, summed over ranks, meet EXPECT:
+# comma-separated conditions such as "get>0,put=0" ("-" for none), so a
+# run meant for the put pipeline fails if it never put. EXPECT
+# "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with each REGEX
+# in its output.
+set -u
+mpirun=$1 sysdir=$2 ourdir=$3 np=$4 expect=$5
+shift 5
+[[ ${1:-} == -- ]] && shift
+
+# The component path replaces Open MPI's default: the system's first.
+export OMPI_MCA_mca_base_component_path="$sysdir:$ourdir"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+"$mpirun" -np "$np" --oversubscribe --mca pml ob1 --mca btl shardx,self \
+    --mca btl_shardx_verbose 1 "$@" >"$out" 2>&1
+rc=$?
+cat "$out"
+
+# "fail:REGEX[@@REGEX...]": the job must fail, and say each REGEX.
+if [[ $expect == fail:* ]]; then
+    if [[ $rc -eq 0 ]]; then
+        echo "run_mpi: FAILED: mpirun succeeded, expected a failure" >&2
+        exit 1
+    fi
+    pats=${expect#fail:}
+    while [[ -n $pats ]]; do
+        pat=${pats%%@@*}
+        if ! grep -Eq -- "$pat" "$out"; then
+            echo "run_mpi: FAILED: the output does not say '$pat'" >&2
+            exit 1
+        fi
+        [[ $pats == *"@@"* ]] && pats=${pats#*@@} || pats=""
+    done
+    echo "run_mpi: failed as expected: ${expect#fail:}"
+    exit 0
+fi
+if [[ $rc -ne 0 ]]; then
+    echo "run_mpi: FAILED: mpirun exited with status $rc" >&2
+    exit 1
+fi
+
+# Sum "btl shardx: operations: name=N ..." over the ranks.
+lines=$(grep -c 'btl shardx: operations:' "$out")
+if [[ $lines -ne $np ]]; then
+    echo "run_mpi: FAILED: $lines of $np ranks reported shardx BTL operations" >&2
+    exit 1
+fi
+declare -A sum=()
+while read -r kv; do
+    sum[${kv%%=*}]=$((${sum[${kv%%=*}]:-0} + ${kv#*=}))
+done < <(grep -o 'btl shardx: operations:.*' "$out" | tr ' ' '\n' | grep '=')
+summary=""
+for k in "${!sum[@]}"; do summary+="$k=${sum[$k]} "; done
+echo "run_mpi: operations over $np ranks: $summary"
+
+[[ $expect == - ]] && exit 0
+IFS=, read -ra conds <<<"$expect"
+for c in "${conds[@]}"; do
+    if [[ $c =~ ^([a-z_]+)(=|\>)([0-9]+)$ ]]; then
+        name=${BASH_REMATCH[1]} op=${BASH_REMATCH[2]} want=${BASH_REMATCH[3]}
+        have=${sum[$name]:-}
+        if [[ -z $have ]]; then
+            echo "run_mpi: FAILED: no counter '$name'" >&2
+            exit 1
+        fi
+        if [[ $op == = && $have -ne $want ]] || [[ $op == '>' && $have -le $want ]]; then
+            echo "run_mpi: FAILED: expected $name $op $want, got $have" >&2
+            exit 1
+        fi
+    else
+        echo "run_mpi: bad condition '$c'" >&2
+        exit 2
+    fi
+done
+echo "run_mpi: $expect: ok"
