@@ -96,6 +96,16 @@ static bool sxb_ctl_hung_up(const sxb_ctl_t *ctl)
     return recv(ctl->rfd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* Whether the other rank is gone (exited or hung up). */
+static bool sxb_other_gone(const sxb_ctl_t *ctl)
+{
+    if (ctl->launched)
+        return sxb_ctl_hung_up(ctl);
+    if (ctl->rank == 0)
+        return g_child_exited != 0;
+    return getppid() != g_parent_pid;
+}
+
 int sxb_check(const sxb_ctl_t *ctl, uint64_t deadline_ns, const char *what)
 {
     int other = 1 - ctl->rank;
@@ -147,6 +157,17 @@ bool sxb_ctl_readable(const sxb_ctl_t *ctl)
     return poll(&pfd, 1, 0) > 0;
 }
 
+/* sxb_check for a reader: a rank that wrote its last words and exited
+ * between our empty read and this check is not a failure while those
+ * words wait to be read. Looking for them after seeing it gone is
+ * race-free: a process's writes precede its exit. */
+static int sxb_ctl_read_check(const sxb_ctl_t *ctl, uint64_t deadline)
+{
+    if (sxb_other_gone(ctl) && sxb_ctl_readable(ctl))
+        return 0;
+    return sxb_check(ctl, deadline, "the control channel");
+}
+
 int sxb_ctl_read(const sxb_ctl_t *ctl, void *buf, size_t len, sxb_idle_fn idle, void *arg)
 {
     uint8_t *p = buf;
@@ -169,12 +190,12 @@ int sxb_ctl_read(const sxb_ctl_t *ctl, void *buf, size_t len, sxb_idle_fn idle, 
              * our ACKs before it can write what we wait for. */
             if (idle(arg) != 0)
                 return -1;
-            if ((++spins & 1023) == 0 && sxb_check(ctl, deadline, "the control channel") != 0)
+            if ((++spins & 1023) == 0 && sxb_ctl_read_check(ctl, deadline) != 0)
                 return -1;
         } else {
             struct pollfd pfd = {.fd = ctl->rfd, .events = POLLIN};
             (void)poll(&pfd, 1, 10);
-            if (sxb_check(ctl, deadline, "the control channel") != 0)
+            if (sxb_ctl_read_check(ctl, deadline) != 0)
                 return -1;
         }
     }
@@ -377,8 +398,16 @@ static int sxb_reap(pid_t child, bool kill_first)
     int status = 0;
     uint64_t deadline = sxb_now_ns() + 10ull * 1000000000ull;
 
-    if (kill_first)
+    if (kill_first) {
+        /* Say how rank 1 ended if it already has: that is usually why the
+         * run failed. */
+        pid_t r = waitpid(child, &status, WNOHANG);
+        if (r == child && WIFSIGNALED(status))
+            return sxb_fail("rank 1 was killed by signal %d", WTERMSIG(status));
+        if (r == child)
+            return sxb_fail("rank 1 exited with status %d", WEXITSTATUS(status));
         kill(child, SIGKILL);
+    }
     for (;;) {
         pid_t r = waitpid(child, &status, WNOHANG);
         if (r == child)
