@@ -37,9 +37,18 @@
     X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                              \
       "Granularity of each shard's timer wheel in microseconds; timers fire up to one "       \
       "tick late, never early.")                                                              \
-    X(TRANSPORT, ENUM, transport, "udp", 0, 0, "udp", "Network transport between processes.") \
+    X(TRANSPORTS, STRING, transports, "", 0, 0, NULL,                                         \
+      "Network transports the engine may select: \"ofi\" or \"udp,ofi\" allows only "         \
+      "those, \"^ofi\" all but those; empty: all built in. Of those that can run here, "      \
+      "the one with the highest exclusivity is used (ofi on a NIC's own provider, then udp, " \
+      "then libfabric's socket emulations); self always carries sends to the engine "         \
+      "itself. Peers must select the same transport.")                                        \
+    X(OFI_PROVIDER, STRING, ofi_provider, "", 0, 0, NULL,                                     \
+      "libfabric provider for the ofi transport (fi_info -t FI_EP_DGRAM lists them); "        \
+      "empty: the first datagram provider libfabric prefers. Without a fabric device, "       \
+      "ofi is only considered when this is set or SX_TRANSPORTS is.")                         \
     X(BIND_ADDR, STRING, bind_addr, "127.0.0.1", 0, 0, NULL,                                  \
-      "IPv4 address the udp transport binds its sockets to.")                                 \
+      "IPv4 address the udp transport (and ofi over a sockets provider) binds to.")           \
     X(FAULT, STRING, fault, "", 0, 0, NULL,                                                   \
       "Inject faults on the network transport, e.g. "                                         \
       "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")   \
@@ -112,7 +121,8 @@ typedef struct sx_config {
     char *log_file;
     uint64_t hotel_rooms;
     uint64_t timer_tick_us;
-    int transport;
+    char *transports;
+    char *ofi_provider;
     char *bind_addr;
     char *fault;
     uint64_t window;

@@ -332,22 +332,48 @@ static void udp_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, cha
     snprintf(buf, cap, "udp %s:%u", ip, (unsigned)(in[2] | (unsigned)in[3] << 8));
 }
 
+/* Decodes card bytes into @p sa; SX_ERR_INVALID_PARAM for anything but a
+ * well-formed address. The bytes come from a peer's business card: every
+ * field is checked. */
+static int udp_decode(const void *addr, size_t len, struct sockaddr_in *sa)
+{
+    const uint8_t *in = addr;
+
+    if (addr == NULL || len != UDP_ADDR_LEN || in[0] != UDP_ADDR_IPV4 || in[1] != 0)
+        return SX_ERR_INVALID_PARAM;
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)(in[2] | (unsigned)in[3] << 8));
+    memcpy(&sa->sin_addr.s_addr, in + 4, 4);
+    if (sa->sin_port == 0 || sa->sin_addr.s_addr == htonl(INADDR_ANY))
+        return SX_ERR_INVALID_PARAM;
+    return SX_OK;
+}
+
+static int udp_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
+{
+    struct sockaddr_in sa;
+
+    (void)iface;
+    return udp_decode(addr, len, &sa);
+}
+
+static int udp_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
+{
+    (void)named;
+    q->exclusivity = SX_TL_EXCL_SOCKETS;
+    snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s",
+             config->bind_addr != NULL ? config->bind_addr : "127.0.0.1");
+    return SX_OK;
+}
+
 static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
-    const uint8_t *in = addr;
     struct sockaddr_in sa;
     uint32_t slot;
 
-    /* The bytes come from a peer's business card: check every field. */
-    if (addr == NULL || dest_p == NULL || len != UDP_ADDR_LEN || in[0] != UDP_ADDR_IPV4 ||
-        in[1] != 0)
-        return SX_ERR_INVALID_PARAM;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)(in[2] | (unsigned)in[3] << 8));
-    memcpy(&sa.sin_addr.s_addr, in + 4, 4);
-    if (sa.sin_port == 0 || sa.sin_addr.s_addr == htonl(INADDR_ANY))
+    if (dest_p == NULL || udp_decode(addr, len, &sa) != SX_OK)
         return SX_ERR_INVALID_PARAM;
 
     if (u->free_head != UDP_DEST_FREE_END) {
@@ -573,6 +599,9 @@ static int udp_wait_fd(sx_tl_iface_t *iface)
 
 const sx_tl_ops_t sx_tl_udp_ops = {
     .name = "udp",
+    .exclusivity = SX_TL_EXCL_SOCKETS,
+    /* Describes the binding; always available (open reports a bad address). */
+    .query = udp_query,
     /* Creates, sizes and binds the socket; may block briefly; allocates
      * UDP_RX_BATCH receive buffers of mtu bytes. */
     .open = udp_open,
@@ -584,6 +613,8 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * allocate when the table grows. */
     .addr_insert = udp_addr_insert,
     .addr_str = udp_addr_str,
+    /* Decodes the 8 bytes without inserting them; any thread. */
+    .addr_check = udp_addr_check,
     /* Frees the slot for reuse; later sends to it fail; token holder. */
     .addr_remove = udp_addr_remove,
     /* sendmmsg with MSG_DONTWAIT; the kernel has copied the data when it
