@@ -399,7 +399,8 @@ static int sxb_usage(void)
                     "  --threads  mt: threads per rank, e.g. 1,2,4 (default 1, 2, 4, ...\n"
                     "           and the number of online CPUs)\n"
                     "  --oversubscribe  mt: allow more threads than online CPUs\n"
-                    "  --transport  the network transport (sets SX_TRANSPORT; default udp)\n");
+                    "  --transport  the network transport (sets SX_TRANSPORTS; default: the best "
+                    "found, udp here)\n");
     return 2;
 }
 
@@ -544,7 +545,7 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
     }
     /* Every engine of the run reads it; an unknown name fails the first
      * engine's creation with the list of transports this build has. */
-    if (o->transport != NULL && setenv("SX_TRANSPORT", o->transport, 1) != 0)
+    if (o->transport != NULL && setenv("SX_TRANSPORTS", o->transport, 1) != 0)
         return -1;
     return sxb_check_args(o);
 }
@@ -603,7 +604,7 @@ int main(int argc, char **argv)
         sxb_bind(ctl.rank);
 
     const char *mode = getenv("SX_THREAD_MODE");
-    const char *tl = getenv("SX_TRANSPORT");
+    const char *tl = getenv("SX_TRANSPORTS");
     g_mode = (mode != NULL && *mode) ? mode : "sharded";
     if (opts.cmd == SXB_MT) /* each engine of mt sets THREAD_MODE itself */
         g_mode = opts.modes == SXB_MODE_SHARDED  ? "sharded"

@@ -43,7 +43,7 @@ typedef struct sxb_opts {
     bool json;
     bool csv;
     const char *json_file; /* --json-file: the JSON object goes there too */
-    const char *transport; /* --transport: SX_TRANSPORT for every engine; NULL: as set */
+    const char *transport; /* --transport: SX_TRANSPORTS for every engine; NULL: as set */
     bool size_set;
     bool iters_set;
     bool window_set;

@@ -704,12 +704,12 @@ static int sxb_mt_config(const sxb_ctl_t *ctl, const sxb_opts_t *opts, unsigned 
 
 /* ---- injection only: the engine against the sink transport ---------------- */
 
-/* An engine of the injection-only variant: no network (TRANSPORT=sink),
+/* An engine of the injection-only variant: no network (TRANSPORTS=sink),
  * the implicit connection (the sink answers no handshake). */
 static int sxb_mt_sink_engine(const char *mode, const char *name, sx_engine_h *e_p)
 {
     sx_config_kv_t kv[3] = {{.name = "THREAD_MODE", .value = mode},
-                            {.name = "TRANSPORT", .value = "sink"},
+                            {.name = "TRANSPORTS", .value = "sink"},
                             {.name = "CPC", .value = "implicit"}};
     sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME | SX_ENGINE_PARAM_CONFIG,
                                  .name = name,
@@ -717,7 +717,7 @@ static int sxb_mt_sink_engine(const char *mode, const char *name, sx_engine_h *e
                                  .config_count = 3};
     int rc = sx_engine_create(&params, e_p);
     if (rc != SX_OK)
-        return sxb_fail("sx_engine_create (TRANSPORT=sink, THREAD_MODE=%s): %s", mode,
+        return sxb_fail("sx_engine_create (TRANSPORTS=sink, THREAD_MODE=%s): %s", mode,
                         sx_strerror(rc));
     return 0;
 }

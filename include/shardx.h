@@ -215,6 +215,35 @@ SX_API int sx_engine_topology(sx_engine_h engine, sx_topology_info_t *info_p);
 SX_API int sx_engine_shard_info(sx_engine_h engine, unsigned index, sx_shard_info_t *info_p);
 
 /**
+ * One transport as the engine's selection saw it. An engine reaches itself
+ * through self and every other engine through one network transport: the
+ * one with the highest exclusivity among those SX_TRANSPORTS allows and
+ * that can run here.
+ */
+typedef struct sx_transport_info {
+    const char *name;     /**< "udp", "ofi", "verbs", "self" */
+    const char *variant;  /**< selected network transport: its variant ("udp" for ofi's
+                               provider), "" when it has none; NULL otherwise */
+    const char *detail;   /**< what it found (ofi: provider, fabric, domain), or why it does
+                               not run */
+    unsigned exclusivity; /**< its claim when available (self 1000, NIC 500, udp 100,
+                               emulations 50) */
+    int built;            /**< compiled into this library */
+    int network;          /**< reaches other engines (0: self) */
+    int allowed;          /**< SX_TRANSPORTS lets it run */
+    int available;        /**< it can run here */
+    int selected;         /**< the engine runs it */
+    size_t mtu;           /**< selected: its largest datagram payload; 0 otherwise */
+} sx_transport_info_t;
+
+/**
+ * Describes transport @p index (0, 1, ... in a fixed order);
+ * SX_ERR_NOT_FOUND past the last. The strings live as long as the engine.
+ */
+SX_API int sx_engine_transport_info(sx_engine_h engine, unsigned index,
+                                    sx_transport_info_t *info_p);
+
+/**
  * Sets the calling thread's home shard for @p engine. Without a call, a
  * thread's home shard is chosen on first use from the core it runs on.
  * This never changes the thread's CPU affinity.
@@ -262,7 +291,11 @@ SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p);
  * Adds the process whose card is @p card as a peer, named @p peer_id in
  * callbacks. A card of this engine itself is allowed (sends to oneself).
  * SX_ERR_INVALID_PARAM for a malformed card, SX_ERR_EXISTS if that card's
- * engine is already a peer. Channels open lazily, on first use.
+ * engine is already a peer, SX_ERR_PEER_UNREACHABLE (with a log line
+ * naming both) when its engine runs another network transport, or another
+ * variant of it (ofi: another provider), or when an address on the card is
+ * of a kind this engine's transport cannot reach. Channels open lazily, on
+ * first use.
  */
 SX_API int sx_peer_add(sx_engine_h engine, uint64_t peer_id, const void *card, size_t len,
                        sx_peer_h *peer_p);

@@ -18,7 +18,7 @@
 #include "shard/wire.h"
 #include "transports/transport.h"
 
-static const sx_config_kv_t sink_kv[] = {{.name = "TRANSPORT", .value = "sink"},
+static const sx_config_kv_t sink_kv[] = {{.name = "TRANSPORTS", .value = "sink"},
                                          {.name = "CPC", .value = "implicit"}};
 
 typedef struct counts {

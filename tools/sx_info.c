@@ -1,6 +1,7 @@
 /*
  * sx_info: what this shardx build contains, every configuration parameter,
- * and the topology the engine sees. `--json` prints one JSON object.
+ * the transports (built, available, selected) and the topology the engine
+ * sees. `--json` prints one JSON object.
  */
 #include <shardx.h>
 
@@ -55,6 +56,24 @@ static void print_text(const sx_build_info_t *b, sx_engine_h engine, int engine_
         printf("  SX_%-16s %-7s default '%s', allowed %s\n      %s\n", p.name, p.type_name,
                p.default_value, p.allowed, p.description);
     }
+    printf("\nTransports (SX_TRANSPORTS; the available network one with the highest "
+           "exclusivity is selected):\n");
+    if (engine_rc != SX_OK) {
+        printf("  unknown: %s\n", sx_strerror(engine_rc));
+    } else {
+        sx_transport_info_t t;
+        for (unsigned i = 0; sx_engine_transport_info(engine, i, &t) == SX_OK; i++) {
+            const char *state = t.selected    ? "selected"
+                                : !t.built    ? "not built"
+                                : !t.allowed  ? "excluded"
+                                : t.available ? "available"
+                                              : "unavailable";
+            char excl[24] = "";
+            if (t.available)
+                snprintf(excl, sizeof(excl), "exclusivity %u", t.exclusivity);
+            printf("  %-6s %-11s %-16s %s\n", t.name, state, excl, t.detail);
+        }
+    }
     printf("\nTopology:\n");
     if (engine_rc != SX_OK) {
         printf("  unavailable: %s\n", sx_strerror(engine_rc));
@@ -107,6 +126,25 @@ static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_
         json_string(p.description);
         putchar('}');
     }
+    printf("],\"transports\":[");
+    sx_transport_info_t t;
+    for (unsigned i = 0; engine_rc == SX_OK && sx_engine_transport_info(engine, i, &t) == SX_OK;
+         i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        json_string(t.name);
+        printf(",\"built\":%s,\"network\":%s,\"allowed\":%s,\"available\":%s,\"selected\":%s,"
+               "\"exclusivity\":%u,\"mtu\":%zu,\"variant\":",
+               t.built ? "true" : "false", t.network ? "true" : "false",
+               t.allowed ? "true" : "false", t.available ? "true" : "false",
+               t.selected ? "true" : "false", t.exclusivity, t.mtu);
+        if (t.variant != NULL)
+            json_string(t.variant);
+        else
+            fputs("null", stdout);
+        printf(",\"detail\":");
+        json_string(t.detail);
+        putchar('}');
+    }
     printf("],\"topology\":");
     if (engine_rc != SX_OK) {
         printf("{\"error\":");
@@ -134,8 +172,9 @@ static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_
 static void usage(FILE *out)
 {
     fprintf(out, "usage: sx_info [--json]\n"
-                 "Prints the shardx version, build options, configuration parameters and\n"
-                 "the topology (shards, cores, NUMA nodes) an engine would use here.\n");
+                 "Prints the shardx version, build options, configuration parameters, the\n"
+                 "transports (which are built, available and selected) and the topology\n"
+                 "(shards, cores, NUMA nodes) an engine would use here.\n");
 }
 
 int main(int argc, char **argv)

@@ -14,6 +14,9 @@ SX_API int sx_build_info(sx_build_info_t *info_p)
         /* The OFI, verbs, rdmacm and PMIx bits are set here by the parts that use
          * them, once those parts are compiled; a library merely found at build
          * time shows in info_p->optional only. */
+#if SX_HAVE_OFI
+    features |= SX_FEATURE_OFI; /* src/transports/ofi.c */
+#endif
 #if SX_HAVE_PMIX
     features |= SX_FEATURE_PMIX; /* src/bootstrap/modex_pmix.c */
 #endif

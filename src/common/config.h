@@ -78,97 +78,105 @@
  */
 #define SX_UDP_ACK_SOCKET_DEFAULT "no"
 
-#define SX_CONFIG_TABLE(X)                                                                   \
-    X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                              \
-      "Number of shards; 0 means one per core of the process's cpuset. More shards than "    \
-      "cores is allowed (and warned about).")                                                \
-    X(THREAD_MODE, ENUM, thread_mode, "sharded", 0, 0, "sharded|global",                     \
-      "sharded: one shard per core, each with its own token and inbox. global: one shard "   \
-      "behind one recursive lock, the usnic-style baseline kept for comparison.")            \
-    X(LOG_LEVEL, ENUM, log_level, "warn", 0, 0, "error|warn|info|debug|trace",               \
-      "Lowest severity written to the log.")                                                 \
-    X(LOG_FILE, STRING, log_file, "", 0, 0, NULL,                                            \
-      "Append log lines to this file instead of standard error.")                            \
-    X(HOTEL_ROOMS, UINT, hotel_rooms, "16384", 16, 1048576, NULL,                            \
-      "Rooms in each shard's hotel: the most packets a shard keeps waiting for an "          \
-      "acknowledgement.")                                                                    \
-    X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                             \
-      "Granularity of each shard's timer wheel in microseconds; timers fire up to one "      \
-      "tick late, never early.")                                                             \
-    X(TRANSPORT, ENUM, transport, "udp", 0, 0, "udp|sink",                                   \
-      "Network transport between processes. sink: no network; every data packet is "         \
-      "acknowledged as sent (needs SX_CPC=implicit), for measuring the engine alone.")       \
-    X(BIND_ADDR, STRING, bind_addr, "127.0.0.1", 0, 0, NULL,                                 \
-      "IPv4 address the udp transport binds its sockets to.")                                \
-    X(FAULT, STRING, fault, "", 0, 0, NULL,                                                  \
-      "Inject faults on the network transport, e.g. "                                        \
-      "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")  \
-    X(WINDOW, UINT, window, "4096", 16, 65536, NULL,                                         \
-      "Send window per channel, in packets (rounded up to a power of two).")                 \
-    X(MAX_INFLIGHT, SIZE, max_inflight, "4m", 65536, 1073741824, NULL,                       \
-      "Most unacknowledged bytes per channel; keep it below what the receiving socket "      \
-      "buffer holds.")                                                                       \
-    X(RCVBUF, SIZE, rcvbuf, "16m", 0, 1073741824, NULL,                                      \
-      "Receive socket buffer to request (SO_RCVBUFFORCE, then SO_RCVBUF); 0: the "           \
-      "system default.")                                                                     \
-    X(SNDBUF, SIZE, sndbuf, "4m", 0, 1073741824, NULL,                                       \
-      "Send socket buffer to request; 0: the system default.")                               \
-    X(UDP_ACK_SOCKET, BOOL, udp_ack_socket, SX_UDP_ACK_SOCKET_DEFAULT, 0, 0, NULL,           \
-      "Give each shard's udp interface a second socket for pure ACKs, read before the data " \
-      "socket, so ACKs do not queue behind data. Peers with and without it interoperate.")   \
-    X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                              \
-      "Delayed acknowledgement: longest wait before an ACK is sent on its own.")             \
-    X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                       \
-      "Send an ACK at once after this many message frames arrived unacknowledged (a "        \
-      "packet of aggregated small messages counts each).")                                   \
-    X(RTO_MIN_US, UINT, rto_min_us, "2000", 10, 60000000, NULL,                              \
-      "Floor of the retransmission timeout (RFC 6298); high enough that a peer "             \
-      "descheduled for a scheduler slice causes a spurious retransmit, not a failure.")      \
-    X(RTO_MAX_US, UINT, rto_max_us, "1000000", 100, 600000000, NULL,                         \
-      "Ceiling of the retransmission timeout after exponential back-off.")                   \
-    X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                           \
-      "Retransmission timeout before the first round-trip sample.")                          \
-    X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                   \
-      "A channel with unacknowledged data and no progress for this long fails: its "         \
-      "operations complete with SX_ERR_PEER_UNREACHABLE and the error callback runs.")       \
-    X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                           \
-      "CRC32C over every payload (the header checksum is always on).")                       \
-    X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                         \
-      "Pack several small messages queued for one peer into one datagram; no: one "          \
-      "message frame per datagram (for measuring what aggregation buys).")                   \
-    X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                          \
-      "Largest active message accepted, sent or received; bounds reassembly memory.")        \
-    X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                 \
-      "poll: callers progress the engine with sx_progress. thread: one progress thread "     \
-      "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                          \
-    X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                        \
-      "How long an idle progress thread polls before it sleeps; a sleep and wake-up "        \
-      "costs tens of microseconds on a VM.")                                                 \
-    X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                  \
-      "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "     \
-      "programs pin their own threads.")                                                     \
-    X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                    \
-      "Print the engine's counters to standard error when it is destroyed.")                 \
-    X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                  \
-      "First sequence number of every channel; for testing wrap-around. Every process "      \
-      "of a job must use the same value with the implicit connection method; the "           \
-      "handshake exchanges it.")                                                             \
-    X(CPC, STRING, cpc, "", 0, 0, NULL,                                                      \
-      "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "      \
-      "drops one; empty: all that can run (handshake, implicit, and oob when the engine "    \
-      "has an OOB endpoint). A peer uses the highest-priority method both sides offer.")     \
-    X(CONNECT_TIMEOUT_MS, UINT, connect_timeout_ms, "10000", 10, 3600000, NULL,              \
-      "How long a channel may take to connect before it fails with a diagnosis "             \
-      "(SX_ERR_PEER_UNREACHABLE, or SX_ERR_PATH_MTU when only small datagrams get "          \
-      "through).")                                                                           \
-    X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                            \
-      "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "   \
-      "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "    \
+#define SX_CONFIG_TABLE(X)                                                                    \
+    X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                               \
+      "Number of shards; 0 means one per core of the process's cpuset. More shards than "     \
+      "cores is allowed (and warned about).")                                                 \
+    X(THREAD_MODE, ENUM, thread_mode, "sharded", 0, 0, "sharded|global",                      \
+      "sharded: one shard per core, each with its own token and inbox. global: one shard "    \
+      "behind one recursive lock, the usnic-style baseline kept for comparison.")             \
+    X(LOG_LEVEL, ENUM, log_level, "warn", 0, 0, "error|warn|info|debug|trace",                \
+      "Lowest severity written to the log.")                                                  \
+    X(LOG_FILE, STRING, log_file, "", 0, 0, NULL,                                             \
+      "Append log lines to this file instead of standard error.")                             \
+    X(HOTEL_ROOMS, UINT, hotel_rooms, "16384", 16, 1048576, NULL,                             \
+      "Rooms in each shard's hotel: the most packets a shard keeps waiting for an "           \
+      "acknowledgement.")                                                                     \
+    X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                              \
+      "Granularity of each shard's timer wheel in microseconds; timers fire up to one "       \
+      "tick late, never early.")                                                              \
+    X(TRANSPORTS, STRING, transports, "", 0, 0, NULL,                                         \
+      "Network transports the engine may select: \"ofi\" or \"udp,ofi\" allows only "         \
+      "those, \"^ofi\" all but those; empty: all built in. Of those that can run here, "      \
+      "the one with the highest exclusivity is used (ofi on a NIC's own provider, then udp, " \
+      "then libfabric's socket emulations); self always carries sends to the engine "         \
+      "itself. Peers must select the same transport. sink (no network: every packet is "      \
+      "acknowledged as posted, for measuring the engine alone; needs SX_CPC=implicit) "       \
+      "runs only when named.")                                                                \
+    X(OFI_PROVIDER, STRING, ofi_provider, "", 0, 0, NULL,                                     \
+      "libfabric provider for the ofi transport (fi_info -t FI_EP_DGRAM lists them); "        \
+      "empty: the first datagram provider libfabric prefers. Without a fabric device, "       \
+      "ofi is only considered when this is set or SX_TRANSPORTS is.")                         \
+    X(BIND_ADDR, STRING, bind_addr, "127.0.0.1", 0, 0, NULL,                                  \
+      "IPv4 address the udp transport (and ofi over a sockets provider) binds to.")           \
+    X(FAULT, STRING, fault, "", 0, 0, NULL,                                                   \
+      "Inject faults on the network transport, e.g. "                                         \
+      "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")   \
+    X(WINDOW, UINT, window, "4096", 16, 65536, NULL,                                          \
+      "Send window per channel, in packets (rounded up to a power of two).")                  \
+    X(MAX_INFLIGHT, SIZE, max_inflight, "4m", 65536, 1073741824, NULL,                        \
+      "Most unacknowledged bytes per channel; keep it below what the receiving socket "       \
+      "buffer holds.")                                                                        \
+    X(RCVBUF, SIZE, rcvbuf, "16m", 0, 1073741824, NULL,                                       \
+      "Receive socket buffer to request (SO_RCVBUFFORCE, then SO_RCVBUF); 0: the "            \
+      "system default.")                                                                      \
+    X(SNDBUF, SIZE, sndbuf, "4m", 0, 1073741824, NULL,                                        \
+      "Send socket buffer to request; 0: the system default.")                                \
+    X(UDP_ACK_SOCKET, BOOL, udp_ack_socket, SX_UDP_ACK_SOCKET_DEFAULT, 0, 0, NULL,            \
+      "Give each shard's udp interface a second socket for pure ACKs, read before the data "  \
+      "socket, so ACKs do not queue behind data. Peers with and without it interoperate.")    \
+    X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                               \
+      "Delayed acknowledgement: longest wait before an ACK is sent on its own.")              \
+    X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                        \
+      "Send an ACK at once after this many message frames arrived unacknowledged (a "         \
+      "packet of aggregated small messages counts each).")                                    \
+    X(RTO_MIN_US, UINT, rto_min_us, "2000", 10, 60000000, NULL,                               \
+      "Floor of the retransmission timeout (RFC 6298); high enough that a peer "              \
+      "descheduled for a scheduler slice causes a spurious retransmit, not a failure.")       \
+    X(RTO_MAX_US, UINT, rto_max_us, "1000000", 100, 600000000, NULL,                          \
+      "Ceiling of the retransmission timeout after exponential back-off.")                    \
+    X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                            \
+      "Retransmission timeout before the first round-trip sample.")                           \
+    X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                    \
+      "A channel with unacknowledged data and no progress for this long fails: its "          \
+      "operations complete with SX_ERR_PEER_UNREACHABLE and the error callback runs.")        \
+    X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                            \
+      "CRC32C over every payload (the header checksum is always on).")                        \
+    X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                          \
+      "Pack several small messages queued for one peer into one datagram; no: one "           \
+      "message frame per datagram (for measuring what aggregation buys).")                    \
+    X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                           \
+      "Largest active message accepted, sent or received; bounds reassembly memory.")         \
+    X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                  \
+      "poll: callers progress the engine with sx_progress. thread: one progress thread "      \
+      "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                           \
+    X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                         \
+      "How long an idle progress thread polls before it sleeps; a sleep and wake-up "         \
+      "costs tens of microseconds on a VM.")                                                  \
+    X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                   \
+      "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "      \
+      "programs pin their own threads.")                                                      \
+    X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                     \
+      "Print the engine's counters to standard error when it is destroyed.")                  \
+    X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                   \
+      "First sequence number of every channel; for testing wrap-around. Every process "       \
+      "of a job must use the same value with the implicit connection method; the "            \
+      "handshake exchanges it.")                                                              \
+    X(CPC, STRING, cpc, "", 0, 0, NULL,                                                       \
+      "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "       \
+      "drops one; empty: all that can run (handshake, implicit, and oob when the engine "     \
+      "has an OOB endpoint). A peer uses the highest-priority method both sides offer.")      \
+    X(CONNECT_TIMEOUT_MS, UINT, connect_timeout_ms, "10000", 10, 3600000, NULL,               \
+      "How long a channel may take to connect before it fails with a diagnosis "              \
+      "(SX_ERR_PEER_UNREACHABLE, or SX_ERR_PATH_MTU when only small datagrams get "           \
+      "through).")                                                                            \
+    X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                             \
+      "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "    \
+      "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "     \
       "picks the launcher that started the process.")
 
 /* Word indices of the ENUM parameters; they follow the word lists above. */
 enum { SX_THREAD_MODE_SHARDED = 0, SX_THREAD_MODE_GLOBAL = 1 };
-enum { SX_TRANSPORT_UDP = 0, SX_TRANSPORT_SINK = 1 };
 enum { SX_STATS_NONE = 0, SX_STATS_TEXT = 1, SX_STATS_JSON = 2 };
 enum { SX_PROGRESS_POLL = 0, SX_PROGRESS_THREAD = 1 };
 enum { SX_MODEX_AUTO = 0, SX_MODEX_PMIX = 1, SX_MODEX_SXRUN = 2, SX_MODEX_MANUAL = 3 };
@@ -180,7 +188,8 @@ typedef struct sx_config {
     char *log_file;
     uint64_t hotel_rooms;
     uint64_t timer_tick_us;
-    int transport;
+    char *transports;
+    char *ofi_provider;
     char *bind_addr;
     char *fault;
     uint64_t window;

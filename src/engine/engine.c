@@ -78,14 +78,24 @@ _Static_assert(SX_TL_SINK_ACK_LEN == SX_WIRE_HDR_LEN, "the sink hands up whole A
 
 static int sx_engine_create_shards(struct sx_engine *e)
 {
-    const sx_tl_ops_t *net =
-        e->cfg.transport == SX_TRANSPORT_SINK ? &sx_tl_sink_ops : &sx_tl_udp_ops;
     bool fault = e->cfg.fault != NULL && e->cfg.fault[0] != '\0';
+    sx_tl_config_t probe = {
+        .nshards = e->nshards,
+        .bind_addr = e->cfg.bind_addr,
+        .ofi_provider = e->cfg.ofi_provider,
+    };
+
+    /* The network transport: the best that SX_TRANSPORTS allows and that
+     * can run here (registry.c); self is always there for this engine. */
+    int rc = sx_tl_select(e->cfg.transports, &probe, e->tl, &e->net_ops);
+    if (rc != SX_OK)
+        return rc;
+    const sx_tl_ops_t *net = e->net_ops;
 
     e->shards = calloc(e->nshards, sizeof(*e->shards));
     if (e->shards == NULL)
         return SX_ERR_NO_MEMORY;
-    int rc = sx_tl_self_domain_create(e->nshards, &e->self_domain);
+    rc = sx_tl_self_domain_create(e->nshards, &e->self_domain);
     if (rc != SX_OK)
         return rc;
     for (unsigned i = 0; i < e->nshards; i++) {
@@ -110,6 +120,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .rcvbuf = e->cfg.rcvbuf,
                     .sndbuf = e->cfg.sndbuf,
                     .ack_socket = e->cfg.udp_ack_socket,
+                    .ofi_provider = e->cfg.ofi_provider,
                     .fault = fault ? e->cfg.fault : NULL,
                     .inner_ops = fault ? net : NULL,
                     .is_control = sx_wire_is_control,
@@ -122,6 +133,10 @@ static int sx_engine_create_shards(struct sx_engine *e)
         if (rc != SX_OK)
             return rc;
     }
+    sx_tl_iface_t *iface = e->shards[0]->ifaces[SX_SHARD_TL_NET];
+    e->net_variant[0] = '\0';
+    if (iface->ops->variant != NULL)
+        iface->ops->variant(iface, e->net_variant, sizeof(e->net_variant));
     return SX_OK;
 }
 
@@ -252,8 +267,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
 
-    sx_info("engine", "%s: %u shard(s) over %u core(s), %s mode", e->name, e->nshards,
-            e->topo.ncores, e->global_mode ? "global" : "sharded");
+    sx_info("engine", "%s: %u shard(s) over %u core(s), %s mode, %s%s%s transport", e->name,
+            e->nshards, e->topo.ncores, e->global_mode ? "global" : "sharded", e->net_ops->name,
+            e->net_variant[0] ? "/" : "", e->net_variant);
     *engine_p = e;
     return SX_OK;
 
@@ -287,6 +303,31 @@ SX_API int sx_engine_topology(sx_engine_h engine, sx_topology_info_t *info_p)
     info_p->numa_nodes = engine->topo.nnuma;
     info_p->shards = engine->nshards;
     info_p->cores_are_pus = engine->topo.used_pu_fallback;
+    return SX_OK;
+}
+
+SX_API int sx_engine_transport_info(sx_engine_h engine, unsigned index, sx_transport_info_t *info_p)
+{
+    if (engine == NULL || info_p == NULL)
+        return SX_ERR_INVALID_PARAM;
+    if (index >= SX_TL_KNOWN)
+        return SX_ERR_NOT_FOUND;
+    const sx_tl_choice_t *c = &engine->tl[index];
+    memset(info_p, 0, sizeof(*info_p));
+    info_p->name = c->name;
+    info_p->detail = c->detail;
+    info_p->exclusivity = c->exclusivity;
+    info_p->built = c->ops != NULL;
+    info_p->network = c->network;
+    info_p->allowed = c->allowed;
+    info_p->available = c->available;
+    info_p->selected = c->selected;
+    if (c->selected) {
+        unsigned tl = c->network ? SX_SHARD_TL_NET : SX_SHARD_TL_SELF;
+        info_p->mtu = engine->shards[0]->ifaces[tl]->caps.mtu;
+        if (c->network)
+            info_p->variant = engine->net_variant;
+    }
     return SX_OK;
 }
 

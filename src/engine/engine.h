@@ -7,6 +7,7 @@
  *   field            | written                  | read
  *   -----------------+--------------------------+------------------------------
  *   cfg, topo        | create only              | any thread, no lock
+ *   tl, net_ops, ... | create only              | any thread, no lock
  *   shards[]         | create/destroy only      | any thread, no lock
  *   home_key values  | each thread, its own     | that thread
  *   next_rr          | any thread (relaxed RMW) | any thread
@@ -52,6 +53,13 @@ struct sx_engine {
     bool mem_created;
     sx_proto_t proto;
     void *self_domain;
+    /* Transports (src/transports/registry.c): what the selection saw of
+     * each, the network transport it chose (under the fault decorator when
+     * SX_FAULT is set) and that transport's variant (ofi: the provider),
+     * which the card names and a peer must match. */
+    sx_tl_choice_t tl[SX_TL_KNOWN];
+    const sx_tl_ops_t *net_ops;
+    char net_variant[32];
     uint8_t card[4096]; /* this engine's business card */
     size_t card_len;
     sx_fairlock_t peer_lock; /* the list below, and peer add/remove */

@@ -1,5 +1,6 @@
 /* Business cards, peers and handler registration. */
 #include <endian.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -12,16 +13,28 @@
 
 /*
  * The business card, little-endian:
- *   0  u32 magic "SXC1"     4  u16 version (2)     6  u16 shard count
+ *   0  u32 magic "SXC1"     4  u16 version (3)     6  u16 shard count
  *   8  u64 epoch            then per shard: u8 length, that many address bytes
  *   then the connection methods offered (cpc.h: u8 count, then per method
  *   u8 id, u8 priority, u8 blob length, blob)
+ *   then the network transport the addresses belong to: u8 length, its
+ *   name ("udp", "ofi"); u8 length, its variant ("" for udp, the provider
+ *   for ofi)
  * A card says how to reach each shard over the network transport and how
  * to set channels up; the epoch names this incarnation of the engine.
+ * Version 3 added the transport; the addresses stay where version 2 had
+ * them.
  */
 #define SX_CARD_MAGIC   0x31435853u
-#define SX_CARD_VERSION 2
+#define SX_CARD_VERSION 3
 #define SX_CARD_HDR     16
+#define SX_CARD_NAME    32 /* room for a transport name or variant, with the NUL */
+
+/* The transport section of a card, as parsed. */
+typedef struct sx_card_tl {
+    char name[SX_CARD_NAME];
+    char variant[SX_CARD_NAME];
+} sx_card_tl_t;
 
 typedef struct sx_graveyard {
     struct sx_graveyard *next;
@@ -68,7 +81,84 @@ int sx_engine_card_init(struct sx_engine *e)
     size_t offers = sx_cpc_card_write(e, e->card + off, sizeof(e->card) - off);
     if (offers == 0)
         return SX_ERR_NO_MEMORY;
-    e->card_len = off + offers;
+    off += offers;
+    const char *names[2] = {e->net_ops->name, e->net_variant};
+    for (unsigned i = 0; i < 2; i++) {
+        size_t nlen = strlen(names[i]);
+        if (nlen >= SX_CARD_NAME || off + 1 + nlen > sizeof(e->card))
+            return SX_ERR_NO_MEMORY;
+        e->card[off] = (uint8_t)nlen;
+        memcpy(e->card + off + 1, names[i], nlen);
+        off += 1 + nlen;
+    }
+    e->card_len = off;
+    return SX_OK;
+}
+
+/* Reads the transport section at @p off; the offset after it, or 0 when
+ * it is malformed. */
+static size_t sx_card_parse_tl(const uint8_t *card, size_t len, size_t off, sx_card_tl_t *tl)
+{
+    char *fields[2] = {tl->name, tl->variant};
+
+    for (unsigned i = 0; i < 2; i++) {
+        if (off >= len || card[off] >= SX_CARD_NAME || len - off - 1 < card[off])
+            return 0;
+        size_t n = card[off];
+        for (size_t k = 0; k < n; k++) {
+            uint8_t ch = card[off + 1 + k];
+            if (ch < 0x21 || ch > 0x7e) /* printable, no spaces: it gets logged */
+                return 0;
+        }
+        memcpy(fields[i], card + off + 1, n);
+        fields[i][n] = '\0';
+        off += 1 + n;
+    }
+    return tl->name[0] != '\0' ? off : 0;
+}
+
+/*
+ * Whether this engine's network transport reaches the peer of a parsed
+ * card: the same transport and variant, and every address of a kind it
+ * can use (BTL add_procs' reachability). SX_ERR_PEER_UNREACHABLE or
+ * SX_ERR_INVALID_PARAM with a log line naming both sides.
+ */
+static int sx_card_reachable(struct sx_engine *e, uint64_t peer_id, const struct sx_peer *peer,
+                             const sx_card_tl_t *tl)
+{
+    const char *mine = e->net_ops->name;
+
+    if (strcmp(tl->name, mine) != 0 || strcmp(tl->variant, e->net_variant) != 0) {
+        sx_error("peer",
+                 "sx_peer_add: peer %llu's engine runs the %s%s%s transport, this one runs "
+                 "%s%s%s; both ends must select the same network transport (SX_TRANSPORTS%s)",
+                 (unsigned long long)peer_id, tl->name, tl->variant[0] ? "/" : "", tl->variant,
+                 mine, e->net_variant[0] ? "/" : "", e->net_variant,
+                 strcmp(tl->name, mine) == 0 && strcmp(mine, "ofi") == 0 ? ", SX_OFI_PROVIDER"
+                                                                         : "");
+        return SX_ERR_PEER_UNREACHABLE;
+    }
+    sx_tl_iface_t *iface = e->shards[0]->ifaces[SX_SHARD_TL_NET];
+    if (iface->ops->addr_check == NULL)
+        return SX_OK;
+    for (unsigned i = 0; i < peer->nshards; i++) {
+        int rc = iface->ops->addr_check(iface, peer->addr[i].bytes, peer->addr[i].len);
+        if (rc == SX_OK)
+            continue;
+        char text[128];
+        if (iface->ops->addr_str != NULL) {
+            iface->ops->addr_str(iface, peer->addr[i].bytes, peer->addr[i].len, text, sizeof(text));
+        } else {
+            size_t o = (size_t)snprintf(text, sizeof(text), "%u bytes:", peer->addr[i].len);
+            for (unsigned k = 0; k < peer->addr[i].len && o + 3 < sizeof(text); k++)
+                o += (size_t)snprintf(text + o, sizeof(text) - o, "%02x", peer->addr[i].bytes[k]);
+        }
+        sx_error("peer", "sx_peer_add: peer %llu's shard %u has %s address (%s) for %s%s%s",
+                 (unsigned long long)peer_id, i,
+                 rc == SX_ERR_INVALID_PARAM ? "a malformed" : "an unreachable", text, mine,
+                 e->net_variant[0] ? "/" : "", e->net_variant);
+        return rc == SX_ERR_INVALID_PARAM ? SX_ERR_INVALID_PARAM : SX_ERR_PEER_UNREACHABLE;
+    }
     return SX_OK;
 }
 
@@ -105,7 +195,8 @@ static void sx_peer_table_free(sx_rcu_entry_t *entry)
 
 /* Parses a card into a new peer; SX_ERR_INVALID_PARAM with a reason. */
 static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
-                         struct sx_peer **peer_p, sx_cpc_offer_t *offers, unsigned *noffers_p)
+                         struct sx_peer **peer_p, sx_cpc_offer_t *offers, unsigned *noffers_p,
+                         sx_card_tl_t *tl)
 {
     uint32_t magic;
     uint16_t version, n;
@@ -164,6 +255,13 @@ static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
         return SX_ERR_INVALID_PARAM;
     }
     off += used;
+    size_t end = sx_card_parse_tl(card, len, off, tl);
+    if (end == 0) {
+        sx_error("peer", "sx_peer_add: the card's network transport is missing or malformed");
+        sx_peer_free(peer);
+        return SX_ERR_INVALID_PARAM;
+    }
+    off = end;
     if (off != len) {
         sx_error("peer", "sx_peer_add: %zu stray bytes after the card", len - off);
         sx_peer_free(peer);
@@ -181,16 +279,21 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
     struct sx_peer *peer;
     sx_cpc_offer_t offers[SX_CPC_MAX];
     unsigned noffers = 0;
+    sx_card_tl_t tl;
 
     if (e == NULL || peer_p == NULL)
         return SX_ERR_INVALID_PARAM;
-    int rc = sx_card_parse(e, card, len, &peer, offers, &noffers);
+    int rc = sx_card_parse(e, card, len, &peer, offers, &noffers, &tl);
     if (rc != SX_OK)
         return rc;
     peer->id = peer_id;
     peer->engine = e;
     peer->local_shards = e->nshards;
     peer->is_self = (peer->epoch == e->proto.epoch);
+    if (!peer->is_self && (rc = sx_card_reachable(e, peer_id, peer, &tl)) != SX_OK) {
+        sx_peer_free(peer);
+        return rc;
+    }
     if (peer->is_self) {
         /* Ourselves: reach each shard through the self transport. */
         for (unsigned i = 0; i < peer->nshards && i < e->nshards; i++) {

@@ -58,6 +58,18 @@ bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p)
 
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, NULL))
         return false;
+    /* An interface whose fd needs arming (libfabric's fi_trywait) may have
+     * something that its fd will not announce: poll again instead. */
+    bool armed = true;
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT && armed; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        if (iface != NULL && iface->ops->arm != NULL)
+            armed = iface->ops->arm(iface) == SX_OK;
+    }
+    if (!armed) {
+        (void)sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
+        return false;
+    }
     uint64_t until = (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK) ? next : UINT64_MAX;
     atomic_store_explicit(&shard->sleep_until_ns, until, memory_order_relaxed);
     atomic_store_explicit(&shard->sleeping, 1, memory_order_relaxed);

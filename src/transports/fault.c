@@ -35,7 +35,7 @@
  * adding, say, a blackhole window does not shift the loss pattern. A send
  * refused by the inner transport (SX_ERR_AGAIN) rolls the generator back.
  *
- * What is supported: inner transports with caps.sync_send (udp, self). The
+ * What is supported: inner transports with caps.sync_send (udp, self, ofi). The
  * decorator then copies only what it holds (reordered, delayed) or changes
  * (corrupted); everything else goes straight through. An inner transport
  * without sync_send is refused at open with SX_ERR_UNSUPPORTED. Faults are
@@ -699,6 +699,27 @@ static int fault_wait_fd(sx_tl_iface_t *iface)
     return inner->ops->wait_fd(inner);
 }
 
+static int fault_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    return inner->ops->addr_check != NULL ? inner->ops->addr_check(inner, addr, len) : SX_OK;
+}
+
+static void fault_variant(sx_tl_iface_t *iface, char *buf, size_t cap)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    if (inner->ops->variant != NULL)
+        inner->ops->variant(inner, buf, cap);
+    else if (cap > 0)
+        buf[0] = '\0';
+}
+
+static int fault_arm(sx_tl_iface_t *iface)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    return inner->ops->arm != NULL ? inner->ops->arm(inner) : SX_OK;
+}
+
 int sx_tl_fault_stats_get(const sx_tl_iface_t *iface, sx_tl_fault_stats_t *stats_p)
 {
     if (iface == NULL || stats_p == NULL || iface->ops != &sx_tl_fault_ops)
@@ -721,6 +742,10 @@ const sx_tl_ops_t sx_tl_fault_ops = {
      * decorator drops fail like delivered ones; token holder. */
     .addr_insert = fault_addr_insert,
     .addr_str = fault_addr_str,
+    /* The inner interface's answers; any thread (arm: token holder). */
+    .addr_check = fault_addr_check,
+    .variant = fault_variant,
+    .arm = fault_arm,
     /* Delegates; held datagrams to it are dropped on release; token holder. */
     .addr_remove = fault_addr_remove,
     /* Applies the faults per datagram and passes the survivors on; copies

@@ -494,6 +494,7 @@ static int self_wait_fd(sx_tl_iface_t *iface)
 
 const sx_tl_ops_t sx_tl_self_ops = {
     .name = "self",
+    .exclusivity = SX_TL_EXCL_SELF,
     /* Claims the shard's slot in config->self_domain (SX_ERR_EXISTS if
      * taken); allocates; any thread before the shard runs. */
     .open = self_open,

@@ -18,7 +18,7 @@
  *
  * The sink never answers connection control messages: engines that use it
  * must connect with the implicit method (SX_CPC=implicit). It is chosen
- * only when named (SX_TRANSPORT=sink); nobody reaches a process over it.
+ * only when named (SX_TRANSPORTS=sink); nobody reaches a process over it.
  *
  * Address (8 bytes): the magic "SXSINK" padded, for a clear refusal of
  * another transport's address; any sink address resolves.
@@ -61,6 +61,22 @@ typedef struct sink_iface {
     uint8_t (*out)[SX_TL_SINK_ACK_LEN];
     unsigned out_cap;
 } sink_iface_t;
+
+/* Never chosen by default: only an SX_TRANSPORTS that asks for it. */
+static int sink_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
+{
+    (void)config;
+    q->exclusivity = SX_TL_EXCL_SINK;
+    if (!named) {
+        snprintf(q->detail, sizeof(q->detail),
+                 "no network; acknowledges every packet as posted (only when SX_TRANSPORTS "
+                 "names it)");
+        return SX_ERR_NO_DEVICE;
+    }
+    snprintf(q->detail, sizeof(q->detail),
+             "no network; acknowledges every packet as posted (needs SX_CPC=implicit)");
+    return SX_OK;
+}
 
 static int sink_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
 {
@@ -226,6 +242,8 @@ static int sink_wait_fd(sx_tl_iface_t *iface)
 
 const sx_tl_ops_t sx_tl_sink_ops = {
     .name = "sink",
+    .exclusivity = SX_TL_EXCL_SINK,
+    .query = sink_query,
     .open = sink_open,
     .close = sink_close,
     .local_addr = sink_local_addr,

@@ -27,10 +27,27 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define SX_TL_ADDR_MAX  64 /* bytes of a transport address in a business card */
-#define SX_TL_NAME_MAX  16
-#define SX_TL_IOV_MAX   4 /* iovec entries per datagram */
-#define SX_TL_DEST_NONE UINT32_MAX
+#define SX_TL_ADDR_MAX   64 /* bytes of a transport address in a business card */
+#define SX_TL_NAME_MAX   16
+#define SX_TL_IOV_MAX    4 /* iovec entries per datagram */
+#define SX_TL_DEST_NONE  UINT32_MAX
+#define SX_TL_DETAIL_MAX 192 /* bytes of a query's description, with the NUL */
+
+/*
+ * Exclusivity (Open MPI's BTL selection): among the network transports an
+ * engine may run, the available one with the highest exclusivity is
+ * selected; self, the highest of all, reaches only the engine itself. A
+ * transport states it per query, since what it found may change its claim
+ * (ofi over a NIC's own provider claims more than ofi over libfabric's
+ * emulation on kernel sockets).
+ */
+#define SX_TL_EXCL_SELF    1000 /* this engine itself */
+#define SX_TL_EXCL_HW      500  /* a fabric device of its own: verbs, ofi over a NIC provider */
+#define SX_TL_EXCL_SOCKETS 100  /* kernel UDP sockets: udp */
+/* A library's emulation over kernel sockets: ofi's udp, sockets and tcp
+ * providers, never preferred to udp. */
+#define SX_TL_EXCL_EMULATED 50
+#define SX_TL_EXCL_SINK     1 /* no network (sink): only when nothing else is allowed */
 
 typedef struct sx_tl_iface sx_tl_iface_t;
 typedef struct sx_tl_ops sx_tl_ops_t;
@@ -57,6 +74,7 @@ typedef struct sx_tl_config {
     const char *fault;            /* fault: the SX_FAULT specification */
     const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
     void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
+    const char *ofi_provider;     /* ofi: SX_OFI_PROVIDER; NULL or "" = the best found */
     /* fault and udp: says whether a datagram is a control datagram (a pure
      * ACK): fault applies ctrl_loss and ctrl_blackout to those, udp sends
      * them on its ACK path. Called on iov[0] of each tx only, so a wire
@@ -110,8 +128,29 @@ typedef struct sx_tl_stats {
                                * rx_datagrams too) */
 } sx_tl_stats_t;
 
+/** What a transport's query found (see sx_tl_ops_t.query). */
+typedef struct sx_tl_query {
+    unsigned exclusivity;          /* see SX_TL_EXCL_* */
+    char detail[SX_TL_DETAIL_MAX]; /* what it found, or why it cannot run */
+} sx_tl_query_t;
+
 struct sx_tl_ops {
     const char *name;
+
+    /** Exclusivity when query is NULL; see SX_TL_EXCL_*. */
+    unsigned exclusivity;
+
+    /**
+     * Says whether the transport can run here with @p config, and how
+     * strongly it claims peers (q->exclusivity), before any interface is
+     * opened; fills q->detail either way. @p named: SX_TRANSPORTS is set
+     * and allows the transport; when false (the default list), a transport
+     * whose discovery is costly may decline after a cheap check that it
+     * could not win. SX_OK, or SX_ERR_NO_DEVICE (or the parameter's error)
+     * when it cannot run. May block briefly (device discovery); any thread.
+     * May be NULL: always available, at `exclusivity`.
+     */
+    int (*query)(const sx_tl_config_t *config, int named, sx_tl_query_t *q);
 
     /** Opens the interface of one shard. May block briefly (socket set-up).
      *  Writes *iface_p only on SX_OK. */
@@ -133,6 +172,25 @@ struct sx_tl_ops {
      *  diagnoses; at most @p cap bytes with the NUL. Any thread; never
      *  blocks. May be NULL (callers then print the bytes in hex). */
     void (*addr_str)(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf, size_t cap);
+
+    /**
+     * Says whether a peer interface's card address is usable from this
+     * interface, without inserting it: SX_OK, SX_ERR_INVALID_PARAM when it
+     * is malformed, SX_ERR_PEER_UNREACHABLE when it is well formed but of
+     * another kind this interface cannot reach (another address family or
+     * format). Logs nothing; the caller explains. Any thread; never blocks.
+     * May be NULL (only addr_insert can tell).
+     */
+    int (*addr_check)(sx_tl_iface_t *iface, const void *addr, size_t len);
+
+    /**
+     * Writes the variant of the transport this interface runs, which a
+     * peer's interface must run too (ofi: the provider, "udp"), NUL
+     * terminated, at most @p cap bytes with the NUL; it goes into the
+     * business card beside the transport's name. Any thread after open.
+     * May be NULL: the transport has one variant.
+     */
+    void (*variant)(sx_tl_iface_t *iface, char *buf, size_t cap);
 
     /** Forgets a destination; later sends to it fail with
      *  SX_ERR_INVALID_PARAM. */
@@ -159,6 +217,14 @@ struct sx_tl_ops {
     /** A file descriptor that becomes readable when poll may return
      *  something, for epoll; -1 if the interface has none. Any thread. */
     int (*wait_fd)(sx_tl_iface_t *iface);
+
+    /**
+     * Prepares to sleep on wait_fd (libfabric's fi_trywait): SX_OK when the
+     * fd will become readable for anything poll has not reported yet,
+     * SX_ERR_AGAIN when poll must run first. Token holder; never blocks.
+     * May be NULL: the fd alone is enough.
+     */
+    int (*arm)(sx_tl_iface_t *iface);
 };
 
 /** The part every interface struct starts with. */
@@ -175,9 +241,44 @@ extern const sx_tl_ops_t sx_tl_sink_ops;
 
 /** sink: bytes of the answer a config->reflect callback writes. */
 #define SX_TL_SINK_ACK_LEN 48
+/* Defined only when libfabric was found at build time (SX_HAVE_OFI). */
+extern const sx_tl_ops_t sx_tl_ofi_ops;
 
-/** The transport called @p name ("udp", "self", "fault"), or NULL. */
+/** The transport called @p name ("udp", "self", "fault", "ofi") built
+ *  into this library, or NULL. */
 const sx_tl_ops_t *sx_tl_find(const char *name);
+
+/* ------------------------------------------------------------------ */
+/* Selection (registry.c)                                               */
+
+/* Every transport name SX_TRANSPORTS may use, built or not. */
+#define SX_TL_KNOWN 5
+
+/** One transport as the engine's selection saw it. */
+typedef struct sx_tl_choice {
+    const char *name;
+    const sx_tl_ops_t *ops; /* NULL: not built into this library */
+    int network;            /* 1: reaches other engines; 0: self */
+    int allowed;            /* SX_TRANSPORTS lets it run */
+    int available;          /* its query succeeded (self: always) */
+    int selected;           /* the engine runs it */
+    unsigned exclusivity;   /* from the query; 0 when not queried */
+    char detail[SX_TL_DETAIL_MAX];
+} sx_tl_choice_t;
+
+/**
+ * Chooses the network transport: parses @p spec (SX_TRANSPORTS: empty for
+ * every transport, "a,b" for those only, "^a,b" for all but those; self is
+ * always used for the engine itself and cannot be excluded), queries the
+ * allowed network transports and selects the available one with the
+ * highest exclusivity. Fills @p choices (SX_TL_KNOWN entries, in the
+ * registry's order) and *net_p. SX_ERR_INVALID_PARAM with a log line for a
+ * malformed list, an unknown name, a transport this build lacks or a list
+ * that leaves no network transport; SX_ERR_NO_DEVICE when none of the
+ * allowed ones can run. Any thread; may block as long as the queries.
+ */
+int sx_tl_select(const char *spec, const sx_tl_config_t *config, sx_tl_choice_t *choices,
+                 const sx_tl_ops_t **net_p);
 
 /**
  * self: creates the rendezvous that the self interfaces of one engine share

@@ -499,6 +499,26 @@ static void udp_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, cha
         snprintf(buf, cap, "udp %s:%u", ip, ntohs(sa.sin_port));
 }
 
+/* Whether card bytes are a well-formed udp address, without a log line
+ * (sx_peer_add explains a refusal itself). */
+static int udp_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
+{
+    struct sockaddr_in sa;
+    uint16_t ack_port;
+
+    (void)iface;
+    return udp_addr_decode(addr, len, &sa, &ack_port) == NULL ? SX_OK : SX_ERR_INVALID_PARAM;
+}
+
+static int udp_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
+{
+    (void)named;
+    q->exclusivity = SX_TL_EXCL_SOCKETS;
+    snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s",
+             config->bind_addr != NULL ? config->bind_addr : "127.0.0.1");
+    return SX_OK;
+}
+
 static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -788,6 +808,9 @@ static int udp_wait_fd(sx_tl_iface_t *iface)
 
 const sx_tl_ops_t sx_tl_udp_ops = {
     .name = "udp",
+    .exclusivity = SX_TL_EXCL_SOCKETS,
+    /* Describes the binding; always available (open reports a bad address). */
+    .query = udp_query,
     /* Creates, sizes and binds the data socket (and the ACK socket and
      * their epoll fd when config->ack_socket is set); may block briefly;
      * allocates UDP_RX_BATCH receive buffers of mtu bytes (and as many of
@@ -801,6 +824,8 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * table slot; token holder; may allocate when the table grows. */
     .addr_insert = udp_addr_insert,
     .addr_str = udp_addr_str,
+    /* Decodes 8 or 10 bytes without inserting them or logging; any thread. */
+    .addr_check = udp_addr_check,
     /* Frees the slot for reuse; later sends to it fail; token holder. */
     .addr_remove = udp_addr_remove,
     /* sendmmsg with MSG_DONTWAIT, one call per run of datagrams for the
