@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
 
 #ifdef __cplusplus
@@ -476,6 +477,26 @@ SX_API int sx_stats_get(sx_engine_h engine, sx_counter_t *counters, size_t *coun
 
 /** The value of the counter called @p name; SX_ERR_NOT_FOUND if none. */
 SX_API int sx_stats_value(sx_engine_h engine, const char *name, uint64_t *value_p);
+
+/* ------------------------------------------------------------------------ */
+/* Diagnostics                                                               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Writes the engine's state to @p out, for a person debugging a hang or a
+ * loss (docs/debugging.md explains the fields). Per shard: its inbox depth
+ * and hotel occupancy. Per channel: the peer's id, epoch and address, the
+ * connection state, sequence numbers, un-ACKed packets and bytes against
+ * the window, RTO, smoothed RTT and back-off, the next retransmission
+ * deadline, the receive side's next sequence and out-of-order packets, and
+ * the pending operations with their kind and age. Each shard is read while
+ * holding its token, tried for a bounded time (half a second); a shard
+ * that stays busy that long is reported as busy instead of read.
+ * Anything a thread queued on a shard meanwhile runs before the shard is
+ * released, so callbacks may run inside this call. SX_DUMP_SIGNAL writes
+ * the same report to the log when the process gets that signal.
+ */
+SX_API int sx_dump(sx_engine_h engine, FILE *out);
 
 #ifdef __cplusplus
 }
