@@ -14,6 +14,8 @@ packages=(
     openmpi-bin libopenmpi-dev
     # make bench: plots (bench/plot.sh) and summaries read the JSON with jq
     gnuplot-nox jq
+    # make docs: the API reference; man pages are checked with groff
+    doxygen groff-base
 )
 
 missing=()

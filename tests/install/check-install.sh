@@ -41,4 +41,15 @@ cmake --build "$work/cmake-build" >/dev/null
 
 # The installed sx_info runs.
 "$work/prefix/bin/sx_info" >/dev/null
-echo "install check passed: pkg-config (shared, static) and find_package(shardx)"
+
+# The man pages are installed, and the section 7 page lists every parameter.
+man=$(find "$work/prefix" -type d -name man -path '*/share/man' | head -n 1)
+for page in man1/sx_info.1 man1/sx_run.1 man1/sx_bench.1 man7/shardx-config.7; do
+    [ -s "$man/$page" ] || { echo "man page $page was not installed" >&2; exit 1; }
+done
+params=$("$work/prefix/bin/sx_info" --json | python3 -c \
+    'import json,sys; print(len(json.load(sys.stdin)["parameters"]))')
+listed=$(awk 'prev == ".TP" && /^\.B SX_/ { n++ } { prev = $0 } END { print n }' \
+    "$man/man7/shardx-config.7")
+[ "$params" = "$listed" ] || { echo "shardx-config.7 lists $listed of $params parameters" >&2; exit 1; }
+echo "install check passed: pkg-config (shared, static), find_package(shardx), man pages"
