@@ -141,9 +141,9 @@ typedef enum sx_param_type {
 
 /** One configuration parameter, as sx_param_info() describes it. */
 typedef struct sx_param_info {
-    const char *name;      /**< without the SX_ prefix, e.g. "SHARDS" */
-    sx_param_type_t type;  /**< how the value is parsed */
-    const char *type_name; /**< "uint", "size", "double", "bool", "enum", "string" */
+    const char *name;          /**< without the SX_ prefix, e.g. "SHARDS" */
+    sx_param_type_t type;      /**< how the value is parsed */
+    const char *type_name;     /**< "uint", "size", "double", "bool", "enum", "string" */
     const char *default_value; /**< the default, as text */
     const char *allowed;       /**< range or word list, human readable */
     const char *description;   /**< what it does */
@@ -179,7 +179,7 @@ typedef struct sx_engine_params {
     uint64_t field_mask;          /**< bitwise OR of enum sx_engine_param_field */
     const sx_config_kv_t *config; /**< settings that win over the environment */
     size_t config_count;          /**< entries in config */
-    const char *name; /**< shown in log lines; copied */
+    const char *name;             /**< shown in log lines; copied */
 } sx_engine_params_t;
 
 /**

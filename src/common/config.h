@@ -103,7 +103,7 @@
     X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                           \
       "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "  \
       "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "   \
-      "picks the launcher that started the process.")                                      \
+      "picks the launcher that started the process.")                                       \
     X(DUMP_SIGNAL, UINT, dump_signal, "0", 0, 64, NULL,                                     \
       "Signal number (e.g. 10, SIGUSR1 on Linux) on which every engine of the process "     \
       "writes its state (sx_dump: shards, channels, pending operations) to the log; 0: "    \
