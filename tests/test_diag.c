@@ -3,7 +3,8 @@
  * (SX_WATCHDOG_S, SX_WATCHDOG_ABORT) and log rate limiting.
  *
  * The watchdog tests stall a real peer process deliberately: SIGSTOP in
- * one test, a peer that simply stops calling sx_progress in the other. The
+ * one test, a peer that simply stops calling sx_progress in another, and an
+ * active-message handler that does not return in a third. The
  * stalled operation then stays pending for as long as the test wants, so
  * the tests wait for the watchdog's output itself (with a deadline of
  * minutes that only stops a broken build from hanging), never for a
@@ -35,6 +36,7 @@
 #define MSG_STOPPED    (MP_MSG_USER + 4)
 #define MODE_SINK      1 /* receive, count, and report the count at quit */
 #define MODE_ABORTER   2 /* send to the parent with the watchdog set to abort */
+#define MODE_SEND_ONE  3 /* send one message to the parent, then as MODE_SINK */
 #define PEER_TIMEOUT   "3600000"
 #define ABORT_LOG_PATH 128
 
@@ -128,6 +130,14 @@ static int child_main(int rfd, int wfd)
             sx_progress(engine);
     }
 
+    if (mode.mode == MODE_SEND_ONE) {
+        int st;
+        if (send_one(parent, &st) != SX_INPROGRESS)
+            return 20;
+        wait_complete(engine, &st);
+        if (st != SX_OK)
+            return 21;
+    }
     /* MODE_SINK: progress until the parent says quit, then report. */
     struct pollfd pfd = {.fd = rfd, .events = POLLIN};
     for (unsigned i = 0;; i++) {
@@ -151,17 +161,22 @@ typedef struct pair {
     sx_peer_h peer;
 } pair_t;
 
-static void pair_start(pair_t *p, const sx_config_kv_t *kv, size_t nkv)
+static void pair_start_mode(pair_t *p, const sx_config_kv_t *kv, size_t nkv, uint32_t child_mode)
 {
     sx_engine_params_t params = {
         .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = nkv};
     assert_int_equal(sx_engine_create(&params, &p->engine), SX_OK);
     assert_int_equal(sx_thread_bind(p->engine, 0), SX_OK);
     assert_true(mp_spawn(&p->child));
-    mode_msg_t mode = {.mode = MODE_SINK};
+    mode_msg_t mode = {.mode = child_mode};
     assert_true(mp_write_msg(p->child.to_fd, MSG_MODE, &mode, sizeof(mode)));
     assert_true(mp_send_card(p->engine, p->child.to_fd));
     assert_int_equal(mp_recv_card(p->engine, p->child.from_fd, WAIT_MS, 1, &p->peer), SX_OK);
+}
+
+static void pair_start(pair_t *p, const sx_config_kv_t *kv, size_t nkv)
+{
+    pair_start_mode(p, kv, nkv, MODE_SINK);
 }
 
 /* Tells the sink to quit; checks it received @p expect messages and exited 0. */
@@ -254,6 +269,56 @@ static void test_watchdog_reports_stopped_peer(void **state)
     wait_complete(p.engine, &st2);
     assert_int_equal(st2, SX_OK);
     pair_finish(&p, 2);
+    free(capture_stop());
+}
+
+/* Reads the captured log into @p buf; whether it holds @p needle. */
+static bool log_holds(char *buf, size_t cap, const char *needle)
+{
+    FILE *f = fopen(log_capture_path, "r");
+    if (f == NULL)
+        return false;
+    buf[fread(buf, 1, cap - 1, f)] = '\0';
+    fclose(f);
+    return strstr(buf, needle) != NULL;
+}
+
+/*
+ * A handler that does not return: it holds its shard's token until the
+ * watchdog has reported the shard as busy, which it checks in the log
+ * itself, so the stall lasts exactly as long as the test needs.
+ */
+static void blocking_handler(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    static char text[65536];
+    uint64_t deadline = sx_time_ns() + (uint64_t)WAIT_MS * 1000000u;
+    (void)peer_id;
+    (void)tag;
+    (void)data;
+    (void)len;
+    while (!log_holds(text, sizeof(text), "its token has been held") && sx_time_ns() < deadline)
+        poll(NULL, 0, 50); /* not synchronisation: the loop waits for the log line */
+    (*(uint64_t *)arg)++;
+}
+
+static void test_watchdog_reports_blocked_callback(void **state)
+{
+    (void)state;
+    pair_t p = {0};
+    uint64_t handled = 0;
+    static char text[65536];
+    sx_config_kv_t kv[] = {{"WATCHDOG_S", "1"}, {"PEER_TIMEOUT_MS", PEER_TIMEOUT}};
+
+    capture_start();
+    pair_start_mode(&p, kv, 2, MODE_SEND_ONE);
+    assert_int_equal(sx_am_register(p.engine, TAG, blocking_handler, &handled), SX_OK);
+    uint64_t deadline = sx_time_ns() + (uint64_t)WAIT_MS * 1000000u;
+    while (handled == 0 && sx_time_ns() < deadline)
+        sx_progress(p.engine);
+    assert_int_equal(handled, 1);
+    assert_true(log_holds(text, sizeof(text), "shard 0: its token has been held for"));
+    assert_contains(text, "a callback or a progress pass that does not return?");
+    pair_finish(&p, 0);
     free(capture_stop());
 }
 
@@ -398,6 +463,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ratelimit),
         cmocka_unit_test(test_invalid_signal),
         cmocka_unit_test_teardown(test_watchdog_reports_stopped_peer, teardown),
+        cmocka_unit_test_teardown(test_watchdog_reports_blocked_callback, teardown),
         cmocka_unit_test_teardown(test_dump_on_signal, teardown),
         cmocka_unit_test_teardown(test_watchdog_abort, teardown),
     };
