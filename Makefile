@@ -1,5 +1,6 @@
 # The top-level Makefile only orchestrates: CMake builds, ctest runs tests.
 #   make test        build into build/ and run every test
+#   make docs        the API reference (Doxygen) in build/docs/html
 #   make bench       build and run the scaling benchmark (sx_bench mt), with plots
 #   make test-asan   the same tests under ASan+UBSan, in build-asan/
 #   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
@@ -11,7 +12,7 @@ CTEST_ARGS ?=
 
 CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
 
-.PHONY: all deps build test bench bench-all bench-readme bench-mpi build-asan test-asan build-tsan test-tsan fuzz install format clean
+.PHONY: all deps build docs test bench bench-all bench-readme bench-mpi build-asan test-asan build-tsan test-tsan fuzz install format clean
 
 all: build
 
@@ -21,6 +22,10 @@ deps:
 build: deps
 	@$(CONFIGURE) -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build build -j $(JOBS)
+
+# The API reference (Doxygen; a warning fails it) in build/docs/html.
+docs: build
+	cmake --build build --target docs
 
 test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)

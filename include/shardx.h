@@ -29,11 +29,15 @@
  * Parameter structs can grow: set `field_mask` to the fields you filled in;
  * fields whose bit is clear are ignored and take their defaults.
  */
+/** @file shardx.h
+ *  The public API of shardx: engines, peers, active messages, emulated
+ *  RMA, counters and diagnostics. The rules above hold for every call. */
 #ifndef SHARDX_H
 #define SHARDX_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
 
 #ifdef __cplusplus
@@ -46,7 +50,7 @@ extern "C" {
 #define SX_API
 #endif
 
-/*
+/**
  * Status codes. This one table generates both the enum and sx_strerror(),
  * so a code and its message can never drift apart. SX_OK and SX_INPROGRESS
  * are not errors; every error is negative.
@@ -77,6 +81,7 @@ extern "C" {
     X(SX_ERR_NO_LAUNCHER, -21, "not started by a launcher (sx_run, mpirun)")
 
 #define SX_STATUS_ENUM_ENTRY_(name, value, message) name = (value),
+/** Every status a call returns or a completion reports (SX_STATUS_TABLE). */
 typedef enum sx_status { SX_STATUS_TABLE(SX_STATUS_ENUM_ENTRY_) } sx_status_t;
 #undef SX_STATUS_ENUM_ENTRY_
 
@@ -102,6 +107,7 @@ enum sx_feature {
     SX_FEATURE_TSAN = 1u << 6,   /**< built with ThreadSanitizer */
 };
 
+/** What sx_build_info() reports. */
 typedef struct sx_build_info {
     const char *version;      /**< "MAJOR.MINOR.PATCH" */
     const char *build_type;   /**< CMake build type */
@@ -123,6 +129,7 @@ SX_API int sx_build_info(sx_build_info_t *info_p);
  * type, a default, a range or word list, and a description. Values come
  * from the engine parameters first, then the environment, then defaults.
  */
+/** How a parameter's value is written. */
 typedef enum sx_param_type {
     SX_PARAM_UINT,   /**< unsigned integer, decimal or 0x hex (a leading 0 is not octal) */
     SX_PARAM_SIZE,   /**< byte count; suffixes k, m, g (powers of 1024) */
@@ -132,13 +139,14 @@ typedef enum sx_param_type {
     SX_PARAM_STRING, /**< free text */
 } sx_param_type_t;
 
+/** One configuration parameter, as sx_param_info() describes it. */
 typedef struct sx_param_info {
-    const char *name;      /**< without the SX_ prefix, e.g. "SHARDS" */
-    sx_param_type_t type;  /**< how the value is parsed */
-    const char *type_name; /**< "uint", "size", "double", "bool", "enum", "string" */
-    const char *default_value;
-    const char *allowed; /**< range or word list, human readable */
-    const char *description;
+    const char *name;          /**< without the SX_ prefix, e.g. "SHARDS" */
+    sx_param_type_t type;      /**< how the value is parsed */
+    const char *type_name;     /**< "uint", "size", "double", "bool", "enum", "string" */
+    const char *default_value; /**< the default, as text */
+    const char *allowed;       /**< range or word list, human readable */
+    const char *description;   /**< what it does */
 } sx_param_info_t;
 
 /** Number of configuration parameters. */
@@ -151,6 +159,7 @@ SX_API int sx_param_info(size_t index, sx_param_info_t *info_p);
 /* Engine                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/** An engine: one per process or runtime instance (opaque). */
 typedef struct sx_engine *sx_engine_h;
 
 /** One configuration setting given in code; same names as the environment. */
@@ -159,16 +168,18 @@ typedef struct sx_config_kv {
     const char *value; /**< text, parsed as the parameter's type */
 } sx_config_kv_t;
 
+/** Bits of sx_engine_params_t.field_mask. */
 enum sx_engine_param_field {
     SX_ENGINE_PARAM_CONFIG = 1u << 0, /**< config, config_count */
     SX_ENGINE_PARAM_NAME = 1u << 1,   /**< name */
 };
 
+/** Options of sx_engine_create(); set field_mask to the fields filled in. */
 typedef struct sx_engine_params {
     uint64_t field_mask;          /**< bitwise OR of enum sx_engine_param_field */
     const sx_config_kv_t *config; /**< settings that win over the environment */
-    size_t config_count;
-    const char *name; /**< shown in log lines; copied */
+    size_t config_count;          /**< entries in config */
+    const char *name;             /**< shown in log lines; copied */
 } sx_engine_params_t;
 
 /**
@@ -193,6 +204,7 @@ SX_API void sx_engine_destroy(sx_engine_h engine);
 /** Number of shards the engine runs. */
 SX_API int sx_engine_shard_count(sx_engine_h engine, unsigned *count_p);
 
+/** One shard, as sx_engine_shard_info() describes it. */
 typedef struct sx_shard_info {
     unsigned index;  /**< shard number, 0 .. count-1 */
     int core;        /**< hwloc logical index of the core it maps to */
@@ -201,6 +213,7 @@ typedef struct sx_shard_info {
     char cpuset[64]; /**< the core's cpuset as a list, e.g. "2-3" (truncated) */
 } sx_shard_info_t;
 
+/** What sx_engine_topology() found. */
 typedef struct sx_topology_info {
     unsigned cores;      /**< cores in the process's cpuset */
     unsigned numa_nodes; /**< NUMA nodes in the machine */
@@ -276,6 +289,7 @@ SX_API int sx_engine_fd(sx_engine_h engine, int *fd_p);
 /* Peers and business cards                                                  */
 /* ------------------------------------------------------------------------ */
 
+/** A peer: another engine, or this one (opaque). */
 typedef struct sx_peer *sx_peer_h;
 
 /**
@@ -330,9 +344,9 @@ SX_API uint64_t sx_peer_id(sx_peer_h peer);
 
 /** What sx_engine_join found. */
 typedef struct sx_job_info {
-    uint32_t rank;     /* this process, 0 .. size - 1 */
-    uint32_t size;     /* processes in the job */
-    const char *modex; /* how cards were exchanged: "pmix" or "sxrun" (static string) */
+    uint32_t rank;     /**< this process, 0 .. size - 1 */
+    uint32_t size;     /**< processes in the job */
+    const char *modex; /**< how cards were exchanged: "pmix" or "sxrun" (static string) */
 } sx_job_info_t;
 
 /**
@@ -393,6 +407,7 @@ typedef void (*sx_complete_cb_t)(void *ctx, int status);
 SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
                    sx_complete_cb_t cb, void *ctx);
 
+/** Bits of sx_send_params_t.field_mask. */
 enum sx_send_param_field {
     SX_SEND_PARAM_LANE = 1u << 0,  /**< lane */
     SX_SEND_PARAM_FLAGS = 1u << 1, /**< flags */
@@ -410,7 +425,7 @@ enum sx_send_flag {
 
 /** Options of sx_send_ex; set field_mask to the fields filled in. */
 typedef struct sx_send_params {
-    uint64_t field_mask;
+    uint64_t field_mask; /**< bitwise OR of enum sx_send_param_field */
     /** The peer's shard to send to (modulo its shard count). A runtime can
      *  map communicators or VCIs onto lanes; messages keep their order
      *  within one lane, not across lanes. Default: the caller's home shard
@@ -435,15 +450,19 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
 /** Called once per failed peer, from a progressing thread. */
 typedef void (*sx_error_cb_t)(void *arg, uint64_t peer_id, int status);
 
+/** Sets the callback told about failed peers (NULL removes it). */
 SX_API int sx_error_register(sx_engine_h engine, sx_error_cb_t cb, void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* Remote memory access (emulated over datagrams)                            */
 /* ------------------------------------------------------------------------ */
 
+/** A registered memory region (opaque). */
 typedef struct sx_mem *sx_mem_h;
+/** The key that names a registered region to peers. */
 typedef uint64_t sx_rkey_t;
 
+/** Access rights of a registered region. */
 enum sx_mem_access {
     SX_MEM_REMOTE_READ = 1u << 0,  /**< peers may sx_get from it */
     SX_MEM_REMOTE_WRITE = 1u << 1, /**< peers may sx_put into it */
@@ -493,9 +512,9 @@ SX_API int sx_get(sx_peer_h peer, void *dst, size_t len, uint64_t raddr, sx_rkey
 /** One counter: a stable name, what it counts, and its value summed over
  *  the engine's shards. Names and descriptions are static strings. */
 typedef struct sx_counter {
-    const char *name;
-    const char *description;
-    uint64_t value;
+    const char *name;        /**< stable identifier, e.g. "rtx_timeout" */
+    const char *description; /**< one line, for people */
+    uint64_t value;          /**< the sum over the engine's shards */
 } sx_counter_t;
 
 /**
@@ -509,6 +528,26 @@ SX_API int sx_stats_get(sx_engine_h engine, sx_counter_t *counters, size_t *coun
 
 /** The value of the counter called @p name; SX_ERR_NOT_FOUND if none. */
 SX_API int sx_stats_value(sx_engine_h engine, const char *name, uint64_t *value_p);
+
+/* ------------------------------------------------------------------------ */
+/* Diagnostics                                                               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Writes the engine's state to @p out, for a person debugging a hang or a
+ * loss (docs/debugging.md explains the fields). Per shard: its inbox depth
+ * and hotel occupancy. Per channel: the peer's id, epoch and address, the
+ * connection state, sequence numbers, un-ACKed packets and bytes against
+ * the window, RTO, smoothed RTT and back-off, the next retransmission
+ * deadline, the receive side's next sequence and out-of-order packets, and
+ * the pending operations with their kind and age. Each shard is read while
+ * holding its token, tried for a bounded time (half a second); a shard
+ * that stays busy that long is reported as busy instead of read.
+ * Anything a thread queued on a shard meanwhile runs before the shard is
+ * released, so callbacks may run inside this call. SX_DUMP_SIGNAL writes
+ * the same report to the log when the process gets that signal.
+ */
+SX_API int sx_dump(sx_engine_h engine, FILE *out);
 
 #ifdef __cplusplus
 }

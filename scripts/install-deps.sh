@@ -14,6 +14,9 @@ packages=(
     openmpi-bin libopenmpi-dev
     # make bench: plots (bench/plot.sh) and summaries read the JSON with jq
     gnuplot-nox jq
+    # make docs: the API reference; man pages are checked with groff, and
+    # shardx-config(7) is generated from sx_info --json by a Python script
+    doxygen groff-base python3
 )
 
 missing=()

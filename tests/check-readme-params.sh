@@ -11,6 +11,6 @@ for n in $names; do
     grep -q "| \`$n\` |" "$readme" || { echo "README lacks $n" >&2; status=1; }
 done
 for n in $(grep -o '^| `SX_[A-Z0-9_]*` |' "$readme" | grep -o 'SX_[A-Z0-9_]*'); do
-    echo "$names" | grep -qx "$n" || { echo "README documents unknown $n" >&2; status=1; }
+    grep -qx "$n" <<<"$names" || { echo "README documents unknown $n" >&2; status=1; }
 done
 exit $status

@@ -173,7 +173,17 @@
     X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                             \
       "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "    \
       "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "     \
-      "picks the launcher that started the process.")
+      "picks the launcher that started the process.")                                         \
+    X(DUMP_SIGNAL, UINT, dump_signal, "0", 0, 64, NULL,                                       \
+      "Signal number (e.g. 10, SIGUSR1 on Linux) on which every engine of the process "       \
+      "writes its state (sx_dump: shards, channels, pending operations) to the log; 0: "      \
+      "off.")                                                                                 \
+    X(WATCHDOG_S, UINT, watchdog_s, "0", 0, 86400, NULL,                                      \
+      "Progress watchdog: report operations pending longer than this many seconds, with "     \
+      "their age, peer and kind, and the state of their channels; 0: off.")                   \
+    X(WATCHDOG_ABORT, BOOL, watchdog_abort, "no", 0, 0, NULL,                                 \
+      "Abort the process after the watchdog's first report (MPICH's progress timeout), "      \
+      "for a core file or a job that must not hang.")
 
 /* Word indices of the ENUM parameters; they follow the word lists above. */
 enum { SX_THREAD_MODE_SHARDED = 0, SX_THREAD_MODE_GLOBAL = 1 };
@@ -214,6 +224,9 @@ typedef struct sx_config {
     char *cpc;
     uint64_t connect_timeout_ms;
     int modex;
+    uint64_t dump_signal;
+    uint64_t watchdog_s;
+    bool watchdog_abort;
 } sx_config_t;
 
 /**

@@ -11,6 +11,9 @@
 #define SX_COMMON_LOG_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef enum sx_log_level {
     SX_LOG_ERROR = 0,
@@ -37,6 +40,55 @@ extern _Atomic int sx_log_level_g;
 #define sx_info(subsys, ...)  sx_log(SX_LOG_INFO, subsys, __VA_ARGS__)
 #define sx_debug(subsys, ...) sx_log(SX_LOG_DEBUG, subsys, __VA_ARGS__)
 #define sx_trace(subsys, ...) sx_log(SX_LOG_TRACE, subsys, __VA_ARGS__)
+
+/*
+ * Rate limiting for warnings that a peer or the network can repeat at line
+ * rate (a flood of messages to a tag without a handler, say): each call
+ * site lets SX_LOG_RATELIMIT_BURST lines through per
+ * SX_LOG_RATELIMIT_INTERVAL_NS and counts the rest; the first line of the
+ * next interval says how many were suppressed. Modelled on the Linux
+ * kernel's printk_ratelimit. Each site keeps its own state, so one noisy
+ * site does not silence another.
+ */
+#define SX_LOG_RATELIMIT_BURST       10u
+#define SX_LOG_RATELIMIT_INTERVAL_NS (5ull * 1000000000ull)
+
+typedef struct sx_log_ratelimit {
+    _Atomic uint64_t window_start_ns; /* 0: no line yet */
+    atomic_uint printed;              /* lines let through in this window */
+    atomic_uint suppressed;           /* lines held back since the last one let through */
+} sx_log_ratelimit_t;
+
+/**
+ * Whether a line at @p now_ns may go out under @p rl. When it may, and
+ * lines were held back before it, *suppressed_p says how many (else 0).
+ * Any thread; lock-free. Racing threads at a window's edge may let a line
+ * or two more through, never fewer.
+ */
+bool sx_log_ratelimit_pass(sx_log_ratelimit_t *rl, uint64_t now_ns, unsigned *suppressed_p);
+
+/** Formats and writes one line, as sx_log_emit, unless @p rl holds it
+ *  back; adds how many lines it held back before. */
+void sx_log_emit_ratelimited(sx_log_ratelimit_t *rl, sx_log_level_t level, const char *subsys,
+                             const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+#define sx_log_ratelimited(level, subsys, ...)                                          \
+    do {                                                                                \
+        static sx_log_ratelimit_t sx_log_rl_;                                           \
+        if (sx_log_enabled(level))                                                      \
+            sx_log_emit_ratelimited(&sx_log_rl_, (level), (subsys), __FILE__, __LINE__, \
+                                    __VA_ARGS__);                                       \
+    } while (0)
+
+#define sx_warn_ratelimited(subsys, ...) sx_log_ratelimited(SX_LOG_WARN, subsys, __VA_ARGS__)
+
+/**
+ * Writes @p text (whole lines) to the log's destination in one piece, with
+ * no prefix: multi-line reports (sx_dump, the watchdog) that must not
+ * interleave with other threads' lines.
+ */
+void sx_log_write_block(const char *text, size_t len);
 
 /** Formats and writes one line; thread-safe. Use sx_log() instead. */
 void sx_log_emit(sx_log_level_t level, const char *subsys, const char *file, int line,

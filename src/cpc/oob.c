@@ -44,8 +44,8 @@ static void oob_ctrl_handler(void *arg, uint64_t peer, uint32_t tag, const void 
     if (why == SX_DROP_COUNT && (h.type != SX_PKT_CTRL || h.dst_shard >= e->nshards))
         why = h.type != SX_PKT_CTRL ? SX_DROP_TYPE : SX_DROP_SHARD;
     if (why != SX_DROP_COUNT) {
-        sx_warn("cpc", "oob: message from OOB peer %016llx dropped: %s", (unsigned long long)peer,
-                sx_drop_reason_text(why));
+        sx_warn_ratelimited("cpc", "oob: message from OOB peer %016llx dropped: %s",
+                            (unsigned long long)peer, sx_drop_reason_text(why));
         return;
     }
     oob_ctrl_req_t *r = malloc(sizeof(*r) + len);

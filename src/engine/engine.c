@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "engine/diag.h"
 
 #define SX_ENGINE_KNOWN_FIELDS ((uint64_t)(SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME))
 
@@ -143,6 +144,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
 static void sx_engine_free(struct sx_engine *e)
 {
     atomic_store(&e->closing, true);
+    sx_engine_diag_stop(e);
     sx_engine_progress_stop(e);
     if (e->event_fd >= 0)
         close(e->event_fd);
@@ -264,6 +266,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_progress_start(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_engine_diag_start(e);
     if (rc != SX_OK)
         goto fail;
 

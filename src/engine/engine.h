@@ -88,6 +88,7 @@ struct sx_engine {
     pthread_mutex_t join_lock;
     sx_modex_t *modex;
     sx_peer_h *job_peers; /* [modex->size] */
+    void *diag;           /* SX_DUMP_SIGNAL, SX_WATCHDOG_S: the diagnostics thread (diag.h) */
 };
 
 /*

@@ -72,6 +72,7 @@ void sx_op_complete(sx_op_t *op, int status)
 static void chan_queue_internal(sx_chan_t *c, sx_op_t *op)
 {
     c->resp_queued++;
+    op->queued_ns = sx_time_coarse_ns();
     op_append(&c->sendq, &c->sendq_tail, op);
     chan_mark_ready(c);
 }
@@ -239,6 +240,7 @@ void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
         op->op_id = c->next_op_id++;
         c->rma_outstanding++;
     }
+    op->queued_ns = sx_time_coarse_ns();
     op_append(&c->sendq, &c->sendq_tail, op);
     chan_mark_ready(c);
 }
@@ -506,6 +508,7 @@ static int chan_arm(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
 {
     uint64_t deadline = now + c->rto_ns;
 
+    pkt->deadline_ns = deadline;
     if (pkt->key != 0)
         return sx_hotel_rearm(c->shard->hotel, pkt->key, deadline);
     return sx_hotel_checkin(c->shard->hotel, &pkt->guest, deadline, &pkt->key);
@@ -971,8 +974,9 @@ static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t 
 
     if (h == NULL) {
         sx_stat_add(&c->shard->stats.am_no_handler, 1);
-        sx_warn("chan", "message with tag %u from peer %llu dropped: no handler registered", tag,
-                (unsigned long long)c->peer->id);
+        sx_warn_ratelimited("chan",
+                            "message with tag %u from peer %llu dropped: no handler registered",
+                            tag, (unsigned long long)c->peer->id);
         return;
     }
     sx_stat_add(&c->shard->stats.am_delivered, 1);

@@ -74,6 +74,7 @@ typedef struct sx_op {
     uint32_t op_id;                  /* PUT, GET: the channel's id for it; RESP: the initiator's */
     int32_t status;                  /* GET: the first error seen; RESP: the status to report */
     uint8_t *dst;                    /* GET: where the data goes */
+    uint64_t queued_ns;              /* joined its channel (sx_dump, the watchdog) */
     bool from_region;                /* RESP to a GET: data read from the region as it is sent */
     uint64_t got;                    /* GET: bytes arrived */
     sx_complete_cb_t cb;             /* NULL: nobody to tell (sendi, RESP) */
@@ -90,6 +91,7 @@ typedef struct sx_txpkt {
     uint32_t len; /* datagram bytes in data[] */
     uint64_t first_sent_ns;
     uint64_t last_sent_ns;
+    uint64_t deadline_ns; /* when its hotel room evicts it (a retransmission) */
     uint16_t transmissions;
     bool sacked;
     bool queued; /* waiting in the channel's retransmit queue */

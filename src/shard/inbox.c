@@ -35,6 +35,20 @@ bool sx_inbox_empty(sx_inbox_t *inbox)
     return cds_wfcq_empty(&inbox->head, &inbox->tail);
 }
 
+size_t sx_inbox_depth_locked(sx_inbox_t *inbox)
+{
+    size_t n = 0;
+
+    /* The consumer may walk the queue without dequeuing; nonblocking, so a
+     * producer preempted half-way through an enqueue ends the count. */
+    struct cds_wfcq_node *node = __cds_wfcq_first_nonblocking(&inbox->head, &inbox->tail);
+    while (node != NULL && node != CDS_WFCQ_WOULDBLOCK) {
+        n++;
+        node = __cds_wfcq_next_nonblocking(&inbox->head, &inbox->tail, node);
+    }
+    return n;
+}
+
 size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
 {
     size_t ran = 0;

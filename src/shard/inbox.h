@@ -89,6 +89,10 @@ void sx_inbox_fini(sx_inbox_t *inbox, void *owner);
 /** Appends @p req. Wait-free. The inbox owns @p req until it runs. */
 void sx_inbox_enqueue_mpsc(sx_inbox_t *inbox, sx_inbox_req_t *req);
 
+/** Requests queued right now, counted up to the first whose enqueue is
+ *  still in progress; for diagnostics (sx_dump). Token holder only. */
+size_t sx_inbox_depth_locked(sx_inbox_t *inbox);
+
 /** Whether the inbox looks empty right now (a hint; may be stale). */
 bool sx_inbox_empty(sx_inbox_t *inbox);
 

@@ -41,10 +41,20 @@ cmake --build "$work/cmake-build" >/dev/null
 
 # The installed sx_info runs.
 "$work/prefix/bin/sx_info" >/dev/null
+
+# The man pages are installed, and the section 7 page lists every parameter.
+man=$(find "$work/prefix" -type d -name man -path '*/share/man' | head -n 1)
+for page in man1/sx_info.1 man1/sx_run.1 man1/sx_bench.1 man7/shardx-config.7; do
+    [ -s "$man/$page" ] || { echo "man page $page was not installed" >&2; exit 1; }
+done
+params=$("$work/prefix/bin/sx_info" --json | jq '.parameters | length')
+listed=$(awk 'prev == ".TP" && /^\.B SX_/ { n++ } { prev = $0 } END { print n }' \
+    "$man/man7/shardx-config.7")
+[ "$params" = "$listed" ] || { echo "shardx-config.7 lists $listed of $params parameters" >&2; exit 1; }
 # The Open MPI BTL, when built: installed under <libdir>/shardx/openmpi and
 # loadable from there by Open MPI, finding the installed libshardx through
 # its own RPATH (no LD_LIBRARY_PATH).
-what="pkg-config (shared, static) and find_package(shardx)"
+what="pkg-config (shared, static), find_package(shardx), man pages"
 if [ -f "$build/openmpi/mca_btl_shardx.so" ]; then
     btl=$(find "$work/prefix" -path '*/shardx/openmpi/mca_btl_shardx.so' | head -n 1)
     [ -n "$btl" ] || { echo "mca_btl_shardx.so was not installed under lib*/shardx/openmpi" >&2; exit 1; }
