@@ -88,3 +88,15 @@ if [[ -n $(q 'select(.bench == "bw") | .bench') ]]; then
         done
     echo
 fi
+
+# The plots make bench-readme copies next to the README.
+echo "Plots (bench/plot.sh; \`make bench-readme\` copies them to docs/bench/):"
+echo
+for b in mt latency loss rate bw; do
+    if [[ -n $(q "select(.bench == \"$b\") | .bench" | head -n 1) ]]; then
+        echo "![sx_bench $b](docs/bench/$b.png)"
+    fi
+done
+echo
+echo "Figures on this VM move by up to 2x from run to run (it shares its host);"
+echo "compare ratios taken in one run, and rerun \`make bench\` for your machine."
