@@ -86,8 +86,7 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
     }
     if (params != NULL && (params->field_mask & SX_SEND_PARAM_FLAGS) &&
         (params->flags & ~(unsigned)SX_SEND_MORE) != 0) {
-        sx_error("send", "sx_send_ex: unknown flags 0x%x",
-                 params->flags & ~(unsigned)SX_SEND_MORE);
+        sx_error("send", "sx_send_ex: unknown flags 0x%x", params->flags & ~(unsigned)SX_SEND_MORE);
         return SX_ERR_INVALID_PARAM;
     }
     struct sx_engine *e = peer->engine;
