@@ -199,6 +199,30 @@ static void test_name_in_log(void **state)
     free(log);
 }
 
+/* SX_MAX_INFLIGHT is cut to what the receive sockets hold, with a warning
+ * that says why; a budget that fits is left alone. */
+static void test_inflight_fits_socket(void **state)
+{
+    (void)state;
+    sx_engine_h e;
+
+    capture_start();
+    e = create_with("RCVBUF", "128k", NULL, NULL);
+    sx_engine_destroy(e);
+    char *log = capture_stop();
+    const char *w = strstr(log, "SX_MAX_INFLIGHT=4194304 is more than the receive sockets hold");
+    assert_non_null(w);
+    assert_non_null(strstr(w, "bytes in flight per channel"));
+    free(log);
+
+    capture_start();
+    e = create_with("RCVBUF", "128k", "MAX_INFLIGHT", "64k");
+    sx_engine_destroy(e);
+    log = capture_stop();
+    assert_null(strstr(log, "SX_MAX_INFLIGHT"));
+    free(log);
+}
+
 /* ---------------------------------------------------------------- shards */
 
 static void test_global_mode(void **state)
@@ -504,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_field_mask),
         cmocka_unit_test(test_name_in_log),
+        cmocka_unit_test(test_inflight_fits_socket),
         cmocka_unit_test(test_global_mode),
         cmocka_unit_test(test_shards_parameter),
         cmocka_unit_test(test_shard_info),

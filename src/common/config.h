@@ -115,8 +115,9 @@
     X(WINDOW, UINT, window, "4096", 16, 65536, NULL,                                          \
       "Send window per channel, in packets (rounded up to a power of two).")                  \
     X(MAX_INFLIGHT, SIZE, max_inflight, "4m", 65536, 1073741824, NULL,                        \
-      "Most unacknowledged bytes per channel; keep it below what the receiving socket "       \
-      "buffer holds.")                                                                        \
+      "Most unacknowledged bytes per channel. An engine whose receive sockets hold less "     \
+      "(SX_RCVBUF capped by net.core.rmem_max) uses half of what they hold instead, and "     \
+      "warns.")                                                                               \
     X(RCVBUF, SIZE, rcvbuf, "16m", 0, 1073741824, NULL,                                       \
       "Receive socket buffer to request (SO_RCVBUFFORCE, then SO_RCVBUF); 0: the "            \
       "system default.")                                                                      \

@@ -141,6 +141,38 @@ static int sx_engine_create_shards(struct sx_engine *e)
     return SX_OK;
 }
 
+/*
+ * The bytes a channel keeps in flight must fit what the peer's socket can
+ * hold, or a stream overflows it, every overflow becomes a retransmission
+ * timeout, and throughput collapses (SX_RCVBUF=256k gave 11 MB/s of 64 KiB
+ * bulk both ways). There is no receiver-advertised window on the wire, so
+ * the receive queue of our own interfaces stands in for the peers': the
+ * processes of a job run with one configuration and one host's limits
+ * (a user without CAP_NET_ADMIN gets at most net.core.rmem_max, ~208 KiB
+ * by default, whatever SX_RCVBUF asks). Half of it, for the ACKs and the
+ * other senders that share the socket; never below one datagram.
+ */
+static void sx_engine_fit_inflight(struct sx_engine *e)
+{
+    size_t rx = 0;
+
+    for (unsigned i = 0; i < e->nshards; i++) {
+        const sx_tl_iface_t *iface = e->shards[i]->ifaces[SX_SHARD_TL_NET];
+        size_t b = iface != NULL ? iface->caps.rx_buffer : 0;
+        if (b != 0 && (rx == 0 || b < rx))
+            rx = b;
+    }
+    size_t fit = rx / 2 < 65536 ? 65536 : rx / 2;
+    if (rx == 0 || e->proto.max_inflight <= fit)
+        return;
+    sx_warn("engine",
+            "SX_MAX_INFLIGHT=%zu is more than the receive sockets hold (%zu bytes, SX_RCVBUF "
+            "asked for %llu): using %zu bytes in flight per channel; raise the socket limit "
+            "(net.core.rmem_max, or CAP_NET_ADMIN for SO_RCVBUFFORCE) for more",
+            e->proto.max_inflight, rx, (unsigned long long)e->cfg.rcvbuf, fit);
+    e->proto.max_inflight = fit;
+}
+
 static void sx_engine_free(struct sx_engine *e)
 {
     atomic_store(&e->closing, true);
@@ -256,6 +288,8 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     rc = sx_engine_create_shards(e);
     if (rc != SX_OK)
         goto fail;
+    /* No channel exists yet, and no thread but ours reads proto. */
+    sx_engine_fit_inflight(e);
     rc = sx_engine_bootstrap_init(e);
     if (rc != SX_OK)
         goto fail;

@@ -61,6 +61,8 @@ typedef struct sx_tl_caps {
     size_t inline_limit; /* datagrams up to this size go out without a copy wait */
     unsigned tx_credits; /* datagrams that may be in flight to the NIC at once */
     int sync_send;       /* 1: post_send is done with the buffers when it returns */
+    size_t rx_buffer;    /* bytes the receive queue holds (udp: SO_RCVBUF as the kernel
+                          * reports it); 0: unknown or unbounded */
 } sx_tl_caps_t;
 
 /** Per-interface options, from the engine configuration. */

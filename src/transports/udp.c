@@ -381,11 +381,16 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         goto fail;
 
     size_t mtu = udp_pick_mtu(u->fd, &u->local);
+    int rcv = 0;
+    socklen_t rcvlen = sizeof(rcv);
+    if (getsockopt(u->fd, SOL_SOCKET, SO_RCVBUF, &rcv, &rcvlen) != 0 || rcv < 0)
+        rcv = 0;
     u->base.caps = (sx_tl_caps_t){
         .mtu = mtu,
         .inline_limit = mtu,
         .tx_credits = UDP_TX_CREDITS,
         .sync_send = 1,
+        .rx_buffer = (size_t)rcv,
     };
     status = udp_rx_init(&u->rx, u->fd, mtu);
     if (status == SX_OK && config->ack_socket)
