@@ -22,6 +22,7 @@
 
 #include "common/time.h"
 #include "transports/transport.h"
+#include "tl_util.h"
 
 #define DEADLINE_NS (30ull * 1000000000ull)
 
@@ -45,17 +46,6 @@ static sx_tl_dest_t connect_to(sx_tl_iface_t *from, sx_tl_iface_t *to)
     assert_int_equal(len, 12);
     assert_int_equal(from->ops->addr_insert(from, addr, len, &dest), SX_OK);
     return dest;
-}
-
-static int send_one(sx_tl_iface_t *tx, sx_tl_dest_t dest, const void *data, size_t len)
-{
-    sx_tl_tx_t t = {.dest = dest, .iovcnt = 1};
-    unsigned posted = 99;
-
-    t.iov[0] = (struct iovec){.iov_base = (void *)data, .iov_len = len};
-    int rc = tx->ops->post_send(tx, &t, 1, &posted);
-    assert_int_equal(posted, rc == SX_OK ? 1 : 0);
-    return rc;
 }
 
 /* Polls until one datagram arrives and checks it. */
