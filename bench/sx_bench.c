@@ -161,6 +161,14 @@ void sxb_counters_add(const char *bench, const char *label, const uint64_t rank0
     memcpy(c->v[1], rank1, sizeof(c->v[1]));
 }
 
+void sxb_counters_read(sx_engine_h e, uint64_t v[SXB_NCOUNTERS])
+{
+    for (int k = 0; k < SXB_NCOUNTERS; k++) {
+        if (sx_stats_value(e, sxb_counter_names[k], &v[k]) != SX_OK)
+            v[k] = UINT64_MAX;
+    }
+}
+
 size_t sxb_counters_count(void)
 {
     return g_ncounters;

@@ -19,6 +19,8 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include <shardx.h>
+
 /* A hang detector only: no benchmark step is meant to come near it. */
 #define SXB_WAIT_LIMIT_NS (120ull * 1000000000ull)
 /* The whole run, as a last resort when a step blocks somewhere unexpected. */
@@ -101,6 +103,10 @@ enum { SXB_NCOUNTERS = 14 };
 /* Their names, as sx_stats_value() knows them; defined in sx_bench.c with
  * exactly SXB_NCOUNTERS entries (the compiler checks the two agree). */
 extern const char *const sxb_counter_names[SXB_NCOUNTERS];
+
+/* Reads the counters of @p e by name; UINT64_MAX for a counter the engine
+ * does not have. */
+void sxb_counters_read(sx_engine_h e, uint64_t v[SXB_NCOUNTERS]);
 
 /* Records the counters of one session (label: what ran, e.g. "loss=0.01");
  * UINT64_MAX marks a counter the engine does not have. */

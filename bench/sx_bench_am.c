@@ -184,14 +184,6 @@ static int sxb_am_drain(sxb_am_t *am)
     return sxb_ctl_barrier(am->ctl, sxb_am_poll, am);
 }
 
-static void sxb_counters_read(sx_engine_h e, uint64_t v[SXB_NCOUNTERS])
-{
-    for (int k = 0; k < SXB_NCOUNTERS; k++) {
-        if (sx_stats_value(e, sxb_counter_names[k], &v[k]) != SX_OK)
-            v[k] = UINT64_MAX;
-    }
-}
-
 /* Opens a session's engine; @p fault (FAULT) and @p aggregate (AGGREGATE)
  * go into its configuration when not NULL. */
 static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault, const char *aggregate)

@@ -591,14 +591,6 @@ fail:
     return -1;
 }
 
-static void sxb_mt_counters_read(sx_engine_h e, uint64_t v[SXB_NCOUNTERS])
-{
-    for (int k = 0; k < SXB_NCOUNTERS; k++) {
-        if (sx_stats_value(e, sxb_counter_names[k], &v[k]) != SX_OK)
-            v[k] = UINT64_MAX;
-    }
-}
-
 /* Ends a session; every worker is joined by now. After the phases neither
  * rank owes the other anything, so the counters are final. */
 static int sxb_mt_close(sxb_mt_t *mt, const char *label, bool ok)
@@ -608,7 +600,7 @@ static int sxb_mt_close(sxb_mt_t *mt, const char *label, bool ok)
     int rc = ok ? 0 : -1;
 
     if (rc == 0) {
-        sxb_mt_counters_read(mt->engine, mine);
+        sxb_counters_read(mt->engine, mine);
         if (ctl->rank == 1) {
             rc = sxb_ctl_write(ctl, mine, sizeof(mine));
         } else {
