@@ -32,6 +32,8 @@
 #define SX_TL_IOV_MAX    4 /* iovec entries per datagram */
 #define SX_TL_DEST_NONE  UINT32_MAX
 #define SX_TL_DETAIL_MAX 192 /* bytes of a query's description, with the NUL */
+#define SX_TL_DEVICE_MAX 64  /* bytes of a device name ("mlx5_0", "eth0"), with the NUL */
+#define SX_TL_DEVICES    16  /* devices a transport lists for NIC locality, at most */
 
 /*
  * Exclusivity (Open MPI's BTL selection): among the network transports an
@@ -77,6 +79,15 @@ typedef struct sx_tl_config {
     const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
     void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
     const char *ofi_provider;     /* ofi: SX_OFI_PROVIDER; NULL or "" = the best found */
+    /* SX_NET_DEVICES: a comma-separated list of device names the
+     * transport may use ("mlx5_0,mlx5_1", "eth0"); NULL or "" = any. A
+     * transport with a devices slot lists only these. */
+    const char *net_devices;
+    /* The device this shard's interface opens, chosen by the engine's NIC
+     * locality (src/engine/topo.h) among those the devices slot listed;
+     * NULL = the transport's own default (its first device, or for udp
+     * the bind address). */
+    const char *device;
     /* fault and udp: says whether a datagram is a control datagram (a pure
      * ACK): fault applies ctrl_loss and ctrl_blackout to those, udp sends
      * them on its ACK path. Called on iov[0] of each tx only, so a wire
@@ -194,6 +205,18 @@ struct sx_tl_ops {
      */
     void (*variant)(sx_tl_iface_t *iface, char *buf, size_t cap);
 
+    /**
+     * Lists the devices this transport could open here, after
+     * config->net_devices' restriction, for the engine's NIC locality:
+     * writes up to @p max names (SX_TL_DEVICE_MAX bytes each, NUL
+     * terminated) and returns how many; 0 when the transport has no
+     * device to choose (udp without SX_NET_DEVICES, self, sink) or found
+     * none. Called before any interface is opened, after a successful
+     * query. Any thread; may block briefly (device discovery). May be
+     * NULL: the transport never chooses a device.
+     */
+    int (*devices)(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX], unsigned max);
+
     /** Forgets a destination; later sends to it fail with
      *  SX_ERR_INVALID_PARAM. */
     void (*addr_remove)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
@@ -245,6 +268,8 @@ extern const sx_tl_ops_t sx_tl_sink_ops;
 #define SX_TL_SINK_ACK_LEN 48
 /* Defined only when libfabric was found at build time (SX_HAVE_OFI). */
 extern const sx_tl_ops_t sx_tl_ofi_ops;
+/* Defined only when libibverbs was found at build time (SX_HAVE_VERBS). */
+extern const sx_tl_ops_t sx_tl_verbs_ops;
 
 /** The transport called @p name ("udp", "self", "fault", "ofi") built
  *  into this library, or NULL. */
