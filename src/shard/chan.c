@@ -649,6 +649,23 @@ int sx_chan_send_raw_locked(sx_chan_t *c, const uint8_t *data, size_t len)
     return iface->ops->post_send(iface, &tx, 1, &posted);
 }
 
+int sx_chan_set_dest_locked(sx_chan_t *c, const void *addr, size_t len)
+{
+    sx_tl_iface_t *iface = chan_iface(c);
+    sx_tl_dest_t dest;
+
+    int rc = iface->ops->addr_insert(iface, addr, len, &dest);
+    if (rc != SX_OK)
+        return rc;
+    /* The batch holds destination handles, not channels: post it before
+     * the old handle goes. A datagram it refuses is staged again later,
+     * with the new one. */
+    sx_chan_post_batch_locked(c->shard);
+    iface->ops->addr_remove(iface, c->dest);
+    c->dest = dest;
+    return SX_OK;
+}
+
 void sx_chan_post_batch_locked(sx_shard_t *shard)
 {
     sx_shard_txq_t *q = &shard->txq;

@@ -82,6 +82,14 @@ typedef struct sx_op {
     uint8_t inline_data[]; /* sendi: the copied message */
 } sx_op_t;
 
+/* A component's own resolution of the peer's address (rdmacm). */
+typedef enum sx_chan_resolve {
+    SX_CHAN_RESOLVE_NONE = 0,    /* dest is the card's address; nothing asked */
+    SX_CHAN_RESOLVE_PENDING = 1, /* asked; dest is still the card's address */
+    SX_CHAN_RESOLVE_DONE = 2,    /* dest is what the component resolved */
+    SX_CHAN_RESOLVE_FAILED = 3,  /* dest is the card's address; resolution failed */
+} sx_chan_resolve_t;
+
 /* A packet that has been sent and not yet acknowledged. */
 typedef struct sx_txpkt {
     sx_shard_guest_t guest; /* hotel occupant; on_evict retransmits */
@@ -177,6 +185,11 @@ typedef struct sx_chan {
     uint64_t conn_retry_ns;
     uint64_t last_reset_ns; /* we last told the peer it is stale */
     sx_timer_t conn_timer;
+    /* A component that resolves the peer's address itself (rdmacm): where
+     * that stands (sx_chan_resolve_t) and the id of the resolution in
+     * flight, which its answer must carry. */
+    uint8_t resolve;
+    uint32_t resolve_id;
 
     /* The shard's list of channels with something to send. */
     bool on_ready;
@@ -220,6 +233,14 @@ void sx_chan_fail_why_locked(sx_chan_t *chan, int status, const char *why);
  *  For connection control; a refused datagram is lost (the sender
  *  retries). */
 int sx_chan_send_raw_locked(sx_chan_t *chan, const uint8_t *data, size_t len);
+
+/** Points the channel at another address of the same remote shard, in the
+ *  interface's card format: a connection method resolved a better one
+ *  than the card's (rdmacm: the path the connection manager found). What
+ *  is staged goes to the old destination first; the old one is then
+ *  forgotten. On error (the transport refuses the address) the channel
+ *  keeps its destination. */
+int sx_chan_set_dest_locked(sx_chan_t *chan, const void *addr, size_t len);
 
 /** Completes @p op with @p status (runs its callback) and frees it. */
 void sx_op_complete(sx_op_t *op, int status);
