@@ -17,6 +17,9 @@ SX_API int sx_build_info(sx_build_info_t *info_p)
 #if SX_HAVE_OFI
     features |= SX_FEATURE_OFI; /* src/transports/ofi.c */
 #endif
+#if SX_HAVE_VERBS
+    features |= SX_FEATURE_VERBS; /* src/transports/verbs.c */
+#endif
 #if SX_HAVE_PMIX
     features |= SX_FEATURE_PMIX; /* src/bootstrap/modex_pmix.c */
 #endif

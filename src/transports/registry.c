@@ -7,7 +7,7 @@
  * transport with the highest exclusivity among those SX_TRANSPORTS allows
  * and whose query finds what it needs. Today an engine runs one network
  * transport, named in its business card, and a peer must run the same one
- * (sx_peer_add checks). The hardware ones (ofi, later verbs) join the table
+ * (sx_peer_add checks). The hardware ones (ofi, verbs) join the table
  * when their dependencies are found at build time; their names are known
  * either way, so that a list naming one in a build without it gets a clear
  * answer instead of "unknown".
@@ -39,7 +39,11 @@ static const sx_tl_known_t sx_tl_known[SX_TL_KNOWN] = {
 #else
     {"ofi", NULL, true, "libfabric was not found when this library was built", false},
 #endif
-    {"verbs", NULL, true, "not implemented yet", false},
+#if SX_HAVE_VERBS
+    {"verbs", &sx_tl_verbs_ops, true, NULL, false},
+#else
+    {"verbs", NULL, true, "libibverbs was not found when this library was built", false},
+#endif
     /* No network at all: sx_bench's injection-only variant. Only an
      * include list naming it allows it (excluding the others must not
      * fall back to it), and its exclusivity is the lowest. */
@@ -179,8 +183,8 @@ int sx_tl_select(const char *spec, const sx_tl_config_t *config, sx_tl_choice_t 
     if (!any_network) {
         sx_error("config",
                  "invalid value SX_TRANSPORTS='%s': it leaves no network transport; allowed: "
-                 "udp%s",
-                 spec, SX_HAVE_OFI ? ", ofi" : "");
+                 "udp%s%s",
+                 spec, SX_HAVE_OFI ? ", ofi" : "", SX_HAVE_VERBS ? ", verbs" : "");
         return SX_ERR_INVALID_PARAM;
     }
 
