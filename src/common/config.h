@@ -165,8 +165,13 @@
       "handshake exchanges it.")                                                              \
     X(CPC, STRING, cpc, "", 0, 0, NULL,                                                       \
       "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "       \
-      "drops one; empty: all that can run (handshake, implicit, and oob when the engine "     \
-      "has an OOB endpoint). A peer uses the highest-priority method both sides offer.")      \
+      "drops one; empty: all that can run (handshake, implicit, oob when the engine has an "  \
+      "OOB endpoint, rdmacm when it runs verbs and librdmacm works). A peer uses the "        \
+      "highest-priority method both sides offer.")                                            \
+    X(RDMACM_PORT, UINT, rdmacm_port, "0", 0, 65535, NULL,                                    \
+      "Port of the rdmacm connection method's listener (RDMA_PS_UDP) on the RDMA device's "   \
+      "IPv4 address (SX_BIND_ADDR, or the RoCE GID's); 0: one the kernel chooses, which the " \
+      "business card carries.")                                                               \
     X(CONNECT_TIMEOUT_MS, UINT, connect_timeout_ms, "10000", 10, 3600000, NULL,               \
       "How long a channel may take to connect before it fails with a diagnosis "              \
       "(SX_ERR_PEER_UNREACHABLE, or SX_ERR_PATH_MTU when only small datagrams get "           \
@@ -223,6 +228,7 @@ typedef struct sx_config {
     int stats;
     uint64_t seq_start;
     char *cpc;
+    uint64_t rdmacm_port;
     uint64_t connect_timeout_ms;
     int modex;
     uint64_t dump_signal;

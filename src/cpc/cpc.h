@@ -21,10 +21,17 @@
  *   oob        (priority 30) the same exchange over the OOB (TCP); offered
  *              only when the engine has an OOB endpoint (started by sx_run,
  *              or SX_CPC names oob).
+ *   rdmacm     (priority 90) for the verbs transport: librdmacm resolves
+ *              the path to the peer's queue pair (SIDR over RDMA_PS_UDP;
+ *              across IB subnets and on RoCE the card's static GID and LID
+ *              are not a path), then the handshake's exchange runs over
+ *              it. Offered only when the engine runs verbs and librdmacm
+ *              works here (rdmacm.c, rdmacm.h).
  *
  * SX_CPC=a,b keeps only the named components; SX_CPC=^a,b drops them.
- * Unknown names are an error. The self peer (this engine) always uses
- * implicit over the self transport: there is no path to probe.
+ * Unknown names are an error; a name this build lacks (rdmacm without
+ * librdmacm) is known, and dropped with a warning when named. The self peer (this engine) always
+ * uses implicit over the self transport: there is no path to probe.
  *
  * Channels connect lazily: the first operation queued on a channel that is
  * not up starts the module's connect; operations wait on the channel until
@@ -33,7 +40,8 @@
  * Synchronization: components and modules are set up at engine creation
  * and read-only afterwards. The endpoint slots run with the channel's
  * shard token held (_locked). The OOB carrier's messages arrive on the OOB
- * thread and are delegated to the shard through its inbox.
+ * thread, and rdmacm's answers on its own thread; both are delegated to
+ * the shard through its inbox.
  */
 #ifndef SX_CPC_CPC_H
 #define SX_CPC_CPC_H
@@ -48,13 +56,14 @@ struct sx_peer;
 struct sx_shard;
 struct sx_wire_hdr;
 
-#define SX_CPC_MAX      4  /* components compiled in */
+#define SX_CPC_MAX      4  /* components compiled in, at most; offers in a card, at most */
 #define SX_CPC_BLOB_MAX 64 /* bytes of a module's card blob */
 
 typedef enum sx_cpc_id {
     SX_CPC_IMPLICIT = 1,
     SX_CPC_HANDSHAKE = 2,
     SX_CPC_OOB = 3,
+    SX_CPC_RDMACM = 4,
 } sx_cpc_id_t;
 
 typedef struct sx_cpc_module sx_cpc_module_t;
@@ -75,7 +84,12 @@ typedef struct sx_cpc_component {
      *  its OOB endpoint listens). May be NULL. Any thread, under the
      *  engine's peer-add path. */
     int (*peer_init)(struct sx_engine *engine, struct sx_peer *peer);
-    /** Undoes init. May be NULL. */
+    /** Stops what the component runs on threads of its own, so that
+     *  nothing is handed to a shard any more: first at engine destruction,
+     *  before the channels and shards go (rdmacm's thread). May be NULL;
+     *  may be called more than once. */
+    void (*stop)(struct sx_engine *engine);
+    /** Undoes init (after stop). May be NULL. */
     void (*finalize)(struct sx_engine *engine);
 
     /* Endpoint slots, called by the channel's shard token holder. */
@@ -118,6 +132,9 @@ typedef struct sx_cpc_offer {
 extern const sx_cpc_component_t sx_cpc_implicit;
 extern const sx_cpc_component_t sx_cpc_handshake;
 extern const sx_cpc_component_t sx_cpc_oob;
+/* Defined only when librdmacm and libibverbs were found at build time
+ * (SX_HAVE_RDMACM && SX_HAVE_VERBS). */
+extern const sx_cpc_component_t sx_cpc_rdmacm;
 
 /**
  * Applies SX_CPC, runs init and query of every component that is left,
@@ -125,7 +142,13 @@ extern const sx_cpc_component_t sx_cpc_oob;
  * line, for an unknown name or a list that leaves nothing.
  */
 int sx_cpc_engine_init(struct sx_engine *engine);
+/** Runs every component's stop slot; first thing at engine destruction. */
+void sx_cpc_engine_stop(struct sx_engine *engine);
 void sx_cpc_engine_fini(struct sx_engine *engine);
+
+/** Whether SX_CPC asks for component @p name by name (an include list that
+ *  names it). */
+bool sx_cpc_requested(const char *spec, const char *name);
 
 /** Whether SX_CPC asks for the oob component by name. */
 bool sx_cpc_oob_requested(const char *spec);

@@ -4,23 +4,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "build_config.h"
 #include "common/log.h"
 #include "cpc/cpc.h"
 #include "engine/engine.h"
 
-/* Every component compiled in, in the order they are tried. */
-static const sx_cpc_component_t *const sx_cpc_all[] = {
-    &sx_cpc_handshake,
-    &sx_cpc_implicit,
-    &sx_cpc_oob,
+/* Every component this library knows, in the order they are tried. One
+ * that is not built keeps its name, so that SX_CPC naming it gets the
+ * reason instead of "unknown" (registry.c does the same for transports). */
+typedef struct sx_cpc_known {
+    const char *name;
+    uint8_t id;
+    const sx_cpc_component_t *comp; /* NULL when not built */
+    const char *missing;            /* why it is not built */
+} sx_cpc_known_t;
+
+static const sx_cpc_known_t sx_cpc_all[] = {
+    {"handshake", SX_CPC_HANDSHAKE, &sx_cpc_handshake, NULL},
+    {"implicit", SX_CPC_IMPLICIT, &sx_cpc_implicit, NULL},
+    {"oob", SX_CPC_OOB, &sx_cpc_oob, NULL},
+#if SX_HAVE_RDMACM && SX_HAVE_VERBS
+    {"rdmacm", SX_CPC_RDMACM, &sx_cpc_rdmacm, NULL},
+#elif SX_HAVE_VERBS
+    {"rdmacm", SX_CPC_RDMACM, NULL, "librdmacm was not found when this library was built"},
+#else
+    {"rdmacm", SX_CPC_RDMACM, NULL,
+     "libibverbs (and librdmacm) were not found when this library was built"},
+#endif
 };
 #define SX_CPC_ALL_COUNT (sizeof(sx_cpc_all) / sizeof(sx_cpc_all[0]))
 
 const char *sx_cpc_name(uint8_t id)
 {
     for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
-        if (sx_cpc_all[i]->id == id)
-            return sx_cpc_all[i]->name;
+        if (sx_cpc_all[i].id == id)
+            return sx_cpc_all[i].name;
     }
     return "unknown";
 }
@@ -50,13 +68,13 @@ static int sx_cpc_parse_spec(const char *spec, unsigned *keep_p, unsigned *named
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
         size_t i;
         for (i = 0; i < SX_CPC_ALL_COUNT; i++) {
-            if (strlen(sx_cpc_all[i]->name) == len && strncmp(p, sx_cpc_all[i]->name, len) == 0)
+            if (strlen(sx_cpc_all[i].name) == len && strncmp(p, sx_cpc_all[i].name, len) == 0)
                 break;
         }
         if (i == SX_CPC_ALL_COUNT) {
             sx_error("cpc",
                      "SX_CPC=\"%s%s\": unknown connection method \"%.*s\" (known: handshake, "
-                     "implicit, oob; \"a,b\" keeps those, \"^a,b\" drops those)",
+                     "implicit, oob, rdmacm; \"a,b\" keeps those, \"^a,b\" drops those)",
                      exclude ? "^" : "", spec, (int)len, p);
             return SX_ERR_INVALID_PARAM;
         }
@@ -70,16 +88,21 @@ static int sx_cpc_parse_spec(const char *spec, unsigned *keep_p, unsigned *named
     return SX_OK;
 }
 
-bool sx_cpc_oob_requested(const char *spec)
+bool sx_cpc_requested(const char *spec, const char *name)
 {
     unsigned keep, named;
-    if (sx_cpc_parse_spec(spec, &keep, &named) != SX_OK)
+    if (name == NULL || sx_cpc_parse_spec(spec, &keep, &named) != SX_OK)
         return false;
     for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
-        if (sx_cpc_all[i] == &sx_cpc_oob)
+        if (strcmp(sx_cpc_all[i].name, name) == 0)
             return (named & (1u << i)) != 0;
     }
     return false;
+}
+
+bool sx_cpc_oob_requested(const char *spec)
+{
+    return sx_cpc_requested(spec, sx_cpc_oob.name);
 }
 
 /* Builds one module per shard of @p comp into a new array. */
@@ -116,17 +139,32 @@ int sx_cpc_engine_init(struct sx_engine *e)
     if (rc != SX_OK)
         return rc;
     for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
-        const sx_cpc_component_t *comp = sx_cpc_all[i];
+        const sx_cpc_component_t *comp = sx_cpc_all[i].comp;
         if (!(keep & (1u << i)))
             continue;
+        if (comp == NULL) {
+            if (named & (1u << i))
+                sx_warn("cpc", "SX_CPC names %s, but this build lacks it: %s", sx_cpc_all[i].name,
+                        sx_cpc_all[i].missing);
+            continue;
+        }
+        bool inited = false;
         rc = comp->init != NULL ? comp->init(e) : SX_OK;
-        if (rc == SX_OK)
+        if (rc == SX_OK) {
+            inited = true;
             rc = sx_cpc_query_all(e, comp, &e->cpc_mods[e->ncpc]);
+        }
+        if (rc != SX_OK) {
+            /* A component that started something (rdmacm: a thread) stops
+             * it before it is dropped, whatever the reason. */
+            if (comp->stop != NULL && inited)
+                comp->stop(e);
+            if (comp->finalize != NULL)
+                comp->finalize(e);
+        }
         if (rc == SX_ERR_UNSUPPORTED) {
             if (named & (1u << i))
                 sx_warn("cpc", "SX_CPC names %s, but it cannot run in this engine", comp->name);
-            if (comp->finalize != NULL)
-                comp->finalize(e);
             continue;
         }
         if (rc != SX_OK)
@@ -140,8 +178,17 @@ int sx_cpc_engine_init(struct sx_engine *e)
     return SX_OK;
 }
 
+void sx_cpc_engine_stop(struct sx_engine *e)
+{
+    for (unsigned k = 0; k < e->ncpc; k++) {
+        if (e->cpc[k]->stop != NULL)
+            e->cpc[k]->stop(e);
+    }
+}
+
 void sx_cpc_engine_fini(struct sx_engine *e)
 {
+    sx_cpc_engine_stop(e);
     for (unsigned k = 0; k < e->ncpc; k++) {
         if (e->cpc[k]->finalize != NULL)
             e->cpc[k]->finalize(e);

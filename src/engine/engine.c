@@ -182,6 +182,8 @@ static void sx_engine_free(struct sx_engine *e)
         close(e->event_fd);
     /* The OOB's thread may hand messages to the shards: it goes first. */
     sx_engine_bootstrap_fini(e);
+    /* So may a connection method's thread (rdmacm's answers). */
+    sx_cpc_engine_stop(e);
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
      * the shards, whose inboxes may still hold peer-close requests. */
     sx_engine_peers_fini(e);

@@ -84,6 +84,7 @@ struct sx_engine {
      * was started by sx_run or SX_CPC names oob), and after
      * sx_engine_join the modex and one peer per rank. */
     sx_oob_t *oob;
+    void *rdmacm;        /* the rdmacm component's state (src/cpc/rdmacm.c), or NULL */
     atomic_bool closing; /* destroy has begun: OOB requests still queued are dropped */
     pthread_mutex_t join_lock;
     sx_modex_t *modex;
