@@ -211,6 +211,14 @@ typedef struct sx_shard_info {
     int first_pu;    /**< OS index of the first processing unit of that core */
     int numa_node;   /**< hwloc logical index of its NUMA node, -1 if unknown */
     char cpuset[64]; /**< the core's cpuset as a list, e.g. "2-3" (truncated) */
+    /** the device (NIC) the shard's network interface uses, chosen by
+     *  NUMA locality among those SX_NET_DEVICES allows ("mlx5_0",
+     *  "eth1"); "" when the transport chooses none (udp without
+     *  SX_NET_DEVICES) */
+    char device[64];
+    /** hwloc logical index of that device's NUMA node; -1 when there is no device, or its
+     *  locality is unknown (virtual interfaces) or spans several NUMA nodes */
+    int device_numa_node;
 } sx_shard_info_t;
 
 /** What sx_engine_topology() found. */

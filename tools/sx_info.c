@@ -1,14 +1,24 @@
 /*
  * sx_info: what this shardx build contains, every configuration parameter,
- * the transports (built, available, selected) and the topology the engine
- * sees. `--json` prints one JSON object.
+ * the transports (built, available, selected), the topology the engine
+ * sees with each shard's device, and the network devices hwloc finds.
+ * `--json` prints one JSON object.
+ *
+ * Everything but the device list comes through the shared library's
+ * public API. The device list comes from src/engine/nic.c, compiled into
+ * this program, because an engine loads I/O locality only when its
+ * transport has devices to choose among, and sx_info should show the
+ * NICs whatever transport runs.
  */
 #include <shardx.h>
 
+#include <hwloc.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/nic.h"
 
 static const struct {
     unsigned bit;
@@ -35,6 +45,124 @@ static void json_string(const char *s)
             putchar(c);
     }
     putchar('"');
+}
+
+/* The network devices hwloc sees, located; NULL topology when hwloc
+ * failed. */
+typedef struct nic_view {
+    hwloc_topology_t topology;
+    sx_nic_t *nics;
+    unsigned n;
+} nic_view_t;
+
+static void nic_view_load(nic_view_t *v)
+{
+    memset(v, 0, sizeof(*v));
+    if (sx_nic_topology_load(NULL, &v->topology) != SX_OK) {
+        v->topology = NULL;
+        return;
+    }
+    int n = sx_nic_list(v->topology, NULL, 0);
+    if (n <= 0)
+        return;
+    v->nics = calloc((size_t)n, sizeof(*v->nics));
+    if (v->nics == NULL || sx_nic_list(v->topology, v->nics, (unsigned)n) != n) {
+        free(v->nics);
+        v->nics = NULL;
+        return;
+    }
+    v->n = (unsigned)n;
+}
+
+static void nic_view_free(nic_view_t *v)
+{
+    sx_nic_release(v->nics, v->n);
+    free(v->nics);
+    if (v->topology != NULL)
+        hwloc_topology_destroy(v->topology);
+}
+
+static bool nic_near(const sx_nic_t *nic, hwloc_obj_t node)
+{
+    return nic->cpuset != NULL && node->cpuset != NULL &&
+           hwloc_bitmap_intersects(nic->cpuset, node->cpuset);
+}
+
+static void print_nics_text(const nic_view_t *v)
+{
+    printf("\nNetwork devices (hwloc; SX_NET_DEVICES restricts those a transport uses):\n");
+    if (v->topology == NULL) {
+        printf("  unavailable: hwloc could not load the I/O topology\n");
+        return;
+    }
+    if (v->n == 0) {
+        printf("  none: hwloc sees no network or OpenFabrics device on a PCI bus\n");
+        return;
+    }
+    for (unsigned i = 0; i < v->n; i++) {
+        const sx_nic_t *d = &v->nics[i];
+        char where[64] = "locality unknown";
+        if (d->numa_nodes[0] != '\0')
+            snprintf(where, sizeof(where), "NUMA node%s %s", d->numa_node < 0 ? "s" : "",
+                     d->numa_nodes);
+        printf("  %-14s %-12s %s\n", d->name, sx_nic_type_name(d->osdev_type), where);
+    }
+    hwloc_obj_t node = NULL;
+    while ((node = hwloc_get_next_obj_by_type(v->topology, HWLOC_OBJ_NUMANODE, node)) != NULL) {
+        printf("  nearest to NUMA node %u:", node->logical_index);
+        unsigned near = 0;
+        for (unsigned i = 0; i < v->n; i++) {
+            if (nic_near(&v->nics[i], node))
+                printf("%s %s", near++ ? "," : "", v->nics[i].name);
+        }
+        printf("%s\n", near ? "" : " none (a shard there takes any device)");
+    }
+}
+
+static void print_nics_json(const nic_view_t *v)
+{
+    printf(",\"network_devices\":");
+    if (v->topology == NULL) {
+        printf("{\"error\":\"hwloc could not load the I/O topology\"}");
+        return;
+    }
+    printf("{\"devices\":[");
+    for (unsigned i = 0; i < v->n; i++) {
+        const sx_nic_t *d = &v->nics[i];
+        char cpuset[256] = "";
+        if (d->cpuset != NULL)
+            hwloc_bitmap_list_snprintf(cpuset, sizeof(cpuset), d->cpuset);
+        printf("%s{\"name\":", i ? "," : "");
+        json_string(d->name);
+        printf(",\"type\":\"%s\",\"numa_node\":%d,\"numa_nodes\":", sx_nic_type_name(d->osdev_type),
+               d->numa_node);
+        if (d->numa_nodes[0] != '\0')
+            json_string(d->numa_nodes);
+        else
+            fputs("null", stdout);
+        printf(",\"cpuset\":");
+        if (d->cpuset != NULL)
+            json_string(cpuset);
+        else
+            fputs("null", stdout);
+        putchar('}');
+    }
+    printf("],\"nearest\":[");
+    hwloc_obj_t node = NULL;
+    unsigned k = 0;
+    while ((node = hwloc_get_next_obj_by_type(v->topology, HWLOC_OBJ_NUMANODE, node)) != NULL) {
+        printf("%s{\"numa_node\":%u,\"devices\":[", k++ ? "," : "", node->logical_index);
+        unsigned near = 0;
+        for (unsigned i = 0; i < v->n; i++) {
+            if (!nic_near(&v->nics[i], node))
+                continue;
+            if (near++)
+                putchar(',');
+            json_string(v->nics[i].name);
+        }
+        printf("]}");
+    }
+    printf("]}");
 }
 
 static void print_text(const sx_build_info_t *b, sx_engine_h engine, int engine_rc)
@@ -88,14 +216,24 @@ static void print_text(const sx_build_info_t *b, sx_engine_h engine, int engine_
         sx_shard_info_t s;
         if (sx_engine_shard_info(engine, i, &s) != SX_OK)
             continue;
-        printf("  shard %-3u core %-3d first PU %-3d NUMA node %-2d cpuset %s\n", s.index, s.core,
+        /* New fields go at the end of the line, so that a script reading
+         * the fields before them by position still finds them. */
+        printf("  shard %-3u core %-3d first PU %-3d NUMA node %-2d cpuset %-6s", s.index, s.core,
                s.first_pu, s.numa_node, s.cpuset);
+        if (s.device[0] == '\0')
+            printf(" device (the transport's default)\n");
+        else if (s.device_numa_node < 0)
+            printf(" device %s (NUMA node unknown)\n", s.device);
+        else
+            printf(" device %s (NUMA node %d)\n", s.device, s.device_numa_node);
     }
 }
 
+/* The members of the top-level object up to the topology; the caller
+ * writes the braces around them. */
 static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_rc)
 {
-    printf("{\"version\":");
+    printf("\"version\":");
     json_string(b->version);
     printf(",\"build\":{\"type\":");
     json_string(b->build_type);
@@ -149,7 +287,7 @@ static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_
     if (engine_rc != SX_OK) {
         printf("{\"error\":");
         json_string(sx_strerror(engine_rc));
-        printf("}}\n");
+        putchar('}');
         return;
     }
     sx_topology_info_t topo;
@@ -164,17 +302,23 @@ static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_
         printf("%s{\"index\":%u,\"core\":%d,\"first_pu\":%d,\"numa_node\":%d,\"cpuset\":",
                i ? "," : "", s.index, s.core, s.first_pu, s.numa_node);
         json_string(s.cpuset);
-        putchar('}');
+        printf(",\"device\":");
+        if (s.device[0] != '\0')
+            json_string(s.device);
+        else
+            fputs("null", stdout);
+        printf(",\"device_numa_node\":%d}", s.device_numa_node);
     }
-    printf("]}}\n");
+    printf("]}");
 }
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: sx_info [--json]\n"
                  "Prints the shardx version, build options, configuration parameters, the\n"
-                 "transports (which are built, available and selected) and the topology\n"
-                 "(shards, cores, NUMA nodes) an engine would use here.\n");
+                 "transports (which are built, available and selected), the topology\n"
+                 "(shards, cores, NUMA nodes, each shard's device) an engine would use\n"
+                 "here, and the network devices hwloc sees with their NUMA locality.\n");
 }
 
 int main(int argc, char **argv)
@@ -198,10 +342,18 @@ int main(int argc, char **argv)
     sx_build_info(&build);
     sx_engine_h engine = NULL;
     int rc = sx_engine_create(NULL, &engine);
-    if (json)
+    nic_view_t nics;
+    nic_view_load(&nics);
+    if (json) {
+        putchar('{');
         print_json(&build, engine, rc);
-    else
+        print_nics_json(&nics);
+        printf("}\n");
+    } else {
         print_text(&build, engine, rc);
+        print_nics_text(&nics);
+    }
+    nic_view_free(&nics);
     if (rc == SX_OK)
         sx_engine_destroy(engine);
     /* An invalid SX_* setting is worth a non-zero exit: scripts check it. */

@@ -109,6 +109,14 @@
       "ofi is only considered when this is set or SX_TRANSPORTS is.")                         \
     X(BIND_ADDR, STRING, bind_addr, "127.0.0.1", 0, 0, NULL,                                  \
       "IPv4 address the udp transport (and ofi over a sockets provider) binds to.")           \
+    X(NET_DEVICES, STRING, net_devices, "", 0, 0, NULL,                                       \
+      "Devices the network transport may use, as a comma-separated list of names: verbs "     \
+      "devices (\"mlx5_0,mlx5_1\") or network interfaces (\"eth0,eth1\"); empty: any. "       \
+      "Each shard takes the listed device nearest its NUMA node, spreading over equally "     \
+      "near ones (sx_info shows the choice). udp, which otherwise binds SX_BIND_ADDR, then "  \
+      "binds each shard to the IPv4 address of its interface; a name that is not an "         \
+      "interface here is an error. A transport that cannot choose (ofi) ignores it, with a "  \
+      "warning.")                                                                             \
     X(FAULT, STRING, fault, "", 0, 0, NULL,                                                   \
       "Inject faults on the network transport, e.g. "                                         \
       "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")   \
@@ -207,6 +215,7 @@ typedef struct sx_config {
     char *transports;
     char *ofi_provider;
     char *bind_addr;
+    char *net_devices;
     char *fault;
     uint64_t window;
     uint64_t max_inflight;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/namelist.h"
 #include "engine/diag.h"
 
 #define SX_ENGINE_KNOWN_FIELDS ((uint64_t)(SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME))
@@ -76,6 +77,117 @@ static void sx_engine_init_proto(struct sx_engine *e)
 }
 
 _Static_assert(SX_TL_SINK_ACK_LEN == SX_WIRE_HDR_LEN, "the sink hands up whole ACK headers");
+_Static_assert(SX_NIC_NAME_MAX == SX_TL_DEVICE_MAX, "a transport's device name fits a NIC's");
+
+/* SX_NET_DEVICES is checked here, before any transport reads it, so a
+ * malformed list is one clear error whatever transport would run. */
+static int sx_engine_check_net_devices(const sx_config_t *cfg)
+{
+    char names[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
+    char why[160];
+    unsigned n;
+
+    if (sx_namelist_parse(cfg->net_devices, names, SX_NAMELIST_MAX, &n, why, sizeof(why)) == SX_OK)
+        return SX_OK;
+    sx_error("config",
+             "invalid value SX_NET_DEVICES='%s': %s; allowed: device names separated by commas, "
+             "such as \"mlx5_0,mlx5_1\" or \"eth0\"",
+             cfg->net_devices, why);
+    return SX_ERR_INVALID_PARAM;
+}
+
+/*
+ * NIC locality: when the network transport has devices to choose among,
+ * give each shard the one nearest its core (nic.c has the rule) and keep
+ * the choice in e->devices for the shards' configurations and
+ * sx_engine_shard_info. The I/O topology this needs is loaded here and
+ * dropped again, only in that case (nic.h says what it costs).
+ */
+static int sx_engine_choose_devices(struct sx_engine *e, const sx_tl_ops_t *net,
+                                    const sx_tl_config_t *probe)
+{
+    char names[SX_TL_DEVICES][SX_TL_DEVICE_MAX];
+    sx_nic_t nics[SX_TL_DEVICES];
+    bool restricted = e->cfg.net_devices != NULL && e->cfg.net_devices[0] != '\0';
+
+    if (net->devices == NULL) {
+        if (restricted)
+            sx_warn("engine",
+                    "SX_NET_DEVICES='%s' is ignored: the %s transport does not choose among "
+                    "devices",
+                    e->cfg.net_devices, net->name);
+        return SX_OK;
+    }
+    int n = net->devices(probe, names, SX_TL_DEVICES);
+    if (n < 0)
+        return n;
+    if (n == 0)
+        return SX_OK;
+    if (n > SX_TL_DEVICES)
+        n = SX_TL_DEVICES; /* "how many there are" from a transport that found more */
+
+    hwloc_topology_t io = NULL;
+    if (sx_nic_topology_load(NULL, &io) != SX_OK) {
+        /* Placement is an optimisation: without I/O locality the devices
+         * are shared round-robin, which still works. */
+        sx_warn("engine",
+                "hwloc could not load the I/O topology; shards take the %d device(s) "
+                "round-robin, whatever their locality",
+                n);
+        io = NULL;
+    }
+    int rc = SX_OK;
+    unsigned located = 0;
+    hwloc_const_bitmap_t *sets = calloc(e->nshards, sizeof(*sets));
+    unsigned *choice = calloc(e->nshards, sizeof(*choice));
+    e->devices = calloc(e->nshards, sizeof(*e->devices));
+    if (sets == NULL || choice == NULL || e->devices == NULL) {
+        rc = SX_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (unsigned k = 0; k < (unsigned)n; k++) {
+        rc = sx_nic_locate(io, names[k], &nics[k]);
+        if (rc != SX_OK) {
+            sx_error("engine", "cannot place device '%s' in the topology: %s", names[k],
+                     sx_strerror(rc));
+            goto out;
+        }
+        located = k + 1;
+    }
+    /* Shard i runs on core i % ncores, as sx_engine_create_shards lays
+     * them out. */
+    for (unsigned i = 0; i < e->nshards; i++)
+        sets[i] = e->topo.cores[i % e->topo.ncores].cpuset;
+    rc = sx_nic_assign(io, nics, (unsigned)n, sets, e->nshards, choice);
+    if (rc != SX_OK)
+        goto out;
+    for (unsigned i = 0; i < e->nshards; i++) {
+        const sx_nic_t *d = &nics[choice[i]];
+        snprintf(e->devices[i].name, sizeof(e->devices[i].name), "%s", d->name);
+        e->devices[i].numa_node = d->numa_node;
+        sx_debug("engine", "shard %u (core %d, NUMA node %d): device %s (NUMA node %s)", i,
+                 e->topo.cores[i % e->topo.ncores].logical,
+                 e->topo.cores[i % e->topo.ncores].numa_node, d->name,
+                 d->numa_nodes[0] != '\0' ? d->numa_nodes : "unknown");
+    }
+    for (unsigned k = 0; k < (unsigned)n; k++) {
+        if (nics[k].cpuset == NULL)
+            sx_info("engine",
+                    "device %s (locality unknown: not on a PCI bus hwloc sees): %u shard(s)",
+                    nics[k].name, nics[k].shards);
+        else
+            sx_info("engine", "device %s (%s, NUMA node %s): %u shard(s)", nics[k].name,
+                    sx_nic_type_name(nics[k].osdev_type),
+                    nics[k].numa_nodes[0] != '\0' ? nics[k].numa_nodes : "unknown", nics[k].shards);
+    }
+out:
+    sx_nic_release(nics, located);
+    free(choice);
+    free(sets);
+    if (io != NULL)
+        hwloc_topology_destroy(io);
+    return rc;
+}
 
 static int sx_engine_create_shards(struct sx_engine *e)
 {
@@ -84,14 +196,21 @@ static int sx_engine_create_shards(struct sx_engine *e)
         .nshards = e->nshards,
         .bind_addr = e->cfg.bind_addr,
         .ofi_provider = e->cfg.ofi_provider,
+        .net_devices = e->cfg.net_devices,
     };
 
+    int rc = sx_engine_check_net_devices(&e->cfg);
+    if (rc != SX_OK)
+        return rc;
     /* The network transport: the best that SX_TRANSPORTS allows and that
      * can run here (registry.c); self is always there for this engine. */
-    int rc = sx_tl_select(e->cfg.transports, &probe, e->tl, &e->net_ops);
+    rc = sx_tl_select(e->cfg.transports, &probe, e->tl, &e->net_ops);
     if (rc != SX_OK)
         return rc;
     const sx_tl_ops_t *net = e->net_ops;
+    rc = sx_engine_choose_devices(e, net, &probe);
+    if (rc != SX_OK)
+        return rc;
 
     e->shards = calloc(e->nshards, sizeof(*e->shards));
     if (e->shards == NULL)
@@ -122,6 +241,8 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .sndbuf = e->cfg.sndbuf,
                     .ack_socket = e->cfg.udp_ack_socket,
                     .ofi_provider = e->cfg.ofi_provider,
+                    .net_devices = e->cfg.net_devices,
+                    .device = e->devices != NULL ? e->devices[i].name : NULL,
                     .fault = fault ? e->cfg.fault : NULL,
                     .inner_ops = fault ? net : NULL,
                     .is_control = sx_wire_is_control,
@@ -204,6 +325,7 @@ static void sx_engine_free(struct sx_engine *e)
         pthread_key_delete(e->home_key);
     if (e->global_lock_created)
         sx_rlock_destroy(&e->global_lock);
+    free(e->devices);
     sx_topo_fini(&e->topo);
     sx_config_release(&e->cfg);
     pthread_mutex_destroy(&e->join_lock);
@@ -385,6 +507,11 @@ SX_API int sx_engine_shard_info(sx_engine_h engine, unsigned index, sx_shard_inf
     info_p->first_pu = s->first_pu;
     info_p->numa_node = s->numa_node;
     hwloc_bitmap_list_snprintf(info_p->cpuset, sizeof(info_p->cpuset), s->cpuset);
+    info_p->device_numa_node = -1;
+    if (engine->devices != NULL) {
+        snprintf(info_p->device, sizeof(info_p->device), "%s", engine->devices[index].name);
+        info_p->device_numa_node = engine->devices[index].numa_node;
+    }
     return SX_OK;
 }
 

@@ -29,6 +29,7 @@
 #include "bootstrap/oob.h"
 #include "common/rcu_table.h"
 #include "cpc/cpc.h"
+#include "engine/nic.h"
 #include "engine/topo.h"
 #include "locks/rlock.h"
 #include "shard/peer.h"
@@ -60,6 +61,10 @@ struct sx_engine {
     sx_tl_choice_t tl[SX_TL_KNOWN];
     const sx_tl_ops_t *net_ops;
     char net_variant[32];
+    /* NIC locality (engine/nic.h): the device each shard's network
+     * interface opens and that device's NUMA node, [nshards]; NULL when
+     * the transport chooses no device. */
+    sx_nic_choice_t *devices;
     uint8_t card[4096]; /* this engine's business card */
     size_t card_len;
     sx_fairlock_t peer_lock; /* the list below, and peer add/remove */

@@ -211,9 +211,11 @@ struct sx_tl_ops {
      * writes up to @p max names (SX_TL_DEVICE_MAX bytes each, NUL
      * terminated) and returns how many; 0 when the transport has no
      * device to choose (udp without SX_NET_DEVICES, self, sink) or found
-     * none. Called before any interface is opened, after a successful
-     * query. Any thread; may block briefly (device discovery). May be
-     * NULL: the transport never chooses a device.
+     * none; a negative status, logged, when discovery fails (the engine
+     * creation then fails with it). Called before any interface is
+     * opened, after a successful query. Any thread; may block briefly
+     * (device discovery). May be NULL: the transport never chooses a
+     * device.
      */
     int (*devices)(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX], unsigned max);
 

@@ -45,6 +45,18 @@
  * is refused because the card must name an address a peer can reach; IPv6
  * is not supported yet. The ACK socket always takes a kernel-chosen port.
  *
+ * Devices (SX_NET_DEVICES, config->net_devices): when the list is set,
+ * udp's devices are the named interfaces that have an IPv4 address, in
+ * the list's order; the engine gives each shard one (config->device, by
+ * NIC locality) and open binds the shard's socket to that interface's
+ * first IPv4 address, with a kernel-chosen port, instead of bind_addr.
+ * The query fails with SX_ERR_NO_DEVICE when a name is not an interface
+ * here, or when none of them has an IPv4 address. Binding the address
+ * chooses the source; which interface a datagram leaves by is still the
+ * routing table's choice, which for peers on the interface's own subnet
+ * (the usual multi-NIC cluster, one subnet per rail) is that interface.
+ * Without the list there are no devices and bind_addr rules, as before.
+ *
  * MTU: IPv4 allows 65507 bytes of UDP payload (RFC 791 total length minus
  * 28 bytes of headers). On loopback the mtu is 65000, which leaves that
  * ceiling some slack. Elsewhere it is the interface MTU (SIOCGIFMTU on the
@@ -79,6 +91,10 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "common/namelist.h"
+
+_Static_assert(SX_NAMELIST_NAME_MAX == SX_TL_DEVICE_MAX, "a listed name is a device name");
+_Static_assert(SX_NAMELIST_MAX >= SX_TL_DEVICES, "SX_NET_DEVICES can name every device");
 
 #define UDP_ADDR_LEN        8
 #define UDP_ADDR_LEN_ACK    10 /* with the ACK socket's port */
@@ -232,6 +248,145 @@ static size_t udp_pick_mtu(int fd, const struct sockaddr_in *local)
 }
 
 /*
+ * Looks interface @p name up in @p list: 1 with its first IPv4 address in
+ * *addr (getifaddrs lists an interface's primary address first), 0 when
+ * it exists without one, -1 when there is no such interface. getifaddrs
+ * reports every interface once by its link-layer (AF_PACKET) entry,
+ * addressed or not, and once more per address.
+ */
+static int udp_if_lookup(const struct ifaddrs *list, const char *name, struct in_addr *addr)
+{
+    int found = -1;
+
+    for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_name == NULL || strcmp(ifa->ifa_name, name) != 0)
+            continue;
+        found = 0;
+        if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET) {
+            const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)ifa->ifa_addr;
+            *addr = sin->sin_addr;
+            return 1;
+        }
+    }
+    return found;
+}
+
+/* Writes the names of the interfaces in @p list, each once ("lo, eth0"),
+ * to @p buf; ", ..." ends it when they do not all fit. */
+static void udp_if_names(const struct ifaddrs *list, char *buf, size_t cap)
+{
+    static const char more[] = ", ...";
+    size_t off = 0;
+
+    buf[0] = '\0';
+    for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        bool seen = ifa->ifa_name == NULL;
+        for (const struct ifaddrs *p = list; p != ifa && !seen; p = p->ifa_next)
+            seen = p->ifa_name != NULL && strcmp(p->ifa_name, ifa->ifa_name) == 0;
+        if (seen)
+            continue;
+        size_t need = strlen(ifa->ifa_name) + (off != 0 ? 2 : 0);
+        if (off + need + sizeof(more) > cap) {
+            if (off + sizeof(more) <= cap)
+                memcpy(buf + off, more, sizeof(more));
+            return;
+        }
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", off != 0 ? ", " : "", ifa->ifa_name);
+    }
+}
+
+/*
+ * Checks config->net_devices against the interfaces here and lists, in
+ * the list's order, the named ones that have an IPv4 address: writes up
+ * to @p max of them to @p names and returns how many, with a description
+ * ("vethA 10.1.1.1, vethB 10.1.2.1") in @p text. A negative status, with
+ * why in @p text, when the list is malformed, a name is not an interface
+ * here, or no named interface has an IPv4 address. With @p warn, logs a
+ * warning for each named interface skipped for want of an address.
+ */
+static int udp_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX],
+                            unsigned max, char *text, size_t text_len, bool warn)
+{
+    char wanted[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
+    char why[128];
+    unsigned nwanted = 0, n = 0;
+    struct ifaddrs *list = NULL;
+    size_t off = 0;
+
+    if (sx_namelist_parse(config->net_devices, wanted, SX_TL_DEVICES, &nwanted, why, sizeof(why)) !=
+        SX_OK) {
+        snprintf(text, text_len, "invalid SX_NET_DEVICES: %s", why);
+        return SX_ERR_INVALID_PARAM;
+    }
+    if (getifaddrs(&list) != 0) {
+        snprintf(text, text_len, "cannot list the network interfaces (getifaddrs: %s)",
+                 strerror(errno));
+        return SX_ERR_NO_DEVICE;
+    }
+    text[0] = '\0';
+    for (unsigned i = 0; i < nwanted; i++) {
+        struct in_addr addr;
+        int found = udp_if_lookup(list, wanted[i], &addr);
+        if (found < 0) {
+            char have[128];
+            udp_if_names(list, have, sizeof(have));
+            snprintf(text, text_len,
+                     "SX_NET_DEVICES names '%s', which is not a network interface here "
+                     "(interfaces: %s)",
+                     wanted[i], have);
+            freeifaddrs(list);
+            return SX_ERR_NO_DEVICE;
+        }
+        if (found == 0) {
+            if (warn)
+                sx_warn("udp", "SX_NET_DEVICES: interface %s has no IPv4 address; udp skips it",
+                        wanted[i]);
+            continue;
+        }
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &addr, ip, sizeof(ip));
+        if (off < text_len)
+            off += (size_t)snprintf(text + off, text_len - off, "%s%s %s", off != 0 ? ", " : "",
+                                    wanted[i], ip);
+        if (n < max)
+            snprintf(names[n], SX_TL_DEVICE_MAX, "%s", wanted[i]);
+        n++;
+    }
+    freeifaddrs(list);
+    if (n == 0) {
+        snprintf(text, text_len,
+                 "none of the interfaces SX_NET_DEVICES='%s' names has an IPv4 address",
+                 config->net_devices);
+        return SX_ERR_NO_DEVICE;
+    }
+    return (int)(n < max ? n : max);
+}
+
+/* The IPv4 address of interface @p name for a shard's socket; SX_OK or
+ * SX_ERR_NO_DEVICE, logged. */
+static int udp_device_addr(const char *name, unsigned shard, struct sockaddr_in *sa)
+{
+    struct ifaddrs *list = NULL;
+
+    if (getifaddrs(&list) != 0) {
+        sx_error("udp", "shard %u: cannot list the network interfaces to find %s: %s", shard, name,
+                 strerror(errno));
+        return SX_ERR_NO_DEVICE;
+    }
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    int found = udp_if_lookup(list, name, &sa->sin_addr);
+    freeifaddrs(list);
+    if (found <= 0) {
+        /* The query saw it a moment ago: it went away or lost its address. */
+        sx_error("udp", "shard %u: interface %s (SX_NET_DEVICES) %s", shard, name,
+                 found < 0 ? "no longer exists" : "has no IPv4 address any more");
+        return SX_ERR_NO_DEVICE;
+    }
+    return SX_OK;
+}
+
+/*
  * Raises one socket buffer. SO_*BUFFORCE ignores net.core.[rw]mem_max but
  * needs CAP_NET_ADMIN; without it the plain option is capped at that
  * sysctl (socket(7)). The kernel doubles the value for its bookkeeping, so
@@ -365,9 +520,25 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
 
     if (config == NULL || iface_p == NULL)
         return SX_ERR_INVALID_PARAM;
-    status = udp_parse_bind(config->bind_addr != NULL ? config->bind_addr : "127.0.0.1", &bind_sa);
-    if (status != SX_OK)
-        return status;
+    if (config->device != NULL && config->device[0] != '\0') {
+        /* The engine chose this shard's interface (SX_NET_DEVICES), which
+         * replaces SX_BIND_ADDR, port included: shards on one interface
+         * cannot share a fixed port. */
+        status = udp_device_addr(config->device, config->shard, &bind_sa);
+        if (status != SX_OK)
+            return status;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &bind_sa.sin_addr, ip, sizeof(ip));
+        sx_info("udp",
+                "shard %u: binding to %s, the IPv4 address of %s (SX_NET_DEVICES; "
+                "SX_BIND_ADDR is not used)",
+                config->shard, ip, config->device);
+    } else {
+        status =
+            udp_parse_bind(config->bind_addr != NULL ? config->bind_addr : "127.0.0.1", &bind_sa);
+        if (status != SX_OK)
+            return status;
+    }
 
     udp_iface_t *u = calloc(1, sizeof(*u));
     if (u == NULL)
@@ -517,11 +688,36 @@ static int udp_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
 
 static int udp_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
 {
+    char names[SX_TL_DEVICES][SX_TL_DEVICE_MAX];
+    /* Room for the prefix below within the detail. */
+    char text[SX_TL_DETAIL_MAX - 32];
+
     (void)named;
     q->exclusivity = SX_TL_EXCL_SOCKETS;
-    snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s",
-             config->bind_addr != NULL ? config->bind_addr : "127.0.0.1");
+    if (config->net_devices == NULL || config->net_devices[0] == '\0') {
+        snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s",
+                 config->bind_addr != NULL ? config->bind_addr : "127.0.0.1");
+        return SX_OK;
+    }
+    int n = udp_scan_devices(config, names, SX_TL_DEVICES, text, sizeof(text), false);
+    if (n < 0) {
+        snprintf(q->detail, sizeof(q->detail), "%s", text);
+        return n;
+    }
+    snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s", text);
     return SX_OK;
+}
+
+static int udp_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX], unsigned max)
+{
+    char text[SX_TL_DETAIL_MAX];
+
+    if (config->net_devices == NULL || config->net_devices[0] == '\0')
+        return 0;
+    int n = udp_scan_devices(config, names, max, text, sizeof(text), true);
+    if (n < 0)
+        sx_error("udp", "%s", text);
+    return n;
 }
 
 static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p)
@@ -814,10 +1010,20 @@ static int udp_wait_fd(sx_tl_iface_t *iface)
 const sx_tl_ops_t sx_tl_udp_ops = {
     .name = "udp",
     .exclusivity = SX_TL_EXCL_SOCKETS,
-    /* Describes the binding; always available (open reports a bad address). */
+    /* Describes the binding; available unless SX_NET_DEVICES names an
+     * interface that does not exist here or none with an IPv4 address
+     * (open reports a bad SX_BIND_ADDR). Reads the interfaces
+     * (getifaddrs) when the list is set; any thread. */
     .query = udp_query,
-    /* Creates, sizes and binds the data socket (and the ACK socket and
-     * their epoll fd when config->ack_socket is set); may block briefly;
+    /* Without SX_NET_DEVICES: none (0). With it: the named interfaces
+     * that have an IPv4 address, in the list's order, warning about each
+     * skipped; a negative status, logged, when the query's check no
+     * longer holds. Any thread; reads the interfaces. */
+    .devices = udp_devices,
+    /* Creates, sizes and binds the data socket, to config->device's IPv4
+     * address when the engine chose a device, else to bind_addr (and the
+     * ACK socket and their epoll fd when config->ack_socket is set); may
+     * block briefly;
      * allocates UDP_RX_BATCH receive buffers of mtu bytes (and as many of
      * UDP_CTRL_MAX bytes for the ACK socket). */
     .open = udp_open,
