@@ -12,6 +12,8 @@ packages=(
     libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev
     # launchers for the multi-process tests (mpirun runs the pmix modex test)
     openmpi-bin libopenmpi-dev
+    # ip: test_nic joins network namespaces of its own with veth pairs
+    iproute2
     # make bench: plots (bench/plot.sh) and summaries read the JSON with jq
     gnuplot-nox jq
     # make docs: the API reference; man pages are checked with groff, and
