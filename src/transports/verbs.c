@@ -301,8 +301,9 @@ static int verbs_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVIC
     if (names == NULL)
         return 0;
     if (verbs_find(config, d, &n, why, sizeof(why)) != SX_OK) {
-        /* The query found one a moment ago: worth saying. */
-        sx_warn("verbs", "no device to list: %s", why);
+        /* Said by the query already, or, should a device vanish between
+         * query and this call, by the open that follows. */
+        sx_debug("verbs", "no device to list: %s", why);
         return 0;
     }
     for (unsigned i = 0; i < n && k < max; i++) {
@@ -803,13 +804,17 @@ static int verbs_open_queues(verbs_iface_t *v, const sx_tl_config_t *config,
                                  .max_send_sge = v->size.send_sge,
                                  .max_recv_sge = 1,
                                  .max_inline_data = v->size.max_inline};
-    v->qp = ibv_create_qp(v->pd, &qa);
-    if (v->qp == NULL && qa.cap.max_inline_data > 0) {
-        /* Some devices offer less inline room than asked, or none: without. */
-        sx_debug("verbs", "%s: a queue pair with %u inline bytes: %s; trying without", v->dev_name,
-                 v->size.max_inline, strerror(errno));
-        qa.cap.max_inline_data = 0;
+    /* ibv_query_device does not say how much inline data a queue pair
+     * may carry, and some drivers refuse a queue pair that asks for more
+     * than they have instead of granting less: halve until one is taken,
+     * down to none. */
+    for (;;) {
         v->qp = ibv_create_qp(v->pd, &qa);
+        if (v->qp != NULL || qa.cap.max_inline_data == 0)
+            break;
+        sx_debug("verbs", "%s: a queue pair with %u inline bytes: %s", v->dev_name,
+                 qa.cap.max_inline_data, strerror(errno));
+        qa.cap.max_inline_data = qa.cap.max_inline_data > 32 ? qa.cap.max_inline_data / 2 : 0;
     }
     if (v->qp == NULL)
         return verbs_fail(v, "ibv_create_qp (UD)", errno);
