@@ -496,6 +496,22 @@ static void test_refusals_at_open(void **state)
         round_trip(a, ab, b, 100 + i, i);
     a->ops->close(a);
     b->ops->close(b);
+
+    /* An InfiniBand port reaches another subnet through a GRH, which needs
+     * a GID of its own. */
+    sx_verbs_addr_t far = {
+        .lid = 5, .qpn = 0x99, .qkey = QKEY, .port = 1, .flags = SX_VERBS_ADDR_GLOBAL};
+    far.gid[0] = 0xfe;
+    uint8_t bytes[SX_VERBS_ADDR_LEN];
+    size_t blen;
+    assert_int_equal(sx_verbs_addr_encode(&far, bytes, sizeof(bytes), &blen), SX_OK);
+    a = open_on(NULL);
+    assert_int_equal(a->ops->addr_check(a, bytes, blen), SX_OK);
+    a->ops->close(a);
+    fake.dev[0].port[0].gid_len = 0;
+    a = open_on(NULL);
+    assert_int_equal(a->ops->addr_check(a, bytes, blen), SX_ERR_PEER_UNREACHABLE);
+    a->ops->close(a);
 }
 
 static void test_wait_fd_and_arm(void **state)

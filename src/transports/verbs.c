@@ -536,8 +536,9 @@ static void verbs_arm_now(verbs_iface_t *v)
         ibv_ack_cq_events(v->rcq, events);
     if (v->stash_pos < v->nstash)
         return;
-    if (ibv_req_notify_cq(v->rcq, 0) != 0) {
-        sx_warn_ratelimited("verbs", "%s: ibv_req_notify_cq: %s", v->dev_name, strerror(errno));
+    int rc = ibv_req_notify_cq(v->rcq, 0);
+    if (rc != 0) {
+        sx_warn_ratelimited("verbs", "%s: ibv_req_notify_cq: %s", v->dev_name, strerror(rc));
         return;
     }
     int got = ibv_poll_cq(v->rcq, VERBS_CQ_BATCH, v->stash);
@@ -1045,6 +1046,9 @@ static int verbs_decode_peer(const verbs_iface_t *v, const void *addr, size_t le
      * An address of the other kind is well formed but out of reach. */
     bool roce_addr = a->lid == 0 && (a->flags & SX_VERBS_ADDR_GLOBAL);
     if (roce_addr != (v->link_layer == IBV_LINK_LAYER_ETHERNET))
+        return SX_ERR_PEER_UNREACHABLE;
+    /* A GRH names our GID as its source: a port without one sends none. */
+    if ((a->flags & SX_VERBS_ADDR_GLOBAL) && v->gid_index < 0)
         return SX_ERR_PEER_UNREACHABLE;
     /* A controlled Q_Key (bit 31) in a send means "the QP's own"; a peer
      * cannot ask for it. */
