@@ -389,6 +389,58 @@ static void test_path_addr(void **state)
     assert_int_equal(sx_rdmacm_path_addr(NULL, 5, 1, 1, &a, &why), SX_ERR_INVALID_PARAM);
 }
 
+/* The slots that need no device, called directly: the table's contract,
+ * peer_init's check of a peer's blob (sx_peer_add refuses a malformed
+ * one), and query, stop and finalize on an engine where init declined. */
+static void test_component_slots(void **state)
+{
+    (void)state;
+    const sx_cpc_component_t *c = &sx_cpc_rdmacm;
+    assert_string_equal(c->name, "rdmacm");
+    assert_int_equal(c->id, SX_CPC_RDMACM);
+    assert_int_equal(c->priority, 90);
+    assert_true(c->priority > sx_cpc_handshake.priority);
+    assert_true(c->probe);
+    assert_non_null(c->init);
+    assert_non_null(c->query);
+    assert_non_null(c->peer_init);
+    assert_non_null(c->stop);
+    assert_non_null(c->finalize);
+    assert_non_null(c->ep_init_locked);
+    assert_non_null(c->start_connect_locked);
+    assert_non_null(c->ep_finalize_locked);
+    assert_non_null(c->send_ctrl_locked);
+
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    sx_engine_params_t params = {
+        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = 1};
+    sx_engine_h e = NULL;
+    assert_int_equal(sx_engine_create(&params, &e), SX_OK);
+    assert_null(e->rdmacm);
+    sx_cpc_module_t m = {.component = c, .engine = e};
+    assert_int_equal(c->query(e, &m), SX_ERR_UNSUPPORTED);
+    c->stop(e);
+    c->stop(e);
+    c->finalize(e);
+    assert_null(e->rdmacm);
+
+    struct sx_peer peer;
+    memset(&peer, 0, sizeof(peer));
+    peer.id = 42;
+    static const uint8_t good[] = {1, 4, 0x53, 0x48, 10, 0, 0, 9};
+    memcpy(peer.cpc_offer.blob, good, sizeof(good));
+    peer.cpc_offer.blob_len = sizeof(good);
+    assert_int_equal(c->peer_init(e, &peer), SX_OK);
+    peer.cpc_offer.blob[4] = 127;
+    capture_start();
+    int rc = c->peer_init(e, &peer);
+    char *log = capture_stop();
+    assert_int_equal(rc, SX_ERR_INVALID_PARAM);
+    assert_contains(log, "peer 42's card has a malformed rdmacm listener address: loopback");
+    free(log);
+    sx_engine_destroy(e);
+}
+
 #endif /* HAVE_RDMACM_CPC */
 
 /* ------------------------------------------------------------ engines */
@@ -770,6 +822,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_priv_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_priv_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_path_addr, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_component_slots, setup, teardown),
 #endif
         cmocka_unit_test_setup_teardown(test_absent_from_udp_card, setup, teardown),
         cmocka_unit_test_setup_teardown(test_named_cannot_run, setup, teardown),
