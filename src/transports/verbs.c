@@ -86,6 +86,7 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "common/namelist.h"
 #include "common/time.h"
 #include "transports/verbs_addr.h"
 
@@ -115,22 +116,21 @@ typedef struct verbs_dev_info {
 
 static atomic_flag verbs_absent_logged = ATOMIC_FLAG_INIT;
 
+/* Whether SX_NET_DEVICES (empty: any) lets us use device @p name. The
+ * list is read as udp and the engine read it (common/namelist.h); the
+ * engine refused a malformed one before any transport saw it, so a parse
+ * failure here can only keep every device out. */
 static bool verbs_name_listed(const char *filter, const char *name)
 {
-    size_t len = strlen(name);
+    char names[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
+    unsigned n = 0;
+    char why[64];
 
     if (filter == NULL || filter[0] == '\0')
         return true;
-    for (const char *p = filter; *p != '\0';) {
-        const char *end = strchr(p, ',');
-        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-        if (n == len && strncmp(p, name, len) == 0)
-            return true;
-        if (end == NULL)
-            break;
-        p = end + 1;
-    }
-    return false;
+    if (sx_namelist_parse(filter, names, SX_NAMELIST_MAX, &n, why, sizeof(why)) != SX_OK)
+        return false;
+    return sx_namelist_find((const char(*)[SX_NAMELIST_NAME_MAX])names, n, name) >= 0;
 }
 
 static const char *verbs_link_name(uint8_t link_layer)
