@@ -8,9 +8,11 @@
  * channel's destination swap it relies on (sx_chan_set_dest_locked), over
  * udp.
  *
- * The connection manager itself needs an RDMA device: the one test that
- * uses it skips, saying why, unless rdma_create_event_channel works and
- * libibverbs lists a device.
+ * The component end to end (its thread, the SIDR exchange, the channel's
+ * side, failures, teardown in flight) runs in test_cpc_rdmacm_fake over
+ * fake librdmacm and libibverbs. The real connection manager needs an RDMA
+ * device: the one test here that uses it skips, saying why, unless
+ * rdma_create_event_channel works and libibverbs lists a device.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -194,8 +196,12 @@ static void test_priv_roundtrip(void **state)
     /* Padding after the block is ignored. */
     assert_int_equal(sx_rdmacm_priv_parse(buf, sizeof(buf), SX_RDMACM_REQ, 4, &got, &why), SX_OK);
 
-    sx_rdmacm_priv_t rep = {
-        .kind = SX_RDMACM_REP, .shard = 65535, .qpn = 0xffffff, .qkey = 0x01234567, .port = 2};
+    sx_rdmacm_priv_t rep = {.kind = SX_RDMACM_REP,
+                            .shard = 65535,
+                            .qpn = 0xffffff,
+                            .qkey = 0x01234567,
+                            .port = 2,
+                            .flags = SX_RDMACM_REP_ELSEWHERE};
     sx_rdmacm_priv_write(buf, &rep);
     assert_int_equal(sx_rdmacm_priv_parse(buf, sizeof(buf), SX_RDMACM_REP, 65536, &got, &why),
                      SX_OK);
@@ -203,6 +209,7 @@ static void test_priv_roundtrip(void **state)
     assert_int_equal(got.qpn, 0xffffff);
     assert_int_equal(got.qkey, 0x01234567);
     assert_int_equal(got.port, 2);
+    assert_int_equal(got.flags, SX_RDMACM_REP_ELSEWHERE);
 }
 
 /* Hostile private data: each case is refused with its reason and *p is
@@ -223,6 +230,8 @@ static void test_priv_hostile(void **state)
         QPN1,
         QPN_WIDE,
         PORT0,
+        FLAGS,
+        REQ_FLAGS,
         NCASES
     };
     static const char *const want[NCASES] = {"shorter",
@@ -236,7 +245,9 @@ static void test_priv_hostile(void **state)
                                              "queue pair number",
                                              "queue pair number",
                                              "queue pair number",
-                                             "port 0"};
+                                             "port 0",
+                                             "unknown flags",
+                                             "request"};
     for (int k = 0; k < NCASES; k++) {
         uint8_t buf[SX_RDMACM_PRIV_LEN];
         sx_rdmacm_priv_t m = {.kind = SX_RDMACM_REP, .shard = 1, .qpn = 0x99, .qkey = 7, .port = 1};
@@ -261,6 +272,12 @@ static void test_priv_hostile(void **state)
             m.qpn = 0x1000000;
         if (k == PORT0)
             m.port = 0;
+        if (k == FLAGS)
+            m.flags = 0x02;
+        if (k == REQ_FLAGS) {
+            m = (sx_rdmacm_priv_t){.kind = SX_RDMACM_REQ, .flags = SX_RDMACM_REP_ELSEWHERE};
+            kind = SX_RDMACM_REQ;
+        }
         sx_rdmacm_priv_write(buf, &m);
         if (k == SHORT)
             len = SX_RDMACM_PRIV_LEN - 1;

@@ -23,6 +23,12 @@
  * request ends exactly once: answered through the inbox, or dropped by the
  * thread when the engine closes (its channels then go with the engine).
  *
+ * An engine whose shards use several devices (NIC locality) listens on
+ * one of them; a path the connection manager finds runs between the two
+ * listeners' ports, so a channel whose own shard, or whose peer shard, is
+ * on another port keeps the card's address (the answer's ELSEWHERE flag
+ * says so for the peer's side). One listener per port would lift this.
+ *
  * Both directions resolve: a channel that only answers (its peer
  * connected first) starts a resolution of its own at its first answer,
  * since its ACKs would otherwise go to the card's address, which is what
@@ -193,6 +199,7 @@ void sx_rdmacm_priv_write(uint8_t *out, const sx_rdmacm_priv_t *p)
     sx_put32(out + 8, p->qpn);
     sx_put32(out + 12, p->qkey);
     out[16] = p->port;
+    out[17] = p->flags;
 }
 
 int sx_rdmacm_priv_parse(const void *in, size_t len, uint8_t kind, unsigned nshards,
@@ -210,18 +217,22 @@ int sx_rdmacm_priv_parse(const void *in, size_t len, uint8_t kind, unsigned nsha
         m.qpn = sx_get32(b + 8);
         m.qkey = sx_get32(b + 12);
         m.port = b[16];
+        m.flags = b[17];
         if (sx_get32(b) != SX_RDMACM_MAGIC)
             why = "not from shardx (wrong magic)";
         else if (b[4] != SX_RDMACM_VERSION)
             why = "unknown version";
         else if (m.kind != kind)
             why = kind == SX_RDMACM_REQ ? "not a request" : "not an answer";
-        else if (b[17] != 0 || b[18] != 0 || b[19] != 0)
+        else if (b[18] != 0 || b[19] != 0)
             why = "reserved bytes set";
         else if (m.shard >= nshards)
             why = "names a shard that does not exist";
-        else if (kind == SX_RDMACM_REQ && (m.qpn != 0 || m.qkey != 0 || m.port != 0))
+        else if (kind == SX_RDMACM_REQ &&
+                 (m.qpn != 0 || m.qkey != 0 || m.port != 0 || m.flags != 0))
             why = "a request with an answer's fields set";
+        else if (kind == SX_RDMACM_REP && (m.flags & ~SX_RDMACM_REP_ELSEWHERE) != 0)
+            why = "unknown flags";
         else if (kind == SX_RDMACM_REP && (m.qpn < 2 || m.qpn > 0xffffffu))
             why = "queue pair number 0, 1 or over 24 bits";
         else if (kind == SX_RDMACM_REP && m.port == 0)
@@ -282,6 +293,7 @@ typedef struct rdmacm_qp {
     uint32_t qkey;
     uint8_t port;
     uint8_t gid[16];
+    bool elsewhere; /* behind another port than the listener's */
 } rdmacm_qp_t;
 
 /* What a request waits for. */
@@ -328,6 +340,7 @@ typedef struct rdmacm_state {
     struct rdma_event_channel *ch;
     struct rdma_cm_id *listen;
     struct sockaddr_storage local; /* the listener's address */
+    uint8_t local_gid[16];         /* the GID of its port */
     char local_str[RDMACM_ADDR_STR];
     uint8_t blob[SX_RDMACM_BLOB_V6_LEN];
     uint8_t blob_len;
@@ -446,6 +459,14 @@ static void rdmacm_begin(rdmacm_state_t *st, rdmacm_req_t *r)
         rdmacm_fail(st, r, "rdma_resolve_addr: %s", strerror(errno));
 }
 
+/* @p gid, or @p fallback when it is all zero: a kernel that reports no
+ * GID for an identifier (RDMA_USER_CM_QUERY_GID is recent). */
+static const uint8_t *rdmacm_gid_or(const uint8_t *gid, const uint8_t *fallback)
+{
+    static const uint8_t zero[16];
+    return memcmp(gid, zero, sizeof(zero)) != 0 ? gid : fallback;
+}
+
 /* ESTABLISHED: the peer's listener answered; build the address. */
 static void rdmacm_established(rdmacm_state_t *st, rdmacm_req_t *r, const struct rdma_ud_param *ud,
                                const uint8_t *priv, size_t plen)
@@ -473,10 +494,23 @@ static void rdmacm_established(rdmacm_state_t *st, rdmacm_req_t *r, const struct
         rdmacm_fail(st, r, "the path is unusable (%s)", why);
         return;
     }
-    /* The path starts at the port of the listener's address. A shard whose
-     * interface is on another port or device (NIC locality) cannot send
-     * along it: that channel keeps the card's address. */
-    const uint8_t *sgid = r->cm_id->route.addr.addr.ibaddr.sgid.raw;
+    /* The path ends at the port of the peer's listener; the peer says when
+     * the shard we asked for is behind another one. */
+    if (rep.flags & SX_RDMACM_REP_ELSEWHERE) {
+        snprintf(r->why, sizeof(r->why),
+                 "rdmacm: peer %llu's shard %u is on another port or device than its listener "
+                 "at %s: the channel keeps the card's address",
+                 (unsigned long long)r->peer_id, r->lane, r->dst_str);
+        r->status = SX_OK;
+        r->addr_len = 0;
+        rdmacm_finish(st, r);
+        return;
+    }
+    /* It starts at the port of our listener's address (the source we
+     * resolved from). A shard whose interface is on another port or device
+     * (NIC locality) cannot send along it: that channel keeps the card's
+     * address too. */
+    const uint8_t *sgid = rdmacm_gid_or(r->cm_id->route.addr.addr.ibaddr.sgid.raw, st->local_gid);
     if (memcmp(sgid, st->qps[r->shard].gid, 16) != 0) {
         char mine[INET6_ADDRSTRLEN], theirs[INET6_ADDRSTRLEN];
         inet_ntop(AF_INET6, sgid, theirs, sizeof(theirs));
@@ -573,7 +607,8 @@ static void rdmacm_on_request(rdmacm_state_t *st, struct rdma_cm_event *ev)
                             .shard = m.shard,
                             .qpn = qp->qpn,
                             .qkey = qp->qkey,
-                            .port = qp->port};
+                            .port = qp->port,
+                            .flags = qp->elsewhere ? SX_RDMACM_REP_ELSEWHERE : 0};
     uint8_t out[SX_RDMACM_PRIV_LEN];
     sx_rdmacm_priv_write(out, &rep);
     struct rdma_conn_param param = {
@@ -1004,6 +1039,15 @@ static int rdmacm_open(struct sx_engine *e, rdmacm_state_t *st, char *why, size_
     }
     /* The port, when SX_RDMACM_PORT left it to the kernel. */
     memcpy(&st->local, rdma_get_local_addr(st->listen), sizeof(struct sockaddr_in));
+    /* Which shards sit behind the listener's port: paths to the others do
+     * not end at their queue pairs. A kernel that reports no GID for the
+     * bound identifier leaves shard 0's, whose GID the address came from
+     * unless SX_BIND_ADDR chose it. */
+    memcpy(st->local_gid,
+           rdmacm_gid_or(st->listen->route.addr.addr.ibaddr.sgid.raw, st->qps[0].gid),
+           sizeof(st->local_gid));
+    for (unsigned s = 0; s < e->nshards; s++)
+        st->qps[s].elsewhere = memcmp(st->qps[s].gid, st->local_gid, 16) != 0;
     rdmacm_sockaddr_str((struct sockaddr *)&st->local, st->local_str, sizeof(st->local_str));
     if (sx_rdmacm_blob_write((struct sockaddr *)&st->local, st->blob, sizeof(st->blob),
                              &st->blob_len) != SX_OK) {

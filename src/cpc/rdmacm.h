@@ -34,7 +34,8 @@
  *    8  u32  qpn       REP: that shard's UD queue pair number; REQ: 0
  *   12  u32  qkey      REP: the Q_Key it accepts; REQ: 0
  *   16  u8   port      REP: its port number on its device; REQ: 0
- *   17  u8[3]          reserved, zero
+ *   17  u8   flags     REP: SX_RDMACM_REP_*; REQ: 0
+ *   18  u8[2]          reserved, zero
  *
  * The REP carries the Q_Key itself because the connection manager's own
  * (the ESTABLISHED event's qkey) is RDMA_UDP_QKEY for every RDMA_PS_UDP
@@ -60,6 +61,12 @@
 
 enum { SX_RDMACM_REQ = 1, SX_RDMACM_REP = 2 };
 
+/* REP flags. ELSEWHERE: the shard's queue pair is behind another port than
+ * the listener's (an engine whose shards use several devices), so the
+ * path the connection manager found, which ends at the listener's port,
+ * does not lead to it: the client keeps the card's address. */
+#define SX_RDMACM_REP_ELSEWHERE 0x01u
+
 /** A decoded private data block. */
 typedef struct sx_rdmacm_priv {
     uint8_t kind; /* SX_RDMACM_REQ or SX_RDMACM_REP */
@@ -67,6 +74,7 @@ typedef struct sx_rdmacm_priv {
     uint32_t qpn;
     uint32_t qkey;
     uint8_t port;
+    uint8_t flags; /* REP: SX_RDMACM_REP_* */
 } sx_rdmacm_priv_t;
 
 /**
@@ -95,8 +103,9 @@ void sx_rdmacm_priv_write(uint8_t *out, const sx_rdmacm_priv_t *p);
  * Decodes private data from the connection manager, untrusted: SX_OK, or
  * SX_ERR_PROTO with *why_p naming the fault for a short block, a wrong
  * magic, version or kind (@p kind is the one expected), non-zero reserved
- * bytes, a shard not below @p nshards, or in a REP a QPN that is 0, 1 (the
- * special queue pairs) or over 24 bits, or port 0. Writes *p only on SX_OK.
+ * bytes, a shard not below @p nshards, a REQ with a REP's fields set, or in
+ * a REP a QPN that is 0, 1 (the special queue pairs) or over 24 bits, port
+ * 0, or unknown flags. Writes *p only on SX_OK.
  */
 int sx_rdmacm_priv_parse(const void *in, size_t len, uint8_t kind, unsigned nshards,
                          sx_rdmacm_priv_t *p, const char **why_p);
