@@ -138,6 +138,19 @@ void fake_cm_set(void (*fn)(fake_cm_world_t *w, void *arg), void *arg)
     pthread_mutex_unlock(&cm_lock);
 }
 
+/* Whether fake_cm.fail applies to a client bound to @p f's address. */
+static bool fails(const struct fake_id *f);
+
+/* Whether this call fails at once (fake_cm.fail_call); sets errno. */
+static bool call_fails(int which)
+{
+    if (fake_cm.fail_call != which)
+        return false;
+    fake_cm.fail_call = 0;
+    errno = fake_cm.fail_errno;
+    return true;
+}
+
 static int find_ip(uint32_t ip)
 {
     for (int i = 0; i < fake_cm.nips; i++) {
@@ -164,6 +177,11 @@ static void port_gid(int dev, uint8_t port, uint32_t ip, uint8_t *gid)
         return;
     }
     memcpy(gid, p->gid[0].raw, 16);
+}
+
+static bool fails(const fake_id_t *f)
+{
+    return fake_cm.fail != 0 && (fake_cm.fail_from == 0 || fake_cm.fail_from == f->ip);
 }
 
 /* ------------------------------------------------------------ events */
@@ -352,6 +370,10 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
                    enum rdma_port_space ps)
 {
     pthread_mutex_lock(&cm_lock);
+    if (call_fails(1)) {
+        pthread_mutex_unlock(&cm_lock);
+        return -1;
+    }
     if (channel == NULL || ps != RDMA_PS_UDP)
         violate("rdma_create_id without a channel or not RDMA_PS_UDP");
     fake_id_t *f = new_id((fake_ch_t *)channel, context, ps);
@@ -468,6 +490,10 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
     pthread_mutex_lock(&cm_lock);
     if (f->stage != 0 || timeout_ms <= 0)
         violate("rdma_resolve_addr out of order or with timeout %d", timeout_ms);
+    if (call_fails(2)) {
+        pthread_mutex_unlock(&cm_lock);
+        return -1;
+    }
     if (dst_addr->sa_family != AF_INET) {
         pthread_mutex_unlock(&cm_lock);
         errno = EAFNOSUPPORT;
@@ -488,7 +514,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
     memcpy(&f->id.route.addr.dst_storage, &dst, sizeof(dst));
     fake_cm.resolves++;
     f->stage = 2;
-    if (fake_cm.fail == RDMA_CM_EVENT_ADDR_ERROR)
+    if (fails(f) && fake_cm.fail == RDMA_CM_EVENT_ADDR_ERROR)
         post_simple(f, RDMA_CM_EVENT_ADDR_ERROR, fake_cm.fail_status);
     else if (find_ip(dst.sin_addr.s_addr) < 0)
         post_simple(f, RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH);
@@ -505,8 +531,12 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
     pthread_mutex_lock(&cm_lock);
     if (f->stage != 2 || timeout_ms <= 0)
         violate("rdma_resolve_route out of order or with timeout %d", timeout_ms);
+    if (call_fails(3)) {
+        pthread_mutex_unlock(&cm_lock);
+        return -1;
+    }
     f->stage = 4;
-    if (fake_cm.fail == RDMA_CM_EVENT_ROUTE_ERROR)
+    if (fails(f) && fake_cm.fail == RDMA_CM_EVENT_ROUTE_ERROR)
         post_simple(f, RDMA_CM_EVENT_ROUTE_ERROR, fake_cm.fail_status);
     else
         post_simple(f, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
@@ -560,6 +590,10 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
         violate("rdma_connect out of order, without parameters or with %u bytes of private "
                 "data",
                 param != NULL ? param->private_data_len : 0);
+    if (call_fails(4)) {
+        pthread_mutex_unlock(&cm_lock);
+        return -1;
+    }
     f->stage = 5;
     fake_cm.connects++;
     memcpy(&dst, &f->id.route.addr.dst_storage, sizeof(dst));
@@ -567,8 +601,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
     fake_id_t *l = listener_at(dst.sin_addr.s_addr, ntohs(dst.sin_port));
     if (fake_cm.silent) {
         /* nobody answers */
-    } else if (fake_cm.fail == RDMA_CM_EVENT_UNREACHABLE) {
-        post_simple(f, RDMA_CM_EVENT_UNREACHABLE, fake_cm.fail_status);
+    } else if (fails(f) && fake_cm.fail != RDMA_CM_EVENT_ADDR_ERROR &&
+               fake_cm.fail != RDMA_CM_EVENT_ROUTE_ERROR) {
+        post_simple(f, (enum rdma_cm_event_type)fake_cm.fail, fake_cm.fail_status);
     } else if (l == NULL) {
         post_simple(f, RDMA_CM_EVENT_UNREACHABLE, 2); /* IB_SIDR_UNSUPPORTED: no such service */
     } else if (param != NULL) {
@@ -599,6 +634,8 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
         priv[0] ^= 1;
     if (fake_cm.rep_tamper == 2)
         priv[6] = 7;
+    if (fake_cm.rep_tamper == 4)
+        priv[15] |= 0x80;
     uint32_t qpn = param->qp_num + (fake_cm.rep_tamper == 3 ? 1 : 0);
     if (c->chan == NULL) {
         fake_cm.ghost_answers++;

@@ -50,8 +50,15 @@ typedef struct fake_cm_world {
 
     /* Behaviour. */
     bool no_device;     /* rdma_create_event_channel fails with ENODEV */
-    int fail;           /* 0, or the event every client step ends in at its stage:
-                         * ADDR_ERROR, ROUTE_ERROR, UNREACHABLE */
+    int fail;           /* 0, or the event every client step ends in: ADDR_ERROR and ROUTE_ERROR at
+                         * theirs, anything else (UNREACHABLE, DEVICE_REMOVAL, ...) in answer to
+                         * rdma_connect */
+    uint32_t fail_from; /* fail applies only to clients from this IPv4 address (network
+                         * order); 0: to all */
+    int fail_call;      /* the next call of this kind fails at once with fail_errno:
+                         * 1 rdma_create_id, 2 rdma_resolve_addr, 3 rdma_resolve_route,
+                         * 4 rdma_connect */
+    int fail_errno;
     int fail_status;    /* that event's status */
     bool silent;        /* connects get no answer at all */
     bool hold;          /* events wait in a held list until fake_cm_release */
@@ -59,7 +66,8 @@ typedef struct fake_cm_world {
     bool ib_global;     /* InfiniBand paths carry a GRH (another subnet) */
     int req_tamper;     /* the request's private data in transit: 1 flips the magic */
     int rep_tamper;     /* the answer in transit: 1 flips the magic, 2 names shard 7,
-                         * 3 the CM reports another queue pair than the answer */
+                         * 3 the CM reports another queue pair than the answer, 4 sets
+                         * the Q_Key's controlled bit */
     uint16_t next_port; /* ephemeral ports start here */
 
     /* What happened. */

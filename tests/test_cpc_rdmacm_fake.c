@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -351,6 +352,50 @@ static void test_passive_side_resolves(void **state)
     sx_engine_destroy(b);
 }
 
+static void fail_b_addr(fake_cm_world_t *w, void *arg)
+{
+    (void)arg;
+    w->fail = RDMA_CM_EVENT_ADDR_ERROR;
+    w->fail_status = -110;
+    inet_pton(AF_INET, "10.0.0.2", &w->fail_from);
+}
+
+/* The answering side's own resolution fails: its channel is up already
+ * (or comes up) over the card's address, so it only warns and keeps that
+ * address; traffic flows. */
+static void test_passive_failure_keeps_card(void **state)
+{
+    (void)state;
+    fake_cm_set(fail_b_addr, NULL);
+    const sx_config_kv_t ka[] = {
+        {"SHARDS", "1"}, {"TRANSPORTS", "verbs"}, {"NET_DEVICES", "roce0"}};
+    const sx_config_kv_t kb[] = {
+        {"SHARDS", "1"}, {"TRANSPORTS", "verbs"}, {"NET_DEVICES", "roce1"}};
+    capture_start();
+    sx_engine_h a = engine(ka, 3), b = engine(kb, 3);
+    sx_peer_h ab, ba;
+    link_pair(a, b, &ab, &ba);
+    atomic_store(&got, 0);
+    op_t ops[5];
+    for (unsigned i = 0; i < 5; i++)
+        send_one(ab, &ops[i]);
+    WAIT(a, b, atomic_load(&got) == 5, "5 messages");
+    for (unsigned i = 0; i < 5; i++) {
+        WAIT(a, b, atomic_load(&ops[i].calls) == 1, "the completions");
+        assert_int_equal(atomic_load(&ops[i].status), SX_OK);
+    }
+    WAIT(a, b, peek(b, 0, ba, 0).resolve == SX_CHAN_RESOLVE_FAILED, "b's resolution to fail");
+    assert_int_equal(peek(a, 0, ab, 0).resolve, SX_CHAN_RESOLVE_DONE);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+    char *log = capture_stop();
+    assert_contains(log, "rdmacm: no path to peer 0 shard 0: rdma_cm reported "
+                         "RDMA_CM_EVENT_ADDR_ERROR (status -110: Connection timed out), while "
+                         "resolving the address of its listener at 10.0.0.1:40000; the channel "
+                         "keeps the address in the peer's card");
+    free(log);
+}
+
 /* ------------------------------------------------------------ failures */
 
 typedef struct fail_case {
@@ -359,11 +404,20 @@ typedef struct fail_case {
     int req_tamper, rep_tamper;
     bool no_listener;
     const char *needle, *needle2;
+    int call, err; /* a call that fails at once, once the engines run */
 } fail_case_t;
+
+static void apply_call(fake_cm_world_t *w, void *arg)
+{
+    const fail_case_t *c = arg;
+    w->fail_call = c->call;
+    w->fail_errno = c->err;
+}
 
 static void apply_case(fake_cm_world_t *w, void *arg)
 {
     const fail_case_t *c = arg;
+    w->fail_from = 0;
     w->fail = c->fail;
     w->fail_status = c->status;
     w->silent = c->silent;
@@ -378,25 +432,44 @@ static void test_failures(void **state)
 {
     (void)state;
     static const fail_case_t cases[] = {
-        {RDMA_CM_EVENT_ADDR_ERROR, -110, false, 0, 0, false,
-         "RDMA_CM_EVENT_ADDR_ERROR (status -110: Connection timed out), while resolving the "
-         "address of its listener at 10.0.0.2:",
-         NULL},
-        {RDMA_CM_EVENT_ROUTE_ERROR, -113, false, 0, 0, false,
-         "RDMA_CM_EVENT_ROUTE_ERROR (status -113: No route to host), while resolving the route "
-         "to its listener at 10.0.0.2:",
-         NULL},
-        {RDMA_CM_EVENT_UNREACHABLE, -110, false, 0, 0, false,
-         "RDMA_CM_EVENT_UNREACHABLE (status -110", "while waiting for the answer of"},
-        {0, 0, true, 0, 0, false, "no event from the connection manager before the connect timeout",
-         NULL},
-        {0, 0, false, 1, 0, false, "RDMA_CM_EVENT_REJECTED (status 28)",
-         "rdmacm: refused a request from 10.0.0.1:"},
-        {0, 0, false, 0, 1, false, "its answer is malformed (not from shardx (wrong magic))", NULL},
-        {0, 0, false, 0, 2, false, "its answer is malformed (names a shard that does not exist)",
-         NULL},
-        {0, 0, false, 0, 3, false, "the connection manager says queue pair", NULL},
-        {0, 0, false, 0, 0, true, "RDMA_CM_EVENT_UNREACHABLE (status 2)", NULL},
+        {.fail = RDMA_CM_EVENT_ADDR_ERROR,
+         .status = -110,
+         .needle = "RDMA_CM_EVENT_ADDR_ERROR (status -110: Connection timed out), while "
+                   "resolving the address of its listener at 10.0.0.2:"},
+        {.fail = RDMA_CM_EVENT_ROUTE_ERROR,
+         .status = -113,
+         .needle = "RDMA_CM_EVENT_ROUTE_ERROR (status -113: No route to host), while resolving "
+                   "the route to its listener at 10.0.0.2:"},
+        {.fail = RDMA_CM_EVENT_UNREACHABLE,
+         .status = -110,
+         .needle = "RDMA_CM_EVENT_UNREACHABLE (status -110",
+         .needle2 = "while waiting for the answer of"},
+        {.fail = RDMA_CM_EVENT_DEVICE_REMOVAL,
+         .needle = "rdma_cm reported RDMA_CM_EVENT_DEVICE_REMOVAL (status 0), while waiting for "
+                   "the answer of"},
+        {.silent = true,
+         .needle = "no event from the connection manager before the connect timeout"},
+        {.req_tamper = 1,
+         .needle = "RDMA_CM_EVENT_REJECTED (status 28)",
+         .needle2 = "rdmacm: refused a request from 10.0.0.1:"},
+        {.rep_tamper = 1, .needle = "its answer is malformed (not from shardx (wrong magic))"},
+        {.rep_tamper = 2, .needle = "its answer is malformed (names a shard that does not exist)"},
+        {.rep_tamper = 3, .needle = "the connection manager says queue pair"},
+        {.rep_tamper = 4,
+         .needle = "rdmacm: the verbs transport refused the path to peer 1 shard 0"},
+        {.no_listener = true, .needle = "RDMA_CM_EVENT_UNREACHABLE (status 2)"},
+        {.call = 1,
+         .err = ENOMEM,
+         .needle = "rdma_create_id: Cannot allocate memory, while waiting to ask"},
+        {.call = 2,
+         .err = EINVAL,
+         .needle = "rdma_resolve_addr: Invalid argument, while resolving the address of"},
+        {.call = 3,
+         .err = ENETUNREACH,
+         .needle = "rdma_resolve_route: Network is unreachable, while resolving the route to"},
+        {.call = 4,
+         .err = EIO,
+         .needle = "rdma_connect: Input/output error, while waiting for the answer"},
     };
     const sx_config_kv_t ka[] = {{"SHARDS", "1"},
                                  {"TRANSPORTS", "verbs"},
@@ -428,6 +501,7 @@ static void test_failures(void **state)
         sx_peer_h ab = NULL;
         assert_int_equal(sx_peer_add(a, 1, card, len, &ab), SX_OK);
         (void)am_connect(b, a, 0);
+        fake_cm_set(apply_call, (void *)&cases[k]);
         op_t op;
         send_one(ab, &op);
         WAIT(a, b, atomic_load(&op.calls) == 1, "the failed send");
@@ -439,7 +513,6 @@ static void test_failures(void **state)
             (cases[k].needle2 != NULL && strstr(log, cases[k].needle2) == NULL))
             fail_msg("case %zu: %s, expected SX_ERR_PEER_UNREACHABLE and \"%s\" in:\n%s", k,
                      sx_status_name(status), cases[k].needle, log);
-        assert_contains(log, "rdmacm: no path to peer 1 shard 0");
         free(log);
         static const fail_case_t none;
         fake_cm_set(apply_case, (void *)&none);
@@ -782,6 +855,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ib_connect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_passive_side_resolves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_passive_failure_keeps_card, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_channel_gone_midflight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_closes_midflight, setup, teardown),
