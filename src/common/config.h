@@ -98,7 +98,8 @@
     X(TRANSPORTS, STRING, transports, "", 0, 0, NULL,                                         \
       "Network transports the engine may select: \"ofi\" or \"udp,ofi\" allows only "         \
       "those, \"^ofi\" all but those; empty: all built in. Of those that can run here, "      \
-      "the one with the highest exclusivity is used (ofi on a NIC's own provider, then udp, " \
+      "the one with the highest exclusivity is used (verbs on an RDMA device or ofi on a "    \
+      "NIC's own provider, then udp, "                                                        \
       "then libfabric's socket emulations); self always carries sends to the engine "         \
       "itself. Peers must select the same transport. sink (no network: every packet is "      \
       "acknowledged as posted, for measuring the engine alone; needs SX_CPC=implicit) "       \
