@@ -490,10 +490,6 @@ static void rdmacm_established(rdmacm_state_t *st, rdmacm_req_t *r, const struct
                     rep.qpn);
         return;
     }
-    if (sx_rdmacm_path_addr(&ud->ah_attr, rep.qpn, rep.qkey, rep.port, &a, &why) != SX_OK) {
-        rdmacm_fail(st, r, "the path is unusable (%s)", why);
-        return;
-    }
     /* The path ends at the port of the peer's listener; the peer says when
      * the shard we asked for is behind another one. */
     if (rep.flags & SX_RDMACM_REP_ELSEWHERE) {
@@ -522,6 +518,10 @@ static void rdmacm_established(rdmacm_state_t *st, rdmacm_req_t *r, const struct
         r->status = SX_OK;
         r->addr_len = 0;
         rdmacm_finish(st, r);
+        return;
+    }
+    if (sx_rdmacm_path_addr(&ud->ah_attr, rep.qpn, rep.qkey, rep.port, &a, &why) != SX_OK) {
+        rdmacm_fail(st, r, "the path is unusable (%s)", why);
         return;
     }
     if (sx_verbs_addr_encode(&a, r->addr, sizeof(r->addr), &r->addr_len) != SX_OK) {
