@@ -32,6 +32,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "card_util.h"
 #include "common/time.h"
 #include "cpc/connect.h"
 #include "log_capture.h"
@@ -405,23 +406,11 @@ static struct sockaddr_in card_sockaddr(const uint8_t *card, size_t len)
     return sa;
 }
 
-/* Where the offers start: after the header and every shard's address. */
-static size_t card_offers(const uint8_t *card, size_t len)
-{
-    unsigned n = (unsigned)(card[6] | card[7] << 8);
-    size_t off = 16;
-    for (unsigned i = 0; i < n; i++) {
-        assert_true(off < len);
-        off += 1 + (size_t)card[off];
-    }
-    assert_true(off < len);
-    return off;
-}
-
 /* The offset of component @p id's offer in the card. */
 static size_t card_offer_of(const uint8_t *card, size_t len, uint8_t id)
 {
-    size_t off = card_offers(card, len);
+    size_t off, end;
+    card_offer_span(card, len, &off, &end);
     unsigned count = card[off++];
     for (unsigned k = 0; k < count; k++) {
         assert_true(off + 3 <= len);

@@ -30,6 +30,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "card_util.h"
 #include "build_config.h"
 #include "cpc/cpc.h"
 #include "cpc/rdmacm.h"
@@ -581,26 +582,6 @@ static void test_spec_accepted(void **state)
     assert_contains(log, "unknown connection method \"bogus\"");
     free(log);
     assert_true(sx_cpc_oob_requested("oob"));
-}
-
-/* Where the offers section of a card starts (after the header and every
- * shard's address) and ends. */
-static void card_offer_span(const uint8_t *card, size_t len, size_t *start_p, size_t *end_p)
-{
-    unsigned n = (unsigned)(card[6] | card[7] << 8);
-    size_t off = 16;
-    for (unsigned i = 0; i < n; i++) {
-        assert_true(off < len);
-        off += 1 + (size_t)card[off];
-    }
-    assert_true(off < len);
-    *start_p = off;
-    unsigned count = card[off++];
-    for (unsigned k = 0; k < count; k++) {
-        assert_true(off + 3 <= len);
-        off += 3 + (size_t)card[off + 2];
-    }
-    *end_p = off;
 }
 
 /* A peer that offers rdmacm (at 90, above the handshake) to an engine that
