@@ -8,7 +8,9 @@
  *    round-robin; the SX_NET_DEVICES list syntax;
  *  - on this machine: udp with SX_NET_DEVICES=lo binds to lo's address
  *    instead of SX_BIND_ADDR and sx_engine_shard_info says so; a name that
- *    is not an interface fails engine creation with SX_ERR_NO_DEVICE;
+ *    is not an interface fails engine creation with SX_ERR_NO_DEVICE; the
+ *    same over ofi on libfabric's udp provider, whose domains are the
+ *    interfaces (built where libfabric was found);
  *  - in two network namespaces of our own joined by two veth pairs: two
  *    engines with SX_NET_DEVICES=vethA,vethB put shard 0 on one pair and
  *    shard 1 on the other, and their messages cross both (the veths'
@@ -37,6 +39,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "build_config.h"
 #include "common/namelist.h"
 #include "engine/engine.h"
 #include "engine/nic.h"
@@ -458,8 +461,14 @@ static void shard_ip(sx_engine_h e, unsigned i, char *ip, size_t cap)
     uint8_t addr[SX_TL_ADDR_MAX];
     size_t len = sizeof(addr);
 
-    assert_string_equal(iface->ops->name, "udp");
     assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
+    if (strcmp(iface->ops->name, "ofi") == 0) {
+        /* Format byte (FI_SOCKADDR_IN), port, IPv4 address: ofi.c. */
+        assert_int_equal(len, 7);
+        assert_non_null(inet_ntop(AF_INET, addr + 3, ip, (socklen_t)cap));
+        return;
+    }
+    assert_string_equal(iface->ops->name, "udp");
     assert_true(len >= 8);
     assert_non_null(inet_ntop(AF_INET, addr + 4, ip, (socklen_t)cap));
 }
@@ -574,6 +583,54 @@ static void test_engine_bad_devices(void **state)
     assert_contains(log, "invalid value SX_NET_DEVICES='lo,,eth0': an empty name");
     free(log);
 }
+
+#if SX_HAVE_OFI
+/* The same over the ofi transport on libfabric's udp provider, whose
+ * domains are named after the interfaces: each shard opens domain lo and
+ * binds its address, not SX_BIND_ADDR; traffic flows. */
+static void test_engine_lo_ofi(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"TRANSPORTS", "ofi"},
+                                 {"OFI_PROVIDER", "udp"},
+                                 {"NET_DEVICES", "lo"},
+                                 {"BIND_ADDR", "127.0.0.2"},
+                                 {"SHARDS", "2"}};
+    sx_engine_h a = engine_with(kv, 5, SX_OK);
+    sx_engine_h b = engine_with(kv, 5, SX_OK);
+    char ip[INET_ADDRSTRLEN];
+
+    for (unsigned i = 0; i < 2; i++) {
+        sx_shard_info_t info;
+        assert_int_equal(sx_engine_shard_info(a, i, &info), SX_OK);
+        assert_string_equal(info.device, "lo");
+        assert_string_equal(a->shards[i]->ifaces[SX_SHARD_TL_NET]->ops->name, "ofi");
+        shard_ip(a, i, ip, sizeof(ip));
+        assert_string_equal(ip, "127.0.0.1");
+    }
+    sx_peer_h a_to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    exchange(a, b, a_to_b, 2, 20);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
+/* A name that is no domain of the provider: SX_ERR_NO_DEVICE, naming it
+ * and the domains there are; no warning that the list is ignored. */
+static void test_engine_bad_devices_ofi(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {
+        {"TRANSPORTS", "ofi"}, {"OFI_PROVIDER", "udp"}, {"NET_DEVICES", "lo,nosuchdev"}};
+    capture_start();
+    engine_with(kv, 3, SX_ERR_NO_DEVICE);
+    char *log = capture_stop();
+    assert_contains(log, "'nosuchdev', which is not a domain of libfabric provider udp here");
+    assert_contains(log, "lo");
+    assert_null(strstr(log, "is ignored"));
+    free(log);
+}
+#endif
 
 /* ---------------------------------------------------------------- network namespaces */
 
@@ -872,6 +929,10 @@ int main(void)
         cmocka_unit_test(test_namelist_syntax),
         cmocka_unit_test(test_engine_lo),
         cmocka_unit_test(test_engine_bad_devices),
+#if SX_HAVE_OFI
+        cmocka_unit_test(test_engine_lo_ofi),
+        cmocka_unit_test(test_engine_bad_devices_ofi),
+#endif
     };
     const struct CMUnitTest netns[] = {
         cmocka_unit_test(test_netns_two_veths),

@@ -460,6 +460,53 @@ static void test_receive_buffers_recycle(void **state)
     b->ops->close(b);
 }
 
+/* SX_NET_DEVICES: the udp provider names its domains after the network
+ * interfaces, so "lo" is one; without the list there is nothing to
+ * choose; a name that is no domain fails the query, naming it and the
+ * domains there are; a shard given a device binds that domain's address,
+ * not SX_BIND_ADDR (127.0.0.2 here, which would work too). */
+static void test_devices(void **state)
+{
+    (void)state;
+    sx_tl_config_t cfg = {.nshards = 1, .ofi_provider = "udp"};
+    sx_tl_query_t q = {0};
+    char names[SX_TL_DEVICES][SX_TL_DEVICE_MAX];
+
+    assert_int_equal(sx_tl_ofi_ops.devices(&cfg, names, SX_TL_DEVICES), 0);
+    cfg.net_devices = "";
+    assert_int_equal(sx_tl_ofi_ops.devices(&cfg, names, SX_TL_DEVICES), 0);
+
+    cfg.net_devices = "lo";
+    assert_int_equal(sx_tl_ofi_ops.query(&cfg, 1, &q), SX_OK);
+    assert_non_null(strstr(q.detail, "domain lo"));
+    assert_int_equal(sx_tl_ofi_ops.devices(&cfg, names, SX_TL_DEVICES), 1);
+    assert_string_equal(names[0], "lo");
+
+    cfg.net_devices = "lo,nosuchdev";
+    assert_int_equal(sx_tl_ofi_ops.query(&cfg, 1, &q), SX_ERR_NO_DEVICE);
+    assert_non_null(strstr(q.detail, "'nosuchdev'"));
+    assert_non_null(strstr(q.detail, "lo"));
+    assert_true(sx_tl_ofi_ops.devices(&cfg, names, SX_TL_DEVICES) < 0);
+
+    cfg.net_devices = "lo";
+    cfg.device = "lo";
+    cfg.bind_addr = "127.0.0.2";
+    sx_tl_iface_t *a = NULL;
+    assert_int_equal(sx_tl_ofi_ops.open(&cfg, &a), SX_OK);
+    uint8_t addr[SX_TL_ADDR_MAX];
+    size_t len = sizeof(addr);
+    assert_int_equal(a->ops->local_addr(a, addr, &len), SX_OK);
+    assert_int_equal(len, 7);
+    assert_memory_equal(addr + 3, "\x7f\x00\x00\x01", 4);
+    assert_true(port_of(a) != 0);
+    a->ops->close(a);
+
+    cfg.device = "nosuchdev";
+    a = NULL;
+    assert_int_equal(sx_tl_ofi_ops.open(&cfg, &a), SX_ERR_NO_DEVICE);
+    assert_null(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -473,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_wait_fd_and_arm),
         cmocka_unit_test(test_truncated_datagram),
         cmocka_unit_test(test_receive_buffers_recycle),
+        cmocka_unit_test(test_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,17 @@
  * the one whose source address is config->bind_addr (SX_BIND_ADDR, default
  * 127.0.0.1; a port there is bound too) is used when the provider speaks
  * sockaddr_in (udp, sockets); other providers take their first entry.
+ * Devices (SX_NET_DEVICES, config->net_devices): when the list is set,
+ * ofi's devices are the named domains (fi_getinfo's domain_attr->name) of
+ * that provider with an entry open could use, in the list's order: the
+ * udp and sockets providers name their domains after the network
+ * interfaces ("eth0", "lo"), NIC providers after their devices
+ * ("mlx5_0"). The engine gives each shard one (config->device, by NIC
+ * locality) and open takes that domain's entry, preferring an IPv4 one;
+ * a sockaddr provider then binds to that entry's own source address, with
+ * a kernel-chosen port, instead of SX_BIND_ADDR. The query fails with
+ * SX_ERR_NO_DEVICE when a name is no such domain here. Without the list
+ * there are no devices and SX_BIND_ADDR rules, as before.
  * What is not implemented: providers that need FI_MSG_PREFIX (verbs, efa
  * and usnic datagrams) or local memory registration (FI_MR_LOCAL) are not
  * asked for, so fi_getinfo leaves them out. FI_CONTEXT and FI_CONTEXT2 are
@@ -101,6 +112,7 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "common/namelist.h"
 
 #define OFI_LIBRARY       "libfabric.so.1"
 #define OFI_API_VERSION   FI_VERSION(1, 9)
@@ -319,23 +331,21 @@ static void ofi_list_providers(char *buf, size_t cap)
 }
 
 /*
- * Finds the entry to open: returns a copy of it in *info_p (fi_freeinfo
- * it), or an error with the reason in @p why.
+ * Lists fi_getinfo's entries for these hints and names the provider to
+ * use among them: config->ofi_provider, or the first usable entry's
+ * (libfabric's order of preference). SX_OK with *list_p (fi_freeinfo it)
+ * and *prov_p (a string inside the list), or an error with the reason in
+ * @p why.
  */
-static int ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why, size_t cap)
+static int ofi_list_entries(const sx_tl_config_t *config, struct fi_info **list_p,
+                            const char **prov_p, char *why, size_t cap)
 {
     const char *want = config->ofi_provider != NULL && config->ofi_provider[0] != '\0'
                            ? config->ofi_provider
                            : NULL;
-    const char *bind = config->bind_addr != NULL ? config->bind_addr : "127.0.0.1";
-    struct fi_info *hints = NULL, *list = NULL, *chosen = NULL;
-    struct in_addr ip;
-    uint16_t port = 0;
+    struct fi_info *hints = NULL, *list = NULL;
     int rc = ofi_lib_get(why, cap);
 
-    if (rc != SX_OK)
-        return rc;
-    rc = ofi_parse_bind(bind, &ip, &port, why, cap);
     if (rc != SX_OK)
         return rc;
     hints = ofi_hints();
@@ -371,9 +381,138 @@ static int ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char 
         ofi_lib.freeinfo(list);
         return want != NULL ? SX_ERR_INVALID_PARAM : SX_ERR_NO_DEVICE;
     }
+    *list_p = list;
+    *prov_p = prov;
+    return SX_OK;
+}
 
-    /* Its entry: the one bound where SX_BIND_ADDR says, for providers on
-     * IPv4 sockets; the first otherwise. */
+static bool ofi_format_is_sockaddr(uint32_t format)
+{
+    return format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6 || format == FI_SOCKADDR;
+}
+
+/*
+ * The entry of provider @p prov on domain @p device that open would take:
+ * its first usable one with an IPv4 source address, else its first whose
+ * addresses are no socket addresses (a NIC provider's own names); NULL
+ * when the domain has neither (an interface with IPv6 addresses only, or
+ * no such domain).
+ */
+static struct fi_info *ofi_device_entry(struct fi_info *list, const char *prov, const char *device)
+{
+    struct fi_info *other = NULL;
+
+    for (struct fi_info *fi = list; fi != NULL; fi = fi->next) {
+        if (!ofi_usable(fi) || strcmp(fi->fabric_attr->prov_name, prov) != 0 ||
+            fi->domain_attr->name == NULL || strcmp(fi->domain_attr->name, device) != 0)
+            continue;
+        if (ofi_src_in(fi) != NULL)
+            return fi;
+        if (other == NULL && !ofi_format_is_sockaddr(fi->addr_format))
+            other = fi;
+    }
+    return other;
+}
+
+/*
+ * Checks config->net_devices against provider's domains here and lists,
+ * in the list's order, the named ones open could use: writes up to @p max
+ * of them to @p names and returns how many, with their names ("lo, eth0")
+ * in @p text. A negative status, with why in @p text, when the list is
+ * malformed, libfabric cannot be asked, or a name is no usable domain of
+ * the provider here (the text then names the domains there are).
+ */
+static int ofi_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX],
+                            unsigned max, char *text, size_t text_len)
+{
+    char wanted[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
+    char why[128];
+    unsigned nwanted = 0, n = 0;
+    struct fi_info *list = NULL;
+    const char *prov = NULL;
+    size_t off = 0;
+
+    if (sx_namelist_parse(config->net_devices, wanted, SX_TL_DEVICES, &nwanted, why, sizeof(why)) !=
+        SX_OK) {
+        snprintf(text, text_len, "invalid SX_NET_DEVICES: %s", why);
+        return SX_ERR_INVALID_PARAM;
+    }
+    int rc = ofi_list_entries(config, &list, &prov, text, text_len);
+    if (rc != SX_OK)
+        return rc;
+    text[0] = '\0';
+    for (unsigned i = 0; i < nwanted; i++) {
+        if (ofi_device_entry(list, prov, wanted[i]) == NULL) {
+            /* The domains there are, each once, for the diagnosis. */
+            char have[160] = "";
+            size_t hl = 0;
+            for (struct fi_info *fi = list; fi != NULL && hl < sizeof(have); fi = fi->next) {
+                const char *d = fi->domain_attr->name;
+                if (d == NULL || ofi_device_entry(list, prov, d) != fi)
+                    continue;
+                hl += (size_t)snprintf(have + hl, sizeof(have) - hl, "%s%s", hl ? ", " : "", d);
+            }
+            snprintf(text, text_len,
+                     "SX_NET_DEVICES names '%s', which is not a domain of libfabric provider %s "
+                     "here (domains: %s)",
+                     wanted[i], prov, hl != 0 ? have : "none");
+            ofi_lib.freeinfo(list);
+            return SX_ERR_NO_DEVICE;
+        }
+        if (off < text_len)
+            off += (size_t)snprintf(text + off, text_len - off, "%s%s", off != 0 ? ", " : "",
+                                    wanted[i]);
+        if (n < max)
+            snprintf(names[n], SX_TL_DEVICE_MAX, "%s", wanted[i]);
+        n++;
+    }
+    ofi_lib.freeinfo(list);
+    return (int)(n < max ? n : max);
+}
+
+/*
+ * Finds the entry to open: returns a copy of it in *info_p (fi_freeinfo
+ * it), or an error with the reason in @p why. With config->device (the
+ * engine's choice among SX_NET_DEVICES) the entry is that domain's and
+ * SX_BIND_ADDR is not read.
+ */
+static int ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why, size_t cap)
+{
+    const char *bind = config->bind_addr != NULL ? config->bind_addr : "127.0.0.1";
+    const char *device =
+        config->device != NULL && config->device[0] != '\0' ? config->device : NULL;
+    struct fi_info *list = NULL, *chosen = NULL;
+    const char *prov = NULL;
+    struct in_addr ip;
+    uint16_t port = 0;
+    int rc = ofi_lib_get(why, cap);
+
+    if (rc != SX_OK)
+        return rc;
+    if (device == NULL) {
+        rc = ofi_parse_bind(bind, &ip, &port, why, cap);
+        if (rc != SX_OK)
+            return rc;
+    }
+    rc = ofi_list_entries(config, &list, &prov, why, cap);
+    if (rc != SX_OK)
+        return rc;
+
+    if (device != NULL) {
+        /* Port 0: shards on one domain cannot share a fixed port. */
+        chosen = ofi_device_entry(list, prov, device);
+        if (chosen == NULL) {
+            /* The query saw it a moment ago: it went away or lost its
+             * address. */
+            snprintf(why, cap, "provider %s has no usable endpoint on domain %s (SX_NET_DEVICES)",
+                     prov, device);
+            ofi_lib.freeinfo(list);
+            return SX_ERR_NO_DEVICE;
+        }
+    }
+
+    /* Without a device: the entry bound where SX_BIND_ADDR says, for
+     * providers on IPv4 sockets; the first otherwise. */
     bool sockets = false;
     char seen[96] = "";
     size_t seen_len = 0;
@@ -382,8 +521,7 @@ static int ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char 
             continue;
         const struct sockaddr_in *sin = ofi_src_in(fi);
         if (sin == NULL) {
-            if (fi->addr_format != FI_SOCKADDR_IN && fi->addr_format != FI_SOCKADDR_IN6 &&
-                fi->addr_format != FI_SOCKADDR && !sockets)
+            if (!ofi_format_is_sockaddr(fi->addr_format) && !sockets)
                 chosen = fi;
             continue;
         }
@@ -423,6 +561,8 @@ static size_t ofi_mtu_of(const struct fi_info *fi)
 static int ofi_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
 {
     struct fi_info *fi = NULL;
+    char domains[SX_TL_DETAIL_MAX];
+    int rc;
     bool asked = named || (config->ofi_provider != NULL && config->ofi_provider[0] != '\0');
 
     q->exclusivity = SX_TL_EXCL_EMULATED;
@@ -432,17 +572,45 @@ static int ofi_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
                  "and udp beats libfabric's socket emulation; SX_TRANSPORTS=ofi forces it");
         return SX_ERR_NO_DEVICE;
     }
-    int rc = ofi_pick(config, &fi, q->detail, sizeof(q->detail));
+    if (config->net_devices != NULL && config->net_devices[0] != '\0') {
+        /* The named domains, and the first one's entry for the rest. */
+        char names[SX_TL_DEVICES][SX_TL_DEVICE_MAX];
+        int n = ofi_scan_devices(config, names, SX_TL_DEVICES, domains, sizeof(domains));
+        if (n < 0) {
+            snprintf(q->detail, sizeof(q->detail), "%s", domains);
+            return n;
+        }
+        sx_tl_config_t first = *config;
+        first.device = names[0];
+        rc = ofi_pick(&first, &fi, q->detail, sizeof(q->detail));
+    } else {
+        rc = ofi_pick(config, &fi, q->detail, sizeof(q->detail));
+        if (rc == SX_OK)
+            snprintf(domains, sizeof(domains), "%s", fi->domain_attr->name);
+    }
     if (rc != SX_OK)
         return rc;
     const char *prov = fi->fabric_attr->prov_name;
     bool soft = ofi_prov_is_software(prov);
     q->exclusivity = soft ? SX_TL_EXCL_EMULATED : SX_TL_EXCL_HW;
-    snprintf(q->detail, sizeof(q->detail), "provider %s%s, fabric %s, domain %s, mtu %zu", prov,
-             soft ? " (emulated on kernel sockets)" : "", fi->fabric_attr->name,
-             fi->domain_attr->name, ofi_mtu_of(fi));
+    snprintf(q->detail, sizeof(q->detail), "provider %s%s, fabric %s, domain%s %.96s, mtu %zu",
+             prov, soft ? " (emulated on kernel sockets)" : "", fi->fabric_attr->name,
+             strchr(domains, ',') != NULL ? "s" : "", domains, ofi_mtu_of(fi));
     ofi_lib.freeinfo(fi);
     return SX_OK;
+}
+
+static int ofi_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX], unsigned max)
+{
+    char text[SX_TL_DETAIL_MAX];
+
+    /* Without the list there is nothing to choose: SX_BIND_ADDR rules. */
+    if (config->net_devices == NULL || config->net_devices[0] == '\0')
+        return 0;
+    int n = ofi_scan_devices(config, names, max, text, sizeof(text));
+    if (n < 0)
+        sx_error("ofi", "%s", text);
+    return n;
 }
 
 /* ------------------------------------------------------------------ */
@@ -676,6 +844,17 @@ static int ofi_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     if (status != SX_OK) {
         sx_error("ofi", "%s", why);
         return status;
+    }
+    if (config->device != NULL && config->device[0] != '\0') {
+        const struct sockaddr_in *src = ofi_src_in(fi);
+        char ip[INET_ADDRSTRLEN] = "";
+        if (src != NULL && inet_ntop(AF_INET, &src->sin_addr, ip, sizeof(ip)) != NULL)
+            sx_info("ofi",
+                    "shard %u: binding to %s, the IPv4 address of domain %s (SX_NET_DEVICES; "
+                    "SX_BIND_ADDR is not used)",
+                    config->shard, ip, config->device);
+        else
+            sx_info("ofi", "shard %u: domain %s (SX_NET_DEVICES)", config->shard, config->device);
     }
     ofi_iface_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
@@ -1264,6 +1443,9 @@ const sx_tl_ops_t sx_tl_ofi_ops = {
     .addr_check = ofi_addr_check,
     /* The provider's name; any thread. */
     .variant = ofi_variant,
+    /* The domains SX_NET_DEVICES names that the provider has here (none
+     * without the list); runs fi_getinfo; any thread; may block briefly. */
+    .devices = ofi_devices,
     /* fi_av_remove; token holder. */
     .addr_remove = ofi_addr_remove,
     /* Injects or copies each datagram (sync_send) and posts it; token
