@@ -116,8 +116,9 @@
       "Each shard takes the listed device nearest its NUMA node, spreading over equally "     \
       "near ones (sx_info shows the choice). udp, which otherwise binds SX_BIND_ADDR, then "  \
       "binds each shard to the IPv4 address of its interface; a name that is not an "         \
-      "interface here is an error. A transport that cannot choose (ofi) ignores it, with a "  \
-      "warning.")                                                                             \
+      "interface here is an error. ofi takes the names as libfabric domains (interfaces "     \
+      "for its udp provider) and opens each shard on its own; a name that is no domain "      \
+      "here is an error.")                                                                    \
     X(FAULT, STRING, fault, "", 0, 0, NULL,                                                   \
       "Inject faults on the network transport, e.g. "                                         \
       "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")   \
