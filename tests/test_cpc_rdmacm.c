@@ -483,6 +483,39 @@ static unsigned card_offers(sx_engine_h e, sx_cpc_offer_t *offers)
     return count;
 }
 
+/* A card from a newer peer: six offers, three of components this build
+ * has never heard of, the known ones last. The section is consumed whole,
+ * the known ones are kept (pushing out unknown ones) and nothing is
+ * refused; a truncated last offer still makes the section malformed. */
+static void test_offers_beyond_max(void **state)
+{
+    (void)state;
+    const uint8_t ids[6] = {200, 201, 202, SX_CPC_IMPLICIT, SX_CPC_HANDSHAKE, 203};
+    uint8_t buf[64];
+    size_t len = 1;
+    buf[0] = 6;
+    for (unsigned k = 0; k < 6; k++) {
+        buf[len] = ids[k];
+        buf[len + 1] = 10;
+        buf[len + 2] = 1; /* a one-byte blob */
+        buf[len + 3] = 0xee;
+        len += 4;
+    }
+    sx_cpc_offer_t offers[SX_CPC_MAX];
+    unsigned count = 0;
+    assert_int_equal(sx_cpc_card_parse(buf, len, offers, &count), len);
+    assert_int_equal(count, SX_CPC_MAX);
+    bool implicit = false, handshake = false;
+    for (unsigned k = 0; k < count; k++) {
+        implicit |= offers[k].id == SX_CPC_IMPLICIT;
+        handshake |= offers[k].id == SX_CPC_HANDSHAKE;
+        assert_int_equal(offers[k].blob_len, 1);
+    }
+    assert_true(implicit);
+    assert_true(handshake);
+    assert_int_equal(sx_cpc_card_parse(buf, len - 1, offers, &count), 0);
+}
+
 /* A default engine runs udp: rdmacm is not in its card, and it says so
  * only at debug level. */
 static void test_absent_from_udp_card(void **state)
@@ -822,6 +855,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_path_addr, setup, teardown),
         cmocka_unit_test_setup_teardown(test_component_slots, setup, teardown),
 #endif
+        cmocka_unit_test(test_offers_beyond_max),
         cmocka_unit_test_setup_teardown(test_absent_from_udp_card, setup, teardown),
         cmocka_unit_test_setup_teardown(test_named_cannot_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spec_accepted, setup, teardown),

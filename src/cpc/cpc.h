@@ -157,8 +157,10 @@ bool sx_cpc_oob_requested(const char *spec);
  *  bytes written, or 0 if @p cap is too small. */
 size_t sx_cpc_card_write(struct sx_engine *engine, uint8_t *out, size_t cap);
 
-/** Parses the offers section of a card at @p in; returns bytes consumed or
- *  0 for a malformed section. */
+/** Parses the offers section of a card at @p in into @p offers (room for
+ *  SX_CPC_MAX; a card may carry more, and components unknown here, which
+ *  are skipped as cpc_base.c says); returns bytes consumed or 0 for a
+ *  malformed section. */
 size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_cpc_offer_t *offers, unsigned *count_p);
 
 /**

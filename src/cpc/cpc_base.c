@@ -1,5 +1,6 @@
 /* The CPC framework: which components run, their card offers, and the
  * choice per peer (cpc.h). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,23 +226,47 @@ size_t sx_cpc_card_write(struct sx_engine *e, uint8_t *out, size_t cap)
     return off;
 }
 
+/* Whether @p id names a component this build knows of, built or not. */
+static bool sx_cpc_id_known(uint8_t id)
+{
+    return strcmp(sx_cpc_name(id), "unknown") != 0;
+}
+
+/*
+ * A card may offer more components than SX_CPC_MAX, or ones this build
+ * has never heard of: a newer peer with a fifth method must still be able
+ * to talk to us through the ones we share. Every offer is checked, so a
+ * malformed section is still refused whole; of the well-formed ones, those
+ * we know are kept first, and unknown ones only while there is room (they
+ * are never chosen, but the "no method in common" diagnosis names them).
+ */
 size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_cpc_offer_t *offers, unsigned *count_p)
 {
-    if (len < 1 || in[0] > SX_CPC_MAX)
+    if (len < 1)
         return 0;
-    unsigned n = in[0];
+    unsigned n = in[0], kept = 0;
     size_t off = 1;
     for (unsigned k = 0; k < n; k++) {
         if (len - off < 3 || in[off + 2] > SX_CPC_BLOB_MAX || len - off - 3 < in[off + 2] ||
             in[off + 1] > 100)
             return 0;
-        offers[k].id = in[off];
-        offers[k].priority = in[off + 1];
-        offers[k].blob_len = in[off + 2];
-        memcpy(offers[k].blob, in + off + 3, offers[k].blob_len);
-        off += 3 + (size_t)offers[k].blob_len;
+        sx_cpc_offer_t o = {.id = in[off], .priority = in[off + 1], .blob_len = in[off + 2]};
+        memcpy(o.blob, in + off + 3, o.blob_len);
+        off += 3 + (size_t)o.blob_len;
+        if (kept < SX_CPC_MAX) {
+            offers[kept++] = o;
+            continue;
+        }
+        if (!sx_cpc_id_known(o.id))
+            continue;
+        for (unsigned j = 0; j < kept; j++) {
+            if (!sx_cpc_id_known(offers[j].id)) {
+                offers[j] = o;
+                break;
+            }
+        }
     }
-    *count_p = n;
+    *count_p = kept;
     return off;
 }
 
