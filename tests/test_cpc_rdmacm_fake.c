@@ -261,6 +261,12 @@ static void test_roce_connect(void **state)
         WAIT(a, b, atomic_load(&ops[i].calls) == 1, "the completions");
     for (unsigned i = 0; i < 20; i++)
         assert_int_equal(atomic_load(&ops[i].status), SX_OK);
+    /* Both sides sent, so either may have answered the other's exchange
+     * first: its channel is then up over the card's address while its own
+     * resolution still runs (rdmacm_send_ctrl), and data can finish before
+     * that resolution does. Wait for both paths. */
+    WAIT(a, b, peek(a, 0, ab, 0).resolve == SX_CHAN_RESOLVE_DONE, "a's path");
+    WAIT(a, b, peek(b, 0, ba, 0).resolve == SX_CHAN_RESOLVE_DONE, "b's path");
     peek_t pa = peek(a, 0, ab, 0), pb = peek(b, 0, ba, 0);
     assert_true(pa.found && pb.found);
     assert_int_equal(pa.cpc, SX_CPC_RDMACM);
@@ -312,6 +318,12 @@ static void test_ib_connect(void **state)
         WAIT(a, b, atomic_load(&got) == 4, "4 messages");
         for (unsigned i = 0; i < 4; i++)
             WAIT(a, b, atomic_load(&ops[i].calls) == 1, "the completions");
+        /* Either side may have answered first (see test_roce_connect):
+         * wait for every channel's own path. */
+        for (unsigned s = 0; s < 2; s++) {
+            WAIT(a, b, peek(a, s, ab, s).resolve == SX_CHAN_RESOLVE_DONE, "a's paths");
+            WAIT(a, b, peek(b, s, ba, s).resolve == SX_CHAN_RESOLVE_DONE, "b's paths");
+        }
         for (unsigned s = 0; s < 2; s++) {
             peek_t p = peek(a, s, ab, s);
             assert_int_equal(p.resolve, SX_CHAN_RESOLVE_DONE);
