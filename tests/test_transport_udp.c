@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <shardx.h>
@@ -34,14 +35,20 @@
 #include "tl_util.h"
 
 /* Polls @p rx until @p log holds @p want datagrams; fails after the deadline. */
-static sx_tl_iface_t *open_udp(size_t rcvbuf)
+/* @p connect: destinations that get a connected send socket (SX_UDP_CONNECT). */
+static sx_tl_iface_t *open_udp_connect(size_t rcvbuf, unsigned connect)
 {
-    sx_tl_config_t cfg = {.shard = 0, .nshards = 1, .rcvbuf = rcvbuf};
+    sx_tl_config_t cfg = {.shard = 0, .nshards = 1, .rcvbuf = rcvbuf, .udp_connect = connect};
     sx_tl_iface_t *iface = NULL;
 
     assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
     assert_non_null(iface);
     return iface;
+}
+
+static sx_tl_iface_t *open_udp(size_t rcvbuf)
+{
+    return open_udp_connect(rcvbuf, 0);
 }
 
 static sx_tl_dest_t connect_to(sx_tl_iface_t *from, sx_tl_iface_t *to)
@@ -305,10 +312,11 @@ static void test_wait_fd(void **state)
     b->ops->close(b);
 }
 
-static void test_closed_port_is_not_fatal(void **state)
+/* A peer whose port closed, reached through the shared socket (connect 0)
+ * or a connected one (1), which reports the ICMP error on its next send. */
+static void closed_port_is_not_fatal(unsigned connect)
 {
-    (void)state;
-    sx_tl_iface_t *a = open_udp(0), *gone = open_udp(0);
+    sx_tl_iface_t *a = open_udp_connect(0, connect), *gone = open_udp(0);
     sx_tl_dest_t to_gone = connect_to(a, gone);
     sx_tl_event_t ev[8];
     rx_log_t log = {0};
@@ -329,8 +337,97 @@ static void test_closed_port_is_not_fatal(void **state)
     assert_memory_equal(log.data[0], "ho", 2);
     rx_log_free(&log);
     assert_int_equal(send_one(a, to_gone, "lost", 4), SX_OK);
+    if (connect > 0) /* each datagram after the first met the last one's error */
+        assert_true(a->stats.tx_refused > 0);
     a->ops->close(a);
     c->ops->close(c);
+}
+
+static void test_closed_port_is_not_fatal(void **state)
+{
+    (void)state;
+    closed_port_is_not_fatal(0);
+    closed_port_is_not_fatal(1);
+}
+
+/* A plain socket on loopback standing in for a peer, and its card bytes. */
+static int raw_peer(uint8_t addr[8])
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    uint16_t port = ntohs(sa.sin_port);
+    addr[0] = 4;
+    addr[1] = 0;
+    addr[2] = (uint8_t)(port & 0xff);
+    addr[3] = (uint8_t)(port >> 8);
+    memcpy(addr + 4, &sa.sin_addr.s_addr, 4);
+    return fd;
+}
+
+/* Sends @p text to @p dest and returns the source port it arrived from
+ * at @p fd (blocking receive, bounded by SO_RCVTIMEO). */
+static unsigned arrival_port(sx_tl_iface_t *a, sx_tl_dest_t dest, int fd, const char *text)
+{
+    struct timeval tv = {.tv_sec = 10};
+    struct sockaddr_in from;
+    socklen_t len = sizeof(from);
+    char buf[64];
+
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    assert_int_equal(send_one(a, dest, text, strlen(text)), SX_OK);
+    ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, (struct sockaddr *)&from, &len);
+    assert_int_equal(n, (ssize_t)strlen(text));
+    assert_memory_equal(buf, text, strlen(text));
+    return ntohs(from.sin_port);
+}
+
+/*
+ * SX_UDP_CONNECT: the first N destinations send through a connected socket
+ * of their own (another source port than the card's), the rest through
+ * the data socket (the card's port); removing a connected destination
+ * hands its place to the next one inserted.
+ */
+static void test_connected_send_sockets(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_connect(0, 1);
+    uint8_t own[SX_TL_ADDR_MAX], pa[8], pb[8], pc[8];
+    size_t ownlen = sizeof(own);
+    sx_tl_dest_t da, db, dc;
+
+    assert_int_equal(a->ops->local_addr(a, own, &ownlen), SX_OK);
+    unsigned card_port = own[2] | (unsigned)own[3] << 8;
+    int fa = raw_peer(pa), fb = raw_peer(pb), fc = raw_peer(pc);
+    assert_int_equal(a->ops->addr_insert(a, pa, 8, &da), SX_OK);
+    assert_int_equal(a->ops->addr_insert(a, pb, 8, &db), SX_OK);
+
+    unsigned via_a = arrival_port(a, da, fa, "to a");
+    assert_int_not_equal(via_a, card_port);                       /* connected */
+    assert_int_equal(arrival_port(a, db, fb, "to b"), card_port); /* over the cap: shared */
+    assert_int_equal(arrival_port(a, da, fa, "a again"), via_a);
+
+    a->ops->addr_remove(a, da);
+    assert_int_equal(a->ops->addr_insert(a, pc, 8, &dc), SX_OK);
+    assert_int_not_equal(arrival_port(a, dc, fc, "to c"), card_port);
+    assert_int_equal(arrival_port(a, db, fb, "b again"), card_port);
+    a->ops->close(a);
+
+    /* SX_UDP_CONNECT=0: everything from the card's port. */
+    a = open_udp_connect(0, 0);
+    ownlen = sizeof(own);
+    assert_int_equal(a->ops->local_addr(a, own, &ownlen), SX_OK);
+    card_port = own[2] | (unsigned)own[3] << 8;
+    assert_int_equal(a->ops->addr_insert(a, pa, 8, &da), SX_OK);
+    assert_int_equal(arrival_port(a, da, fa, "shared"), card_port);
+    a->ops->close(a);
+    close(fa);
+    close(fb);
+    close(fc);
 }
 
 static void test_kernel_drops_counted(void **state)
@@ -712,6 +809,7 @@ int main(void)
         cmocka_unit_test(test_addr_remove),
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_closed_port_is_not_fatal),
+        cmocka_unit_test(test_connected_send_sockets),
         cmocka_unit_test(test_kernel_drops_counted),
         cmocka_unit_test(test_oversized_datagram_dropped),
         cmocka_unit_test(test_ack_socket_address),

@@ -136,6 +136,10 @@
     X(UDP_ACK_SOCKET, BOOL, udp_ack_socket, SX_UDP_ACK_SOCKET_DEFAULT, 0, 0, NULL,            \
       "Give each shard's udp interface a second socket for pure ACKs, read before the data "  \
       "socket, so ACKs do not queue behind data. Peers with and without it interoperate.")    \
+    X(UDP_CONNECT, UINT, udp_connect, "16", 0, 4096, NULL,                                    \
+      "Peers per udp interface that get their own connected send socket, which spares the "   \
+      "kernel a route lookup per datagram (the rest share the data socket); 0: none. Each "   \
+      "costs a file descriptor per shard.")                                                   \
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                               \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")              \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                        \
@@ -224,6 +228,7 @@ typedef struct sx_config {
     uint64_t rcvbuf;
     uint64_t sndbuf;
     bool udp_ack_socket;
+    uint64_t udp_connect;
     uint64_t ack_delay_us;
     uint64_t ack_every;
     uint64_t rto_min_us;

@@ -240,6 +240,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .rcvbuf = e->cfg.rcvbuf,
                     .sndbuf = e->cfg.sndbuf,
                     .ack_socket = e->cfg.udp_ack_socket,
+                    .udp_connect = (unsigned)e->cfg.udp_connect,
                     .ofi_provider = e->cfg.ofi_provider,
                     .net_devices = e->cfg.net_devices,
                     .device = e->devices != NULL ? e->devices[i].name : NULL,

@@ -75,6 +75,7 @@ typedef struct sx_tl_config {
     size_t rcvbuf;                /* udp: requested SO_RCVBUF in bytes; 0 = leave default */
     size_t sndbuf;                /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
     int ack_socket;               /* udp: 1 = open a second socket for control datagrams */
+    unsigned udp_connect;         /* udp: destinations given a connected send socket */
     const char *fault;            /* fault: the SX_FAULT specification */
     const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
     void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
