@@ -421,15 +421,21 @@ static uint64_t shardx_coarse_ns(void)
  * and the progressing thread keeps spinning on it. With both threads
  * bound to the rank's core (mpirun's default binding) the woken thread
  * then waited for the spinner's time slice: mpi_bench's 2-thread 8-byte
- * latency was 2.3-2.8 ms, the same with the tcp BTL. Yielding once after
- * a progress call that handled events lets it run at once (23-46 us on
- * the same machine). The yield is made only while the progress role
- * moves between threads (it changed hands within the last 10 ms): a
- * process with one thread waiting on MPI, the common case, pays for it
- * only in the 10 ms after another thread last progressed (mpi_bench's
- * 1-thread run made 535 yields in all, its 2-thread run 12,592).
- * sched_yield with nothing else runnable returns at once, and a progress
- * call that found nothing never yields.
+ * latency was 2.3-2.8 ms, the same with the tcp BTL.
+ *
+ * So while the progress role moves between threads (it changed hands
+ * within the last 10 ms) every progress call ends with a yield. Yielding
+ * only after a call that handled events (23-77 us on the same machine)
+ * missed the other way a thread becomes runnable: a waiter promoted to
+ * progress when the progressing thread's own request completes is woken
+ * as well, and then both spin, so the one on the CPU has to make room
+ * even when its last poll found nothing (18-24 us, interleaved runs of
+ * the same build; yielding only while another thread was inside
+ * btl_progress gave 28-162 us, since a woken thread is runnable before
+ * it gets there). sched_yield with nothing else runnable returns at
+ * once, so a parked waiter costs the spinner one system call per poll.
+ * A process with one thread waiting on MPI, the common case, never pays:
+ * the role does not change hands there.
  */
 int mca_btl_shardx_progress(void)
 {
@@ -437,7 +443,7 @@ int mca_btl_shardx_progress(void)
     if (engine == NULL)
         return 0;
     int n = sx_progress(engine);
-    if (n > 0 && opal_using_threads()) {
+    if (opal_using_threads()) {
         const void *me = &shardx_progress_me;
         uint64_t now = shardx_coarse_ns();
         if (atomic_load_explicit(&shardx_progress_last, memory_order_relaxed) != me) {
