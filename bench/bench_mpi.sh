@@ -7,6 +7,12 @@
 #
 #   bench/bench_mpi.sh [BUILD_DIR]      (default: build)
 #
+# The raw-UDP floor of the same machine (sx_bench floor: one send() per
+# 8-byte datagram, busy-polled recv(), no MPI, no reliability) runs first,
+# in the same run, so each figure can be read against what the kernel
+# allows: the ping-pong's half round trip, and the one-way rate any
+# transport that sends one datagram per MPI message is capped by.
+#
 # Prints a table and the three ratios of the issue's targets; writes
 # BUILD_DIR/bench-results/mpi.json and, when gnuplot is installed, mpi.png
 # (bench/plot_mpi.sh). Figures only: nothing here passes or fails on speed.
@@ -14,6 +20,7 @@ set -euo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/bench/mpi_bench
+sxbench=$build/bench/sx_bench
 results=$build/bench-results
 [[ -x $bench ]] || { echo "bench_mpi: $bench not built (needs SX_OPENMPI_BTL)" >&2; exit 1; }
 sysdir=$(sed -n 's/^SX_OMPI_COMPONENT_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
@@ -34,7 +41,13 @@ transports=(shardx tcp ucx_tcp)
 tests=("pingpong" "rate" "mt 1" "mt 2")
 
 raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
+floor=$(mktemp)
+trap 'rm -f "$raw" "$floor"' EXIT
+echo "bench_mpi: raw-UDP floor (sx_bench floor --size 8)" >&2
+if ! timeout 300 "$sxbench" floor --size 8 --json >"$floor" 2>/dev/null; then
+    echo "bench_mpi: the raw-UDP floor failed; left out" >&2
+    : >"$floor"
+fi
 # Transports alternate within each test, so a change of load on the
 # machine during the run falls on all of them alike, not on one.
 for test in "${tests[@]}"; do
@@ -52,10 +65,19 @@ for test in "${tests[@]}"; do
     done
 done
 
-python3 - "$raw" "$results" <<'PY'
+python3 - "$raw" "$results" "$floor" <<'PY'
 import json, os, sys
-raw, outdir = sys.argv[1], sys.argv[2]
+raw, outdir, floorfile = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = [json.loads(l) for l in open(raw) if l.strip()]
+floor = {}
+try:
+    for r in json.load(open(floorfile))["results"]:
+        if r.get("bench") == "floor":
+            floor["latency_8B_us"] = r["half_rtt_us"]
+        elif r.get("bench") == "floor_rate":
+            floor["rate_msgs_per_s"] = r["msg_rate"]
+except (ValueError, KeyError, OSError):
+    pass
 res = {}
 for r in rows:
     t, x = r["transport"], r["result"]
@@ -82,6 +104,12 @@ ratios = {
     "rate_8B_shardx_over_tcp": ratio(sx.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
     "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8("shardx")),
 }
+# What the raw-UDP floor itself scores on the two tcp ratios: the best a
+# transport sending one datagram per message could reach here.
+floor_ratios = {
+    "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
+    "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
+}
 targets = {
     "latency_8B_shardx_over_tcp": "<= 0.8",
     "rate_8B_shardx_over_tcp": ">= 2",
@@ -89,7 +117,8 @@ targets = {
 }
 load = os.getloadavg()
 doc = {"machine": {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2)},
-       "results": res, "ratios": ratios, "targets": targets}
+       "raw_udp_floor": floor, "results": res, "ratios": ratios,
+       "floor_ratios": floor_ratios, "targets": targets}
 json.dump(doc, open(os.path.join(outdir, "mpi.json"), "w"), indent=2)
 
 # Data files for the plot.
@@ -124,9 +153,15 @@ for t in res:
                                              fmt(d.get("rate_msgs_per_s"), "%.0f"),
                                              fmt(d.get("mt1_latency_us")),
                                              fmt(d.get("mt2_latency_us"))))
+if floor:
+    print("%-9s %12s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
+                                             fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-", "-"))
 print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
+print("the raw-UDP floor on the same scale (one datagram per message, no MPI):")
+for k, v in floor_ratios.items():
+    print("  %-34s %8s" % (k, fmt(v, "%.2f")))
 print("\nbench_mpi: JSON in %s" % os.path.join(outdir, "mpi.json"))
 PY
 
