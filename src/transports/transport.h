@@ -134,8 +134,9 @@ typedef struct sx_tl_stats {
     uint64_t rx_truncated;    /* datagrams longer than the mtu, dropped */
     uint64_t rx_kernel_drops; /* udp: SO_RXQ_OVFL: dropped by a full socket buffer;
                                * self: dropped by a full destination queue */
-    uint64_t tx_refused;      /* udp: ECONNREFUSED reported and ignored; self: sent to a
-                               * closed interface and dropped */
+    uint64_t tx_refused;      /* udp: ECONNREFUSED, or on a connected send socket another
+                               * ICMP error, reported for an earlier datagram and ignored;
+                               * self: sent to a closed interface and dropped */
     uint64_t tx_ack_path;     /* udp: control datagrams sent through our ACK socket or to
                                * the peer's (counted in tx_datagrams too) */
     uint64_t rx_ack_socket;   /* udp: datagrams received on the ACK socket (counted in

@@ -74,7 +74,13 @@
  * want: a peer that went away must not fail the interface. Should a kernel
  * report ECONNREFUSED anyway, it refers to some earlier datagram; it is
  * counted in stats.tx_refused and the call goes on, and the reliability
- * layer above retransmits or gives up on the peer.
+ * layer above retransmits or gives up on the peer. A connected send socket
+ * (SX_UDP_CONNECT) does hear "hard" ICMP errors (udp(7)): the kernel keeps
+ * the last one and fails the socket's next send with it, on whichever
+ * datagram comes next. So there any error but "no room" is taken as
+ * concerning an earlier datagram once per datagram: counted in
+ * tx_refused, and the send is tried again; only a second error in a row
+ * on the same datagram is its own.
  */
 #include "transports/transport.h"
 
@@ -90,7 +96,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <shardx.h>
@@ -161,6 +169,8 @@ typedef struct udp_iface {
     unsigned connected;
     unsigned connect_max;
     size_t sndbuf;
+    dev_t netns_dev; /* the network namespace the data socket was made in */
+    ino_t netns_ino;
 
     /* Destination table: slots are reused through a free list. */
     udp_dest_t *dests;
@@ -526,6 +536,40 @@ static int udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
 
 static void udp_close(sx_tl_iface_t *iface);
 
+/* The calling thread's network namespace, as the device and inode of its
+ * /proc entry (namespaces(7)); zeros when /proc cannot say. */
+static void udp_netns(dev_t *dev_p, ino_t *ino_p)
+{
+    struct stat st;
+
+    if (stat("/proc/thread-self/ns/net", &st) == 0) {
+        *dev_p = st.st_dev;
+        *ino_p = st.st_ino;
+    } else {
+        *dev_p = 0;
+        *ino_p = 0;
+    }
+}
+
+/*
+ * How many connected send sockets this interface may open: SX_UDP_CONNECT,
+ * but all the engine's shards together at most a quarter of the
+ * descriptors RLIMIT_NOFILE leaves the process, so that a many-core node
+ * (a shard per core, 16 each) cannot starve the application, the
+ * bootstrap or epoll of descriptors.
+ */
+static unsigned udp_connect_budget(const sx_tl_config_t *config)
+{
+    struct rlimit rl;
+    unsigned want = config->udp_connect;
+    unsigned shards = config->nshards > 0 ? config->nshards : 1;
+
+    if (want == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return want;
+    rlim_t each = rl.rlim_cur / 4 / shards;
+    return each < want ? (unsigned)each : want;
+}
+
 static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
 {
     struct sockaddr_in bind_sa;
@@ -560,8 +604,9 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->free_head = UDP_DEST_FREE_END;
     u->is_control = config->is_control;
     u->ack_fd = u->ep_fd = -1;
-    u->connect_max = config->udp_connect;
+    u->connect_max = udp_connect_budget(config);
     u->sndbuf = config->sndbuf;
+    udp_netns(&u->netns_dev, &u->netns_ino);
     status = udp_socket_open("data", &bind_sa, config->rcvbuf, config->sndbuf, &u->fd, &u->local);
     if (status != SX_OK)
         goto fail;
@@ -753,10 +798,33 @@ static int udp_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_
 static void udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
 {
     struct sockaddr_in local = u->local;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    dev_t dev;
+    ino_t ino;
 
+    /* A socket is made in the calling thread's network namespace, and the
+     * token holder inserting a peer need not be in the one the interface
+     * was opened in (test_nic opens engines inside a namespace and drives
+     * them from outside): there a connected socket would send into the
+     * wrong network. The shared socket is always in the right one. */
+    udp_netns(&dev, &ino);
+    if (dev != u->netns_dev || ino != u->netns_ino) {
+        sx_debug("udp", "connected send socket: the caller is in another network namespace "
+                        "than the interface; using the shared one");
+        return;
+    }
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        sx_debug("udp", "connected send socket: %s; using the shared one", strerror(errno));
+        int err = errno;
+        if (err == EMFILE || err == ENFILE) {
+            /* Out of descriptors: stop trying on this interface. */
+            sx_warn("udp",
+                    "connected send socket: %s after %u; the other peers share the data "
+                    "socket (SX_UDP_CONNECT, RLIMIT_NOFILE)",
+                    strerror(err), u->connected);
+            u->connect_max = u->connected;
+        } else {
+            sx_debug("udp", "connected send socket: %s; using the shared one", strerror(err));
+        }
         return;
     }
     local.sin_port = 0;
@@ -877,6 +945,13 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
     return SX_OK;
 }
 
+/* SX_ERR_AGAIN when a failed send only found no room. */
+static int udp_send_errno_quiet(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM ? SX_ERR_AGAIN
+                                                                                  : SX_ERR_IO;
+}
+
 /* What a failed send means for the tx it failed on. */
 static int udp_send_errno(int err)
 {
@@ -904,22 +979,32 @@ static int udp_send_errno(int err)
     }
 }
 
-/* Sends msgs[0..n) through @p fd; sets *sent_p to how many the kernel took. */
-static int udp_sendmmsg(udp_iface_t *u, int fd, struct mmsghdr *msgs, unsigned n, unsigned *sent_p)
+/* Sends msgs[0..n) through @p fd (@p connected: a destination's own
+ * socket); sets *sent_p to how many the kernel took. */
+static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *msgs, unsigned n,
+                        unsigned *sent_p)
 {
     unsigned sent = 0, refused = 0;
+    bool retried = false; /* msgs[sent] already met one stale error */
     int status = SX_OK;
 
     while (sent < n) {
         int rc = sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
         if (rc > 0) {
             sent += (unsigned)rc;
+            retried = false;
             continue;
         }
         int err = rc == 0 ? EAGAIN : errno;
         if (err == EINTR)
             continue;
-        if (err == ECONNREFUSED && refused++ < UDP_REFUSED_RETRIES) {
+        /* A stale ICMP report (see the top of the file): ECONNREFUSED on
+         * any socket, and on a connected one any error but "no room" the
+         * first time a datagram meets it. */
+        bool stale = err == ECONNREFUSED ||
+                     (connected && !retried && udp_send_errno_quiet(err) != SX_ERR_AGAIN);
+        if (stale && refused++ < UDP_REFUSED_RETRIES) {
+            retried = true;
             /* The report consumed the socket's pending error and concerns
              * an earlier datagram; this one was not sent yet. */
             u->base.stats.tx_refused++;
@@ -947,10 +1032,14 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
 
         /* Gather a batch for one socket, stopping before the first tx that
          * is refused so that the ones ahead of it still go out in order.
-         * With an ACK socket a batch ends where the socket changes: the
-         * datagrams of one call leave in the order given, as the contract
-         * says, at the price of a system call per run ([data..., ACK] is
-         * the usual shape of a flush, so mostly one more). */
+         * A batch ends where the socket changes (the ACK socket, or
+         * another destination's connected socket): the datagrams of one
+         * call leave in the order given, as the contract says, at the
+         * price of a system call per run ([data..., ACK] to one peer is
+         * the usual shape of a flush). A flush to K connected peers so
+         * costs K calls where the shared socket took one; a call costs
+         * far less than the kernel's work per datagram, part of which
+         * (the route lookup) the connected socket saves on every one. */
         while (done + n < count && n < UDP_TX_BATCH) {
             int this_fd;
             bad = udp_prepare(u, &tx[done + n], &msgs[n], &this_fd, &ctrl[n]);
@@ -960,7 +1049,7 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
             n++;
         }
         if (n > 0) {
-            status = udp_sendmmsg(u, fd, msgs, n, &sent);
+            status = udp_sendmmsg(u, fd, fd != u->fd && fd != u->ack_fd, msgs, n, &sent);
             done += sent;
             u->base.stats.tx_datagrams += sent;
             for (unsigned i = 0; i < sent; i++)
@@ -1131,14 +1220,16 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     /* Frees the slot for reuse; later sends to it fail; token holder. */
     .addr_remove = udp_addr_remove,
     /* sendmmsg with MSG_DONTWAIT, one call per run of datagrams for the
-     * same socket; the kernel has copied the data when it returns
+     * same socket (the data socket, the ACK socket or a destination's
+     * connected one); the kernel has copied the data when it returns
      * (sync_send), so the caller owns its buffers again; token holder;
      * never blocks. Calls config->is_control on iov[0] of each datagram
      * when an ACK path exists to its destination. */
     .post_send = udp_post_send,
-    /* recvmmsg with MSG_DONTWAIT into the interface's own buffers, which
-     * stay valid until the next poll, the ACK socket first; token holder;
-     * never blocks. */
+    /* recvmsg, or recvmmsg while datagrams come back to back, with
+     * MSG_DONTWAIT into the interface's own buffers, which stay valid
+     * until the next poll, the ACK socket first; token holder; never
+     * blocks. */
     .poll = udp_poll,
     /* The data socket, or with an ACK socket an epoll fd over both:
      * readable when a datagram is queued on either; any thread. */
