@@ -945,24 +945,19 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
     return SX_OK;
 }
 
-/* SX_ERR_AGAIN when a failed send only found no room. */
-static int udp_send_errno_quiet(int err)
+/* Whether a failed send or receive only found no room (or nothing to
+ * read): worth trying again later, never an error of the datagram's. */
+static bool udp_errno_no_room(int err)
 {
-    return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM ? SX_ERR_AGAIN
-                                                                                  : SX_ERR_IO;
+    return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM;
 }
 
 /* What a failed send means for the tx it failed on. */
 static int udp_send_errno(int err)
 {
-    switch (err) {
-    case EAGAIN:
-#if EWOULDBLOCK != EAGAIN
-    case EWOULDBLOCK:
-#endif
-    case ENOBUFS:
-    case ENOMEM:
+    if (udp_errno_no_room(err))
         return SX_ERR_AGAIN;
+    switch (err) {
     case EMSGSIZE:
         return SX_ERR_INVALID_PARAM;
     case ENETUNREACH:
@@ -1001,8 +996,7 @@ static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *
         /* A stale ICMP report (see the top of the file): ECONNREFUSED on
          * any socket, and on a connected one any error but "no room" the
          * first time a datagram meets it. */
-        bool stale = err == ECONNREFUSED ||
-                     (connected && !retried && udp_send_errno_quiet(err) != SX_ERR_AGAIN);
+        bool stale = err == ECONNREFUSED || (connected && !retried && !udp_errno_no_room(err));
         if (stale && refused++ < UDP_REFUSED_RETRIES) {
             retried = true;
             /* The report consumed the socket's pending error and concerns
@@ -1121,7 +1115,7 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
         if (rc >= 0)
             break;
         int err = errno;
-        if (err == EAGAIN || err == EWOULDBLOCK || err == ENOMEM || err == ENOBUFS) {
+        if (udp_errno_no_room(err)) {
             rx->batch = false;
             return 0;
         }
