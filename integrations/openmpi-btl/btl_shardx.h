@@ -69,6 +69,7 @@ typedef struct mca_btl_shardx_module {
      * the path it meant to. */
     bool count_ops;
     atomic_uint_fast64_t n_sendi, n_sendi_queued, n_send, n_send_inline, n_put, n_get, n_reg;
+    atomic_uint_fast64_t n_batch_threads; /* threads moved to SCHED_BATCH */
 } mca_btl_shardx_module_t;
 
 #define SHARDX_COUNT(m, field)                                               \
@@ -91,6 +92,7 @@ typedef struct mca_btl_shardx_component {
      * 127.0.0.1 by default): only processes on this host can reach it. */
     bool loopback_only;
     int free_list_max; /* btl_shardx_free_list_max */
+    bool sched_batch;  /* btl_shardx_sched_batch: see mca_btl_shardx_progress */
     int verbose;       /* btl_shardx_verbose */
     int output;        /* opal_output stream */
 } mca_btl_shardx_component_t;

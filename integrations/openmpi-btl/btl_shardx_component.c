@@ -111,6 +111,15 @@ static int shardx_component_register(void)
                                           "Most send descriptors of each size (-1: unlimited)",
                                           MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9,
                                           MCA_BASE_VAR_SCOPE_READONLY, &c->free_list_max);
+    c->sched_batch = true;
+    (void)mca_base_component_var_register(
+        &c->super.btl_version, "sched_batch",
+        "Under MPI_THREAD_MULTIPLE, switch a thread that shares the progress role with another "
+        "thread from SCHED_OTHER to SCHED_BATCH, so the waiters Open MPI wakes no longer preempt "
+        "the progressing thread (see sched(7); threads with another policy are left alone; "
+        "0: never change a thread's policy)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->sched_batch);
     c->verbose = 0;
     (void)mca_base_component_var_register(
         &c->super.btl_version, "verbose",
