@@ -26,7 +26,10 @@
  * fast path: descriptors come from OPAL free lists (lock-free LIFOs),
  * endpoints are read-only after add_procs, and the only mutex
  * (module->ep_lock) guards the endpoint list that add_procs, del_procs and
- * finalize walk.
+ * finalize walk. The one thing the module changes about its callers'
+ * threads: under MPI_THREAD_MULTIPLE, a thread that takes part in a
+ * progress hand-off is moved from SCHED_OTHER to SCHED_BATCH
+ * (btl_shardx_sched_batch; mca_btl_shardx_progress says why).
  */
 #ifndef MCA_BTL_SHARDX_H
 #define MCA_BTL_SHARDX_H
