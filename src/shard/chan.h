@@ -97,14 +97,16 @@ typedef struct sx_txpkt {
     sx_hotel_key_t key;
     uint32_t seq;
     uint32_t len; /* datagram bytes in data[] */
+    uint32_t cap; /* bytes data[] holds; from SX_TXPKT_POOL_MIN up, the
+                   * packet goes back to its shard's pool (chan.c) */
     uint64_t first_sent_ns;
     uint64_t last_sent_ns;
     uint64_t deadline_ns; /* when its hotel room evicts it (a retransmission) */
     uint16_t transmissions;
     bool sacked;
-    bool queued; /* waiting in the channel's retransmit queue */
-    struct sx_txpkt *rtx_next;
-    uint8_t data[]; /* header + payload */
+    bool queued;               /* waiting in the channel's retransmit queue */
+    struct sx_txpkt *rtx_next; /* also the link in the shard's pool */
+    uint8_t data[];            /* header + payload */
 } sx_txpkt_t;
 
 /* A packet that arrived ahead of a gap. */

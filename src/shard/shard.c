@@ -145,6 +145,11 @@ void sx_shard_destroy(sx_shard_t *shard)
     sx_inbox_fini(&shard->inbox, shard);
     sx_hotel_fini(shard->hotel);
     sx_wheel_fini(shard->wheel);
+    while (shard->pkt_pool != NULL) {
+        sx_txpkt_t *pkt = shard->pkt_pool;
+        shard->pkt_pool = pkt->rtx_next;
+        free(pkt);
+    }
     for (unsigned i = 0; i < SX_SHARD_TL_COUNT; i++) {
         if (shard->ifaces[i] != NULL)
             shard->ifaces[i]->ops->close(shard->ifaces[i]);

@@ -121,6 +121,9 @@ struct sx_shard {
      * without the flag or its next progress call. */
     bool hold_flush;
     sx_shard_txq_t txq;
+    /* Large data packets kept for reuse (chan.c, chan_pkt_alloc). */
+    struct sx_txpkt *pkt_pool;
+    size_t pkt_pool_bytes;
     unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
     /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
      * until when; a token holder that arms an earlier timer rings wake_fd. */
