@@ -138,6 +138,17 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
  */
 #define SX_TXPKT_POOL_MIN (16u * 1024u)
 
+/* Under ASan a pooled packet's bytes stay poisoned until it is reused, so
+ * a stale pointer into one is still reported as it was when it was freed. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SX_POOL_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define SX_POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define SX_POOL_POISON(p, n)   ((void)(p), (void)(n))
+#define SX_POOL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
 {
     sx_shard_t *s = c->shard;
@@ -152,6 +163,7 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
             s->pkt_pool = pkt->rtx_next;
             s->pkt_pool_bytes -= pkt->cap;
             cap = pkt->cap;
+            SX_POOL_UNPOISON(pkt->data, cap);
         }
     }
     if (pkt == NULL && (pkt = malloc(sizeof(*pkt) + cap)) == NULL)
@@ -169,6 +181,7 @@ static void chan_pkt_free(sx_chan_t *c, sx_txpkt_t *pkt)
         pkt->rtx_next = s->pkt_pool;
         s->pkt_pool = pkt;
         s->pkt_pool_bytes += pkt->cap;
+        SX_POOL_POISON(pkt->data, pkt->cap);
         return;
     }
     free(pkt);
