@@ -29,7 +29,7 @@
 
 #include "common/time.h"
 #include "hotel/hotel.h"
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 
 enum { ROOMS = 4096 };
 

@@ -50,6 +50,7 @@
 #include "shard/peer.h"
 #include "shard/shard.h"
 #include "shard/wire.h"
+#include "common/crc32c.h"
 
 #define FAKE_EPOCH  0x5a46555a5a455246ull /* any fixed non-zero value */
 #define FAKE_SHARDS 2

@@ -19,6 +19,7 @@ cat >"$tmp/gen.c" <<'EOF'
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/crc32c.h"
 #include "shard/wire.h"
 
 /* Record control bits, as in fuzz_packet.c. */
@@ -195,7 +196,7 @@ int main(int argc, char **argv)
 }
 EOF
 
-"$cc" -std=c11 -O1 -D_GNU_SOURCE -Isrc -o "$tmp/gen" "$tmp/gen.c" src/shard/wire.c -lpthread
+"$cc" -std=c11 -O1 -D_GNU_SOURCE -Isrc -o "$tmp/gen" "$tmp/gen.c" src/shard/wire.c src/common/crc32c.c -lpthread
 rm -rf fuzz/corpus
 mkdir -p fuzz/corpus
 "$tmp/gen" fuzz/corpus

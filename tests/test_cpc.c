@@ -39,6 +39,7 @@
 #include "mp_util.h"
 #include "shard/peer.h"
 #include "shard/wire.h"
+#include "common/crc32c.h"
 
 #define TAG          9
 #define LIMIT_NS     (60ull * 1000000000ull) /* a hang detector, nothing more */

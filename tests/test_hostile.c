@@ -32,6 +32,7 @@
 
 #include "am_util.h"
 #include "shard/wire.h"
+#include "common/crc32c.h"
 
 #define TAG       7
 #define MAX_MSG   4096

@@ -16,7 +16,7 @@
 #include <shardx.h>
 
 #include "hotel/hotel.h"
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 
 /* A packet-like guest that remembers its current key and its evictions. */
 typedef struct guest {

@@ -31,6 +31,7 @@
 #include "log_capture.h"
 #include "mp_util.h"
 #include "shard/wire.h"
+#include "common/crc32c.h"
 
 #define WAIT_MS  30000
 #define ID_A     1u

@@ -17,7 +17,7 @@
 
 #include <shardx.h>
 
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 
 #define CANARY(id) ((id)*0x9e3779b97f4a7c15ull + 1)
 

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the hierarchical timer wheel (src/hotel/wheel.c).
+ * Unit tests of the hierarchical timer wheel (src/common/wheel.c).
  *
  * Time is never read from a clock: every test passes explicit `now` values,
  * so the tests are deterministic and can start near UINT64_MAX to cross the
@@ -22,7 +22,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 
 /* ---- a logging timer ---------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "shard/wire.h"
+#include "common/crc32c.h"
 
 static uint32_t le32(const uint8_t *p)
 {

@@ -49,7 +49,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
-#include "shard/wire.h"
+#include "common/crc32c.h"
 
 _Thread_local sx_oob_t *sx_oob_current;
 

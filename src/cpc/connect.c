@@ -7,11 +7,12 @@
 
 #include "common/le.h"
 #include "common/log.h"
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 #include "common/time.h"
 #include "cpc/connect.h"
 #include "shard/chan.h"
 #include "shard/proto.h"
+#include "common/crc32c.h"
 
 /* Retries back off from the initial RTO up to this. */
 #define SX_CONN_RETRY_MAX_NS 1000000000ull

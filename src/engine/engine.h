@@ -12,7 +12,7 @@
  *   home_key values  | each thread, its own     | that thread
  *   next_rr          | any thread (relaxed RMW) | any thread
  *   global_lock      | SX_THREAD_MODE=global: held around every entry point
- *   peers            | see common/rcu_table.h
+ *   peers            | see locks/rcu_table.h
  */
 #ifndef SX_ENGINE_ENGINE_H
 #define SX_ENGINE_ENGINE_H
@@ -27,7 +27,7 @@
 #include "common/config.h"
 #include "bootstrap/modex.h"
 #include "bootstrap/oob.h"
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 #include "cpc/cpc.h"
 #include "engine/nic.h"
 #include "engine/topo.h"

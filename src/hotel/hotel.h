@@ -1,6 +1,6 @@
 /*
  * Hotel: a fixed number of rooms for un-ACKed packets, each room with a
- * deadline on the shard's timer wheel (hotel/wheel.h). Modelled on Open
+ * deadline on the shard's timer wheel (common/wheel.h). Modelled on Open
  * MPI's opal_hotel: a packet checks in when it is sent, checks out when its
  * ACK arrives, and is evicted (handed to a callback, typically to be
  * retransmitted) if its deadline passes first. The hotel knows nothing of
@@ -50,7 +50,7 @@
 
 #include <stdint.h>
 
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 
 typedef struct sx_hotel sx_hotel_t;
 

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "shard/proto.h"
+#include "common/crc32c.h"
 
 /* 32-bit sequence numbers compare by serial-number arithmetic (RFC 1982):
  * a is before b when b - a, read as signed, is positive. */

@@ -30,7 +30,7 @@
 #include <shardx.h>
 
 #include "hotel/hotel.h"
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 #include "shard/inbox.h"
 #include "shard/peer.h"
 #include "shard/shard.h"

@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 #include "cpc/cpc.h"
 #include "transports/transport.h"
 

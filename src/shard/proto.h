@@ -10,7 +10,7 @@
  *   ---------------+-------------------------------+------------------------------
  *   settings       | engine creation only          | any thread
  *   am[], error    | sx_am_register / error_register (release) | receive paths (acquire)
- *   peers          | see common/rcu_table.h        | receive paths, under RCU
+ *   peers          | see locks/rcu_table.h        | receive paths, under RCU
  */
 #ifndef SX_SHARD_PROTO_H
 #define SX_SHARD_PROTO_H
@@ -22,7 +22,7 @@
 
 #include <shardx.h>
 
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 
 /* A handler and its argument, published as one immutable object so a
  * reader never sees a new callback with an old argument. */

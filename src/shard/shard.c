@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 #include "common/time.h"
 #include "shard/chan.h"
 #include "cpc/connect.h"

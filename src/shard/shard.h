@@ -26,7 +26,7 @@
 
 #include "common/stat.h"
 #include "hotel/hotel.h"
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 #include "locks/token.h"
 #include "shard/inbox.h"
 #include "shard/wire.h"

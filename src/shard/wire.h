@@ -210,9 +210,6 @@ bool sx_wire_reflect_ack(const uint8_t *pkt, size_t len, uint8_t ack_out[SX_WIRE
 /** RFC 1071 Internet checksum. */
 uint16_t sx_wire_csum16(const uint8_t *data, size_t len);
 
-/** CRC32C (Castagnoli, RFC 3720 appendix B.4), with SSE4.2 when the CPU has it. */
-uint32_t sx_crc32c(uint32_t crc, const void *data, size_t len);
-
 /** Whether a datagram is an ACK-only packet; for the fault transport's
  *  control-loss options. Looks at the type byte only. */
 int sx_wire_is_control(const void *data, size_t len);

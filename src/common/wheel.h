@@ -16,11 +16,13 @@
  * every comparison is wrap-safe (sx_u64_before()), so deadlines must lie
  * within 2^63 ns (292 years) of the current time.
  *
- * A wheel has one owner and no internal locking: see the synchronization
- * table at the top of hotel/hotel.h. Nothing here blocks or logs.
+ * A wheel has one owner and no internal locking: every call comes from
+ * that owner's thread (for a shard's wheel, its token holder). The
+ * synchronization table at the top of src/hotel/hotel.h covers a wheel
+ * and the hotels on it. Nothing here blocks or logs.
  */
-#ifndef SX_HOTEL_WHEEL_H
-#define SX_HOTEL_WHEEL_H
+#ifndef SX_COMMON_WHEEL_H
+#define SX_COMMON_WHEEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -157,4 +159,4 @@ uint64_t sx_wheel_now(const sx_wheel_t *wheel);
 /** The tick length in nanoseconds. Any context. */
 uint64_t sx_wheel_tick_ns(const sx_wheel_t *wheel);
 
-#endif /* SX_HOTEL_WHEEL_H */
+#endif /* SX_COMMON_WHEEL_H */

@@ -24,8 +24,8 @@
  *   sx_rcu_table_count         | any thread               | none (approximate)
  *   sx_rcu_table_init / fini   | one thread, no others    | none
  */
-#ifndef SX_COMMON_RCU_TABLE_H
-#define SX_COMMON_RCU_TABLE_H
+#ifndef SX_LOCKS_RCU_TABLE_H
+#define SX_LOCKS_RCU_TABLE_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -95,4 +95,4 @@ static inline void sx_rcu_read_unlock(sx_rcu_table_t *table)
     rcu_read_unlock();
 }
 
-#endif /* SX_COMMON_RCU_TABLE_H */
+#endif /* SX_LOCKS_RCU_TABLE_H */

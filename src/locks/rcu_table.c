@@ -1,5 +1,5 @@
 /* The RCU-protected id table; see rcu_table.h. */
-#include "common/rcu_table.h"
+#include "locks/rcu_table.h"
 
 #include <pthread.h>
 #include <shardx.h>

@@ -32,7 +32,7 @@
 #define _POSIX_C_SOURCE 200809L /* common/time.h needs clock_gettime() */
 #endif
 
-#include "hotel/wheel.h"
+#include "common/wheel.h"
 
 #include <assert.h>
 #include <stdlib.h>
