@@ -240,7 +240,7 @@ static void repair(uint8_t ctl, uint8_t *pkt, size_t len)
         sx_put16(pkt + 4, (uint16_t)lane);
         sx_put16(pkt + 6, 0);
         sx_put64(pkt + 8, FAKE_EPOCH);
-        sx_put64(pkt + 16, engine->proto.epoch);
+        sx_put64(pkt + 16, engine->env.epoch);
     }
     if (ctl & CTL_LENGTH) {
         sx_put16(pkt + 2, (uint16_t)((pkt[2] | pkt[3] << 8) & SX_PKTF_KNOWN));

@@ -11,7 +11,6 @@
 #include "common/time.h"
 #include "cpc/connect.h"
 #include "shard/chan.h"
-#include "shard/proto.h"
 #include "common/crc32c.h"
 
 /* Retries back off from the initial RTO up to this. */
@@ -81,7 +80,7 @@ static void conn_peer_addr(const sx_chan_t *c, char *buf, size_t cap)
 static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t *ctrl,
                           size_t total_len)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_shard_env_t *env = c->shard->env;
     uint8_t small[SX_WIRE_HDR_LEN + SX_CTRL_LEN];
     uint8_t *buf = small;
 
@@ -94,7 +93,7 @@ static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t
     }
     ctrl->cpc = c->cpc->component->id;
     ctrl->mtu = (uint32_t)conn_iface(c)->caps.mtu;
-    ctrl->window = p->window;
+    ctrl->window = env->conf.window;
     ctrl->isn = c->snd_isn;
     sx_ctrl_write(buf + SX_WIRE_HDR_LEN, ctrl);
     uint16_t payload = (uint16_t)(total_len - SX_WIRE_HDR_LEN);
@@ -102,12 +101,12 @@ static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t
         .type = SX_PKT_CTRL,
         .src_shard = (uint16_t)c->shard->index,
         .dst_shard = (uint16_t)c->lane,
-        .src_epoch = p->epoch,
+        .src_epoch = env->epoch,
         .dst_epoch = c->peer->epoch,
         .payload_len = payload,
     };
-    uint32_t crc = p->checksum ? sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload) : 0;
-    sx_wire_write_hdr(buf, &h, p->checksum ? &crc : NULL);
+    uint32_t crc = env->conf.checksum ? sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload) : 0;
+    sx_wire_write_hdr(buf, &h, env->conf.checksum ? &crc : NULL);
     int rc = via->send_ctrl_locked(c->cpc, c, buf, total_len);
     if (rc != SX_OK)
         sx_debug("cpc", "shard %u: control message to peer %llu not sent: %s", c->shard->index,
@@ -207,7 +206,7 @@ static void conn_fail(sx_chan_t *c)
 static void conn_timer_fire(sx_timer_t *timer, void *arg)
 {
     sx_chan_t *c = arg;
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
     uint64_t now = sx_time_ns();
     (void)timer;
 
@@ -234,7 +233,7 @@ static void conn_timer_fire(sx_timer_t *timer, void *arg)
 
 void sx_conn_start_locked(sx_chan_t *c)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
 
     if (c->conn != SX_CONN_IDLE || c->failed)
         return;
@@ -251,7 +250,7 @@ void sx_conn_start_locked(sx_chan_t *c)
 /* Takes the peer's parameters from CONNECT or ACCEPT. */
 static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
 
     if (m->window < 16 || m->window > 65536 || (m->window & (m->window - 1)) != 0) {
         conn_drop(c, "window is not a power of two from 16 to 65536");
@@ -369,7 +368,7 @@ bool sx_conn_data_ok_locked(sx_chan_t *c)
 
 void sx_conn_stale_locked(sx_chan_t *c, const sx_wire_hdr_t *h)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
     uint64_t now = sx_time_ns();
 
     if (c->peer->is_self || h->dst_epoch == 0)
@@ -386,7 +385,7 @@ void sx_conn_stale_locked(sx_chan_t *c, const sx_wire_hdr_t *h)
 void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const uint8_t *data,
                                size_t len)
 {
-    const sx_proto_t *p = shard->proto;
+    const sx_shard_env_t *env = shard->env;
     sx_ctrl_t m;
 
     if (!sx_ctrl_parse(data + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, &m) ||
@@ -398,10 +397,9 @@ void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const 
      * as m.epoch. Fail every channel of this shard to the old one; the
      * peer's failed flag fails the others as they next run. */
     sx_rcu_read_lock();
-    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, m.epoch);
-    struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
+    struct sx_peer *peer = sx_peer_lookup_rcu(env->peers, m.epoch);
     if (peer == NULL || peer->is_self || h->src_shard >= peer->nshards) {
-        sx_rcu_read_unlock(p->peers);
+        sx_rcu_read_unlock(&env->peers->rcu);
         sx_stat_add(&shard->stats.drops[SX_DROP_CTRL], 1);
         return;
     }
@@ -422,5 +420,5 @@ void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const 
         int expected = 0;
         atomic_compare_exchange_strong(&peer->failed, &expected, SX_ERR_PEER_RESTARTED);
     }
-    sx_rcu_read_unlock(p->peers);
+    sx_rcu_read_unlock(&env->peers->rcu);
 }

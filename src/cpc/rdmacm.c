@@ -805,7 +805,7 @@ static void rdmacm_resolve_locked(sx_chan_t *c)
     r->shard = c->shard->index;
     r->lane = c->lane;
     uint64_t start = c->conn == SX_CONN_CONNECTING ? c->conn_start_ns : sx_time_ns();
-    r->deadline_ns = start + c->shard->proto->connect_timeout_ns;
+    r->deadline_ns = start + c->shard->env->conf.connect_timeout_ns;
     uint32_t id;
     do
         id = atomic_fetch_add_explicit(&st->next_id, 1, memory_order_relaxed) + 1;
@@ -892,15 +892,14 @@ static void rdmacm_answer_run(void *owner, sx_inbox_req_t *req)
     }
     /* The channel by its names: a peer stays allocated while any shard
      * has a channel to it, so the channel outlives the read section. */
-    const sx_proto_t *p = shard->proto;
+    const sx_shard_env_t *env = shard->env;
     sx_chan_t *c = NULL;
     sx_rcu_read_lock();
-    sx_rcu_entry_t *ent = sx_rcu_table_lookup_rcu(p->peers, r->peer_epoch);
-    struct sx_peer *peer = ent != NULL ? caa_container_of(ent, struct sx_peer, entry) : NULL;
+    struct sx_peer *peer = sx_peer_lookup_rcu(env->peers, r->peer_epoch);
     if (peer != NULL && !peer->is_self && shard->index < peer->local_shards &&
         r->lane < peer->nshards)
         c = peer->chans[(size_t)shard->index * peer->nshards + r->lane];
-    sx_rcu_read_unlock(p->peers);
+    sx_rcu_read_unlock(&env->peers->rcu);
     if (c != NULL && c->cpc->component == &sx_cpc_rdmacm && !c->failed &&
         c->resolve == SX_CHAN_RESOLVE_PENDING && c->resolve_id == r->id)
         rdmacm_apply_locked(c, r);

@@ -89,7 +89,7 @@ static unsigned sx_ops_count(const sx_op_t *op)
 static uint64_t sx_chan_next_rtx(const sx_chan_t *c)
 {
     uint64_t next = 0;
-    uint32_t window = c->shard->proto->window;
+    uint32_t window = c->shard->env->conf.window;
     for (uint32_t seq = c->snd_una; seq != c->snd_nxt; seq++) {
         const sx_txpkt_t *pkt = c->win[seq & (window - 1)];
         if (pkt != NULL && !pkt->queued && (next == 0 || pkt->deadline_ns < next))
@@ -177,15 +177,15 @@ static void sx_dump_shard_locked(struct sx_engine *e, sx_shard_t *s, FILE *out, 
             " rooms (high water %" PRIu32 "), progress passes %" PRIu64 "\n",
             s->index, s->core, s->numa_node, sx_inbox_depth_locked(&s->inbox), hs.occupancy,
             hs.rooms, hs.high_water, sx_stat_read(&s->stats.progress_calls));
-    sx_fairlock_lock(&e->peer_lock);
-    for (const struct sx_peer *peer = e->all_peers; peer != NULL; peer = peer->all_next) {
+    sx_fairlock_lock(&e->peers.lock);
+    for (const struct sx_peer *peer = e->peers.all; peer != NULL; peer = peer->all_next) {
         for (unsigned lane = 0; lane < peer->nshards; lane++) {
             const sx_chan_t *c = peer->chans[(size_t)s->index * peer->nshards + lane];
             if (c != NULL)
                 (void)sx_dump_chan_locked(out, c, now, 0);
         }
     }
-    sx_fairlock_unlock(&e->peer_lock);
+    sx_fairlock_unlock(&e->peers.lock);
 }
 
 int sx_engine_dump(struct sx_engine *e, FILE *out, uint64_t budget_ns)
@@ -193,14 +193,14 @@ int sx_engine_dump(struct sx_engine *e, FILE *out, uint64_t budget_ns)
     uint64_t now = sx_time_ns();
     size_t npeers = 0;
 
-    sx_fairlock_lock(&e->peer_lock);
-    for (const struct sx_peer *p = e->all_peers; p != NULL; p = p->all_next)
+    sx_fairlock_lock(&e->peers.lock);
+    for (const struct sx_peer *p = e->peers.all; p != NULL; p = p->all_next)
         npeers++;
-    sx_fairlock_unlock(&e->peer_lock);
+    sx_fairlock_unlock(&e->peers.lock);
     fprintf(out,
             "=== shardx dump: engine %s, pid %d, epoch %016" PRIx64 ", %u shards, %s mode, "
             "%zu peers ===\n",
-            e->name, (int)getpid(), e->proto.epoch, e->nshards,
+            e->name, (int)getpid(), e->env.epoch, e->nshards,
             e->global_mode ? "global" : "sharded", npeers);
     for (unsigned i = 0; i < e->nshards; i++) {
         sx_shard_t *s = e->shards[i];

@@ -46,15 +46,16 @@ static unsigned sx_engine_shard_target(struct sx_engine *e)
     return (unsigned)e->cfg.shards;
 }
 
-static void sx_engine_init_proto(struct sx_engine *e)
+/* What the shards share (shard/env.h), from the configuration. */
+static void sx_engine_init_env(struct sx_engine *e)
 {
     const sx_config_t *c = &e->cfg;
-    sx_proto_t *p = &e->proto;
+    sx_chan_conf_t *p = &e->env.conf;
     uint32_t window = 16;
 
     while (window < c->window)
         window <<= 1;
-    p->nshards = e->nshards;
+    e->env.nshards = e->nshards;
     p->window = window;
     p->max_inflight = c->max_inflight;
     p->ack_delay_ns = c->ack_delay_us * 1000u;
@@ -69,11 +70,10 @@ static void sx_engine_init_proto(struct sx_engine *e)
     p->checksum = c->checksum;
     p->max_frames = c->aggregate ? SX_PKT_MAX_FRAMES : 1;
     p->max_msg = c->max_msg_size;
-    p->peers = &e->peers;
-    p->mem = &e->mem;
-    for (unsigned t = 0; t < 256; t++)
-        atomic_init(&p->am[t], NULL);
-    atomic_init(&p->error, NULL);
+    e->env.peers = &e->peers;
+    sx_handlers_init(&e->handlers);
+    e->env.handlers = &e->handlers;
+    e->env.mem = &e->mem;
 }
 
 _Static_assert(SX_TL_SINK_ACK_LEN == SX_WIRE_HDR_LEN, "the sink hands up whole ACK headers");
@@ -230,7 +230,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
             .cpuset = core->cpuset,
             .hotel_rooms = (unsigned)e->cfg.hotel_rooms,
             .tick_ns = e->cfg.timer_tick_us * 1000u,
-            .proto = &e->proto,
+            .env = &e->env,
             .net_ops = fault ? &sx_tl_fault_ops : net,
             .net_config =
                 {
@@ -285,14 +285,14 @@ static void sx_engine_fit_inflight(struct sx_engine *e)
             rx = b;
     }
     size_t fit = rx / 2 < 65536 ? 65536 : rx / 2;
-    if (rx == 0 || e->proto.max_inflight <= fit)
+    if (rx == 0 || e->env.conf.max_inflight <= fit)
         return;
     sx_warn("engine",
             "SX_MAX_INFLIGHT=%zu is more than the receive sockets hold (%zu bytes, SX_RCVBUF "
             "asked for %llu): using %zu bytes in flight per channel; raise the socket limit "
             "(net.core.rmem_max, or CAP_NET_ADMIN for SO_RCVBUFFORCE) for more",
-            e->proto.max_inflight, rx, (unsigned long long)e->cfg.rcvbuf, fit);
-    e->proto.max_inflight = fit;
+            e->env.conf.max_inflight, rx, (unsigned long long)e->cfg.rcvbuf, fit);
+    e->env.conf.max_inflight = fit;
 }
 
 static void sx_engine_free(struct sx_engine *e)
@@ -314,14 +314,11 @@ static void sx_engine_free(struct sx_engine *e)
             sx_shard_destroy(e->shards[i]);
         free(e->shards);
     }
-    if (e->peers_created)
-        sx_rcu_table_fini(&e->peers);
-    if (e->mem_created)
-        sx_rcu_table_fini(&e->mem);
+    sx_peer_table_fini(&e->peers);
+    sx_mem_table_fini(&e->mem);
     sx_cpc_engine_fini(e);
     sx_tl_self_domain_destroy(e->self_domain);
-    sx_engine_graveyard_fini(e);
-    free(e->removed_epochs);
+    sx_handlers_fini(&e->handlers);
     if (e->home_key_created)
         pthread_key_delete(e->home_key);
     if (e->global_lock_created)
@@ -399,21 +396,18 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
         goto fail;
     }
     e->home_key_created = true;
-    rc = sx_rcu_table_init(&e->peers);
+    rc = sx_peer_table_init(&e->peers);
     if (rc != SX_OK)
         goto fail;
-    e->peers_created = true;
-    rc = sx_rcu_table_init(&e->mem);
+    rc = sx_mem_table_init(&e->mem);
     if (rc != SX_OK)
         goto fail;
-    e->mem_created = true;
-    sx_fairlock_init(&e->peer_lock);
-    sx_engine_init_proto(e);
+    sx_engine_init_env(e);
     sx_engine_epoch_init(e);
     rc = sx_engine_create_shards(e);
     if (rc != SX_OK)
         goto fail;
-    /* No channel exists yet, and no thread but ours reads proto. */
+    /* No channel exists yet, and no thread but ours reads env. */
     sx_engine_fit_inflight(e);
     rc = sx_engine_bootstrap_init(e);
     if (rc != SX_OK)

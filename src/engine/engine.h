@@ -12,7 +12,8 @@
  *   home_key values  | each thread, its own     | that thread
  *   next_rr          | any thread (relaxed RMW) | any thread
  *   global_lock      | SX_THREAD_MODE=global: held around every entry point
- *   peers            | see locks/rcu_table.h
+ *   peers, handlers, | see shard/peer.h, shard/handlers.h, shard/mem.h
+ *   mem              |
  */
 #ifndef SX_ENGINE_ENGINE_H
 #define SX_ENGINE_ENGINE_H
@@ -33,7 +34,9 @@
 #include "engine/topo.h"
 #include "locks/rlock.h"
 #include "shard/peer.h"
-#include "shard/proto.h"
+#include "shard/env.h"
+#include "shard/handlers.h"
+#include "shard/mem.h"
 #include "shard/shard.h"
 
 struct sx_engine {
@@ -48,11 +51,10 @@ struct sx_engine {
     atomic_uint next_rr;
     sx_rlock_t global_lock;
     bool global_lock_created;
-    sx_rcu_table_t peers; /* by the peer engine's epoch */
-    bool peers_created;
-    sx_rcu_table_t mem; /* registered regions, by key */
-    bool mem_created;
-    sx_proto_t proto;
+    sx_shard_env_t env;     /* what the shards share: settings, epoch, the tables below */
+    sx_peer_table_t peers;  /* by the peer engine's epoch (shard/peer.h) */
+    sx_handlers_t handlers; /* active-message and error handlers (shard/handlers.h) */
+    sx_mem_table_t mem;     /* registered regions, by key (shard/mem.h) */
     void *self_domain;
     /* Transports (src/transports/registry.c): what the selection saw of
      * each, the network transport it chose (under the fault decorator when
@@ -67,18 +69,9 @@ struct sx_engine {
     sx_nic_choice_t *devices;
     uint8_t card[4096]; /* this engine's business card */
     size_t card_len;
-    sx_fairlock_t peer_lock; /* the list below, and peer add/remove */
-    struct sx_peer *all_peers;
-    /* Epochs of removed peers: the same incarnation may not come back (its
-     * channels' sequence state is gone; only a handshake could reset it). */
-    uint64_t *removed_epochs;
-    size_t nremoved, removed_cap;
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;
     int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */
-    /* Handlers replaced by a later registration; a receive path may still
-     * hold one, so they are freed only with the engine. */
-    void *graveyard;
     /* Connection methods (src/cpc/): the components that run, each with a
      * module per shard; implicit modules for the self peer. */
     unsigned ncpc;
@@ -150,9 +143,6 @@ int sx_engine_progress_start(struct sx_engine *engine);
 
 /** Stops and joins them (they may be asleep in epoll). */
 void sx_engine_progress_stop(struct sx_engine *engine);
-
-/** Frees replaced and current handlers; at destruction. */
-void sx_engine_graveyard_fini(struct sx_engine *engine);
 
 /** The calling thread's home shard index, chosen on first use. */
 unsigned sx_engine_home_shard(struct sx_engine *engine);

@@ -28,7 +28,7 @@ int sx_engine_bootstrap_init(struct sx_engine *e)
     char *colon = strchr(host, ':');
     if (colon != NULL)
         *colon = '\0';
-    int rc = sx_oob_open(e->proto.epoch, host, 0, &e->oob);
+    int rc = sx_oob_open(e->env.epoch, host, 0, &e->oob);
     if (rc != SX_OK)
         sx_error("engine", "cannot open the OOB endpoint on %s: %s", e->cfg.bind_addr,
                  sx_strerror(rc));

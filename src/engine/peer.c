@@ -36,11 +36,6 @@ typedef struct sx_card_tl {
     char variant[SX_CARD_NAME];
 } sx_card_tl_t;
 
-typedef struct sx_graveyard {
-    struct sx_graveyard *next;
-    void *obj;
-} sx_graveyard_t;
-
 void sx_engine_epoch_init(struct sx_engine *e)
 {
     uint64_t epoch = 0;
@@ -51,12 +46,12 @@ void sx_engine_epoch_init(struct sx_engine *e)
         if (getrandom(&epoch, sizeof(epoch), 0) != sizeof(epoch))
             epoch = sx_time_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)e;
     }
-    e->proto.epoch = epoch;
+    e->env.epoch = epoch;
 }
 
 int sx_engine_card_init(struct sx_engine *e)
 {
-    uint64_t epoch = e->proto.epoch;
+    uint64_t epoch = e->env.epoch;
 
     uint8_t *p = e->card;
     uint32_t magic = htole32(SX_CARD_MAGIC);
@@ -175,24 +170,6 @@ static int sx_engine_address_unlocked(sx_engine_h engine, void *buf, size_t *len
     return SX_OK;
 }
 
-static void sx_peer_free(struct sx_peer *peer)
-{
-    free(peer->addr);
-    free(peer->chans);
-    free(peer);
-}
-
-static void sx_peer_put(struct sx_peer *peer)
-{
-    if (atomic_fetch_sub(&peer->refs, 1) == 1)
-        sx_peer_free(peer);
-}
-
-static void sx_peer_table_free(sx_rcu_entry_t *entry)
-{
-    sx_peer_put(caa_container_of(entry, struct sx_peer, entry));
-}
-
 /* Parses a card into a new peer; SX_ERR_INVALID_PARAM with a reason. */
 static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
                          struct sx_peer **peer_p, sx_cpc_offer_t *offers, unsigned *noffers_p,
@@ -228,20 +205,14 @@ static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
                  (unsigned long long)epoch);
         return SX_ERR_INVALID_PARAM;
     }
-    struct sx_peer *peer = calloc(1, sizeof(*peer));
+    struct sx_peer *peer = sx_peer_new(n, e->nshards);
     if (peer == NULL)
         return SX_ERR_NO_MEMORY;
-    peer->addr = calloc(n, sizeof(*peer->addr));
-    peer->chans = calloc((size_t)e->nshards * n, sizeof(*peer->chans));
-    if (peer->addr == NULL || peer->chans == NULL) {
-        sx_peer_free(peer);
-        return SX_ERR_NO_MEMORY;
-    }
     size_t off = SX_CARD_HDR;
     for (unsigned i = 0; i < n; i++) {
         if (off >= len || card[off] > SX_TL_ADDR_MAX || len - off - 1 < card[off]) {
             sx_error("peer", "sx_peer_add: card truncated in the address of shard %u", i);
-            sx_peer_free(peer);
+            sx_peer_discard(peer);
             return SX_ERR_INVALID_PARAM;
         }
         peer->addr[i].len = card[off];
@@ -251,23 +222,22 @@ static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
     size_t used = sx_cpc_card_parse(card + off, len - off, offers, noffers_p);
     if (used == 0) {
         sx_error("peer", "sx_peer_add: the card's list of connection methods is malformed");
-        sx_peer_free(peer);
+        sx_peer_discard(peer);
         return SX_ERR_INVALID_PARAM;
     }
     off += used;
     size_t end = sx_card_parse_tl(card, len, off, tl);
     if (end == 0) {
         sx_error("peer", "sx_peer_add: the card's network transport is missing or malformed");
-        sx_peer_free(peer);
+        sx_peer_discard(peer);
         return SX_ERR_INVALID_PARAM;
     }
     off = end;
     if (off != len) {
         sx_error("peer", "sx_peer_add: %zu stray bytes after the card", len - off);
-        sx_peer_free(peer);
+        sx_peer_discard(peer);
         return SX_ERR_INVALID_PARAM;
     }
-    peer->nshards = n;
     peer->epoch = epoch;
     *peer_p = peer;
     return SX_OK;
@@ -288,10 +258,9 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
         return rc;
     peer->id = peer_id;
     peer->engine = e;
-    peer->local_shards = e->nshards;
-    peer->is_self = (peer->epoch == e->proto.epoch);
+    peer->is_self = (peer->epoch == e->env.epoch);
     if (!peer->is_self && (rc = sx_card_reachable(e, peer_id, peer, &tl)) != SX_OK) {
-        sx_peer_free(peer);
+        sx_peer_discard(peer);
         return rc;
     }
     if (peer->is_self) {
@@ -301,7 +270,7 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
             size_t alen = SX_TL_ADDR_MAX;
             rc = iface->ops->local_addr(iface, peer->addr[i].bytes, &alen);
             if (rc != SX_OK) {
-                sx_peer_free(peer);
+                sx_peer_discard(peer);
                 return rc;
             }
             peer->addr[i].len = (uint8_t)alen;
@@ -309,38 +278,22 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
     }
     rc = sx_cpc_select(e, peer, offers, noffers);
     if (rc != SX_OK) {
-        sx_peer_free(peer);
+        sx_peer_discard(peer);
         return rc;
     }
-    atomic_init(&peer->failed, 0);
-    atomic_init(&peer->error_reported, false);
-    atomic_init(&peer->refs, 2); /* the table's, and the closing protocol's */
-    peer->entry.id = peer->epoch;
-    peer->entry.free_fn = sx_peer_table_free;
-
-    sx_fairlock_lock(&e->peer_lock);
-    bool was_removed = false;
-    for (size_t i = 0; i < e->nremoved; i++)
-        was_removed |= (e->removed_epochs[i] == peer->epoch);
-    if (was_removed) {
-        sx_fairlock_unlock(&e->peer_lock);
-        sx_error("peer",
-                 "sx_peer_add: the engine of that card (epoch %llu) was a peer and was removed; "
-                 "the same incarnation cannot be added again (its sequence state is gone)",
-                 (unsigned long long)peer->epoch);
-        sx_peer_free(peer);
-        return SX_ERR_EXISTS;
-    }
-    rc = sx_rcu_table_insert(&e->peers, &peer->entry);
-    if (rc == SX_OK) {
-        peer->all_next = e->all_peers;
-        e->all_peers = peer;
-    }
-    sx_fairlock_unlock(&e->peer_lock);
+    bool was_removed;
+    rc = sx_peer_table_add(&e->peers, peer, &was_removed);
     if (rc != SX_OK) {
-        sx_error("peer", "sx_peer_add: the engine of that card (epoch %llu) is already a peer",
-                 (unsigned long long)peer->epoch);
-        sx_peer_free(peer);
+        if (was_removed)
+            sx_error("peer",
+                     "sx_peer_add: the engine of that card (epoch %llu) was a peer and was "
+                     "removed; the same incarnation cannot be added again (its sequence state is "
+                     "gone)",
+                     (unsigned long long)peer->epoch);
+        else
+            sx_error("peer", "sx_peer_add: the engine of that card (epoch %llu) is already a peer",
+                     (unsigned long long)peer->epoch);
+        sx_peer_discard(peer);
         return rc;
     }
     *peer_p = peer;
@@ -365,11 +318,7 @@ static void sx_peer_close_run(void *owner, sx_inbox_req_t *req)
     sx_peer_close_req_t *r = (sx_peer_close_req_t *)req;
     struct sx_peer *peer = r->peer;
 
-    for (unsigned lane = 0; lane < peer->nshards; lane++) {
-        sx_chan_t *c = peer->chans[(size_t)shard->index * peer->nshards + lane];
-        if (c != NULL)
-            sx_chan_destroy_locked(c, SX_ERR_CANCELED);
-    }
+    sx_peer_close_locked(shard, peer, SX_ERR_CANCELED);
     if (atomic_fetch_sub(r->pending, 1) == 1) {
         free(r->pending);
         sx_peer_put(peer);
@@ -381,15 +330,6 @@ static int sx_peer_remove_unlocked(sx_engine_h e, sx_peer_h peer)
 {
     if (e == NULL || peer == NULL || peer->engine != e)
         return SX_ERR_INVALID_PARAM;
-    sx_fairlock_lock(&e->peer_lock);
-    bool already = peer->removed;
-    peer->removed = true;
-    sx_fairlock_unlock(&e->peer_lock);
-    if (already) {
-        sx_error("peer", "sx_peer_remove: peer %llu was already removed",
-                 (unsigned long long)peer->id);
-        return SX_ERR_NOT_FOUND;
-    }
 
     atomic_uint *pending = malloc(sizeof(*pending));
     sx_peer_close_req_t **reqs = calloc(e->nshards, sizeof(*reqs));
@@ -398,39 +338,19 @@ static int sx_peer_remove_unlocked(sx_engine_h e, sx_peer_h peer)
         reqs[i] = malloc(sizeof(**reqs));
         ok = reqs[i] != NULL;
     }
-    if (!ok) {
+    int rc = ok ? sx_peer_table_remove(&e->peers, peer) : SX_ERR_NO_MEMORY;
+    if (rc != SX_OK) {
         for (unsigned i = 0; reqs != NULL && i < e->nshards; i++)
             free(reqs[i]);
         free(reqs);
         free(pending);
-        sx_fairlock_lock(&e->peer_lock);
-        peer->removed = false;
-        sx_fairlock_unlock(&e->peer_lock);
-        return SX_ERR_NO_MEMORY;
+        if (rc == SX_ERR_NOT_FOUND)
+            sx_error("peer", "sx_peer_remove: peer %llu was already removed",
+                     (unsigned long long)peer->id);
+        return rc;
     }
-    /* No new packet finds the peer once it is out of the table; the table
-     * drops its reference after a grace period. Off the engine's list too:
-     * from here on the closing protocol owns its end. */
-    sx_fairlock_lock(&e->peer_lock);
-    if (e->nremoved == e->removed_cap) {
-        size_t cap = e->removed_cap ? 2 * e->removed_cap : 16;
-        uint64_t *grown = realloc(e->removed_epochs, cap * sizeof(*grown));
-        if (grown != NULL) {
-            e->removed_epochs = grown;
-            e->removed_cap = cap;
-        }
-    }
-    /* Out of memory here only loses the guard against a re-add. */
-    if (e->nremoved < e->removed_cap)
-        e->removed_epochs[e->nremoved++] = peer->epoch;
-    for (struct sx_peer **pp = &e->all_peers; *pp != NULL; pp = &(*pp)->all_next) {
-        if (*pp == peer) {
-            *pp = peer->all_next;
-            break;
-        }
-    }
-    sx_fairlock_unlock(&e->peer_lock);
-    (void)sx_rcu_table_remove(&e->peers, peer->epoch);
+    /* From here on the closing protocol owns the peer's other reference:
+     * each shard closes its channels, and the last one drops it. */
     atomic_init(pending, e->nshards);
     for (unsigned i = 0; i < e->nshards; i++) {
         reqs[i]->req.run = sx_peer_close_run;
@@ -448,85 +368,27 @@ void sx_engine_peers_fini(struct sx_engine *e)
      * the closing protocol's reference; the table drops its own when it is
      * torn down. Removed peers are not on the list: their close requests,
      * still in the shards' inboxes, run when the shards go. */
-    for (struct sx_peer *peer = e->all_peers, *next; peer != NULL; peer = next) {
+    for (struct sx_peer *peer = e->peers.all, *next; peer != NULL; peer = next) {
         next = peer->all_next;
-        for (unsigned s = 0; s < e->nshards; s++) {
-            for (unsigned lane = 0; lane < peer->nshards; lane++) {
-                sx_chan_t *c = peer->chans[(size_t)s * peer->nshards + lane];
-                if (c != NULL)
-                    sx_chan_destroy_locked(c, SX_ERR_SHUTDOWN);
-            }
-        }
+        for (unsigned s = 0; s < e->nshards; s++)
+            sx_peer_close_locked(e->shards[s], peer, SX_ERR_SHUTDOWN);
         sx_peer_put(peer);
     }
-    e->all_peers = NULL;
-}
-
-/* Keeps @p obj until the engine goes away. */
-static int sx_graveyard_add(struct sx_engine *e, void *obj)
-{
-    sx_graveyard_t *g = malloc(sizeof(*g));
-    if (g == NULL)
-        return SX_ERR_NO_MEMORY;
-    g->obj = obj;
-    sx_fairlock_lock(&e->peer_lock);
-    g->next = e->graveyard;
-    e->graveyard = g;
-    sx_fairlock_unlock(&e->peer_lock);
-    return SX_OK;
-}
-
-void sx_engine_graveyard_fini(struct sx_engine *e)
-{
-    for (sx_graveyard_t *g = e->graveyard, *next; g != NULL; g = next) {
-        next = g->next;
-        free(g->obj);
-        free(g);
-    }
-    e->graveyard = NULL;
-    for (unsigned t = 0; t < 256; t++)
-        free(atomic_load(&e->proto.am[t]));
-    free(atomic_load(&e->proto.error));
+    e->peers.all = NULL;
 }
 
 static int sx_am_register_unlocked(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
 {
-    sx_am_handler_t *h = NULL;
-
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
-    if (cb != NULL) {
-        h = malloc(sizeof(*h));
-        if (h == NULL)
-            return SX_ERR_NO_MEMORY;
-        h->cb = cb;
-        h->arg = arg;
-    }
-    /* Release pairs with the receive path's acquire: a reader sees the
-     * handler's fields complete. */
-    sx_am_handler_t *old = atomic_exchange_explicit(&e->proto.am[tag], h, memory_order_acq_rel);
-    if (old != NULL && sx_graveyard_add(e, old) != SX_OK)
-        sx_warn("peer", "out of memory: leaking a replaced handler");
-    return SX_OK;
+    return sx_handlers_set_am(&e->handlers, tag, cb, arg);
 }
 
 static int sx_error_register_unlocked(sx_engine_h e, sx_error_cb_t cb, void *arg)
 {
-    sx_err_handler_t *h = NULL;
-
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
-    if (cb != NULL) {
-        h = malloc(sizeof(*h));
-        if (h == NULL)
-            return SX_ERR_NO_MEMORY;
-        h->cb = cb;
-        h->arg = arg;
-    }
-    sx_err_handler_t *old = atomic_exchange_explicit(&e->proto.error, h, memory_order_acq_rel);
-    if (old != NULL && sx_graveyard_add(e, old) != SX_OK)
-        sx_warn("peer", "out of memory: leaking a replaced handler");
-    return SX_OK;
+    return sx_handlers_set_error(&e->handlers, cb, arg);
 }
 
 SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p)

@@ -5,17 +5,11 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/log.h"
 #include "common/time.h"
 #include "engine/engine.h"
 #include "shard/chan.h"
-
-static void sx_mem_free(sx_rcu_entry_t *entry)
-{
-    free(caa_container_of(entry, sx_mem_t, entry));
-}
 
 static int sx_mem_register_unlocked(sx_engine_h e, void *addr, size_t len, unsigned access,
                                     sx_mem_h *mem_p)
@@ -26,45 +20,17 @@ static int sx_mem_register_unlocked(sx_engine_h e, void *addr, size_t len, unsig
         sx_error("rma", "sx_mem_register: invalid region %p+%zu or access 0x%x", addr, len, access);
         return SX_ERR_INVALID_PARAM;
     }
-    sx_mem_t *m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return SX_ERR_NO_MEMORY;
-    m->addr = addr;
-    m->len = len;
-    m->access = access;
-    m->engine = e;
-    m->entry.free_fn = sx_mem_free;
-    /* Keys are random so that a peer cannot guess one it was not given;
-     * a collision (or zero) just draws again. */
-    for (int tries = 0; tries < 16; tries++) {
-        uint64_t key = 0;
-        if (getrandom(&key, sizeof(key), 0) != sizeof(key))
-            key = sx_time_ns() * 0x9e3779b97f4a7c15ull ^ (uintptr_t)m;
-        if (key == 0)
-            continue;
-        m->entry.id = key;
-        if (sx_rcu_table_insert(&e->mem, &m->entry) == SX_OK) {
-            *mem_p = m;
-            return SX_OK;
-        }
-    }
-    free(m);
-    return SX_ERR_INTERNAL;
+    return sx_mem_table_add(&e->mem, addr, len, access, e, mem_p);
 }
 
 static int sx_mem_deregister_unlocked(sx_engine_h e, sx_mem_h mem)
 {
-    if (e == NULL || mem == NULL || mem->engine != e)
+    if (e == NULL || mem == NULL || mem->owner != e)
         return SX_ERR_INVALID_PARAM;
-    int rc = sx_rcu_table_remove(&e->mem, mem->entry.id);
-    if (rc != SX_OK) {
+    int rc = sx_mem_table_remove(&e->mem, mem);
+    if (rc != SX_OK)
         sx_error("rma", "sx_mem_deregister: region was not registered");
-        return rc;
-    }
-    /* Wait out readers that found the region before it was removed, so no
-     * remote write lands once this returns. */
-    synchronize_rcu();
-    return SX_OK;
+    return rc;
 }
 
 SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem)
@@ -81,7 +47,7 @@ static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, u
         return SX_ERR_INVALID_PARAM;
     }
     struct sx_engine *e = peer->engine;
-    if (len > e->proto.max_msg || raddr > UINT64_MAX - len) {
+    if (len > e->env.conf.max_msg || raddr > UINT64_MAX - len) {
         sx_error("rma", "%s of %zu bytes at 0x%llx: larger than SX_MAX_MSG_SIZE or wraps",
                  kind == SX_OP_PUT ? "put" : "get", len, (unsigned long long)raddr);
         return SX_ERR_INVALID_PARAM;

@@ -51,9 +51,9 @@ static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iovcnt, ui
         len += iov[i].iov_len;
     }
     struct sx_engine *e = peer->engine;
-    if (len > e->proto.max_msg) {
+    if (len > e->env.conf.max_msg) {
         sx_error("send", "message of %llu bytes exceeds SX_MAX_MSG_SIZE (%llu)",
-                 (unsigned long long)len, (unsigned long long)e->proto.max_msg);
+                 (unsigned long long)len, (unsigned long long)e->env.conf.max_msg);
         return SX_ERR_INVALID_PARAM;
     }
     int failed = atomic_load(&peer->failed);
@@ -139,8 +139,8 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
     if (c == NULL || c->failed) {
         rc = (c == NULL) ? SX_ERR_NO_MEMORY : c->failed;
     } else if (c->sendq != NULL || c->rtx != NULL ||
-               (uint32_t)(c->snd_nxt - c->snd_una) >= e->proto.window ||
-               c->inflight_bytes >= e->proto.max_inflight) {
+               (uint32_t)(c->snd_nxt - c->snd_una) >= e->env.conf.window ||
+               c->inflight_bytes >= e->env.conf.max_inflight) {
         rc = SX_ERR_AGAIN; /* it would have to wait: that is sx_send's job */
     } else {
         sx_op_t *op = malloc(sizeof(*op) + len);

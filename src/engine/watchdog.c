@@ -139,8 +139,8 @@ static unsigned sx_watchdog_scan(struct sx_engine *e, sx_diag_t *d, FILE *m, uin
         }
         d->busy_since_ns[i] = 0;
         uint64_t now_coarse = sx_time_coarse_ns();
-        sx_fairlock_lock(&e->peer_lock);
-        for (const struct sx_peer *peer = e->all_peers; peer != NULL; peer = peer->all_next) {
+        sx_fairlock_lock(&e->peers.lock);
+        for (const struct sx_peer *peer = e->peers.all; peer != NULL; peer = peer->all_next) {
             for (unsigned lane = 0; lane < peer->nshards; lane++) {
                 const sx_chan_t *c = peer->chans[(size_t)s->index * peer->nshards + lane];
                 if (c == NULL || sx_chan_old_ops_locked(c, now_coarse, limit) == 0)
@@ -149,7 +149,7 @@ static unsigned sx_watchdog_scan(struct sx_engine *e, sx_diag_t *d, FILE *m, uin
                 found += sx_dump_chan_locked(m, c, now, limit);
             }
         }
-        sx_fairlock_unlock(&e->peer_lock);
+        sx_fairlock_unlock(&e->peers.lock);
         sx_diag_shard_leave(e, s);
     }
     return found;

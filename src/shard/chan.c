@@ -7,7 +7,8 @@
 
 #include "common/log.h"
 #include "common/time.h"
-#include "shard/proto.h"
+#include "shard/handlers.h"
+#include "shard/mem.h"
 #include "common/crc32c.h"
 
 /* 32-bit sequence numbers compare by serial-number arithmetic (RFC 1982):
@@ -19,7 +20,7 @@ static inline bool seq_before(uint32_t a, uint32_t b)
 
 static inline uint32_t chan_window(const sx_chan_t *c)
 {
-    return c->shard->proto->window;
+    return c->shard->env->conf.window;
 }
 
 static inline sx_tl_iface_t *chan_iface(const sx_chan_t *c)
@@ -87,7 +88,7 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
 
     if (c != NULL)
         return c;
-    const sx_proto_t *p = shard->proto;
+    const sx_chan_conf_t *p = &shard->env->conf;
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
@@ -178,7 +179,8 @@ static void chan_pkt_free(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     sx_shard_t *s = c->shard;
 
-    if (pkt->cap >= SX_TXPKT_POOL_MIN && s->pkt_pool_bytes + pkt->cap <= s->proto->max_inflight) {
+    if (pkt->cap >= SX_TXPKT_POOL_MIN &&
+        s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
         pkt->rtx_next = s->pkt_pool;
         s->pkt_pool = pkt;
         s->pkt_pool_bytes += pkt->cap;
@@ -267,8 +269,8 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
         else
             sx_warn("chan", "peer %llu unreachable: no acknowledgement for %llu ms",
                     (unsigned long long)peer->id,
-                    (unsigned long long)(c->shard->proto->peer_timeout_ns / 1000000));
-        sx_err_handler_t *h = atomic_load_explicit(&c->shard->proto->error, memory_order_acquire);
+                    (unsigned long long)(c->shard->env->conf.peer_timeout_ns / 1000000));
+        const sx_err_handler_t *h = sx_handlers_error(c->shard->env->handlers);
         if (h != NULL)
             h->cb(h->arg, peer->id, status);
     }
@@ -409,7 +411,7 @@ static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan,
 
     /* Each op appears at most once per packet: an op that does not finish
      * here fills the packet, so planning never has to track its cursor. */
-    while (op != NULL && n < c->shard->proto->max_frames) {
+    while (op != NULL && n < c->shard->env->conf.max_frames) {
         frame_plan_t *f = &plan[n];
         size_t room = space - used;
         bool fits =
@@ -435,7 +437,7 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
         .flags = SX_PKTF_ACK,
         .src_shard = (uint16_t)c->shard->index,
         .dst_shard = (uint16_t)c->lane,
-        .src_epoch = c->shard->proto->epoch,
+        .src_epoch = c->shard->env->epoch,
         .dst_epoch = c->peer->epoch,
         .seq = seq,
         .ack = c->rcv_nxt,
@@ -444,7 +446,7 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
     };
     uint32_t crc;
     const uint32_t *crcp = NULL;
-    if (payload_len > 0 && c->shard->proto->checksum) {
+    if (payload_len > 0 && c->shard->env->conf.checksum) {
         crc = sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload_len);
         crcp = &crc;
     }
@@ -455,9 +457,6 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
 }
 
-static uint8_t *chan_mem_check_rcu(const sx_proto_t *p, const sx_wire_rma_t *r, unsigned need,
-                                   uint64_t len, int *status);
-
 /*
  * Writes a GET answer's frame, reading the region now: the request left
  * only key and range behind, so queued answers cost no memory, and a
@@ -467,7 +466,7 @@ static uint8_t *chan_mem_check_rcu(const sx_proto_t *p, const sx_wire_rma_t *r, 
 static uint8_t *chan_write_region_frame(sx_chan_t *c, sx_op_t *op, sx_wire_frame_t *f, uint8_t *p,
                                         uint32_t len)
 {
-    const sx_proto_t *proto = c->shard->proto;
+    sx_mem_table_t *mem = c->shard->env->mem;
     const uint8_t *src = NULL;
 
     sx_rcu_read_lock();
@@ -475,7 +474,7 @@ static uint8_t *chan_write_region_frame(sx_chan_t *c, sx_op_t *op, sx_wire_frame
         sx_wire_rma_t r = {
             .addr = op->raddr + op->off, .key = op->rkey, .op_addr = op->raddr, .op_len = op->len};
         int st;
-        src = chan_mem_check_rcu(proto, &r, SX_MEM_REMOTE_READ, len, &st);
+        src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st);
         if (src == NULL)
             op->status = st;
     }
@@ -485,7 +484,7 @@ static uint8_t *chan_write_region_frame(sx_chan_t *c, sx_op_t *op, sx_wire_frame
         memcpy(p, src, len);
     else
         memset(p, 0, len);
-    sx_rcu_read_unlock(proto->mem);
+    sx_rcu_read_unlock(&mem->rcu);
     return p + len;
 }
 
@@ -625,7 +624,7 @@ static void chan_queue_rtx(sx_chan_t *c, sx_txpkt_t *pkt)
 
 unsigned sx_chan_flush_locked(sx_chan_t *c)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
     unsigned sent = 0;
     uint64_t now = sx_time_ns();
 
@@ -791,7 +790,7 @@ static void chan_ack_timer(sx_timer_t *timer, void *arg)
  * the wheel stands in for the clock granularity G. */
 static void chan_rto_compute(sx_chan_t *c)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
     uint64_t g = sx_wheel_tick_ns(c->shard->wheel);
     uint64_t rto = c->srtt_ns + (4 * c->rttvar_ns > g ? 4 * c->rttvar_ns : g);
 
@@ -821,7 +820,7 @@ static void chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
 {
     sx_txpkt_t *pkt = (sx_txpkt_t *)guest;
     sx_chan_t *c = pkt->chan;
-    const sx_proto_t *p = shard->proto;
+    const sx_chan_conf_t *p = &shard->env->conf;
     uint64_t now = sx_wheel_now(shard->wheel);
 
     pkt->key = 0; /* the hotel already vacated the room */
@@ -1063,7 +1062,7 @@ static void chan_process_ack(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack
 
 static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t len)
 {
-    sx_am_handler_t *h = atomic_load_explicit(&c->shard->proto->am[tag], memory_order_acquire);
+    const sx_am_handler_t *h = sx_handlers_am(c->shard->env->handlers, tag);
 
     if (h == NULL) {
         sx_stat_add(&c->shard->stats.am_no_handler, 1);
@@ -1093,36 +1092,6 @@ static void chan_abort_assembly(sx_chan_t *c)
 
 /* ---------------------------------------------------------------- RMA */
 
-/*
- * Checks a remote access: the key names a registered region with the
- * right, the whole operation's range lies inside the region, and this
- * chunk inside the operation. Every comparison is written so that hostile
- * 64-bit values cannot overflow it. Call inside an RCU read section; the
- * returned pointer is usable until its end.
- */
-static uint8_t *chan_mem_check_rcu(const sx_proto_t *p, const sx_wire_rma_t *r, unsigned need,
-                                   uint64_t len, int *status)
-{
-    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->mem, r->key);
-    if (e == NULL) {
-        *status = SX_ERR_ACCESS; /* no such key, or deregistered */
-        return NULL;
-    }
-    const sx_mem_t *m = caa_container_of(e, sx_mem_t, entry);
-    if ((m->access & need) != need) {
-        *status = SX_ERR_ACCESS;
-        return NULL;
-    }
-    uint64_t base = (uint64_t)(uintptr_t)m->addr;
-    if (r->op_addr < base || r->op_len > m->len || r->op_addr - base > m->len - r->op_len ||
-        r->addr < r->op_addr || len > r->op_len || r->addr - r->op_addr > r->op_len - len) {
-        *status = SX_ERR_OUT_OF_RANGE;
-        return NULL;
-    }
-    *status = SX_OK;
-    return m->addr + (r->addr - base);
-}
-
 static sx_op_t *chan_new_resp(sx_chan_t *c, uint32_t op_id, int status, size_t len)
 {
     sx_op_t *op = calloc(1, sizeof(*op) + len);
@@ -1142,16 +1111,16 @@ static sx_op_t *chan_new_resp(sx_chan_t *c, uint32_t op_id, int status, size_t l
 
 static void chan_recv_put(sx_chan_t *c, const sx_wire_frame_t *f)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_shard_env_t *env = c->shard->env;
     int status;
 
     if (f->rma.addr == f->rma.op_addr)
         c->put_status = SX_OK; /* the first chunk of a new PUT */
     sx_rcu_read_lock();
-    uint8_t *dst = chan_mem_check_rcu(p, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status);
+    uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status);
     if (dst != NULL && c->put_status == SX_OK)
         memcpy(dst, f->data, f->len);
-    sx_rcu_read_unlock(p->mem);
+    sx_rcu_read_unlock(&env->mem->rcu);
     if (dst == NULL && c->put_status == SX_OK)
         c->put_status = status;
     if (!(f->flags & SX_FRAMEF_LAST))
@@ -1172,17 +1141,17 @@ static void chan_recv_put(sx_chan_t *c, const sx_wire_frame_t *f)
 
 static void chan_recv_get(sx_chan_t *c, const sx_wire_frame_t *f)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_shard_env_t *env = c->shard->env;
     int status = SX_ERR_OUT_OF_RANGE;
 
     if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
         chan_drop_frame(c, SX_DROP_NO_BUFFER); /* more than a conforming peer asks */
         return;
     }
-    if (f->rma.op_len <= p->max_msg) {
+    if (f->rma.op_len <= env->conf.max_msg) {
         sx_rcu_read_lock();
-        (void)chan_mem_check_rcu(p, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
-        sx_rcu_read_unlock(p->mem);
+        (void)sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
+        sx_rcu_read_unlock(&env->mem->rcu);
     }
     sx_op_t *resp = chan_new_resp(c, f->rma.op_id, status, 0);
     if (resp == NULL) {
@@ -1269,7 +1238,7 @@ static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t
             c->asm_total = f.total;
             c->asm_got = f.len;
             c->asm_tag = f.tag;
-            if (f.total > c->shard->proto->max_msg || f.len > f.total) {
+            if (f.total > c->shard->env->conf.max_msg || f.len > f.total) {
                 chan_drop_frame(c, f.len > f.total ? SX_DROP_FRAME : SX_DROP_TOO_LARGE);
                 c->asm_drop = true;
             } else if ((c->asm_buf = malloc(f.total ? f.total : 1)) == NULL) {
@@ -1326,7 +1295,7 @@ static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t
  */
 static void chan_owe_ack(sx_chan_t *c, unsigned frames)
 {
-    const sx_proto_t *p = c->shard->proto;
+    const sx_chan_conf_t *p = &c->shard->env->conf;
 
     c->ack_pending += frames > 0 ? frames : 1;
     if (c->ack_pending >= p->ack_every || p->ack_delay_ns == 0) {
@@ -1368,7 +1337,7 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
     /* The sender keeps at most MAX_INFLIGHT bytes unacknowledged, so a
      * conforming sender never hits this; a hostile one cannot make us hold
      * more. */
-    if (c->ooo_bytes + len > c->shard->proto->max_inflight)
+    if (c->ooo_bytes + len > c->shard->env->conf.max_inflight)
         return SX_DROP_NO_BUFFER;
     if (c->ooo == NULL) {
         c->ooo = calloc(w, sizeof(*c->ooo));

@@ -12,7 +12,6 @@
 #include "shard/chan.h"
 #include "cpc/connect.h"
 #include "shard/peer.h"
-#include "shard/proto.h"
 
 #define SX_SHARD_POLL_BATCH 32
 
@@ -103,7 +102,7 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     int rc;
 
     if (conf == NULL || shard_p == NULL || conf->tick_ns == 0 ||
-        (conf->proto != NULL && conf->net_ops == NULL))
+        (conf->env != NULL && conf->net_ops == NULL))
         return SX_ERR_INVALID_PARAM;
     /* Aligned so the token and the inbox ends sit on their own lines. */
     if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0)
@@ -115,7 +114,7 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     s->core = conf->core;
     s->first_pu = conf->first_pu;
     s->numa_node = conf->numa_node;
-    s->proto = conf->proto;
+    s->env = conf->env;
     s->seq_start = conf->seq_start;
     s->wake_fd = -1;
     atomic_init(&s->sleeping, 0);
@@ -128,7 +127,7 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     rc = sx_wheel_init(conf->tick_ns, 0, sx_time_ns(), &s->wheel);
     if (rc == SX_OK)
         rc = sx_hotel_init(s->wheel, conf->hotel_rooms, sx_shard_on_evict, s, &s->hotel);
-    if (rc == SX_OK && conf->proto != NULL)
+    if (rc == SX_OK && conf->env != NULL)
         rc = sx_shard_open_ifaces(s, conf);
     if (rc != SX_OK) {
         sx_shard_destroy(s);
@@ -218,15 +217,14 @@ void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire_hdr_t *h,
                                    sx_drop_reason_t *why_p)
 {
-    const sx_proto_t *p = shard->proto;
+    const sx_shard_env_t *env = shard->env;
     sx_chan_t *c = NULL;
 
     /* The peer table is read under RCU; a peer stays allocated while any
      * shard still has a channel to it, so the channel outlives the read
      * section. */
     sx_rcu_read_lock();
-    sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(p->peers, h->src_epoch);
-    struct sx_peer *peer = (e != NULL) ? caa_container_of(e, struct sx_peer, entry) : NULL;
+    struct sx_peer *peer = sx_peer_lookup_rcu(env->peers, h->src_epoch);
     if (peer == NULL)
         *why_p = SX_DROP_UNKNOWN_PEER;
     else if (h->src_shard >= peer->nshards)
@@ -238,14 +236,14 @@ static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire
         *why_p = SX_DROP_WRONG_IFACE;
     else if ((c = sx_chan_get_locked(shard, peer, h->src_shard)) == NULL)
         *why_p = SX_DROP_NO_BUFFER;
-    sx_rcu_read_unlock(p->peers);
+    sx_rcu_read_unlock(&env->peers->rcu);
     return c;
 }
 
 static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
                                      size_t len, bool via_oob)
 {
-    const sx_proto_t *p = shard->proto;
+    const sx_shard_env_t *env = shard->env;
     sx_wire_hdr_t h;
 
     sx_stat_add(&shard->stats.rx_packets, 1);
@@ -261,11 +259,11 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
     /* A RESET names the stale epoch in its body; the sender may be new. */
     bool reset =
         h.type == SX_PKT_CTRL && h.payload_len > 0 && data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET;
-    if (reset && h.dst_epoch == p->epoch) {
+    if (reset && h.dst_epoch == env->epoch) {
         sx_conn_recv_reset_locked(shard, &h, data, len);
         return;
     }
-    if (h.dst_epoch != p->epoch) {
+    if (h.dst_epoch != env->epoch) {
         sx_shard_drop(shard, SX_DROP_STALE_EPOCH);
         /* From a peer we know, addressed to an earlier incarnation of us:
          * tell it, so it stops waiting for the dead one (but never answer

@@ -28,11 +28,11 @@
 #include "hotel/hotel.h"
 #include "common/wheel.h"
 #include "locks/token.h"
+#include "shard/env.h"
 #include "shard/inbox.h"
 #include "shard/wire.h"
 #include "transports/transport.h"
 
-struct sx_proto;
 struct sx_chan;
 
 /* A shard's interfaces: the network transport, and self for this engine. */
@@ -131,7 +131,7 @@ struct sx_shard {
     _Atomic uint64_t sleep_until_ns;
     int wake_fd; /* eventfd, -1 when the shard has no progress thread */
     /* Read-only after creation. */
-    const struct sx_proto *proto;
+    const sx_shard_env_t *env;
     uint32_t seq_start;
     unsigned index;
     int core;
@@ -148,8 +148,8 @@ typedef struct sx_shard_conf {
     hwloc_const_bitmap_t cpuset; /* copied */
     unsigned hotel_rooms;
     uint64_t tick_ns;
-    /* Transports; a shard without proto has only its inbox and timers. */
-    const struct sx_proto *proto;
+    /* Transports; a shard without env has only its inbox and timers. */
+    const sx_shard_env_t *env;
     const sx_tl_ops_t *net_ops;
     sx_tl_config_t net_config;
     sx_tl_config_t self_config;

@@ -1,0 +1,57 @@
+/*
+ * What an engine gives its shards: the channel protocol's settings, the
+ * engine's epoch, and the three tables its receive paths read (peers,
+ * handlers, registered memory). The engine fills it at creation; shards
+ * and channels only read it.
+ *
+ * Synchronization:
+ *
+ *   field          | written                      | read
+ *   ---------------+------------------------------+---------------------------
+ *   conf, epoch,   | engine creation only         | any thread, no lock
+ *   nshards        |                              |
+ *   peers          | see shard/peer.h             | receive paths, under RCU
+ *   handlers       | see shard/handlers.h         | receive paths (acquire)
+ *   mem            | see shard/mem.h              | the RMA target, under RCU
+ */
+#ifndef SX_SHARD_ENV_H
+#define SX_SHARD_ENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sx_peer_table;
+struct sx_handlers;
+struct sx_mem_table;
+
+/* Most message frames one data packet carries (aggregation, DESIGN.md §4). */
+#define SX_PKT_MAX_FRAMES 64
+
+/* The channel protocol's settings (DESIGN.md section 4), from the
+ * configuration; the same for every channel of an engine. */
+typedef struct sx_chan_conf {
+    uint32_t window;     /* packets per channel, a power of two */
+    size_t max_inflight; /* unacknowledged bytes per channel */
+    uint64_t ack_delay_ns;
+    unsigned ack_every;
+    uint64_t rto_min_ns;
+    uint64_t rto_max_ns;
+    uint64_t rto_init_ns;
+    uint64_t peer_timeout_ns;
+    uint64_t connect_timeout_ns;
+    bool checksum;
+    unsigned max_frames; /* frames per packet: SX_PKT_MAX_FRAMES; 1 when SX_AGGREGATE=no */
+    uint64_t max_msg;
+} sx_chan_conf_t;
+
+typedef struct sx_shard_env {
+    sx_chan_conf_t conf;
+    uint64_t epoch;   /* the engine's, random at creation */
+    unsigned nshards; /* shards of the engine */
+    struct sx_peer_table *peers;
+    struct sx_handlers *handlers;
+    struct sx_mem_table *mem;
+} sx_shard_env_t;
+
+#endif /* SX_SHARD_ENV_H */
