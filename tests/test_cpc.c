@@ -34,7 +34,8 @@
 #include "am_util.h"
 #include "card_util.h"
 #include "common/time.h"
-#include "cpc/connect.h"
+#include "cpc/cpc.h"
+#include "shard/conn.h"
 #include "log_capture.h"
 #include "mp_util.h"
 #include "shard/peer.h"
@@ -313,8 +314,8 @@ static void cp_exchange_serial(uint64_t n, size_t min, size_t span)
 static uint8_t cp_chosen(sx_peer_h peer)
 {
     assert_non_null(peer);
-    assert_non_null(peer->cpc_mods);
-    return peer->cpc_mods[0].component->id;
+    assert_non_null(peer->conn_method);
+    return peer->conn_method->ops->id;
 }
 
 static void cp_capture_start(void)
@@ -612,7 +613,7 @@ static void test_select_patched_offers(void **state)
         if (cp_chosen(peer) != v[k].want)
             fail_msg("variant %zu: chose %s, expected %s", k, sx_cpc_name(cp_chosen(peer)),
                      sx_cpc_name(v[k].want));
-        assert_int_equal(peer->cpc_offer.id, v[k].want);
+        assert_int_equal(peer->conn_offer.id, v[k].want);
     }
     char *log = cp_capture_stop();
     assert_contains(log, "it offers unknown,unknown");
@@ -670,7 +671,7 @@ static void test_spec_oob(void **state)
     assert_int_equal(cp_chosen(a->peer[1]), SX_CPC_OOB);
     assert_int_equal(cp_chosen(b->peer[0]), SX_CPC_OOB);
     /* The offer carries the endpoint's address. */
-    assert_true(a->peer[1]->cpc_offer.blob_len > 0);
+    assert_true(a->peer[1]->conn_offer.blob_len > 0);
     cp_exchange(20, 8, 3000);
     assert_true(cp_stat(a->e, "ctrl_sent") > 0);
     assert_true(cp_stat(b->e, "ctrl_received") > 0);

@@ -90,7 +90,7 @@ static struct sockaddr_in6 v6(const char *ip, uint16_t port)
 static void test_blob_roundtrip(void **state)
 {
     (void)state;
-    uint8_t blob[SX_CPC_BLOB_MAX];
+    uint8_t blob[SX_CONN_BLOB_MAX];
     uint8_t len = 0;
     struct sockaddr_storage ss;
     const char *why = NULL;
@@ -407,6 +407,16 @@ static void test_path_addr(void **state)
     assert_int_equal(sx_rdmacm_path_addr(NULL, 5, 1, 1, &a, &why), SX_ERR_INVALID_PARAM);
 }
 
+/* Whether @p e runs the rdmacm component. */
+static bool runs_rdmacm(sx_engine_h e)
+{
+    for (unsigned k = 0; k < e->cpc.n; k++) {
+        if (e->cpc.inst[k].comp == &sx_cpc_rdmacm)
+            return true;
+    }
+    return false;
+}
+
 /* The slots that need no device, called directly: the table's contract,
  * peer_init's check of a peer's blob (sx_peer_add refuses a malformed
  * one), and query, stop and finalize on an engine where init declined. */
@@ -414,44 +424,45 @@ static void test_component_slots(void **state)
 {
     (void)state;
     const sx_cpc_component_t *c = &sx_cpc_rdmacm;
-    assert_string_equal(c->name, "rdmacm");
-    assert_int_equal(c->id, SX_CPC_RDMACM);
+    assert_string_equal(c->ep.name, "rdmacm");
+    assert_int_equal(c->ep.id, SX_CPC_RDMACM);
     assert_int_equal(c->priority, 90);
     assert_true(c->priority > sx_cpc_handshake.priority);
-    assert_true(c->probe);
+    assert_true(c->ep.probe);
     assert_non_null(c->init);
     assert_non_null(c->query);
     assert_non_null(c->peer_init);
     assert_non_null(c->stop);
     assert_non_null(c->finalize);
-    assert_non_null(c->ep_init_locked);
-    assert_non_null(c->start_connect_locked);
-    assert_non_null(c->ep_finalize_locked);
-    assert_non_null(c->send_ctrl_locked);
+    assert_non_null(c->ep.ep_init_locked);
+    assert_non_null(c->ep.start_connect_locked);
+    assert_non_null(c->ep.ep_finalize_locked);
+    assert_non_null(c->ep.send_ctrl_locked);
 
     const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
     sx_engine_params_t params = {
         .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = 1};
     sx_engine_h e = NULL;
     assert_int_equal(sx_engine_create(&params, &e), SX_OK);
-    assert_null(e->rdmacm);
-    sx_cpc_module_t m = {.component = c, .engine = e};
-    assert_int_equal(c->query(e, &m), SX_ERR_UNSUPPORTED);
-    c->stop(e);
-    c->stop(e);
-    c->finalize(e);
-    assert_null(e->rdmacm);
+    assert_false(runs_rdmacm(e));
+    sx_cpc_inst_t inst = {.comp = c, .env = &e->cpc.env};
+    sx_cpc_module_t m = {.component = c};
+    assert_int_equal(c->query(&inst, &m), SX_ERR_UNSUPPORTED);
+    c->stop(&inst);
+    c->stop(&inst);
+    c->finalize(&inst);
+    assert_null(inst.state);
 
     struct sx_peer peer;
     memset(&peer, 0, sizeof(peer));
     peer.id = 42;
     static const uint8_t good[] = {1, 4, 0x53, 0x48, 10, 0, 0, 9};
-    memcpy(peer.cpc_offer.blob, good, sizeof(good));
-    peer.cpc_offer.blob_len = sizeof(good);
-    assert_int_equal(c->peer_init(e, &peer), SX_OK);
-    peer.cpc_offer.blob[4] = 127;
+    memcpy(peer.conn_offer.blob, good, sizeof(good));
+    peer.conn_offer.blob_len = sizeof(good);
+    assert_int_equal(c->peer_init(&inst, &peer), SX_OK);
+    peer.conn_offer.blob[4] = 127;
     capture_start();
-    int rc = c->peer_init(e, &peer);
+    int rc = c->peer_init(&inst, &peer);
     char *log = capture_stop();
     assert_int_equal(rc, SX_ERR_INVALID_PARAM);
     assert_contains(log, "peer 42's card has a malformed rdmacm listener address: loopback");
@@ -473,11 +484,11 @@ static sx_engine_h open_engine(const sx_config_kv_t *kv, size_t n, int *rc_p)
 }
 
 /* The offers an engine puts in its card. */
-static unsigned card_offers(sx_engine_h e, sx_cpc_offer_t *offers)
+static unsigned card_offers(sx_engine_h e, sx_conn_offer_t *offers)
 {
     uint8_t buf[256];
     unsigned count = 0;
-    size_t len = sx_cpc_card_write(e, buf, sizeof(buf));
+    size_t len = sx_cpc_card_write(&e->cpc, buf, sizeof(buf));
     assert_true(len > 0);
     assert_int_equal(sx_cpc_card_parse(buf, len, offers, &count), len);
     return count;
@@ -501,7 +512,7 @@ static void test_offers_beyond_max(void **state)
         buf[len + 3] = 0xee;
         len += 4;
     }
-    sx_cpc_offer_t offers[SX_CPC_MAX];
+    sx_conn_offer_t offers[SX_CPC_MAX];
     unsigned count = 0;
     assert_int_equal(sx_cpc_card_parse(buf, len, offers, &count), len);
     assert_int_equal(count, SX_CPC_MAX);
@@ -527,14 +538,14 @@ static void test_absent_from_udp_card(void **state)
     sx_engine_h e = open_engine(kv, 2, &rc);
     char *log = capture_stop();
     assert_int_equal(rc, SX_OK);
-    sx_cpc_offer_t offers[SX_CPC_MAX];
+    sx_conn_offer_t offers[SX_CPC_MAX];
     unsigned n = card_offers(e, offers);
     assert_true(n >= 2);
     for (unsigned k = 0; k < n; k++)
         assert_int_not_equal(offers[k].id, SX_CPC_RDMACM);
-    for (unsigned k = 0; k < e->ncpc; k++)
-        assert_int_not_equal(e->cpc[k]->id, SX_CPC_RDMACM);
-    assert_null(e->rdmacm);
+    for (unsigned k = 0; k < e->cpc.n; k++)
+        assert_int_not_equal(e->cpc.inst[k].comp->ep.id, SX_CPC_RDMACM);
+    assert_false(runs_rdmacm(e));
     /* Not worth an info line on every udp engine. */
     assert_null(strstr(log, "rdmacm"));
     free(log);
@@ -586,9 +597,9 @@ static void test_spec_accepted(void **state)
     sx_engine_h e = open_engine(kx, 2, &rc);
     assert_int_equal(rc, SX_OK);
     bool hs = false;
-    for (unsigned k = 0; k < e->ncpc; k++) {
-        assert_int_not_equal(e->cpc[k]->id, SX_CPC_RDMACM);
-        hs |= e->cpc[k]->id == SX_CPC_HANDSHAKE;
+    for (unsigned k = 0; k < e->cpc.n; k++) {
+        assert_int_not_equal(e->cpc.inst[k].comp->ep.id, SX_CPC_RDMACM);
+        hs |= e->cpc.inst[k].comp->ep.id == SX_CPC_HANDSHAKE;
     }
     assert_true(hs);
     sx_engine_destroy(e);
@@ -598,8 +609,8 @@ static void test_spec_accepted(void **state)
     e = open_engine(kb, 2, &rc);
     char *log = capture_stop();
     assert_int_equal(rc, SX_OK);
-    assert_int_equal(e->ncpc, 1);
-    assert_int_equal(e->cpc[0]->id, SX_CPC_HANDSHAKE);
+    assert_int_equal(e->cpc.n, 1);
+    assert_int_equal(e->cpc.inst[0].comp->ep.id, SX_CPC_HANDSHAKE);
     assert_contains(log, "SX_CPC names rdmacm");
     free(log);
     sx_engine_destroy(e);
@@ -660,7 +671,7 @@ static void test_peer_offer_fallback(void **state)
         }
         assert_int_equal(sx_peer_add(a, 100 + (uint64_t)variant, patched, len + olen, &peer),
                          SX_OK);
-        assert_int_equal(peer->cpc_mods[0].component->id, SX_CPC_HANDSHAKE);
+        assert_int_equal(peer->conn_method->ops->id, SX_CPC_HANDSHAKE);
         if (variant == 0) {
             /* b knows a: the exchange completes, over the handshake. */
             assert_non_null(am_connect(b, a, 1));
@@ -822,7 +833,7 @@ static void test_device_connect(void **state)
     assert_int_equal(sx_am_register(a, TAG, dev_on_am, NULL), SX_OK);
     sx_peer_h pb = am_connect(a, b, 1);
     sx_peer_h pa = am_connect(b, a, 0);
-    assert_int_equal(pb->cpc_mods[0].component->id, SX_CPC_RDMACM);
+    assert_int_equal(pb->conn_method->ops->id, SX_CPC_RDMACM);
     for (uint64_t i = 0; i < 20; i++) {
         uint8_t msg[64];
         am_fill(msg, sizeof(msg), i);

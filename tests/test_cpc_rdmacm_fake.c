@@ -33,7 +33,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
-#include "cpc/connect.h"
+#include "shard/conn.h"
 #include "cpc/cpc.h"
 #include "cpc/rdmacm.h"
 #include "engine/engine.h"
@@ -113,8 +113,8 @@ static sx_engine_h engine(const sx_config_kv_t *kv, size_t n)
 
 static bool runs_rdmacm(sx_engine_h e)
 {
-    for (unsigned k = 0; k < e->ncpc; k++) {
-        if (e->cpc[k]->id == SX_CPC_RDMACM)
+    for (unsigned k = 0; k < e->cpc.n; k++) {
+        if (e->cpc.inst[k].comp->ep.id == SX_CPC_RDMACM)
             return true;
     }
     return false;
@@ -123,10 +123,10 @@ static bool runs_rdmacm(sx_engine_h e)
 /* The port of @p e's listener, from its card blob. */
 static uint16_t listener_port(sx_engine_h e)
 {
-    for (unsigned k = 0; k < e->ncpc; k++) {
-        if (e->cpc[k]->id != SX_CPC_RDMACM)
+    for (unsigned k = 0; k < e->cpc.n; k++) {
+        if (e->cpc.inst[k].comp->ep.id != SX_CPC_RDMACM)
             continue;
-        const sx_cpc_module_t *m = &e->cpc_mods[k][0];
+        const sx_cpc_module_t *m = &e->cpc.inst[k].mods[0];
         struct sockaddr_storage ss;
         assert_int_equal(sx_rdmacm_blob_parse(m->blob, m->blob_len, &ss, NULL), SX_OK);
         return ntohs(((struct sockaddr_in *)&ss)->sin_port);
@@ -204,7 +204,7 @@ static void peek_run(void *owner, sx_inbox_req_t *req)
     if (c != NULL) {
         p->resolve = c->resolve;
         p->conn = c->conn;
-        p->cpc = c->cpc->component->id;
+        p->cpc = c->conn_method->ops->id;
         p->dest = c->dest;
     }
     atomic_store_explicit(&p->ran, true, memory_order_release);
@@ -247,8 +247,8 @@ static void test_roce_connect(void **state)
     assert_true(runs_rdmacm(b));
     sx_peer_h ab, ba;
     link_pair(a, b, &ab, &ba);
-    assert_int_equal(ab->cpc_mods[0].component->id, SX_CPC_RDMACM);
-    assert_int_equal(ba->cpc_mods[0].component->id, SX_CPC_RDMACM);
+    assert_int_equal(ab->conn_method->ops->id, SX_CPC_RDMACM);
+    assert_int_equal(ba->conn_method->ops->id, SX_CPC_RDMACM);
 
     atomic_store(&got, 0);
     op_t ops[20];
@@ -787,7 +787,7 @@ static void test_not_offered(void **state)
         assert_false(runs_rdmacm(a));
         sx_peer_h ab, ba;
         link_pair(a, b, &ab, &ba);
-        assert_int_equal(ab->cpc_mods[0].component->id, SX_CPC_HANDSHAKE);
+        assert_int_equal(ab->conn_method->ops->id, SX_CPC_HANDSHAKE);
         atomic_store(&got, 0);
         op_t op;
         send_one(ab, &op);

@@ -34,30 +34,37 @@
  * uses implicit over the self transport: there is no path to probe.
  *
  * Channels connect lazily: the first operation queued on a channel that is
- * not up starts the module's connect; operations wait on the channel until
- * it is up, or complete with its error.
+ * not up starts its method's connect; operations wait on the channel until
+ * it is up, or complete with its error. The exchange itself (CONNECT,
+ * ACCEPT, ACK, PROBE, RESET) is channel protocol: shard/conn.h. A
+ * component is that header's method (sx_conn_ops_t: the slots a channel
+ * calls) plus what the engine calls: init, query, peer_init, stop,
+ * finalize. Components never see the engine: it gives them a narrow
+ * context (sx_cpc_env_t) with what they need and nothing else.
  *
  * Synchronization: components and modules are set up at engine creation
- * and read-only afterwards. The endpoint slots run with the channel's
- * shard token held (_locked). The OOB carrier's messages arrive on the OOB
- * thread, and rdmacm's answers on its own thread; both are delegated to
- * the shard through its inbox.
+ * and read-only afterwards. The endpoint slots (shard/conn.h) run with the
+ * channel's shard token held (_locked). The OOB carrier's messages arrive
+ * on the OOB thread, and rdmacm's answers on its own thread; both are
+ * handed to the shard through env->submit (its inbox).
  */
 #ifndef SX_CPC_CPC_H
 #define SX_CPC_CPC_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-struct sx_engine;
-struct sx_chan;
-struct sx_peer;
-struct sx_shard;
-struct sx_wire_hdr;
+#include "bootstrap/oob.h"
+#include "shard/conn.h"
+#include "shard/inbox.h"
+#include "shard/shard.h"
+#include "transports/transport.h"
 
-#define SX_CPC_MAX      4  /* components compiled in, at most; offers in a card, at most */
-#define SX_CPC_BLOB_MAX 64 /* bytes of a module's card blob */
+struct sx_peer;
+
+#define SX_CPC_MAX 4 /* components compiled in, at most; offers in a card, at most */
 
 typedef enum sx_cpc_id {
     SX_CPC_IMPLICIT = 1,
@@ -66,68 +73,90 @@ typedef enum sx_cpc_id {
     SX_CPC_RDMACM = 4,
 } sx_cpc_id_t;
 
+/*
+ * What the engine gives its connection methods: a narrow context, never
+ * the engine itself (DESIGN.md section 2, as nng keeps its transports from
+ * calling back into the socket). Filled before sx_cpc_init, read-only
+ * afterwards.
+ */
+typedef struct sx_cpc_env {
+    const char *engine_name;    /* for log lines */
+    const char *spec;           /* SX_CPC */
+    const char *bind_addr;      /* SX_BIND_ADDR; may be NULL */
+    unsigned rdmacm_port;       /* SX_RDMACM_PORT */
+    unsigned nshards;           /* the engine's shards */
+    sx_shard_t *const *shards;  /* [nshards]: their interfaces, read at init */
+    const sx_tl_ops_t *net_ops; /* the network transport the shards run */
+    sx_oob_t *oob;              /* the OOB endpoint, or NULL */
+    const atomic_bool *closing; /* the engine's destruction has begun */
+    /** Runs @p req on shard @p shard: token-or-delegate (sx_shard_submit_mpsc),
+     *  under the global lock in SX_THREAD_MODE=global. Any thread; never
+     *  waits. */
+    void (*submit)(void *submit_arg, unsigned shard, sx_inbox_req_t *req);
+    void *submit_arg;
+} sx_cpc_env_t;
+
 typedef struct sx_cpc_module sx_cpc_module_t;
+typedef struct sx_cpc_inst sx_cpc_inst_t;
 
 /** A component: a way of connecting. A const table each. */
 typedef struct sx_cpc_component {
-    const char *name;
-    uint8_t id;       /* sx_cpc_id_t; in cards */
+    /** Name, id, probe and the endpoint slots a channel calls
+     *  (shard/conn.h); name and id also identify the component. */
+    sx_conn_ops_t ep;
     uint8_t priority; /* 0-100 */
-    /** Whether it can run in @p engine at all: SX_ERR_UNSUPPORTED drops it
-     *  quietly, other errors fail engine creation. May be NULL (always). */
-    int (*init)(struct sx_engine *engine);
+    /** Whether it can run at all: SX_ERR_UNSUPPORTED drops it quietly,
+     *  other errors fail engine creation. May set inst->state. May be
+     *  NULL (always). */
+    int (*init)(sx_cpc_inst_t *inst);
     /** Fills @p module (already holding the component and shard) for one
      *  shard's network interface, including its card blob; or
      *  SX_ERR_UNSUPPORTED. Never NULL. */
-    int (*query)(struct sx_engine *engine, sx_cpc_module_t *module);
-    /** A peer chose this component: take what its offer says (oob: where
-     *  its OOB endpoint listens). May be NULL. Any thread, under the
-     *  engine's peer-add path. */
-    int (*peer_init)(struct sx_engine *engine, struct sx_peer *peer);
+    int (*query)(sx_cpc_inst_t *inst, sx_cpc_module_t *module);
+    /** A peer chose this component: take what its offer (peer->conn_offer)
+     *  says (oob: where its OOB endpoint listens). May be NULL. Any
+     *  thread, under the engine's peer-add path. */
+    int (*peer_init)(sx_cpc_inst_t *inst, struct sx_peer *peer);
     /** Stops what the component runs on threads of its own, so that
      *  nothing is handed to a shard any more: first at engine destruction,
      *  before the channels and shards go (rdmacm's thread). May be NULL;
      *  may be called more than once. */
-    void (*stop)(struct sx_engine *engine);
+    void (*stop)(sx_cpc_inst_t *inst);
     /** Undoes init (after stop). May be NULL. */
-    void (*finalize)(struct sx_engine *engine);
-
-    /* Endpoint slots, called by the channel's shard token holder. */
-
-    /** A channel chose this module: sets its initial connection state. */
-    void (*ep_init_locked)(sx_cpc_module_t *module, struct sx_chan *chan);
-    /** Work is queued on a channel that is not up: start connecting
-     *  (sends, arms the retry timer). Never NULL. */
-    void (*start_connect_locked)(sx_cpc_module_t *module, struct sx_chan *chan);
-    /** The channel goes away: cancel timers. May be NULL. */
-    void (*ep_finalize_locked)(sx_cpc_module_t *module, struct sx_chan *chan);
-    /** Carries one control message (a whole packet, wire.h) to the
-     *  channel's peer; never blocks; a lost message is retried by the
-     *  exchange. NULL for components without one (implicit). */
-    int (*send_ctrl_locked)(sx_cpc_module_t *module, struct sx_chan *chan, const uint8_t *data,
-                            size_t len);
-    /** Whether the exchange probes the path with an MTU-sized datagram
-     *  (only a component that carries its messages over that path can). */
-    bool probe;
+    void (*finalize)(sx_cpc_inst_t *inst);
 } sx_cpc_component_t;
 
-/** A component's instance on one shard. */
+/** A component's module on one shard: its priority and card blob. */
 struct sx_cpc_module {
     const sx_cpc_component_t *component;
-    struct sx_engine *engine;
     unsigned shard;
     uint8_t priority;
     uint8_t blob_len;
-    uint8_t blob[SX_CPC_BLOB_MAX];
+    uint8_t blob[SX_CONN_BLOB_MAX];
 };
 
-/** A peer's offer of one component, from its card. */
-typedef struct sx_cpc_offer {
-    uint8_t id;
-    uint8_t priority;
-    uint8_t blob_len;
-    uint8_t blob[SX_CPC_BLOB_MAX];
-} sx_cpc_offer_t;
+/** A component as one engine runs it. */
+struct sx_cpc_inst {
+    sx_conn_method_t method; /* what channels call: ops = &comp->ep, ctx = this */
+    const sx_cpc_component_t *comp;
+    const sx_cpc_env_t *env;
+    void *state;           /* the component's own (rdmacm: its thread and queues) */
+    sx_cpc_module_t *mods; /* [env->nshards] */
+};
+
+/** The instance behind a channel's method (an endpoint slot's argument). */
+static inline sx_cpc_inst_t *sx_cpc_inst_of(const sx_conn_method_t *method)
+{
+    return (sx_cpc_inst_t *)method->ctx;
+}
+
+/** An engine's connection methods: those that run, in the order tried. */
+typedef struct sx_cpc {
+    sx_cpc_env_t env;
+    unsigned n;
+    sx_cpc_inst_t inst[SX_CPC_MAX];
+    sx_cpc_inst_t self; /* implicit, for the self peer: there is no path to probe */
+} sx_cpc_t;
 
 extern const sx_cpc_component_t sx_cpc_implicit;
 extern const sx_cpc_component_t sx_cpc_handshake;
@@ -137,14 +166,14 @@ extern const sx_cpc_component_t sx_cpc_oob;
 extern const sx_cpc_component_t sx_cpc_rdmacm;
 
 /**
- * Applies SX_CPC, runs init and query of every component that is left,
- * and keeps the modules in the engine. SX_ERR_INVALID_PARAM, with a log
+ * Applies cpc->env.spec (SX_CPC), runs init and query of every component
+ * that is left, and keeps the instances. SX_ERR_INVALID_PARAM, with a log
  * line, for an unknown name or a list that leaves nothing.
  */
-int sx_cpc_engine_init(struct sx_engine *engine);
+int sx_cpc_init(sx_cpc_t *cpc);
 /** Runs every component's stop slot; first thing at engine destruction. */
-void sx_cpc_engine_stop(struct sx_engine *engine);
-void sx_cpc_engine_fini(struct sx_engine *engine);
+void sx_cpc_stop(sx_cpc_t *cpc);
+void sx_cpc_fini(sx_cpc_t *cpc);
 
 /** Whether SX_CPC asks for component @p name by name (an include list that
  *  names it). */
@@ -155,20 +184,20 @@ bool sx_cpc_oob_requested(const char *spec);
 
 /** Appends the engine's offers (shard 0's modules) to a card. Returns the
  *  bytes written, or 0 if @p cap is too small. */
-size_t sx_cpc_card_write(struct sx_engine *engine, uint8_t *out, size_t cap);
+size_t sx_cpc_card_write(const sx_cpc_t *cpc, uint8_t *out, size_t cap);
 
 /** Parses the offers section of a card at @p in into @p offers (room for
  *  SX_CPC_MAX; a card may carry more, and components unknown here, which
  *  are skipped as cpc_base.c says); returns bytes consumed or 0 for a
  *  malformed section. */
-size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_cpc_offer_t *offers, unsigned *count_p);
+size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_conn_offer_t *offers, unsigned *count_p);
 
 /**
  * Chooses the component for @p peer from its offers and records it (and
  * the blob of the peer's offer) on the peer. SX_ERR_UNSUPPORTED, with a
  * log line listing both sides' offers, when there is none in common.
  */
-int sx_cpc_select(struct sx_engine *engine, struct sx_peer *peer, const sx_cpc_offer_t *offers,
+int sx_cpc_select(sx_cpc_t *cpc, struct sx_peer *peer, const sx_conn_offer_t *offers,
                   unsigned count);
 
 /** Name of component @p id, or "unknown". */

@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <shardx.h>
+
 #include "build_config.h"
 #include "common/log.h"
 #include "cpc/cpc.h"
-#include "engine/engine.h"
+#include "shard/peer.h"
 
 /* Every component this library knows, in the order they are tried. One
  * that is not built keeps its name, so that SX_CPC naming it gets the
@@ -103,40 +105,56 @@ bool sx_cpc_requested(const char *spec, const char *name)
 
 bool sx_cpc_oob_requested(const char *spec)
 {
-    return sx_cpc_requested(spec, sx_cpc_oob.name);
+    return sx_cpc_requested(spec, sx_cpc_oob.ep.name);
 }
 
-/* Builds one module per shard of @p comp into a new array. */
-static int sx_cpc_query_all(struct sx_engine *e, const sx_cpc_component_t *comp,
-                            sx_cpc_module_t **mods_p)
+/* Starts @p comp's instance: init, then one module per shard. */
+static int sx_cpc_inst_start(sx_cpc_t *cpc, sx_cpc_inst_t *inst, const sx_cpc_component_t *comp)
 {
-    sx_cpc_module_t *mods = calloc(e->nshards, sizeof(*mods));
-    if (mods == NULL)
-        return SX_ERR_NO_MEMORY;
-    for (unsigned s = 0; s < e->nshards; s++) {
-        mods[s].component = comp;
-        mods[s].engine = e;
-        mods[s].shard = s;
-        mods[s].priority = comp->priority;
-        int rc = comp->query(e, &mods[s]);
-        if (rc != SX_OK) {
-            free(mods);
-            return rc;
-        }
+    const sx_cpc_env_t *env = &cpc->env;
+
+    memset(inst, 0, sizeof(*inst));
+    inst->method.ops = &comp->ep;
+    inst->method.ctx = inst;
+    inst->comp = comp;
+    inst->env = env;
+    int rc = comp->init != NULL ? comp->init(inst) : SX_OK;
+    if (rc != SX_OK) {
+        if (comp->finalize != NULL)
+            comp->finalize(inst);
+        return rc;
     }
-    *mods_p = mods;
-    return SX_OK;
+    inst->mods = calloc(env->nshards, sizeof(*inst->mods));
+    if (inst->mods == NULL)
+        rc = SX_ERR_NO_MEMORY;
+    for (unsigned s = 0; rc == SX_OK && s < env->nshards; s++) {
+        inst->mods[s].component = comp;
+        inst->mods[s].shard = s;
+        inst->mods[s].priority = comp->priority;
+        rc = comp->query(inst, &inst->mods[s]);
+    }
+    if (rc != SX_OK) {
+        /* A component that started something (rdmacm: a thread) stops it
+         * before it is dropped, whatever the reason. */
+        if (comp->stop != NULL)
+            comp->stop(inst);
+        if (comp->finalize != NULL)
+            comp->finalize(inst);
+        free(inst->mods);
+        inst->mods = NULL;
+    }
+    return rc;
 }
 
-int sx_cpc_engine_init(struct sx_engine *e)
+int sx_cpc_init(sx_cpc_t *cpc)
 {
     unsigned keep, named;
-    int rc = sx_cpc_parse_spec(e->cfg.cpc, &keep, &named);
+    int rc = sx_cpc_parse_spec(cpc->env.spec, &keep, &named);
     if (rc != SX_OK)
         return rc;
 
     /* The self peer always connects implicitly, whatever SX_CPC says. */
-    rc = sx_cpc_query_all(e, &sx_cpc_implicit, &e->cpc_self_mods);
+    rc = sx_cpc_inst_start(cpc, &cpc->self, &sx_cpc_implicit);
     if (rc != SX_OK)
         return rc;
     for (size_t i = 0; i < SX_CPC_ALL_COUNT; i++) {
@@ -149,56 +167,47 @@ int sx_cpc_engine_init(struct sx_engine *e)
                         sx_cpc_all[i].missing);
             continue;
         }
-        bool inited = false;
-        rc = comp->init != NULL ? comp->init(e) : SX_OK;
-        if (rc == SX_OK) {
-            inited = true;
-            rc = sx_cpc_query_all(e, comp, &e->cpc_mods[e->ncpc]);
-        }
-        if (rc != SX_OK) {
-            /* A component that started something (rdmacm: a thread) stops
-             * it before it is dropped, whatever the reason. */
-            if (comp->stop != NULL && inited)
-                comp->stop(e);
-            if (comp->finalize != NULL)
-                comp->finalize(e);
-        }
+        rc = sx_cpc_inst_start(cpc, &cpc->inst[cpc->n], comp);
         if (rc == SX_ERR_UNSUPPORTED) {
             if (named & (1u << i))
-                sx_warn("cpc", "SX_CPC names %s, but it cannot run in this engine", comp->name);
+                sx_warn("cpc", "SX_CPC names %s, but it cannot run in this engine", comp->ep.name);
             continue;
         }
         if (rc != SX_OK)
             return rc;
-        e->cpc[e->ncpc++] = comp;
+        cpc->n++;
     }
-    if (e->ncpc == 0) {
-        sx_error("cpc", "SX_CPC=\"%s\" leaves no connection method that can run", e->cfg.cpc);
+    if (cpc->n == 0) {
+        sx_error("cpc", "SX_CPC=\"%s\" leaves no connection method that can run", cpc->env.spec);
         return SX_ERR_INVALID_PARAM;
     }
     return SX_OK;
 }
 
-void sx_cpc_engine_stop(struct sx_engine *e)
+void sx_cpc_stop(sx_cpc_t *cpc)
 {
-    for (unsigned k = 0; k < e->ncpc; k++) {
-        if (e->cpc[k]->stop != NULL)
-            e->cpc[k]->stop(e);
+    for (unsigned k = 0; k < cpc->n; k++) {
+        if (cpc->inst[k].comp->stop != NULL)
+            cpc->inst[k].comp->stop(&cpc->inst[k]);
     }
 }
 
-void sx_cpc_engine_fini(struct sx_engine *e)
+static void sx_cpc_inst_fini(sx_cpc_inst_t *inst)
 {
-    sx_cpc_engine_stop(e);
-    for (unsigned k = 0; k < e->ncpc; k++) {
-        if (e->cpc[k]->finalize != NULL)
-            e->cpc[k]->finalize(e);
-        free(e->cpc_mods[k]);
-        e->cpc_mods[k] = NULL;
-    }
-    e->ncpc = 0;
-    free(e->cpc_self_mods);
-    e->cpc_self_mods = NULL;
+    if (inst->comp != NULL && inst->comp->finalize != NULL)
+        inst->comp->finalize(inst);
+    free(inst->mods);
+    inst->mods = NULL;
+    inst->comp = NULL;
+}
+
+void sx_cpc_fini(sx_cpc_t *cpc)
+{
+    sx_cpc_stop(cpc);
+    for (unsigned k = 0; k < cpc->n; k++)
+        sx_cpc_inst_fini(&cpc->inst[k]);
+    cpc->n = 0;
+    sx_cpc_inst_fini(&cpc->self);
 }
 
 /*
@@ -206,18 +215,18 @@ void sx_cpc_engine_fini(struct sx_engine *e)
  *   u8 count, then per offer: u8 id, u8 priority, u8 blob length, blob
  * Offers are the same on every shard, so shard 0's modules speak for all.
  */
-size_t sx_cpc_card_write(struct sx_engine *e, uint8_t *out, size_t cap)
+size_t sx_cpc_card_write(const sx_cpc_t *cpc, uint8_t *out, size_t cap)
 {
     size_t off = 1;
 
     if (cap < 1)
         return 0;
-    out[0] = (uint8_t)e->ncpc;
-    for (unsigned k = 0; k < e->ncpc; k++) {
-        const sx_cpc_module_t *m = &e->cpc_mods[k][0];
+    out[0] = (uint8_t)cpc->n;
+    for (unsigned k = 0; k < cpc->n; k++) {
+        const sx_cpc_module_t *m = &cpc->inst[k].mods[0];
         if (off + 3 + m->blob_len > cap)
             return 0;
-        out[off] = m->component->id;
+        out[off] = m->component->ep.id;
         out[off + 1] = m->priority;
         out[off + 2] = m->blob_len;
         memcpy(out + off + 3, m->blob, m->blob_len);
@@ -240,17 +249,17 @@ static bool sx_cpc_id_known(uint8_t id)
  * we know are kept first, and unknown ones only while there is room (they
  * are never chosen, but the "no method in common" diagnosis names them).
  */
-size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_cpc_offer_t *offers, unsigned *count_p)
+size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_conn_offer_t *offers, unsigned *count_p)
 {
     if (len < 1)
         return 0;
     unsigned n = in[0], kept = 0;
     size_t off = 1;
     for (unsigned k = 0; k < n; k++) {
-        if (len - off < 3 || in[off + 2] > SX_CPC_BLOB_MAX || len - off - 3 < in[off + 2] ||
+        if (len - off < 3 || in[off + 2] > SX_CONN_BLOB_MAX || len - off - 3 < in[off + 2] ||
             in[off + 1] > 100)
             return 0;
-        sx_cpc_offer_t o = {.id = in[off], .priority = in[off + 1], .blob_len = in[off + 2]};
+        sx_conn_offer_t o = {.id = in[off], .priority = in[off + 1], .blob_len = in[off + 2]};
         memcpy(o.blob, in + off + 3, o.blob_len);
         off += 3 + (size_t)o.blob_len;
         if (kept < SX_CPC_MAX) {
@@ -270,24 +279,25 @@ size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_cpc_offer_t *offers, 
     return off;
 }
 
-int sx_cpc_select(struct sx_engine *e, struct sx_peer *peer, const sx_cpc_offer_t *offers,
+int sx_cpc_select(sx_cpc_t *cpc, struct sx_peer *peer, const sx_conn_offer_t *offers,
                   unsigned count)
 {
     int best = -1, best_offer = -1;
     unsigned best_score = 0;
 
     if (peer->is_self) {
-        peer->cpc_mods = e->cpc_self_mods;
+        peer->conn_method = &cpc->self.method;
         return SX_OK;
     }
-    for (unsigned k = 0; k < e->ncpc; k++) {
+    for (unsigned k = 0; k < cpc->n; k++) {
+        const sx_cpc_inst_t *inst = &cpc->inst[k];
         for (unsigned o = 0; o < count; o++) {
-            if (offers[o].id != e->cpc[k]->id)
+            if (offers[o].id != inst->comp->ep.id)
                 continue;
-            unsigned mine = e->cpc_mods[k][0].priority, theirs = offers[o].priority;
+            unsigned mine = inst->mods[0].priority, theirs = offers[o].priority;
             /* Both ends compute the same score from the same two numbers;
              * ties go to the higher id. */
-            unsigned score = (mine > theirs ? mine : theirs) * 256u + e->cpc[k]->id;
+            unsigned score = (mine > theirs ? mine : theirs) * 256u + inst->comp->ep.id;
             if (best < 0 || score > best_score) {
                 best = (int)k;
                 best_offer = (int)o;
@@ -298,9 +308,9 @@ int sx_cpc_select(struct sx_engine *e, struct sx_peer *peer, const sx_cpc_offer_
     if (best < 0) {
         char ours[64] = "", theirs[64] = "";
         size_t a = 0, b = 0;
-        for (unsigned k = 0; k < e->ncpc && a < sizeof(ours); k++)
-            a +=
-                (size_t)snprintf(ours + a, sizeof(ours) - a, "%s%s", k ? "," : "", e->cpc[k]->name);
+        for (unsigned k = 0; k < cpc->n && a < sizeof(ours); k++)
+            a += (size_t)snprintf(ours + a, sizeof(ours) - a, "%s%s", k ? "," : "",
+                                  cpc->inst[k].comp->ep.name);
         for (unsigned o = 0; o < count && b < sizeof(theirs); o++)
             b += (size_t)snprintf(theirs + b, sizeof(theirs) - b, "%s%s", o ? "," : "",
                                   sx_cpc_name(offers[o].id));
@@ -310,9 +320,10 @@ int sx_cpc_select(struct sx_engine *e, struct sx_peer *peer, const sx_cpc_offer_
                  (unsigned long long)peer->id, ours, count ? theirs : "none");
         return SX_ERR_UNSUPPORTED;
     }
-    peer->cpc_mods = e->cpc_mods[best];
-    peer->cpc_offer = offers[best_offer];
-    if (e->cpc[best]->peer_init != NULL)
-        return e->cpc[best]->peer_init(e, peer);
+    sx_cpc_inst_t *inst = &cpc->inst[best];
+    peer->conn_method = &inst->method;
+    peer->conn_offer = offers[best_offer];
+    if (inst->comp->peer_init != NULL)
+        return inst->comp->peer_init(inst, peer);
     return SX_OK;
 }

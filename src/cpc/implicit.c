@@ -6,32 +6,36 @@
  */
 #include <shardx.h>
 
-#include "cpc/connect.h"
+#include "cpc/cpc.h"
+#include "shard/conn.h"
 
-static int implicit_query(struct sx_engine *engine, sx_cpc_module_t *module)
+static int implicit_query(sx_cpc_inst_t *inst, sx_cpc_module_t *module)
 {
-    (void)engine;
+    (void)inst;
     module->blob_len = 0;
     return SX_OK;
 }
 
-static void implicit_ep_init(sx_cpc_module_t *module, struct sx_chan *chan)
+static void implicit_ep_init(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     sx_conn_ep_init_up_locked(chan);
 }
 
-static void implicit_start_connect(sx_cpc_module_t *module, struct sx_chan *chan)
+static void implicit_start_connect(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     (void)chan; /* always up */
 }
 
 const sx_cpc_component_t sx_cpc_implicit = {
-    .name = "implicit",
-    .id = SX_CPC_IMPLICIT,
+    .ep =
+        {
+            .name = "implicit",
+            .id = SX_CPC_IMPLICIT,
+            .ep_init_locked = implicit_ep_init,
+            .start_connect_locked = implicit_start_connect,
+        },
     .priority = 50,
     .query = implicit_query,
-    .ep_init_locked = implicit_ep_init,
-    .start_connect_locked = implicit_start_connect,
 };

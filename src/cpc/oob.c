@@ -1,5 +1,5 @@
 /*
- * oob: the connection exchange of connect.h carried over the OOB (TCP),
+ * oob: the connection exchange of shard/conn.h carried over the OOB (TCP),
  * as Open MPI's openib `oob` CPC carries its QP information. Reliable, so
  * no path probe; offered only when the engine has an OOB endpoint. Its
  * card blob is the endpoint's "host:port".
@@ -13,13 +13,15 @@
 #include <shardx.h>
 
 #include "common/log.h"
-#include "cpc/connect.h"
-#include "engine/engine.h"
+#include "cpc/cpc.h"
 #include "shard/chan.h"
+#include "shard/conn.h"
+#include "shard/peer.h"
+#include "shard/wire.h"
 
 typedef struct oob_ctrl_req {
     sx_inbox_req_t req;
-    struct sx_engine *engine;
+    const sx_cpc_env_t *env;
     size_t len;
     uint8_t data[];
 } oob_ctrl_req_t;
@@ -28,7 +30,7 @@ static void oob_ctrl_run(void *owner, sx_inbox_req_t *req)
 {
     oob_ctrl_req_t *r = (oob_ctrl_req_t *)req;
 
-    if (!atomic_load(&r->engine->closing))
+    if (!atomic_load(r->env->closing))
         sx_shard_recv_ctrl_locked(owner, r->data, r->len);
     free(r);
 }
@@ -36,12 +38,12 @@ static void oob_ctrl_run(void *owner, sx_inbox_req_t *req)
 /* OOB thread: check the routing fields, hand the message to its shard. */
 static void oob_ctrl_handler(void *arg, uint64_t peer, uint32_t tag, const void *data, size_t len)
 {
-    struct sx_engine *e = arg;
+    const sx_cpc_env_t *env = arg;
     sx_wire_hdr_t h;
     (void)tag;
 
     sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
-    if (why == SX_DROP_COUNT && (h.type != SX_PKT_CTRL || h.dst_shard >= e->nshards))
+    if (why == SX_DROP_COUNT && (h.type != SX_PKT_CTRL || h.dst_shard >= env->nshards))
         why = h.type != SX_PKT_CTRL ? SX_DROP_TYPE : SX_DROP_SHARD;
     if (why != SX_DROP_COUNT) {
         sx_warn_ratelimited("cpc", "oob: message from OOB peer %016llx dropped: %s",
@@ -54,43 +56,44 @@ static void oob_ctrl_handler(void *arg, uint64_t peer, uint32_t tag, const void 
         return;
     }
     r->req.run = oob_ctrl_run;
-    r->engine = e;
+    r->env = env;
     r->len = len;
     memcpy(r->data, data, len);
-    sx_engine_submit(e, h.dst_shard, &r->req);
+    env->submit(env->submit_arg, h.dst_shard, &r->req);
 }
 
-static int oob_init(struct sx_engine *e)
+static int oob_init(sx_cpc_inst_t *inst)
 {
-    if (e->oob == NULL)
+    const sx_cpc_env_t *env = inst->env;
+    if (env->oob == NULL)
         return SX_ERR_UNSUPPORTED;
-    return sx_oob_handler_set(e->oob, SX_OOB_TAG_CPC, oob_ctrl_handler, e);
+    return sx_oob_handler_set(env->oob, SX_OOB_TAG_CPC, oob_ctrl_handler, (void *)env);
 }
 
-static void oob_finalize(struct sx_engine *e)
+static void oob_finalize(sx_cpc_inst_t *inst)
 {
-    if (e->oob != NULL)
-        (void)sx_oob_handler_set(e->oob, SX_OOB_TAG_CPC, NULL, NULL);
+    if (inst->env->oob != NULL)
+        (void)sx_oob_handler_set(inst->env->oob, SX_OOB_TAG_CPC, NULL, NULL);
 }
 
-static int oob_query(struct sx_engine *e, sx_cpc_module_t *module)
+static int oob_query(sx_cpc_inst_t *inst, sx_cpc_module_t *module)
 {
     char addr[SX_OOB_ADDR_MAX];
-    int rc = sx_oob_address(e->oob, addr, sizeof(addr));
+    int rc = sx_oob_address(inst->env->oob, addr, sizeof(addr));
     if (rc != SX_OK)
         return rc;
     size_t n = strlen(addr);
-    if (n > SX_CPC_BLOB_MAX)
+    if (n > SX_CONN_BLOB_MAX)
         return SX_ERR_UNSUPPORTED;
     memcpy(module->blob, addr, n);
     module->blob_len = (uint8_t)n;
     return SX_OK;
 }
 
-static int oob_peer_init(struct sx_engine *e, struct sx_peer *peer)
+static int oob_peer_init(sx_cpc_inst_t *inst, struct sx_peer *peer)
 {
-    char addr[SX_CPC_BLOB_MAX + 1];
-    const sx_cpc_offer_t *o = &peer->cpc_offer;
+    char addr[SX_CONN_BLOB_MAX + 1];
+    const sx_conn_offer_t *o = &peer->conn_offer;
 
     for (unsigned i = 0; i < o->blob_len; i++) {
         if (o->blob[i] < 0x21 || o->blob[i] > 0x7e) {
@@ -101,50 +104,53 @@ static int oob_peer_init(struct sx_engine *e, struct sx_peer *peer)
     }
     memcpy(addr, o->blob, o->blob_len);
     addr[o->blob_len] = '\0';
-    int rc = sx_oob_peer_set(e->oob, peer->epoch, addr);
+    int rc = sx_oob_peer_set(inst->env->oob, peer->epoch, addr);
     if (rc != SX_OK)
         sx_error("cpc", "sx_peer_add: peer %llu's OOB address \"%s\" is unusable: %s",
                  (unsigned long long)peer->id, addr, sx_strerror(rc));
     return rc;
 }
 
-static void oob_ep_init(sx_cpc_module_t *module, struct sx_chan *chan)
+static void oob_ep_init(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     sx_conn_ep_init_idle_locked(chan);
 }
 
-static void oob_start_connect(sx_cpc_module_t *module, struct sx_chan *chan)
+static void oob_start_connect(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     sx_conn_start_locked(chan);
 }
 
-static void oob_ep_fini(sx_cpc_module_t *module, struct sx_chan *chan)
+static void oob_ep_fini(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     sx_conn_ep_fini_locked(chan);
 }
 
-static int oob_send_ctrl(sx_cpc_module_t *module, struct sx_chan *chan, const uint8_t *data,
+static int oob_send_ctrl(const sx_conn_method_t *method, struct sx_chan *chan, const uint8_t *data,
                          size_t len)
 {
     struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
-    return sx_oob_send_nb(module->engine->oob, chan->peer->epoch, SX_OOB_TAG_CPC, &iov, 1, NULL,
-                          NULL);
+    return sx_oob_send_nb(sx_cpc_inst_of(method)->env->oob, chan->peer->epoch, SX_OOB_TAG_CPC, &iov,
+                          1, NULL, NULL);
 }
 
 const sx_cpc_component_t sx_cpc_oob = {
-    .name = "oob",
-    .id = SX_CPC_OOB,
+    .ep =
+        {
+            .name = "oob",
+            .id = SX_CPC_OOB,
+            .probe = false,
+            .ep_init_locked = oob_ep_init,
+            .start_connect_locked = oob_start_connect,
+            .ep_finalize_locked = oob_ep_fini,
+            .send_ctrl_locked = oob_send_ctrl,
+        },
     .priority = 30,
     .init = oob_init,
     .query = oob_query,
     .peer_init = oob_peer_init,
     .finalize = oob_finalize,
-    .ep_init_locked = oob_ep_init,
-    .start_connect_locked = oob_start_connect,
-    .ep_finalize_locked = oob_ep_fini,
-    .send_ctrl_locked = oob_send_ctrl,
-    .probe = false,
 };

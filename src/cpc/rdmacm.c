@@ -1,7 +1,7 @@
 /*
  * rdmacm: the connection manager resolves the path to a peer's verbs queue
  * pair (rdmacm.h says why and what goes on the wire), then the exchange of
- * connect.h runs over that path as the handshake runs it: windows, initial
+ * shard/conn.h runs over that path as the handshake runs it: windows, initial
  * sequence numbers and datagram sizes are negotiated and the path probed.
  * Open MPI's openib `rdma_cm` CPC has the same split between what the
  * connection manager finds and what the BTL then sets up
@@ -17,7 +17,7 @@
  * so no shard ever blocks on the connection manager. A channel's request
  * names the channel by the peer's epoch, our shard, the peer's shard and a
  * request id, never by pointer; the answer goes back to the channel's
- * shard through its inbox (sx_engine_submit), as the oob component's
+ * shard through its inbox (env->submit), as the oob component's
  * messages do, and the shard looks the channel up again and checks the id,
  * so a channel destroyed or recreated meanwhile is never touched. Every
  * request ends exactly once: answered through the inbox, or dropped by the
@@ -69,10 +69,11 @@
 #include "common/le.h"
 #include "common/log.h"
 #include "common/time.h"
-#include "cpc/connect.h"
+#include "cpc/cpc.h"
 #include "cpc/rdmacm.h"
-#include "engine/engine.h"
 #include "shard/chan.h"
+#include "shard/conn.h"
+#include "shard/peer.h"
 #include "transports/transport.h"
 #include "transports/verbs_addr.h"
 
@@ -314,7 +315,7 @@ static const char *const rdmacm_step_text[] = {
 typedef struct rdmacm_req {
     sx_inbox_req_t req; /* the answer's delegation to the channel's shard */
     struct rdmacm_req *prev, *next;
-    struct sx_engine *engine;
+    const sx_cpc_env_t *env;
     uint64_t peer_epoch;
     uint64_t peer_id; /* for log lines */
     unsigned shard;   /* ours: where the answer goes */
@@ -334,7 +335,7 @@ typedef struct rdmacm_req {
 } rdmacm_req_t;
 
 typedef struct rdmacm_state {
-    struct sx_engine *engine;
+    const sx_cpc_env_t *env;
     unsigned nshards;
     rdmacm_qp_t *qps; /* [nshards] */
     struct rdma_event_channel *ch;
@@ -396,7 +397,7 @@ static void rdmacm_finish(rdmacm_state_t *st, rdmacm_req_t *r)
         r->cm_id = NULL;
     }
     r->req.run = rdmacm_answer_run;
-    sx_engine_submit(st->engine, r->shard, &r->req);
+    st->env->submit(st->env->submit_arg, r->shard, &r->req);
 }
 
 /* Ends a request with SX_ERR_PEER_UNREACHABLE and the reason, prefixed
@@ -776,9 +777,9 @@ static void rdmacm_resolve_failed(sx_chan_t *c, int status, const char *why)
 /* Hands the thread a request for the path of @p c. */
 static void rdmacm_resolve_locked(sx_chan_t *c)
 {
-    struct sx_engine *e = c->cpc->engine;
-    rdmacm_state_t *st = e->rdmacm;
-    const sx_cpc_offer_t *o = &c->peer->cpc_offer;
+    const sx_cpc_inst_t *inst = sx_cpc_inst_of(c->conn_method);
+    rdmacm_state_t *st = inst->state;
+    const sx_conn_offer_t *o = &c->peer->conn_offer;
     const char *why = NULL;
     char text[320];
 
@@ -799,7 +800,7 @@ static void rdmacm_resolve_locked(sx_chan_t *c)
         return;
     }
     rdmacm_sockaddr_str((struct sockaddr *)&r->dst, r->dst_str, sizeof(r->dst_str));
-    r->engine = e;
+    r->env = inst->env;
     r->peer_epoch = c->peer->epoch;
     r->peer_id = c->peer->id;
     r->shard = c->shard->index;
@@ -886,7 +887,7 @@ static void rdmacm_answer_run(void *owner, sx_inbox_req_t *req)
     rdmacm_req_t *r = (rdmacm_req_t *)req;
     sx_shard_t *shard = owner;
 
-    if (atomic_load(&r->engine->closing)) {
+    if (atomic_load(r->env->closing)) {
         free(r);
         return;
     }
@@ -900,7 +901,7 @@ static void rdmacm_answer_run(void *owner, sx_inbox_req_t *req)
         r->lane < peer->nshards)
         c = peer->chans[(size_t)shard->index * peer->nshards + r->lane];
     sx_rcu_read_unlock(&env->peers->rcu);
-    if (c != NULL && c->cpc->component == &sx_cpc_rdmacm && !c->failed &&
+    if (c != NULL && c->conn_method->ops == &sx_cpc_rdmacm.ep && !c->failed &&
         c->resolve == SX_CHAN_RESOLVE_PENDING && c->resolve_id == r->id)
         rdmacm_apply_locked(c, r);
     else
@@ -934,15 +935,15 @@ static void rdmacm_state_free(rdmacm_state_t *st)
 }
 
 /* Each shard's queue pair, from its interface's card address. */
-static int rdmacm_read_qps(struct sx_engine *e, rdmacm_state_t *st, char *why, size_t cap)
+static int rdmacm_read_qps(const sx_cpc_env_t *env, rdmacm_state_t *st, char *why, size_t cap)
 {
-    st->qps = calloc(e->nshards, sizeof(*st->qps));
+    st->qps = calloc(env->nshards, sizeof(*st->qps));
     if (st->qps == NULL) {
         snprintf(why, cap, "out of memory");
         return SX_ERR_NO_MEMORY;
     }
-    for (unsigned s = 0; s < e->nshards; s++) {
-        sx_tl_iface_t *iface = e->shards[s]->ifaces[SX_SHARD_TL_NET];
+    for (unsigned s = 0; s < env->nshards; s++) {
+        sx_tl_iface_t *iface = env->shards[s]->ifaces[SX_SHARD_TL_NET];
         uint8_t buf[SX_TL_ADDR_MAX];
         size_t len = sizeof(buf);
         sx_verbs_addr_t a;
@@ -965,16 +966,16 @@ static int rdmacm_read_qps(struct sx_engine *e, rdmacm_state_t *st, char *why, s
  * IPv4-mapped IPv6 address (RFC 4291, 2.5.5.2), as RoCE v2 GIDs of IPv4
  * interfaces are.
  */
-static int rdmacm_listen_addr(struct sx_engine *e, const rdmacm_state_t *st,
+static int rdmacm_listen_addr(const sx_cpc_env_t *env, const rdmacm_state_t *st,
                               struct sockaddr_in *sin, char *why, size_t cap)
 {
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    const char *bind = e->cfg.bind_addr != NULL ? e->cfg.bind_addr : "";
+    const char *bind = env->bind_addr != NULL ? env->bind_addr : "";
     struct in_addr a;
 
     memset(sin, 0, sizeof(*sin));
     sin->sin_family = AF_INET;
-    sin->sin_port = htons((uint16_t)e->cfg.rdmacm_port);
+    sin->sin_port = htons((uint16_t)env->rdmacm_port);
     if (inet_pton(AF_INET, bind, &a) == 1 && a.s_addr != htonl(INADDR_ANY) &&
         (ntohl(a.s_addr) >> 24) != 127) {
         sin->sin_addr = a;
@@ -993,15 +994,15 @@ static int rdmacm_listen_addr(struct sx_engine *e, const rdmacm_state_t *st,
 }
 
 /* Opens the event channel, the listener and the thread. */
-static int rdmacm_open(struct sx_engine *e, rdmacm_state_t *st, char *why, size_t cap)
+static int rdmacm_open(const sx_cpc_env_t *env, rdmacm_state_t *st, char *why, size_t cap)
 {
     struct sockaddr_in sin;
     char want[RDMACM_ADDR_STR];
 
-    int rc = rdmacm_read_qps(e, st, why, cap);
+    int rc = rdmacm_read_qps(env, st, why, cap);
     if (rc != SX_OK)
         return rc;
-    rc = rdmacm_listen_addr(e, st, &sin, why, cap);
+    rc = rdmacm_listen_addr(env, st, &sin, why, cap);
     if (rc != SX_OK)
         return rc;
     st->ch = rdma_create_event_channel();
@@ -1045,7 +1046,7 @@ static int rdmacm_open(struct sx_engine *e, rdmacm_state_t *st, char *why, size_
     memcpy(st->local_gid,
            rdmacm_gid_or(st->listen->route.addr.addr.ibaddr.sgid.raw, st->qps[0].gid),
            sizeof(st->local_gid));
-    for (unsigned s = 0; s < e->nshards; s++)
+    for (unsigned s = 0; s < env->nshards; s++)
         st->qps[s].elsewhere = memcmp(st->qps[s].gid, st->local_gid, 16) != 0;
     rdmacm_sockaddr_str((struct sockaddr *)&st->local, st->local_str, sizeof(st->local_str));
     if (sx_rdmacm_blob_write((struct sockaddr *)&st->local, st->blob, sizeof(st->blob),
@@ -1087,17 +1088,18 @@ static int rdmacm_open(struct sx_engine *e, rdmacm_state_t *st, char *why, size_
     return SX_OK;
 }
 
-static int rdmacm_init(struct sx_engine *e)
+static int rdmacm_init(sx_cpc_inst_t *inst)
 {
+    const sx_cpc_env_t *env = inst->env;
     /* Quiet unless asked for by name: most engines do not run verbs. */
-    bool named = sx_cpc_requested(e->cfg.cpc, sx_cpc_rdmacm.name);
+    bool named = sx_cpc_requested(env->spec, sx_cpc_rdmacm.ep.name);
     char why[384];
 
-    if (e->net_ops != &sx_tl_verbs_ops) {
+    if (env->net_ops != &sx_tl_verbs_ops) {
         sx_log(named ? SX_LOG_WARN : SX_LOG_DEBUG, "cpc",
                "rdmacm: not offered: the engine runs the %s transport, and the connection "
                "manager resolves paths for the verbs transport only",
-               e->net_ops != NULL ? e->net_ops->name : "(no)");
+               env->net_ops != NULL ? env->net_ops->name : "(no)");
         return SX_ERR_UNSUPPORTED;
     }
     rdmacm_state_t *st = calloc(1, sizeof(*st));
@@ -1105,11 +1107,11 @@ static int rdmacm_init(struct sx_engine *e)
     if (st == NULL) {
         snprintf(why, sizeof(why), "out of memory");
     } else {
-        st->engine = e;
-        st->nshards = e->nshards;
+        st->env = env;
+        st->nshards = env->nshards;
         st->epfd = st->evfd = -1;
         atomic_init(&st->next_id, 0);
-        rc = rdmacm_open(e, st, why, sizeof(why));
+        rc = rdmacm_open(env, st, why, sizeof(why));
     }
     if (rc != SX_OK) {
         /* rdmacm_open starts the thread last: it is not running. */
@@ -1118,18 +1120,18 @@ static int rdmacm_init(struct sx_engine *e)
                "rdmacm: not offered: %s; channels use the other connection methods", why);
         return SX_ERR_UNSUPPORTED;
     }
-    e->rdmacm = st;
-    sx_info("cpc", "rdmacm: %s listens on %s (RDMA_PS_UDP, %s port %u) to resolve paths", e->name,
-            st->local_str,
+    inst->state = st;
+    sx_info("cpc", "rdmacm: %s listens on %s (RDMA_PS_UDP, %s port %u) to resolve paths",
+            env->engine_name, st->local_str,
             st->listen->verbs != NULL ? ibv_get_device_name(st->listen->verbs->device) : "?",
             st->listen->port_num);
     return SX_OK;
 }
 
 /* Stops the thread: after this nothing is handed to a shard any more. */
-static void rdmacm_stop(struct sx_engine *e)
+static void rdmacm_stop(sx_cpc_inst_t *inst)
 {
-    rdmacm_state_t *st = e->rdmacm;
+    rdmacm_state_t *st = inst->state;
 
     if (st == NULL || !st->thread_started)
         return;
@@ -1143,16 +1145,16 @@ static void rdmacm_stop(struct sx_engine *e)
     st->thread_started = false;
 }
 
-static void rdmacm_finalize(struct sx_engine *e)
+static void rdmacm_finalize(sx_cpc_inst_t *inst)
 {
-    rdmacm_stop(e);
-    rdmacm_state_free(e->rdmacm);
-    e->rdmacm = NULL;
+    rdmacm_stop(inst);
+    rdmacm_state_free(inst->state);
+    inst->state = NULL;
 }
 
-static int rdmacm_query(struct sx_engine *e, sx_cpc_module_t *module)
+static int rdmacm_query(sx_cpc_inst_t *inst, sx_cpc_module_t *module)
 {
-    const rdmacm_state_t *st = e->rdmacm;
+    const rdmacm_state_t *st = inst->state;
 
     if (st == NULL)
         return SX_ERR_UNSUPPORTED;
@@ -1161,13 +1163,14 @@ static int rdmacm_query(struct sx_engine *e, sx_cpc_module_t *module)
     return SX_OK;
 }
 
-static int rdmacm_peer_init(struct sx_engine *e, struct sx_peer *peer)
+static int rdmacm_peer_init(sx_cpc_inst_t *inst, struct sx_peer *peer)
 {
     struct sockaddr_storage ss;
     const char *why = NULL;
-    (void)e;
+    (void)inst;
 
-    if (sx_rdmacm_blob_parse(peer->cpc_offer.blob, peer->cpc_offer.blob_len, &ss, &why) != SX_OK) {
+    if (sx_rdmacm_blob_parse(peer->conn_offer.blob, peer->conn_offer.blob_len, &ss, &why) !=
+        SX_OK) {
         sx_error("cpc", "sx_peer_add: peer %llu's card has a malformed rdmacm listener address: %s",
                  (unsigned long long)peer->id, why);
         return SX_ERR_INVALID_PARAM;
@@ -1175,9 +1178,9 @@ static int rdmacm_peer_init(struct sx_engine *e, struct sx_peer *peer)
     return SX_OK;
 }
 
-static void rdmacm_ep_init(sx_cpc_module_t *module, struct sx_chan *chan)
+static void rdmacm_ep_init(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     sx_conn_ep_init_idle_locked(chan);
     chan->resolve = SX_CHAN_RESOLVE_NONE;
     chan->resolve_id = 0;
@@ -1189,9 +1192,9 @@ static void rdmacm_ep_init(sx_cpc_module_t *module, struct sx_chan *chan)
  * does not call again, and nothing is sent. Its nonce is drawn now, as
  * the exchange would, so an ACCEPT forged with nonce 0 finds no match.
  */
-static void rdmacm_start_connect(sx_cpc_module_t *module, struct sx_chan *chan)
+static void rdmacm_start_connect(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     if (chan->conn != SX_CONN_IDLE || chan->failed)
         return;
     if (chan->resolve == SX_CHAN_RESOLVE_DONE) {
@@ -1207,9 +1210,9 @@ static void rdmacm_start_connect(sx_cpc_module_t *module, struct sx_chan *chan)
         rdmacm_resolve_locked(chan);
 }
 
-static void rdmacm_ep_fini(sx_cpc_module_t *module, struct sx_chan *chan)
+static void rdmacm_ep_fini(const sx_conn_method_t *method, struct sx_chan *chan)
 {
-    (void)module;
+    (void)method;
     sx_conn_ep_fini_locked(chan);
     chan->resolve_id = 0; /* an answer still on its way finds no match */
 }
@@ -1217,27 +1220,30 @@ static void rdmacm_ep_fini(sx_cpc_module_t *module, struct sx_chan *chan)
 /* The exchange's messages go over the datagram path, as the handshake's
  * do. A channel that answers before it has resolved anything (its peer
  * connected first) starts resolving its own direction now. */
-static int rdmacm_send_ctrl(sx_cpc_module_t *module, struct sx_chan *chan, const uint8_t *data,
-                            size_t len)
+static int rdmacm_send_ctrl(const sx_conn_method_t *method, struct sx_chan *chan,
+                            const uint8_t *data, size_t len)
 {
-    (void)module;
+    (void)method;
     if (chan->resolve == SX_CHAN_RESOLVE_NONE && !chan->failed)
         rdmacm_resolve_locked(chan);
     return sx_chan_send_raw_locked(chan, data, len);
 }
 
 const sx_cpc_component_t sx_cpc_rdmacm = {
-    .name = "rdmacm",
-    .id = SX_CPC_RDMACM,
+    .ep =
+        {
+            .name = "rdmacm",
+            .id = SX_CPC_RDMACM,
+            .probe = true,
+            .ep_init_locked = rdmacm_ep_init,
+            .start_connect_locked = rdmacm_start_connect,
+            .ep_finalize_locked = rdmacm_ep_fini,
+            .send_ctrl_locked = rdmacm_send_ctrl,
+        },
     .priority = 90,
     .init = rdmacm_init,
     .query = rdmacm_query,
     .peer_init = rdmacm_peer_init,
     .stop = rdmacm_stop,
     .finalize = rdmacm_finalize,
-    .ep_init_locked = rdmacm_ep_init,
-    .start_connect_locked = rdmacm_start_connect,
-    .ep_finalize_locked = rdmacm_ep_fini,
-    .send_ctrl_locked = rdmacm_send_ctrl,
-    .probe = true,
 };

@@ -21,10 +21,10 @@
 #include <string.h>
 
 #include "common/time.h"
-#include "cpc/connect.h"
 #include "engine/diag.h"
 #include "engine/engine.h"
 #include "shard/chan.h"
+#include "shard/conn.h"
 
 /* Most operations listed per channel; the rest are counted. */
 #define SX_DUMP_OPS_PER_CHAN 8
@@ -145,7 +145,7 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
             "    receive: nxt %" PRIu32 ", %u out of order (%zu bytes), %u frames unacknowledged\n"
             "    ops: %u queued, %u awaiting ACK, %u awaiting an answer; %u answers owed\n",
             peer->id, c->lane, peer->is_self ? "self" : "remote", peer->epoch, addr,
-            c->cpc != NULL ? c->cpc->component->name : "?", sx_conn_state_name(c->conn),
+            c->conn_method != NULL ? c->conn_method->ops->name : "?", sx_conn_state_name(c->conn),
             c->failed ? " FAILED: " : "", c->snd_una, c->snd_nxt, unacked, c->inflight_bytes,
             c->snd_window, c->rtx != NULL ? "a non-empty" : "an empty", rtx, sx_ms(c->rto_ns),
             sx_ms(c->srtt_ns), sx_ms(c->rttvar_ns), c->backoff,
@@ -200,8 +200,8 @@ int sx_engine_dump(struct sx_engine *e, FILE *out, uint64_t budget_ns)
     fprintf(out,
             "=== shardx dump: engine %s, pid %d, epoch %016" PRIx64 ", %u shards, %s mode, "
             "%zu peers ===\n",
-            e->name, (int)getpid(), e->env.epoch, e->nshards,
-            e->global_mode ? "global" : "sharded", npeers);
+            e->name, (int)getpid(), e->env.epoch, e->nshards, e->global_mode ? "global" : "sharded",
+            npeers);
     for (unsigned i = 0; i < e->nshards; i++) {
         sx_shard_t *s = e->shards[i];
         if (!sx_diag_shard_enter(e, s, budget_ns)) {

@@ -295,6 +295,31 @@ static void sx_engine_fit_inflight(struct sx_engine *e)
     e->env.conf.max_inflight = fit;
 }
 
+static void sx_engine_submit_env(void *arg, unsigned shard, sx_inbox_req_t *req)
+{
+    sx_engine_submit(arg, shard, req);
+}
+
+/* The connection methods, with the narrow context they get instead of the
+ * engine (cpc.h); after the shards and the OOB endpoint exist. */
+static int sx_engine_cpc_init(struct sx_engine *e)
+{
+    e->cpc.env = (sx_cpc_env_t){
+        .engine_name = e->name,
+        .spec = e->cfg.cpc,
+        .bind_addr = e->cfg.bind_addr,
+        .rdmacm_port = (unsigned)e->cfg.rdmacm_port,
+        .nshards = e->nshards,
+        .shards = e->shards,
+        .net_ops = e->net_ops,
+        .oob = e->oob,
+        .closing = &e->closing,
+        .submit = sx_engine_submit_env,
+        .submit_arg = e,
+    };
+    return sx_cpc_init(&e->cpc);
+}
+
 static void sx_engine_free(struct sx_engine *e)
 {
     atomic_store(&e->closing, true);
@@ -305,7 +330,7 @@ static void sx_engine_free(struct sx_engine *e)
     /* The OOB's thread may hand messages to the shards: it goes first. */
     sx_engine_bootstrap_fini(e);
     /* So may a connection method's thread (rdmacm's answers). */
-    sx_cpc_engine_stop(e);
+    sx_cpc_stop(&e->cpc);
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
      * the shards, whose inboxes may still hold peer-close requests. */
     sx_engine_peers_fini(e);
@@ -316,7 +341,7 @@ static void sx_engine_free(struct sx_engine *e)
     }
     sx_peer_table_fini(&e->peers);
     sx_mem_table_fini(&e->mem);
-    sx_cpc_engine_fini(e);
+    sx_cpc_fini(&e->cpc);
     sx_tl_self_domain_destroy(e->self_domain);
     sx_handlers_fini(&e->handlers);
     if (e->home_key_created)
@@ -412,7 +437,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     rc = sx_engine_bootstrap_init(e);
     if (rc != SX_OK)
         goto fail;
-    rc = sx_cpc_engine_init(e);
+    rc = sx_engine_cpc_init(e);
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_card_init(e);

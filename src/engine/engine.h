@@ -72,17 +72,13 @@ struct sx_engine {
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;
     int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */
-    /* Connection methods (src/cpc/): the components that run, each with a
-     * module per shard; implicit modules for the self peer. */
-    unsigned ncpc;
-    const sx_cpc_component_t *cpc[SX_CPC_MAX];
-    sx_cpc_module_t *cpc_mods[SX_CPC_MAX];
-    sx_cpc_module_t *cpc_self_mods;
+    /* Connection methods (src/cpc/): the components that run, with the
+     * narrow context the engine gives them. */
+    sx_cpc_t cpc;
     /* Start-up (src/bootstrap/): the OOB endpoint (NULL unless the engine
      * was started by sx_run or SX_CPC names oob), and after
      * sx_engine_join the modex and one peer per rank. */
     sx_oob_t *oob;
-    void *rdmacm;        /* the rdmacm component's state (src/cpc/rdmacm.c), or NULL */
     atomic_bool closing; /* destroy has begun: OOB requests still queued are dropped */
     pthread_mutex_t join_lock;
     sx_modex_t *modex;

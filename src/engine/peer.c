@@ -73,7 +73,7 @@ int sx_engine_card_init(struct sx_engine *e)
         e->card[off] = (uint8_t)len;
         off += 1 + len;
     }
-    size_t offers = sx_cpc_card_write(e, e->card + off, sizeof(e->card) - off);
+    size_t offers = sx_cpc_card_write(&e->cpc, e->card + off, sizeof(e->card) - off);
     if (offers == 0)
         return SX_ERR_NO_MEMORY;
     off += offers;
@@ -172,7 +172,7 @@ static int sx_engine_address_unlocked(sx_engine_h engine, void *buf, size_t *len
 
 /* Parses a card into a new peer; SX_ERR_INVALID_PARAM with a reason. */
 static int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len,
-                         struct sx_peer **peer_p, sx_cpc_offer_t *offers, unsigned *noffers_p,
+                         struct sx_peer **peer_p, sx_conn_offer_t *offers, unsigned *noffers_p,
                          sx_card_tl_t *tl)
 {
     uint32_t magic;
@@ -247,7 +247,7 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
                                 sx_peer_h *peer_p)
 {
     struct sx_peer *peer;
-    sx_cpc_offer_t offers[SX_CPC_MAX];
+    sx_conn_offer_t offers[SX_CPC_MAX];
     unsigned noffers = 0;
     sx_card_tl_t tl;
 
@@ -276,7 +276,7 @@ static int sx_peer_add_unlocked(sx_engine_h e, uint64_t peer_id, const void *car
             peer->addr[i].len = (uint8_t)alen;
         }
     }
-    rc = sx_cpc_select(e, peer, offers, noffers);
+    rc = sx_cpc_select(&e->cpc, peer, offers, noffers);
     if (rc != SX_OK) {
         sx_peer_discard(peer);
         return rc;

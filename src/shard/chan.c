@@ -1,6 +1,5 @@
 /* Channels: sequencing, acknowledgement, retransmission, delivery; see chan.h. */
 #include "shard/chan.h"
-#include "cpc/connect.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,8 +119,8 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     c->rto_ns = p->rto_init_ns;
     sx_timer_init(&c->ack_timer, chan_ack_timer, c);
     /* sx_peer_add chose the peer's method before publishing it. */
-    c->cpc = &peer->cpc_mods[shard->index];
-    c->cpc->component->ep_init_locked(c->cpc, c);
+    c->conn_method = peer->conn_method;
+    c->conn_method->ops->ep_init_locked(c->conn_method, c);
     peer->chans[idx] = c;
     return c;
 }
@@ -251,8 +250,8 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
         return;
     c->failed = status;
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
-    if (c->cpc->component->ep_finalize_locked != NULL)
-        c->cpc->component->ep_finalize_locked(c->cpc, c);
+    if (c->conn_method->ops->ep_finalize_locked != NULL)
+        c->conn_method->ops->ep_finalize_locked(c->conn_method, c);
     chan_free_window(c);
     chan_free_rx(c);
     sx_stat_add(&c->shard->stats.chan_failures, 1);
@@ -636,7 +635,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
          * received is still acknowledged: the peer may be up before us
          * (we are probing our direction of the path). */
         if (c->conn == SX_CONN_IDLE && c->sendq != NULL)
-            c->cpc->component->start_connect_locked(c->cpc, c);
+            c->conn_method->ops->start_connect_locked(c->conn_method, c);
         if (c->rcv_synced && (c->ack_now || c->ack_pending >= p->ack_every))
             chan_send_ack(c);
         return 0;

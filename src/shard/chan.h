@@ -31,6 +31,7 @@
 
 #include "hotel/hotel.h"
 #include "common/wheel.h"
+#include "shard/conn.h"
 #include "shard/inbox.h"
 #include "shard/peer.h"
 #include "shard/shard.h"
@@ -82,7 +83,7 @@ typedef struct sx_op {
     uint8_t inline_data[]; /* sendi: the copied message */
 } sx_op_t;
 
-/* A component's own resolution of the peer's address (rdmacm). */
+/* A connection method's own resolution of the peer's address (rdmacm). */
 typedef enum sx_chan_resolve {
     SX_CHAN_RESOLVE_NONE = 0,    /* dest is the card's address; nothing asked */
     SX_CHAN_RESOLVE_PENDING = 1, /* asked; dest is still the card's address */
@@ -168,17 +169,17 @@ typedef struct sx_chan {
     bool asm_drop;      /* the message is being discarded (too large, no memory) */
     int32_t put_status; /* target: status of the PUT whose chunks are arriving */
 
-    /* Connection set-up (src/cpc/connect.h). Nothing is sent before conn
-     * is SX_CONN_UP; nothing is delivered before rcv_synced. */
-    struct sx_cpc_module *cpc; /* how this channel connects */
-    uint8_t conn;              /* sx_conn_state_t */
-    bool rcv_synced;           /* rcv_nxt holds the peer's initial sequence number */
-    bool conn_small_ok;        /* handshake: the peer answered a small datagram */
-    bool conn_probe_ok;        /* handshake: ... and an MTU-sized one */
-    uint32_t snd_isn;          /* our initial sequence number */
-    uint32_t rcv_isn;          /* the peer's, once synced */
-    uint32_t snd_window;       /* packets in flight: the smaller of both windows */
-    size_t dgram_max;          /* datagram size: the smaller of both ends' */
+    /* Connection set-up (shard/conn.h). Nothing is sent before conn is
+     * SX_CONN_UP; nothing is delivered before rcv_synced. */
+    const sx_conn_method_t *conn_method; /* how this channel connects: its peer's */
+    uint8_t conn;                        /* sx_conn_state_t */
+    bool rcv_synced;                     /* rcv_nxt holds the peer's initial sequence number */
+    bool conn_small_ok;                  /* handshake: the peer answered a small datagram */
+    bool conn_probe_ok;                  /* handshake: ... and an MTU-sized one */
+    uint32_t snd_isn;                    /* our initial sequence number */
+    uint32_t rcv_isn;                    /* the peer's, once synced */
+    uint32_t snd_window;                 /* packets in flight: the smaller of both windows */
+    size_t dgram_max;                    /* datagram size: the smaller of both ends' */
     uint32_t conn_nonce;
     unsigned conn_tries;
     uint64_t conn_start_ns;

@@ -38,9 +38,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpc/cpc.h"
 #include "locks/fairlock.h"
 #include "locks/rcu_table.h"
+#include "shard/conn.h"
 #include "transports/transport.h"
 
 struct sx_chan;
@@ -66,10 +66,10 @@ struct sx_peer {
     void *engine;             /* the engine it belongs to (opaque to this layer) */
     struct sx_peer *all_next; /* the table's list of every peer, for destroy */
     bool removed;             /* under the table's lock */
-    /* How its channels connect: the chosen component's module on each of
-     * our shards, and the peer's offer of it. Set before publication. */
-    struct sx_cpc_module *cpc_mods; /* [local_shards] */
-    sx_cpc_offer_t cpc_offer;
+    /* How its channels connect: the method chosen for it (src/cpc/), and
+     * the peer's offer of that method. Set before publication. */
+    const sx_conn_method_t *conn_method;
+    sx_conn_offer_t conn_offer;
 };
 
 typedef struct sx_peer_table {

@@ -10,7 +10,7 @@
 #include "locks/rcu_table.h"
 #include "common/time.h"
 #include "shard/chan.h"
-#include "cpc/connect.h"
+#include "shard/conn.h"
 #include "shard/peer.h"
 
 #define SX_SHARD_POLL_BATCH 32

@@ -61,7 +61,7 @@
 enum sx_pkt_type {
     SX_PKT_DATA = 1, /* carries frames; sequenced and acknowledged */
     SX_PKT_ACK = 2,  /* acknowledgement only; no sequence number, no payload */
-    SX_PKT_CTRL = 3, /* connection set-up (src/cpc/connect.h); not sequenced */
+    SX_PKT_CTRL = 3, /* connection set-up (shard/conn.h); not sequenced */
 };
 
 enum sx_pkt_flags {

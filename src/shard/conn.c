@@ -1,4 +1,4 @@
-/* The CONNECT / ACCEPT / ACK / PROBE exchange; see connect.h. */
+/* The CONNECT / ACCEPT / ACK / PROBE / RESET exchange; see conn.h. */
 #include <endian.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,8 +9,9 @@
 #include "common/log.h"
 #include "locks/rcu_table.h"
 #include "common/time.h"
-#include "cpc/connect.h"
 #include "shard/chan.h"
+#include "shard/conn.h"
+#include "shard/peer.h"
 #include "common/crc32c.h"
 
 /* Retries back off from the initial RTO up to this. */
@@ -76,9 +77,10 @@ static void conn_peer_addr(const sx_chan_t *c, char *buf, size_t cap)
 }
 
 /* Builds a control message for @p c, padded to @p total_len for a probe,
- * and sends it through component @p via. */
-static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t *ctrl,
-                          size_t total_len)
+ * and sends it through the channel's method, or straight over the
+ * datagram path when @p raw (a RESET: that is where the stale packet came
+ * from, whatever the channel's method). */
+static void conn_send(sx_chan_t *c, sx_ctrl_t *ctrl, size_t total_len, bool raw)
 {
     const sx_shard_env_t *env = c->shard->env;
     uint8_t small[SX_WIRE_HDR_LEN + SX_CTRL_LEN];
@@ -91,7 +93,7 @@ static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t
     } else {
         total_len = sizeof(small);
     }
-    ctrl->cpc = c->cpc->component->id;
+    ctrl->cpc = c->conn_method->ops->id;
     ctrl->mtu = (uint32_t)conn_iface(c)->caps.mtu;
     ctrl->window = env->conf.window;
     ctrl->isn = c->snd_isn;
@@ -107,7 +109,8 @@ static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t
     };
     uint32_t crc = env->conf.checksum ? sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload) : 0;
     sx_wire_write_hdr(buf, &h, env->conf.checksum ? &crc : NULL);
-    int rc = via->send_ctrl_locked(c->cpc, c, buf, total_len);
+    int rc = raw ? sx_chan_send_raw_locked(c, buf, total_len)
+                 : c->conn_method->ops->send_ctrl_locked(c->conn_method, c, buf, total_len);
     if (rc != SX_OK)
         sx_debug("cpc", "shard %u: control message to peer %llu not sent: %s", c->shard->index,
                  (unsigned long long)c->peer->id, sx_strerror(rc));
@@ -119,7 +122,7 @@ static void conn_send_via(sx_chan_t *c, const sx_cpc_component_t *via, sx_ctrl_t
 static void conn_send_op(sx_chan_t *c, uint8_t op, uint32_t nonce, uint32_t probe_len)
 {
     sx_ctrl_t ctrl = {.op = op, .nonce = nonce, .probe_len = probe_len};
-    conn_send_via(c, c->cpc->component, &ctrl, op == SX_CTRL_PROBE ? probe_len : 0);
+    conn_send(c, &ctrl, op == SX_CTRL_PROBE ? probe_len : 0, false);
 }
 
 static void conn_timer_fire(sx_timer_t *timer, void *arg);
@@ -131,7 +134,7 @@ static void conn_up(sx_chan_t *c)
     c->conn = SX_CONN_UP;
     sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
     sx_debug("cpc", "shard %u: channel to peer %llu shard %u is up (%s, window %u, datagrams %zu)",
-             c->shard->index, (unsigned long long)c->peer->id, c->lane, c->cpc->component->name,
+             c->shard->index, (unsigned long long)c->peer->id, c->lane, c->conn_method->ops->name,
              c->snd_window, c->dgram_max);
     sx_chan_kick_locked(c);
 }
@@ -282,7 +285,7 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
         return;
     }
-    if (c->cpc->component->send_ctrl_locked == NULL) {
+    if (c->conn_method->ops->send_ctrl_locked == NULL) {
         conn_drop(c, "the channel connects implicitly: no exchange to take part in");
         return;
     }
@@ -290,7 +293,7 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         conn_drop(c, "malformed body");
         return;
     }
-    if (m.cpc != c->cpc->component->id && m.op != SX_CTRL_PROBE && m.op != SX_CTRL_PROBE_ACK) {
+    if (m.cpc != c->conn_method->ops->id && m.op != SX_CTRL_PROBE && m.op != SX_CTRL_PROBE_ACK) {
         conn_drop(c, "the peer connects with another method than ours");
         return;
     }
@@ -318,12 +321,12 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         conn_send_op(c, SX_CTRL_ACK, 0, 0);
         if (!c->conn_small_ok) {
             c->conn_small_ok = true;
-            if (c->cpc->component->probe) {
+            if (c->conn_method->ops->probe) {
                 c->conn_tries = 0;
                 conn_transmit(c);
             }
         }
-        if (!c->cpc->component->probe || c->conn_probe_ok)
+        if (!c->conn_method->ops->probe || c->conn_probe_ok)
             conn_up(c);
         break;
     case SX_CTRL_ACK:
@@ -377,9 +380,7 @@ void sx_conn_stale_locked(sx_chan_t *c, const sx_wire_hdr_t *h)
         return;
     c->last_reset_ns = now;
     sx_ctrl_t ctrl = {.op = SX_CTRL_RESET, .epoch = h->dst_epoch};
-    /* The RESET goes over the datagram path whatever the channel's
-     * component: that is where the stale packet came from. */
-    conn_send_via(c, &sx_cpc_handshake, &ctrl, 0);
+    conn_send(c, &ctrl, 0, true);
 }
 
 void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const uint8_t *data,

@@ -1,13 +1,21 @@
 /*
- * The connection exchange shared by the handshake and oob components: the
- * same control messages, carried either as SX_PKT_CTRL datagrams over the
- * transport (handshake) or inside OOB messages (oob).
+ * Connection set-up, the channel's side: the exchange that brings a
+ * channel up (CONNECT / ACCEPT / ACK / PROBE / RESET), its control body on
+ * the wire, and the interface a connection method implements for it.
+ *
+ * The exchange is channel protocol and lives here; how a channel gets its
+ * path, and which method a peer's channels use, is the connection
+ * methods' business (src/cpc/). A method is a const table of slots
+ * (sx_conn_ops_t) that a channel calls; the methods that run the exchange
+ * (handshake, oob, rdmacm) call back into the functions below, and carry
+ * its messages either as SX_PKT_CTRL datagrams over the channel's own
+ * transport (handshake, rdmacm) or inside OOB messages (oob).
  *
  * A control message is a packet header (wire.h; type SX_PKT_CTRL, no
  * sequence number) and this 40-byte body, little-endian:
  *
  *    0  u8   op         SX_CTRL_*
- *    1  u8   cpc        the component's id
+ *    1  u8   cpc        the connection method's id
  *    2  u16  reserved   zero
  *    4  u32  mtu        largest datagram the sender accepts
  *    8  u32  window     the sender's window, in packets (a power of two)
@@ -49,18 +57,67 @@
  * timeout. The new incarnation is a new peer (a new card) and connects
  * afresh.
  */
-#ifndef SX_CPC_CONNECT_H
-#define SX_CPC_CONNECT_H
+#ifndef SX_SHARD_CONN_H
+#define SX_SHARD_CONN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpc/cpc.h"
-
 struct sx_chan;
 struct sx_shard;
 struct sx_wire_hdr;
+
+typedef struct sx_conn_method sx_conn_method_t;
+
+/*
+ * The slots a channel calls on its connection method. A method provides a
+ * const table of them; the engine picks one method per peer (src/cpc/)
+ * and every channel to that peer calls it. Every slot runs on the
+ * channel's shard with its token held (_locked) and must not block; the
+ * channel and its buffers stay the caller's.
+ */
+typedef struct sx_conn_ops {
+    const char *name; /* for log lines and sx_dump */
+    uint8_t id;       /* sx_cpc_id_t: in cards and in every control message */
+    /** Whether the exchange probes the path with an MTU-sized datagram
+     *  (only a method that carries its messages over that path can). */
+    bool probe;
+    /** A channel chose this method: sets its initial connection state
+     *  (sx_conn_ep_init_up_locked or sx_conn_ep_init_idle_locked). Never
+     *  NULL. */
+    void (*ep_init_locked)(const sx_conn_method_t *method, struct sx_chan *chan);
+    /** Work is queued on a channel that is not up: start connecting
+     *  (sends, arms the retry timer). Never NULL. */
+    void (*start_connect_locked)(const sx_conn_method_t *method, struct sx_chan *chan);
+    /** The channel goes away: cancel timers. May be NULL. */
+    void (*ep_finalize_locked)(const sx_conn_method_t *method, struct sx_chan *chan);
+    /** Carries one control message (a whole packet, wire.h; @p data is
+     *  the caller's and valid only during the call) to the channel's
+     *  peer; never blocks; a lost message is retried by the exchange.
+     *  NULL for a method without an exchange (implicit). */
+    int (*send_ctrl_locked)(const sx_conn_method_t *method, struct sx_chan *chan,
+                            const uint8_t *data, size_t len);
+} sx_conn_ops_t;
+
+/* A method as one engine runs it: its slots, and the state they get back. */
+struct sx_conn_method {
+    const sx_conn_ops_t *ops;
+    void *ctx; /* the method's own (src/cpc/: the component's instance) */
+};
+
+/* Bytes of a method's own data in a business card. */
+#define SX_CONN_BLOB_MAX 64
+
+/* A peer's offer of a connection method, from its business card: which
+ * method, at what priority (0-100), and the method's own bytes (oob: where
+ * the peer's OOB endpoint listens; rdmacm: its listener). */
+typedef struct sx_conn_offer {
+    uint8_t id;
+    uint8_t priority;
+    uint8_t blob_len;
+    uint8_t blob[SX_CONN_BLOB_MAX];
+} sx_conn_offer_t;
 
 #define SX_CTRL_LEN 40
 
@@ -104,7 +161,7 @@ void sx_conn_ep_init_up_locked(struct sx_chan *chan);
 /** Leaves a channel to be connected by the exchange. */
 void sx_conn_ep_init_idle_locked(struct sx_chan *chan);
 
-/** Starts the exchange through the channel's component. */
+/** Starts the exchange through the channel's method. */
 void sx_conn_start_locked(struct sx_chan *chan);
 
 /** Cancels the retry timer. */
@@ -113,7 +170,7 @@ void sx_conn_ep_fini_locked(struct sx_chan *chan);
 /**
  * Handles a control packet for @p chan (its header already checked and
  * matched to the channel), whichever carrier brought it; answers go
- * through the channel's component. Bad bodies are dropped and counted
+ * through the channel's method. Bad bodies are dropped and counted
  * (SX_DROP_CTRL).
  */
 void sx_conn_recv_ctrl_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr,
@@ -131,4 +188,4 @@ void sx_conn_stale_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr);
  *  (and the channel is now up). */
 bool sx_conn_data_ok_locked(struct sx_chan *chan);
 
-#endif /* SX_CPC_CONNECT_H */
+#endif /* SX_SHARD_CONN_H */
