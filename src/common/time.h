@@ -40,4 +40,11 @@ static inline bool sx_u64_before_eq(uint64_t a, uint64_t b)
     return (int64_t)(a - b) <= 0;
 }
 
+/* The same for 32-bit sequence numbers (RFC 1982 serial-number
+ * arithmetic): a is before b when b - a, read as signed, is positive. */
+static inline bool sx_u32_before(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) < 0;
+}
+
 #endif /* SX_COMMON_TIME_H */

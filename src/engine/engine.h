@@ -112,9 +112,6 @@ void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *
  *  default: the home index modulo the peer's shard count. */
 unsigned sx_send_lane(struct sx_engine *engine, sx_peer_h peer, unsigned *home_p);
 
-/** The inbox request that queues an operation (sx_op_t) on its channel. */
-void sx_op_push_run(void *owner, sx_inbox_req_t *req);
-
 /** Draws the engine's epoch: random, never 0; at creation. */
 void sx_engine_epoch_init(struct sx_engine *engine);
 

@@ -15,23 +15,6 @@ void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
     sx_global_exit(e);
 }
 
-/* Runs on the home shard with its token: the op joins its channel. */
-void sx_op_push_run(void *owner, sx_inbox_req_t *req)
-{
-    sx_shard_t *shard = owner;
-    sx_op_t *op = (sx_op_t *)req;
-    sx_chan_t *c = sx_chan_get_locked(shard, op->peer, op->lane);
-
-    if (c == NULL) {
-        sx_op_complete(op, SX_ERR_NO_MEMORY);
-        return;
-    }
-    bool more = op->more; /* the push may complete and free the op */
-    sx_chan_push_locked(c, op);
-    if (more)
-        shard->hold_flush = true;
-}
-
 /* Validates a send and sums its length; SX_OK or why not. */
 static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iovcnt, uint64_t *len_p)
 {
@@ -138,9 +121,7 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
     sx_chan_t *c = sx_chan_get_locked(shard, peer, lane);
     if (c == NULL || c->failed) {
         rc = (c == NULL) ? SX_ERR_NO_MEMORY : c->failed;
-    } else if (c->sendq != NULL || c->rtx != NULL ||
-               (uint32_t)(c->snd_nxt - c->snd_una) >= e->env.conf.window ||
-               c->inflight_bytes >= e->env.conf.max_inflight) {
+    } else if (sx_chan_would_wait_locked(c)) {
         rc = SX_ERR_AGAIN; /* it would have to wait: that is sx_send's job */
     } else {
         sx_op_t *op = malloc(sizeof(*op) + len);

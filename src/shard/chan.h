@@ -16,6 +16,13 @@
  * or go alone after ACK_EVERY packets or ACK_DELAY_US, and at once when a packet arrives out of
  * order or twice.
  *
+ * The code is split the way Linux splits TCP: chan.c (lifetime, the
+ * operation queue), chan_tx.c (framing, aggregation, chunking, the
+ * flush), chan_rx.c (reordering, reassembly, delivery),
+ * chan_retransmit.c (ACK/SACK, RFC 6298 timers, RACK) and chan_rma.c (the
+ * RMA target); chan_int.h is what they share. The connection exchange is
+ * conn.c.
+ *
  * Synchronization: a channel belongs to its local shard; every function
  * here is called by the holder of that shard's token (_locked).
  */
@@ -29,8 +36,8 @@
 
 #include <shardx.h>
 
-#include "hotel/hotel.h"
 #include "common/wheel.h"
+#include "hotel/hotel.h"
 #include "shard/conn.h"
 #include "shard/inbox.h"
 #include "shard/peer.h"
@@ -220,9 +227,19 @@ void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_
  *  then a standalone ACK if one is owed. Returns datagrams posted. */
 unsigned sx_chan_flush_locked(sx_chan_t *chan);
 
-/** Posts the datagrams the flush staged, in one batch; what the interface
- *  refuses goes out again at the next flush. */
-void sx_chan_post_batch_locked(sx_shard_t *shard);
+/** The shard's batch could not post a datagram of this channel's (@p pkt,
+ *  or NULL for an ACK): with @p full (the interface had no room) it goes
+ *  out again at the next flush; otherwise a data packet waits for its
+ *  retransmission timer. */
+void sx_chan_tx_refused_locked(sx_chan_t *chan, struct sx_txpkt *pkt, bool full);
+
+/** Whether an operation queued now would have to wait (operations ahead of
+ *  it, retransmissions, a full window or byte budget): sx_sendi's test. */
+bool sx_chan_would_wait_locked(const sx_chan_t *chan);
+
+/** The inbox request that queues an operation (sx_op_t) on its channel,
+ *  on the shard the request runs on (the sender's home shard). */
+void sx_op_push_run(void *owner, sx_inbox_req_t *req);
 
 /** Fails the channel: every operation completes with @p status. */
 void sx_chan_fail_locked(sx_chan_t *chan, int status);

@@ -198,7 +198,74 @@ void sx_shard_flush_locked(sx_shard_t *shard)
         sx_chan_flush_locked(c);
         c = next;
     }
-    sx_chan_post_batch_locked(shard);
+    sx_shard_tx_post_locked(shard);
+}
+
+/* Makes room for one datagram of interface @p tl; returns its slot. */
+static unsigned sx_shard_tx_room_locked(sx_shard_t *shard, unsigned tl)
+{
+    sx_shard_txq_t *q = &shard->txq;
+
+    if (q->n == SX_SHARD_TX_BATCH || (q->n > 0 && q->tl != tl))
+        sx_shard_tx_post_locked(shard);
+    return q->n;
+}
+
+uint8_t *sx_shard_tx_ack_buf_locked(sx_shard_t *shard, unsigned tl)
+{
+    return shard->txq.ack_buf[sx_shard_tx_room_locked(shard, tl)];
+}
+
+void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
+                              const uint8_t *data, size_t len, struct sx_chan *chan,
+                              struct sx_txpkt *pkt)
+{
+    sx_shard_txq_t *q = &shard->txq;
+    unsigned i = sx_shard_tx_room_locked(shard, tl);
+
+    q->n++;
+    q->tl = tl;
+    q->tx[i].dest = dest;
+    q->tx[i].iovcnt = 1;
+    q->tx[i].iov[0].iov_base = (void *)data;
+    q->tx[i].iov[0].iov_len = len;
+    q->tx[i].ctx = pkt;
+    q->chan[i] = chan;
+    q->pkt[i] = pkt;
+}
+
+void sx_shard_tx_post_locked(sx_shard_t *shard)
+{
+    sx_shard_txq_t *q = &shard->txq;
+    sx_tl_iface_t *iface = shard->ifaces[q->tl];
+    unsigned posted = 0;
+
+    if (q->n == 0)
+        return;
+    /* Send credits (DESIGN.md section 4): at most tx_credits datagrams may
+     * be with the interface at once. A transport that is done with each
+     * datagram when post_send returns (caps.sync_send) gets them all back
+     * at once, so for it the credits only bound one batch; for the others
+     * each SX_TL_EV_SEND_DONE returns one (sx_shard_poll_locked). What
+     * finds no credit waits, as a refused datagram does. */
+    unsigned credits = iface->caps.tx_credits > shard->tx_inflight[q->tl]
+                           ? iface->caps.tx_credits - shard->tx_inflight[q->tl]
+                           : 0;
+    unsigned n = q->n < credits ? q->n : credits;
+    int rc = n > 0 ? iface->ops->post_send(iface, q->tx, n, &posted) : SX_OK;
+    if (rc == SX_OK && posted < q->n) {
+        rc = SX_ERR_AGAIN;
+        sx_stat_add(&shard->stats.tx_no_credits, q->n - posted);
+    }
+    if (!iface->caps.sync_send)
+        shard->tx_inflight[q->tl] += posted;
+    for (unsigned i = posted; i < q->n; i++) {
+        if (rc != SX_ERR_AGAIN && i == posted)
+            sx_debug("chan", "shard %u: send to peer %llu failed: %s", shard->index,
+                     (unsigned long long)q->chan[i]->peer->id, sx_strerror(rc));
+        sx_chan_tx_refused_locked(q->chan[i], q->pkt[i], rc == SX_ERR_AGAIN);
+    }
+    q->n = 0;
 }
 
 static void sx_shard_drop(sx_shard_t *shard, sx_drop_reason_t why)

@@ -34,6 +34,7 @@
 #include "transports/transport.h"
 
 struct sx_chan;
+struct sx_txpkt;
 
 /* A shard's interfaces: the network transport, and self for this engine. */
 enum { SX_SHARD_TL_NET = 0, SX_SHARD_TL_SELF = 1, SX_SHARD_TL_COUNT = 2 };
@@ -100,7 +101,7 @@ typedef struct sx_shard_txq {
     unsigned tl; /* every staged datagram goes out through this interface */
     sx_tl_tx_t tx[SX_SHARD_TX_BATCH];
     struct sx_chan *chan[SX_SHARD_TX_BATCH];
-    void *pkt[SX_SHARD_TX_BATCH]; /* the sx_txpkt_t, or NULL for an ACK */
+    struct sx_txpkt *pkt[SX_SHARD_TX_BATCH]; /* NULL for an ACK */
     uint8_t ack_buf[SX_SHARD_TX_BATCH][SX_WIRE_HDR_LEN];
 } sx_shard_txq_t;
 
@@ -177,6 +178,27 @@ int sx_shard_progress(sx_shard_t *shard);
 
 /** Sends what the shard's channels have ready. Token holder only. */
 void sx_shard_flush_locked(sx_shard_t *shard);
+
+/**
+ * Stages one datagram of @p len bytes at @p data for interface @p tl to
+ * @p dest in the shard's batch, posting the batch first when it is full
+ * or holds another interface's datagrams. @p data must stay valid until
+ * the batch is posted; @p chan and @p pkt (NULL for an ACK) say whose it
+ * is, for a refusal (sx_chan_tx_refused_locked). Token holder only.
+ */
+void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
+                              const uint8_t *data, size_t len, struct sx_chan *chan,
+                              struct sx_txpkt *pkt);
+
+/** A buffer for a standalone ACK's header that lives until the batch is
+ *  posted: the next slot's, after making room as staging does. Stage it
+ *  right after. Token holder only. */
+uint8_t *sx_shard_tx_ack_buf_locked(sx_shard_t *shard, unsigned tl);
+
+/** Posts the staged datagrams in one batch, within the interface's send
+ *  credits; each one the interface refuses goes back to its channel.
+ *  Token holder only. */
+void sx_shard_tx_post_locked(sx_shard_t *shard);
 
 /** Takes @p chan off the ready list (a channel being destroyed). */
 void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan);

@@ -32,6 +32,7 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "common/time.h"
 
 #define SINK_ADDR_LEN   8
 #define SINK_MTU        65000
@@ -163,12 +164,6 @@ static void sink_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
         s->dests[dest].live = false;
 }
 
-/* Wrap-safe "a is after b" (RFC 1982 serial number arithmetic). */
-static inline bool sink_seq_after(uint32_t a, uint32_t b)
-{
-    return (int32_t)(a - b) > 0;
-}
-
 static int sink_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
                           unsigned *posted_p)
 {
@@ -193,7 +188,7 @@ static int sink_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned c
         if (s->reflect == NULL || tx[i].iovcnt == 0 ||
             !s->reflect(tx[i].iov[0].iov_base, tx[i].iov[0].iov_len, ack, &seq))
             continue;
-        if (d->acked_any && !sink_seq_after(seq, d->acked))
+        if (d->acked_any && !sx_u32_before(d->acked, seq))
             continue; /* a retransmission: already acknowledged */
         d->acked = seq;
         d->acked_any = true;

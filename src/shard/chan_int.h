@@ -1,0 +1,88 @@
+/*
+ * What the channel's own files share, and nothing else may use: chan.c
+ * (lifetime, operation queue), chan_tx.c (framing, aggregation, chunking,
+ * the flush), chan_rx.c (reordering, reassembly, delivery),
+ * chan_retransmit.c (ACK and SACK processing, RFC 6298 timers, RACK) and
+ * chan_rma.c (the RMA target, and the initiator's matching of answers).
+ * The layer check (tests/check-layers.sh) keeps it private to src/shard/.
+ *
+ * Synchronization: as chan.h; every function here is called by the holder
+ * of the channel's shard token.
+ */
+#ifndef SX_SHARD_CHAN_INT_H
+#define SX_SHARD_CHAN_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/time.h"
+#include "shard/chan.h"
+
+static inline uint32_t sx_chan_window(const sx_chan_t *c)
+{
+    return c->shard->env->conf.window;
+}
+
+static inline sx_tl_iface_t *sx_chan_iface(const sx_chan_t *c)
+{
+    return c->shard->ifaces[c->tl];
+}
+
+static inline void sx_op_append(sx_op_t **head, sx_op_t **tail, sx_op_t *op)
+{
+    op->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = op;
+    else
+        *head = op;
+    *tail = op;
+}
+
+/* chan.c */
+
+/** Queues a target's response (an internal op, no completion) and marks
+ *  the channel ready. */
+void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op);
+
+/* chan_tx.c */
+
+/** Frees a data packet, or keeps it in the shard's pool of large ones. */
+void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+
+/* chan_retransmit.c */
+
+/** Arms (or re-arms) @p pkt's retransmission deadline in the hotel; an
+ *  error when no room is free. */
+int sx_chan_arm_locked(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now);
+
+/** Queues @p pkt to be sent again at the next flush (once). */
+void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+
+/** The hotel's eviction of a data packet: its retransmission deadline
+ *  passed (a timeout). */
+void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
+
+/** Takes the cumulative and selective ACK of a packet from the peer. */
+void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack);
+
+/* chan_rx.c */
+
+/** The delayed ACK's timer (RFC 1122 4.2.3.2). */
+void sx_chan_ack_timer(sx_timer_t *timer, void *arg);
+
+/** Counts a frame dropped for @p why. */
+void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why);
+
+/* chan_rma.c */
+
+/** A PUT chunk, a GET request and an answer to one of ours. */
+void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f);
+void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f);
+void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f);
+
+/** Writes a GET answer's frame at @p p, reading the region now; returns
+ *  the end of what it wrote. */
+uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_frame_t *f,
+                                           uint8_t *p, uint32_t len);
+
+#endif /* SX_SHARD_CHAN_INT_H */

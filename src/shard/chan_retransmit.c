@@ -1,0 +1,313 @@
+/*
+ * Channels, retransmission (chan.h): the cumulative and selective ACKs
+ * (RFC 2018), fast retransmit on duplicate ACKs (RFC 5681), RACK-style
+ * loss detection (RFC 8985), the retransmission timeout with its RTT
+ * estimate and back-off (RFC 6298) and the recovery after a timeout,
+ * with F-RTO's test for spurious ones (RFC 5682). A packet's deadline
+ * lives in the shard's hotel; its eviction is a timeout.
+ */
+#include <stdatomic.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "shard/chan.h"
+#include "shard/chan_int.h"
+#include "shard/peer.h"
+
+/* Arms (or re-arms) the retransmission deadline of @p pkt. */
+int sx_chan_arm_locked(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
+{
+    uint64_t deadline = now + c->rto_ns;
+
+    pkt->deadline_ns = deadline;
+    if (pkt->key != 0)
+        return sx_hotel_rearm(c->shard->hotel, pkt->key, deadline);
+    return sx_hotel_checkin(c->shard->hotel, &pkt->guest, deadline, &pkt->key);
+}
+
+void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    if (pkt->queued)
+        return;
+    pkt->queued = true;
+    pkt->rtx_next = NULL;
+    if (c->rtx_tail != NULL)
+        c->rtx_tail->rtx_next = pkt;
+    else
+        c->rtx = pkt;
+    c->rtx_tail = pkt;
+    sx_chan_kick_locked(c);
+}
+
+static void chan_unqueue_rtx(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    sx_txpkt_t *prev = NULL;
+
+    for (sx_txpkt_t *q = c->rtx; q != NULL; prev = q, q = q->rtx_next) {
+        if (q != pkt)
+            continue;
+        if (prev != NULL)
+            prev->rtx_next = q->rtx_next;
+        else
+            c->rtx = q->rtx_next;
+        if (c->rtx_tail == q)
+            c->rtx_tail = prev;
+        break;
+    }
+    pkt->queued = false;
+}
+
+/* RTO = SRTT + max(G, 4 RTTVAR), clamped (RFC 6298 section 2). A tick of
+ * the wheel stands in for the clock granularity G. */
+static void chan_rto_compute(sx_chan_t *c)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+    uint64_t g = sx_wheel_tick_ns(c->shard->wheel);
+    uint64_t rto = c->srtt_ns + (4 * c->rttvar_ns > g ? 4 * c->rttvar_ns : g);
+
+    if (rto < p->rto_min_ns)
+        rto = p->rto_min_ns;
+    if (rto > p->rto_max_ns)
+        rto = p->rto_max_ns;
+    c->rto_ns = rto;
+}
+
+/* RFC 6298 section 2: SRTT and RTTVAR from a sample R. */
+static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
+{
+    if (c->srtt_ns == 0) {
+        c->srtt_ns = r;
+        c->rttvar_ns = r / 2;
+    } else {
+        uint64_t err = c->srtt_ns > r ? c->srtt_ns - r : r - c->srtt_ns;
+        c->rttvar_ns = (3 * c->rttvar_ns + err) / 4;
+        c->srtt_ns = (7 * c->srtt_ns + r) / 8;
+    }
+    chan_rto_compute(c);
+}
+
+/* A retransmission deadline passed: the packet is presumed lost. */
+void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
+{
+    sx_txpkt_t *pkt = (sx_txpkt_t *)guest;
+    sx_chan_t *c = pkt->chan;
+    const sx_chan_conf_t *p = &shard->env->conf;
+    uint64_t now = sx_wheel_now(shard->wheel);
+
+    pkt->key = 0; /* the hotel already vacated the room */
+    if (c->failed)
+        return;
+    if (sx_u64_before(c->last_progress_ns, now) && now - c->last_progress_ns > p->peer_timeout_ns) {
+        sx_chan_fail_locked(c, SX_ERR_PEER_UNREACHABLE);
+        return;
+    }
+    int other = atomic_load(&c->peer->failed);
+    if (other != 0) {
+        sx_chan_fail_locked(c, other);
+        return;
+    }
+    if (pkt->seq != c->snd_una) {
+        /*
+         * RFC 6298 keeps one timer per connection and, when it expires,
+         * resends only the oldest unacknowledged segment (section 5.4). Our
+         * timers are per packet, for the hotel; a younger packet's timer
+         * therefore only re-arms, and the oldest one's expiry (below) leads
+         * the recovery. So a peer descheduled for a while costs one
+         * spurious retransmission, not a window of them.
+         */
+        if (sx_chan_arm_locked(c, pkt, now) != SX_OK)
+            sx_chan_queue_rtx_locked(c, pkt); /* no room: let the flush retry it */
+        return;
+    }
+    /* Exponential back-off (RFC 6298 section 5.5). */
+    c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
+    c->backoff++;
+    c->in_rto_recovery = true;
+    c->rto_recover = c->snd_nxt;
+    c->rto_at_ns = now;
+    c->rto_burst = 1;
+    sx_stat_add(&shard->stats.rtx_timeout, 1);
+    sx_debug("chan", "peer %llu: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
+             (unsigned long long)c->peer->id, pkt->seq,
+             (unsigned long long)((now - pkt->first_sent_ns) / 1000),
+             (unsigned long long)(c->rto_ns / 1000), c->snd_una, c->snd_nxt);
+    sx_chan_queue_rtx_locked(c, pkt);
+}
+
+static void chan_complete_acked(sx_chan_t *c)
+{
+    while (c->ackq != NULL && sx_u32_before(c->ackq->last_seq, c->snd_una)) {
+        sx_op_t *op = c->ackq;
+        c->ackq = op->next;
+        if (c->ackq == NULL)
+            c->ackq_tail = NULL;
+        sx_op_complete(op, SX_OK);
+        sx_stat_add(&c->shard->stats.ops_completed, 1);
+    }
+}
+
+/*
+ * After a timeout, the packets that were in flight then are presumed lost
+ * too; each ACK that moves snd_una resends a few more of them, doubling
+ * like slow start (RFC 5681 section 3.1), instead of waiting out one
+ * timeout per packet. Packets SACKed or resent since the timeout are
+ * skipped.
+ */
+static void chan_rto_recovery_step(sx_chan_t *c)
+{
+    uint32_t mask = sx_chan_window(c) - 1;
+    unsigned sent = 0;
+
+    if (!sx_u32_before(c->snd_una, c->rto_recover)) {
+        c->in_rto_recovery = false;
+        return;
+    }
+    for (uint32_t s = c->snd_una; sx_u32_before(s, c->rto_recover) && sent < c->rto_burst; s++) {
+        sx_txpkt_t *pkt = c->win[s & mask];
+        if (pkt == NULL || pkt->sacked || pkt->queued || pkt->last_sent_ns > c->rto_at_ns)
+            continue;
+        sx_stat_add(&c->shard->stats.rtx_timeout, 1);
+        sx_chan_queue_rtx_locked(c, pkt);
+        sent++;
+    }
+    if (c->rto_burst < 64)
+        c->rto_burst *= 2;
+}
+
+void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack)
+{
+    uint32_t mask = sx_chan_window(c) - 1;
+    uint64_t now = sx_time_ns();
+    /*
+     * The packets an earlier ACK could already report: up to the SACK span
+     * beyond the last cumulative ACK. One beyond it that this ACK covers
+     * may have arrived long ago, unreportable while a hole held the
+     * cumulative ACK back, and now - first_sent would count the hole's
+     * repair: with small datagrams and heavy loss (ofi's 1472 bytes, 30 %)
+     * such samples were most of them and pushed SRTT, every timeout and
+     * RACK's reordering allowance towards the time a whole window takes to
+     * repair. Only packets inside it give RTT samples.
+     */
+    uint32_t reportable = c->last_ack + SX_WIRE_SACK_BITS;
+
+    if (sx_u32_before(c->snd_nxt, h->ack)) {
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_OUT_OF_WINDOW], 1);
+        return; /* acknowledges what was never sent: ignore it */
+    }
+    if (sx_u32_before(c->snd_una, h->ack)) {
+        uint64_t sample = 0;
+        bool original_acked = false;
+        while (sx_u32_before(c->snd_una, h->ack)) {
+            sx_txpkt_t *pkt = c->win[c->snd_una & mask];
+            c->win[c->snd_una & mask] = NULL;
+            if (pkt != NULL) {
+                if (pkt->last_sent_ns > c->rack_ns)
+                    c->rack_ns = pkt->last_sent_ns;
+                if (pkt->transmissions == 1 && pkt->first_sent_ns <= c->rto_at_ns)
+                    original_acked = true;
+                /* Karn's algorithm: only packets sent once give samples.
+                 * The newest packet an ACK covers is the one whose arrival
+                 * sent it; older ones may have waited behind a hole, and
+                 * their wait would inflate the timeout until repair itself
+                 * slows down. So the last one here wins, unless a SACK
+                 * already reported it (its sample was taken then) or an
+                 * earlier ACK could not have (see `reportable`). */
+                if (pkt->transmissions == 1 && !pkt->sacked &&
+                    !sx_u32_before(reportable, c->snd_una))
+                    sample = now - pkt->first_sent_ns;
+                if (pkt->key != 0) {
+                    void *occupant;
+                    (void)sx_hotel_checkout(c->shard->hotel, pkt->key, &occupant);
+                }
+                if (pkt->queued)
+                    chan_unqueue_rtx(c, pkt);
+                c->inflight_bytes -= pkt->len;
+                sx_chan_pkt_free_locked(c, pkt);
+            }
+            c->snd_una++;
+        }
+        if (sample != 0) {
+            chan_rtt_sample(c, sample);
+        } else if (c->backoff > 0 && c->srtt_ns != 0) {
+            /* New data acknowledged: drop the back-off even without a
+             * sample (every acknowledged packet may have been resent, so
+             * Karn's rule gives none), as Linux does on a forward ACK. */
+            chan_rto_compute(c);
+        }
+        c->backoff = 0;
+        c->dupacks = 0;
+        c->last_ack = h->ack;
+        c->last_progress_ns = now;
+        if (c->in_recovery && !sx_u32_before(c->snd_una, c->recover))
+            c->in_recovery = false;
+        /* F-RTO's test (RFC 5682): an original transmission from before
+         * the timeout was acknowledged, so the timeout was spurious (the
+         * peer was slow, not the network lossy); stop resending the
+         * window. Real holes are still found by SACK and RACK. */
+        if (c->in_rto_recovery && original_acked) {
+            c->in_rto_recovery = false;
+            sx_stat_add(&c->shard->stats.rto_spurious, 1);
+        }
+        if (c->in_rto_recovery)
+            chan_rto_recovery_step(c);
+        /* RFC 6298 (5.3): new data acknowledged restarts the timer, now
+         * on the oldest packet still out; its own deadline may date from a
+         * backed-off round. */
+        sx_txpkt_t *oldest = c->win[c->snd_una & mask];
+        if (oldest != NULL && oldest->key != 0 && !oldest->queued)
+            (void)sx_chan_arm_locked(c, oldest, now);
+        chan_complete_acked(c);
+        if (c->sendq != NULL)
+            sx_chan_kick_locked(c);
+    } else if (pure_ack && h->ack == c->snd_una && c->snd_una != c->snd_nxt) {
+        /* A duplicate ACK: something after snd_una arrived, snd_una did not
+         * (RFC 5681 section 3.2). Three of them start fast retransmit. */
+        if (++c->dupacks == 3 && !c->in_recovery) {
+            sx_txpkt_t *pkt = c->win[c->snd_una & mask];
+            if (pkt != NULL) {
+                c->in_recovery = true;
+                c->recover = c->snd_nxt;
+                sx_stat_add(&c->shard->stats.rtx_dupack, 1);
+                sx_chan_queue_rtx_locked(c, pkt);
+            }
+        }
+    }
+    /*
+     * Selective ACKs (RFC 2018) and RACK-style loss detection (RFC 8985):
+     * a packet is lost when one sent after it (by more than a reordering
+     * allowance of SRTT/4) has arrived. That resends holes at once, and
+     * also a retransmission that was lost again, which a "resend each hole
+     * once" rule would leave to the timer.
+     */
+    if (h->sack != 0) {
+        uint32_t highest = h->ack;
+        uint64_t sack_sample = 0;
+        for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
+            if (!(h->sack & (1ull << i)))
+                continue;
+            uint32_t s = h->ack + 1 + i;
+            if (!sx_u32_before(s, c->snd_nxt) || sx_u32_before(s, c->snd_una))
+                continue;
+            sx_txpkt_t *pkt = c->win[s & mask];
+            if (pkt != NULL) {
+                if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
+                    sack_sample = now - pkt->first_sent_ns; /* newest wins */
+                pkt->sacked = true;
+                if (pkt->last_sent_ns > c->rack_ns)
+                    c->rack_ns = pkt->last_sent_ns;
+            }
+            highest = s;
+        }
+        if (sack_sample != 0)
+            chan_rtt_sample(c, sack_sample);
+        uint64_t reo = c->srtt_ns / 4;
+        for (uint32_t s = c->snd_una; sx_u32_before(s, highest); s++) {
+            sx_txpkt_t *pkt = c->win[s & mask];
+            if (pkt != NULL && !pkt->sacked && !pkt->queued &&
+                pkt->last_sent_ns + reo < c->rack_ns) {
+                sx_stat_add(&c->shard->stats.rtx_sack, 1);
+                sx_chan_queue_rtx_locked(c, pkt);
+            }
+        }
+    }
+}

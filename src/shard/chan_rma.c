@@ -1,0 +1,161 @@
+/*
+ * Channels, emulated RMA (chan.h): the target's side of PUT and GET
+ * (key, access and range checked in shard/mem.c before a byte is
+ * touched; a GET's data read from the region as its answer is sent), and
+ * the initiator's matching of answers to its outstanding operations.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/time.h"
+#include "shard/chan.h"
+#include "shard/chan_int.h"
+#include "shard/mem.h"
+
+/*
+ * Writes a GET answer's frame, reading the region now: the request left
+ * only key and range behind, so queued answers cost no memory, and a
+ * region withdrawn meanwhile turns into an error status instead of a read
+ * of memory the owner may have freed.
+ */
+uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_frame_t *f,
+                                           uint8_t *p, uint32_t len)
+{
+    sx_mem_table_t *mem = c->shard->env->mem;
+    const uint8_t *src = NULL;
+
+    sx_rcu_read_lock();
+    if (op->status == SX_OK && len > 0) {
+        sx_wire_rma_t r = {
+            .addr = op->raddr + op->off, .key = op->rkey, .op_addr = op->raddr, .op_len = op->len};
+        int st;
+        src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st);
+        if (src == NULL)
+            op->status = st;
+    }
+    f->resp.status = op->status;
+    p += sx_wire_write_frame(p, f);
+    if (src != NULL)
+        memcpy(p, src, len);
+    else
+        memset(p, 0, len);
+    sx_rcu_read_unlock(&mem->rcu);
+    return p + len;
+}
+
+static sx_op_t *chan_new_resp(sx_chan_t *c, uint32_t op_id, int status, size_t len)
+{
+    sx_op_t *op = calloc(1, sizeof(*op) + len);
+    if (op == NULL)
+        return NULL;
+    op->peer = c->peer;
+    op->lane = c->lane;
+    op->kind = SX_OP_RESP;
+    op->op_id = op_id;
+    op->status = status;
+    op->len = len;
+    op->iovcnt = 1;
+    op->iov[0].iov_base = op->inline_data;
+    op->iov[0].iov_len = len;
+    return op;
+}
+
+void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    const sx_shard_env_t *env = c->shard->env;
+    int status;
+
+    if (f->rma.addr == f->rma.op_addr)
+        c->put_status = SX_OK; /* the first chunk of a new PUT */
+    sx_rcu_read_lock();
+    uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status);
+    if (dst != NULL && c->put_status == SX_OK)
+        memcpy(dst, f->data, f->len);
+    sx_rcu_read_unlock(&env->mem->rcu);
+    if (dst == NULL && c->put_status == SX_OK)
+        c->put_status = status;
+    if (!(f->flags & SX_FRAMEF_LAST))
+        return;
+    if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
+        c->put_status = SX_OK;
+        sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER); /* more than a conforming peer asks */
+        return;
+    }
+    sx_op_t *resp = chan_new_resp(c, f->rma.op_id, c->put_status, 0);
+    c->put_status = SX_OK;
+    if (resp == NULL) {
+        sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER);
+        return;
+    }
+    sx_chan_queue_resp_locked(c, resp);
+}
+
+void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    const sx_shard_env_t *env = c->shard->env;
+    int status = SX_ERR_OUT_OF_RANGE;
+
+    if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
+        sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER); /* more than a conforming peer asks */
+        return;
+    }
+    if (f->rma.op_len <= env->conf.max_msg) {
+        sx_rcu_read_lock();
+        (void)sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
+        sx_rcu_read_unlock(&env->mem->rcu);
+    }
+    sx_op_t *resp = chan_new_resp(c, f->rma.op_id, status, 0);
+    if (resp == NULL) {
+        sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER);
+        return;
+    }
+    if (status == SX_OK) {
+        resp->from_region = true;
+        resp->iovcnt = 0;
+        resp->rkey = f->rma.key;
+        resp->raddr = f->rma.op_addr;
+        resp->len = f->rma.op_len;
+    }
+    sx_chan_queue_resp_locked(c, resp);
+}
+
+void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    sx_op_t *prev = NULL, *op = c->rmaq;
+
+    while (op != NULL && op->op_id != f->resp.op_id) {
+        prev = op;
+        op = op->next;
+    }
+    if (op == NULL) {
+        sx_chan_drop_frame_locked(c, SX_DROP_FRAME); /* answers nothing we asked */
+        return;
+    }
+    if (f->resp.status != SX_OK) {
+        if (op->status == SX_OK)
+            op->status = f->resp.status < 0 ? f->resp.status : SX_ERR_IO;
+    } else if (op->kind == SX_OP_GET && f->len > 0) {
+        if (f->resp.offset != op->got || f->len > op->len - op->got) {
+            sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+            op->status = SX_ERR_IO;
+        } else {
+            memcpy(op->dst + op->got, f->data, f->len);
+            op->got += f->len;
+        }
+    }
+    if (!(f->flags & SX_FRAMEF_LAST))
+        return;
+    if (prev != NULL)
+        prev->next = op->next;
+    else
+        c->rmaq = op->next;
+    if (c->rmaq_tail == op)
+        c->rmaq_tail = prev;
+    c->rma_outstanding--;
+    int status = op->status;
+    if (status == SX_OK && op->kind == SX_OP_GET && op->got != op->len)
+        status = SX_ERR_IO;
+    if (status == SX_OK)
+        sx_stat_add(&c->shard->stats.ops_completed, 1);
+    sx_op_complete(op, status);
+}

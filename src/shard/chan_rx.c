@@ -1,0 +1,271 @@
+/*
+ * Channels, receive (chan.h): packets in sequence order, exactly once,
+ * with those ahead of a gap kept aside; frames delivered to their
+ * handlers; large messages reassembled; ACKs owed, delayed or at once.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "shard/chan.h"
+#include "shard/chan_int.h"
+#include "shard/conn.h"
+#include "shard/handlers.h"
+#include "shard/peer.h"
+
+void sx_chan_ack_timer(sx_timer_t *timer, void *arg)
+{
+    sx_chan_t *c = arg;
+    (void)timer;
+
+    if (c->ack_pending > 0) {
+        c->ack_now = true;
+        sx_chan_kick_locked(c);
+    }
+}
+
+static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t len)
+{
+    const sx_am_handler_t *h = sx_handlers_am(c->shard->env->handlers, tag);
+
+    if (h == NULL) {
+        sx_stat_add(&c->shard->stats.am_no_handler, 1);
+        sx_warn_ratelimited("chan",
+                            "message with tag %u from peer %llu dropped: no handler registered",
+                            tag, (unsigned long long)c->peer->id);
+        return;
+    }
+    sx_stat_add(&c->shard->stats.am_delivered, 1);
+    h->cb(h->arg, c->peer->id, tag, data, len);
+}
+
+void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why)
+{
+    sx_stat_add(&c->shard->stats.drops[why], 1);
+    sx_debug("chan", "peer %llu: frame dropped: %s", (unsigned long long)c->peer->id,
+             sx_drop_reason_text(why));
+}
+
+static void chan_abort_assembly(sx_chan_t *c)
+{
+    free(c->asm_buf);
+    c->asm_buf = NULL;
+    c->asm_total = c->asm_got = 0;
+    c->asm_drop = false;
+}
+
+/* One in-order packet's frames. Reliability already made this packet
+ * exactly-once and in order, so chunks of a message arrive consecutively. */
+/* Delivers a packet's frames in order; returns how many it held. */
+static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len)
+{
+    unsigned frames = 0;
+    size_t off = 0;
+    sx_wire_frame_t f;
+    int r;
+
+    while ((r = sx_wire_next_frame(payload, len, &off, &f)) == 1) {
+        frames++;
+        bool assembling = c->asm_buf != NULL || c->asm_drop;
+        switch (f.kind) {
+        case SX_FRAME_AM:
+            if (assembling) {
+                sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+                chan_abort_assembly(c);
+            }
+            chan_deliver_am(c, f.tag, f.data, f.len);
+            break;
+        case SX_FRAME_AM_FIRST:
+            if (assembling) {
+                sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+                chan_abort_assembly(c);
+            }
+            c->asm_total = f.total;
+            c->asm_got = f.len;
+            c->asm_tag = f.tag;
+            if (f.total > c->shard->env->conf.max_msg || f.len > f.total) {
+                sx_chan_drop_frame_locked(c, f.len > f.total ? SX_DROP_FRAME : SX_DROP_TOO_LARGE);
+                c->asm_drop = true;
+            } else if ((c->asm_buf = malloc(f.total ? f.total : 1)) == NULL) {
+                sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER);
+                c->asm_drop = true;
+            } else {
+                memcpy(c->asm_buf, f.data, f.len);
+            }
+            break;
+        case SX_FRAME_AM_MORE:
+            if (!assembling || f.len > c->asm_total - c->asm_got || f.tag != c->asm_tag) {
+                sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+                chan_abort_assembly(c);
+                break;
+            }
+            if (c->asm_buf != NULL)
+                memcpy(c->asm_buf + c->asm_got, f.data, f.len);
+            c->asm_got += f.len;
+            break;
+        case SX_FRAME_PUT:
+            sx_chan_recv_put_locked(c, &f);
+            break;
+        case SX_FRAME_GET_REQ:
+            sx_chan_recv_get_locked(c, &f);
+            break;
+        case SX_FRAME_RMA_RESP:
+            sx_chan_recv_resp_locked(c, &f);
+            break;
+        default:
+            sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+            break;
+        }
+        if ((f.kind == SX_FRAME_AM_FIRST || f.kind == SX_FRAME_AM_MORE) &&
+            (f.flags & SX_FRAMEF_LAST) && (c->asm_buf != NULL || c->asm_drop)) {
+            if (c->asm_buf != NULL && c->asm_got == c->asm_total)
+                chan_deliver_am(c, c->asm_tag, c->asm_buf, c->asm_total);
+            else if (c->asm_buf != NULL)
+                sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+            chan_abort_assembly(c);
+        }
+    }
+    if (r < 0)
+        sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+    return frames;
+}
+
+/*
+ * Counts what arrived since the last ACK and decides when to send one: at
+ * once after ack_every message frames, else after ack_delay. Counting frames
+ * rather than packets keeps the delayed ACK (RFC 1122 4.2.3.2) from holding
+ * back a burst of aggregated small messages: a sender that packed a window
+ * of them into one datagram waits for their completions, and would
+ * otherwise wait the whole delay for every window.
+ */
+static void chan_owe_ack(sx_chan_t *c, unsigned frames)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+
+    c->ack_pending += frames > 0 ? frames : 1;
+    if (c->ack_pending >= p->ack_every || p->ack_delay_ns == 0) {
+        c->ack_now = true;
+    } else if (!sx_timer_is_pending(&c->ack_timer)) {
+        sx_wheel_add(c->shard->wheel, &c->ack_timer, sx_time_ns() + p->ack_delay_ns);
+    }
+}
+
+static inline bool ooo_has(const sx_chan_t *c, uint32_t seq)
+{
+    uint32_t i = seq & (sx_chan_window(c) - 1);
+    return c->ooo_bits != NULL && (c->ooo_bits[i / 64] & (1ull << (i % 64))) != 0;
+}
+
+/* The header's view of what is kept: packets rcv_nxt + 1 .. + 64. */
+static void chan_update_sack(sx_chan_t *c)
+{
+    uint64_t sack = 0;
+
+    if (c->ooo_count > 0) {
+        for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
+            if (ooo_has(c, c->rcv_nxt + 1 + i))
+                sack |= 1ull << i;
+        }
+    }
+    c->rcv_sack = sack;
+}
+
+/* Keeps a packet that arrived ahead of a gap; the drop reason or COUNT. */
+static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *data, size_t len)
+{
+    uint32_t w = sx_chan_window(c);
+
+    if ((uint32_t)(seq - c->rcv_nxt) >= w)
+        return SX_DROP_OUT_OF_WINDOW;
+    if (ooo_has(c, seq))
+        return SX_DROP_DUPLICATE;
+    /* The sender keeps at most MAX_INFLIGHT bytes unacknowledged, so a
+     * conforming sender never hits this; a hostile one cannot make us hold
+     * more. */
+    if (c->ooo_bytes + len > c->shard->env->conf.max_inflight)
+        return SX_DROP_NO_BUFFER;
+    if (c->ooo == NULL) {
+        c->ooo = calloc(w, sizeof(*c->ooo));
+        c->ooo_bits = calloc((w + 63) / 64, sizeof(uint64_t));
+        if (c->ooo == NULL || c->ooo_bits == NULL) {
+            free(c->ooo);
+            free(c->ooo_bits);
+            c->ooo = NULL;
+            c->ooo_bits = NULL;
+            return SX_DROP_NO_BUFFER;
+        }
+    }
+    uint32_t i = seq & (w - 1);
+    c->ooo[i].buf = malloc(len);
+    if (c->ooo[i].buf == NULL)
+        return SX_DROP_NO_BUFFER;
+    memcpy(c->ooo[i].buf, data, len);
+    c->ooo[i].len = (uint32_t)len;
+    c->ooo_bits[i / 64] |= 1ull << (i % 64);
+    c->ooo_count++;
+    c->ooo_bytes += len;
+    return SX_DROP_COUNT;
+}
+
+/* Delivers kept packets that are now in order. */
+static void chan_deliver_kept(sx_chan_t *c)
+{
+    while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
+        uint32_t i = c->rcv_nxt & (sx_chan_window(c) - 1);
+        uint8_t *buf = c->ooo[i].buf;
+        uint32_t len = c->ooo[i].len;
+        c->ooo[i].buf = NULL;
+        c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
+        c->ooo_count--;
+        c->ooo_bytes -= len;
+        c->rcv_nxt++;
+        chan_deliver_packet(c, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN);
+        free(buf);
+        if (c->failed)
+            return;
+    }
+}
+
+void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len)
+{
+    if (c->failed) {
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
+        return;
+    }
+    if (c->conn != SX_CONN_UP && !sx_conn_data_ok_locked(c)) {
+        /* Before the peer's CONNECT we do not know where its sequence
+         * numbers start. */
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_NOT_CONNECTED], 1);
+        return;
+    }
+    if (h->flags & SX_PKTF_ACK)
+        sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK);
+    if (c->failed || h->type != SX_PKT_DATA)
+        goto out;
+
+    if (h->seq == c->rcv_nxt) {
+        c->rcv_nxt++;
+        unsigned frames = chan_deliver_packet(c, data + SX_WIRE_HDR_LEN, h->payload_len);
+        if (!c->failed)
+            chan_deliver_kept(c);
+        chan_owe_ack(c, frames);
+        if (c->ooo_count != 0)
+            c->ack_now = true; /* still a gap: keep the sender informed */
+    } else if (sx_u32_before(c->rcv_nxt, h->seq)) {
+        sx_drop_reason_t why = chan_keep(c, h->seq, data, len);
+        if (why == SX_DROP_COUNT)
+            sx_stat_add(&c->shard->stats.rx_out_of_order, 1);
+        else
+            sx_stat_add(&c->shard->stats.drops[why], 1);
+        c->ack_now = true; /* out of order: tell the sender at once */
+    } else {
+        /* Already delivered: our ACK was lost or is late. */
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
+        c->ack_now = true;
+    }
+    chan_update_sack(c);
+out:
+    if (c->ack_now || c->rtx != NULL || c->sendq != NULL)
+        sx_chan_kick_locked(c);
+}

@@ -1,0 +1,423 @@
+/*
+ * Channels, transmit: cutting queued operations into packets (framing,
+ * aggregation of small messages, chunking of large ones), the packet
+ * pool, and the flush that hands what the window allows to the shard's
+ * batch (chan.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "shard/chan.h"
+#include "shard/chan_int.h"
+#include "shard/conn.h"
+#include "shard/peer.h"
+
+/*
+ * Data packets are malloc'd per packet. A burst of large ones (a 1 MiB
+ * GET answer is 17 packets of 64 KiB) freed together on its ACK left
+ * malloc a free heap top larger than its trim threshold, so glibc gave
+ * the pages back to the kernel and the next burst faulted them in again,
+ * zero-filled: perf put 86 % of an MPI 1 MiB ping-pong's page faults in
+ * chan_build_packet's copy, and the transfer took 1.1-1.6 ms (0.35 ms
+ * with the pool). So packets from SX_TXPKT_POOL_MIN bytes up are made as
+ * large as the channel's datagram and kept for the next one, up to one
+ * channel's SX_MAX_INFLIGHT bytes per shard: what a single channel may
+ * have in flight anyway. Token holder only, like everything in a shard.
+ */
+#define SX_TXPKT_POOL_MIN (16u * 1024u)
+
+/* Under ASan a pooled packet's bytes stay poisoned until it is reused, so
+ * a stale pointer into one is still reported as it was when it was freed. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SX_POOL_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define SX_POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define SX_POOL_POISON(p, n)   ((void)(p), (void)(n))
+#define SX_POOL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
+{
+    sx_shard_t *s = c->shard;
+    size_t cap = need;
+    sx_txpkt_t *pkt = NULL;
+
+    if (need >= SX_TXPKT_POOL_MIN) {
+        if (c->dgram_max > cap)
+            cap = c->dgram_max;
+        if (s->pkt_pool != NULL && s->pkt_pool->cap >= need) {
+            pkt = s->pkt_pool;
+            s->pkt_pool = pkt->rtx_next;
+            s->pkt_pool_bytes -= pkt->cap;
+            cap = pkt->cap;
+            SX_POOL_UNPOISON(pkt->data, cap);
+        }
+    }
+    if (pkt == NULL && (pkt = malloc(sizeof(*pkt) + cap)) == NULL)
+        return NULL;
+    memset(pkt, 0, sizeof(*pkt));
+    pkt->cap = (uint32_t)cap;
+    return pkt;
+}
+
+void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    sx_shard_t *s = c->shard;
+
+    if (pkt->cap >= SX_TXPKT_POOL_MIN &&
+        s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
+        pkt->rtx_next = s->pkt_pool;
+        s->pkt_pool = pkt;
+        s->pkt_pool_bytes += pkt->cap;
+        SX_POOL_POISON(pkt->data, pkt->cap);
+        return;
+    }
+    free(pkt);
+}
+
+/* Copies @p n bytes of @p op's message from its cursor to @p dst. */
+static void op_copy(sx_op_t *op, uint8_t *dst, size_t n)
+{
+    while (n > 0) {
+        const struct iovec *v = &op->iov[op->cur_iov];
+        size_t take = v->iov_len - op->cur_off;
+        if (take > n)
+            take = n;
+        memcpy(dst, (const uint8_t *)v->iov_base + op->cur_off, take);
+        dst += take;
+        n -= take;
+        op->cur_off += take;
+        if (op->cur_off == v->iov_len) {
+            op->cur_iov++;
+            op->cur_off = 0;
+        }
+    }
+}
+
+/* Below this much room a packet that already holds frames is closed rather
+ * than starting a new large message with a tiny chunk. */
+#define SX_MIN_CHUNK 512
+
+typedef struct frame_plan {
+    sx_op_t *op;
+    uint8_t kind;
+    uint32_t len;
+    bool last;
+} frame_plan_t;
+
+/* The frame kind an RMA-style op travels in. */
+static uint8_t op_frame_kind(const sx_op_t *op)
+{
+    switch (op->kind) {
+    case SX_OP_PUT:
+        return SX_FRAME_PUT;
+    case SX_OP_GET:
+        return SX_FRAME_GET_REQ;
+    default:
+        return SX_FRAME_RMA_RESP;
+    }
+}
+
+/* Plans the next frame of an active message; false if it does not fit. */
+static bool plan_am_frame(const sx_op_t *op, size_t room, unsigned n, frame_plan_t *f)
+{
+    uint64_t left = op->len - op->off;
+
+    if (!op->started) {
+        if (SX_WIRE_FRAME_LEN + left <= room) {
+            f->kind = SX_FRAME_AM;
+            f->len = (uint32_t)left;
+            f->last = true;
+            return true;
+        }
+        if ((n > 0 && room < SX_MIN_CHUNK) || room <= SX_WIRE_FRAME_LEN + 8)
+            return false;
+        f->kind = SX_FRAME_AM_FIRST;
+        f->len = (uint32_t)(room - SX_WIRE_FRAME_LEN - 8);
+        f->last = false;
+        return true;
+    }
+    if (room <= SX_WIRE_FRAME_LEN)
+        return false;
+    size_t cap = room - SX_WIRE_FRAME_LEN;
+    f->kind = SX_FRAME_AM_MORE;
+    f->len = (uint32_t)(left <= cap ? left : cap);
+    f->last = (left <= cap);
+    return true;
+}
+
+/* Plans the next frame of a PUT, GET or response; every frame carries its
+ * own extension, so chunks are independent of each other. */
+static bool plan_rma_frame(const sx_op_t *op, size_t room, unsigned n, frame_plan_t *f)
+{
+    f->kind = op_frame_kind(op);
+    size_t ext = (size_t)sx_wire_ext_len(f->kind);
+    /* A GET request carries no data; its length is in the extension. */
+    uint64_t left = (op->kind == SX_OP_GET) ? 0 : op->len - op->off;
+
+    if (room <= SX_WIRE_FRAME_LEN + ext)
+        return false;
+    size_t cap = room - SX_WIRE_FRAME_LEN - ext;
+    if (n > 0 && left > cap && cap < SX_MIN_CHUNK)
+        return false;
+    f->len = (uint32_t)(left <= cap ? left : cap);
+    f->last = (left <= cap);
+    return true;
+}
+
+/* Decides what the next packet carries, without copying anything. */
+static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan, size_t *bytes_p)
+{
+    unsigned n = 0;
+    size_t used = 0;
+    sx_op_t *op = c->sendq;
+
+    /* Each op appears at most once per packet: an op that does not finish
+     * here fills the packet, so planning never has to track its cursor. */
+    while (op != NULL && n < c->shard->env->conf.max_frames) {
+        frame_plan_t *f = &plan[n];
+        size_t room = space - used;
+        bool fits =
+            (op->kind == SX_OP_AM) ? plan_am_frame(op, room, n, f) : plan_rma_frame(op, room, n, f);
+        if (!fits)
+            break;
+        f->op = op;
+        used += SX_WIRE_FRAME_LEN + (size_t)sx_wire_ext_len(f->kind) + f->len;
+        n++;
+        if (!f->last)
+            break; /* the packet is full */
+        op = op->next;
+    }
+    *bytes_p = used;
+    return n;
+}
+
+static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t seq,
+                           uint16_t payload_len)
+{
+    sx_wire_hdr_t h = {
+        .type = type,
+        .flags = SX_PKTF_ACK,
+        .src_shard = (uint16_t)c->shard->index,
+        .dst_shard = (uint16_t)c->lane,
+        .src_epoch = c->shard->env->epoch,
+        .dst_epoch = c->peer->epoch,
+        .seq = seq,
+        .ack = c->rcv_nxt,
+        .sack = c->rcv_sack,
+        .payload_len = payload_len,
+    };
+    uint32_t crc;
+    const uint32_t *crcp = NULL;
+    if (payload_len > 0 && c->shard->env->conf.checksum) {
+        crc = sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload_len);
+        crcp = &crc;
+    }
+    sx_wire_write_hdr(buf, &h, crcp);
+    /* Every packet carries the current acknowledgement. */
+    c->ack_pending = 0;
+    c->ack_now = false;
+    sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
+}
+
+/* An op whose last frame is in a packet now waits for what completes it. */
+static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
+{
+    switch (op->kind) {
+    case SX_OP_AM:
+        sx_op_append(&c->ackq, &c->ackq_tail, op);
+        break;
+    case SX_OP_PUT:
+    case SX_OP_GET:
+        sx_op_append(&c->rmaq, &c->rmaq_tail, op);
+        break;
+    default:
+        c->resp_queued--;
+        free(op); /* a response: the packet holds a copy, nobody waits */
+        break;
+    }
+}
+
+/* Builds the next data packet from the send queue, or returns NULL. */
+static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
+{
+    frame_plan_t plan[SX_PKT_MAX_FRAMES];
+    size_t mtu = c->dgram_max;
+    size_t bytes;
+    unsigned n = chan_plan_packet(c, mtu - SX_WIRE_HDR_LEN, plan, &bytes);
+
+    if (n == 0)
+        return NULL;
+    sx_txpkt_t *pkt = chan_pkt_alloc(c, SX_WIRE_HDR_LEN + bytes);
+    if (pkt == NULL)
+        return NULL;
+    uint8_t *p = pkt->data + SX_WIRE_HDR_LEN;
+    uint32_t seq = c->snd_nxt;
+    for (unsigned i = 0; i < n; i++) {
+        sx_op_t *op = plan[i].op;
+        sx_wire_frame_t f = {.kind = plan[i].kind,
+                             .tag = op->tag,
+                             .flags = plan[i].last ? SX_FRAMEF_LAST : 0,
+                             .len = plan[i].len,
+                             .total = op->len};
+        if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
+            f.rma.addr = op->raddr + op->off;
+            f.rma.key = op->rkey;
+            f.rma.op_addr = op->raddr;
+            f.rma.op_len = op->len;
+            f.rma.op_id = op->op_id;
+        } else if (op->kind == SX_OP_RESP) {
+            f.resp.op_id = op->op_id;
+            f.resp.status = op->status;
+            f.resp.offset = op->off;
+        }
+        if (op->from_region) {
+            p = sx_chan_write_region_frame_locked(c, op, &f, p, plan[i].len);
+        } else {
+            p += sx_wire_write_frame(p, &f);
+            op_copy(op, p, plan[i].len);
+            p += plan[i].len;
+        }
+        op->off += plan[i].len;
+        op->started = 1;
+        if (plan[i].last) {
+            op->last_seq = seq;
+            c->sendq = op->next;
+            if (c->sendq == NULL)
+                c->sendq_tail = NULL;
+            chan_op_sent(c, op);
+        }
+    }
+    pkt->guest.on_evict = sx_chan_on_timeout;
+    pkt->chan = c;
+    pkt->seq = seq;
+    pkt->len = (uint32_t)(SX_WIRE_HDR_LEN + bytes);
+    chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes);
+    sx_stat_add(&c->shard->stats.frames_sent, n);
+    return pkt;
+}
+
+/* Stages a datagram in the shard's batch; @p pkt is NULL for an ACK. */
+/* Stages a datagram in the shard's batch; @p pkt is NULL for an ACK. */
+static void chan_stage(sx_chan_t *c, const uint8_t *data, size_t len, sx_txpkt_t *pkt)
+{
+    sx_shard_tx_stage_locked(c->shard, c->tl, c->dest, data, len, c, pkt);
+}
+
+static void chan_send_ack(sx_chan_t *c)
+{
+    /* The ACK is built in the batch's own buffer, which lives until the
+     * batch is posted. */
+    uint8_t *buf = sx_shard_tx_ack_buf_locked(c->shard, c->tl);
+    chan_write_hdr(c, buf, SX_PKT_ACK, 0, 0);
+    chan_stage(c, buf, SX_WIRE_HDR_LEN, NULL);
+    sx_stat_add(&c->shard->stats.acks_sent, 1);
+}
+
+unsigned sx_chan_flush_locked(sx_chan_t *c)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+    unsigned sent = 0;
+    uint64_t now = sx_time_ns();
+
+    if (c->failed)
+        return 0;
+    if (c->conn != SX_CONN_UP) {
+        /* Work waits until the connection is up; the first of it starts
+         * the component's connect (connections are made lazily). What we
+         * received is still acknowledged: the peer may be up before us
+         * (we are probing our direction of the path). */
+        if (c->conn == SX_CONN_IDLE && c->sendq != NULL)
+            c->conn_method->ops->start_connect_locked(c->conn_method, c);
+        if (c->rcv_synced && (c->ack_now || c->ack_pending >= p->ack_every))
+            chan_send_ack(c);
+        return 0;
+    }
+    /* Retransmissions first: they hold up everything behind them. */
+    while (c->rtx != NULL) {
+        sx_txpkt_t *pkt = c->rtx;
+        if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
+            sx_stat_add(&c->shard->stats.hotel_full, 1);
+            break;
+        }
+        sx_wire_update_ack(pkt->data, c->rcv_nxt, c->rcv_sack, SX_PKTF_ACK);
+        c->ack_pending = 0;
+        c->ack_now = false;
+        chan_stage(c, pkt->data, pkt->len, pkt);
+        c->rtx = pkt->rtx_next;
+        if (c->rtx == NULL)
+            c->rtx_tail = NULL;
+        pkt->queued = false;
+        pkt->transmissions++;
+        pkt->last_sent_ns = now;
+        sent++;
+    }
+    /* New packets while the window, the byte budget and the hotel allow. */
+    while (c->rtx == NULL && c->sendq != NULL) {
+        if ((uint32_t)(c->snd_nxt - c->snd_una) >= c->snd_window ||
+            c->inflight_bytes >= p->max_inflight) {
+            sx_stat_add(&c->shard->stats.window_stalls, 1);
+            break;
+        }
+        sx_txpkt_t *pkt = chan_build_packet(c);
+        if (pkt == NULL)
+            break;
+        if (c->snd_una == c->snd_nxt)
+            c->last_progress_ns = now; /* the peer owes us nothing until now */
+        c->win[pkt->seq & (sx_chan_window(c) - 1)] = pkt;
+        c->snd_nxt++;
+        c->inflight_bytes += pkt->len;
+        pkt->first_sent_ns = now;
+        pkt->last_sent_ns = now;
+        pkt->transmissions = 1;
+        if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
+            /* No room to time it: send it later as a retransmission. */
+            sx_stat_add(&c->shard->stats.hotel_full, 1);
+            sx_chan_queue_rtx_locked(c, pkt);
+            break;
+        }
+        chan_stage(c, pkt->data, pkt->len, pkt);
+        sx_stat_add(&c->shard->stats.data_sent, 1);
+        sent++;
+    }
+    if (c->ack_now || c->ack_pending >= p->ack_every)
+        chan_send_ack(c);
+    return sent;
+}
+
+int sx_chan_send_raw_locked(sx_chan_t *c, const uint8_t *data, size_t len)
+{
+    sx_tl_iface_t *iface = sx_chan_iface(c);
+    sx_tl_tx_t tx = {.dest = c->dest, .iovcnt = 1};
+    unsigned posted = 0;
+
+    /* After what is staged, so the order on the wire is the order of the
+     * calls. Only transports that are done with the buffer when post_send
+     * returns (caps.sync_send: udp, self, fault) may carry it: the caller's
+     * buffer is gone after this call. */
+    if (!iface->caps.sync_send)
+        return SX_ERR_UNSUPPORTED;
+    sx_shard_tx_post_locked(c->shard);
+    tx.iov[0].iov_base = (void *)data;
+    tx.iov[0].iov_len = len;
+    return iface->ops->post_send(iface, &tx, 1, &posted);
+}
+
+void sx_chan_tx_refused_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool full)
+{
+    /* A full interface: send again at the next flush. Anything else (a
+     * refused destination, say) waits for its retransmission timer, so a
+     * persistent error cannot spin the progress loop. An ACK is owed
+     * again either way. */
+    if (pkt == NULL) {
+        c->ack_now = true;
+        sx_chan_kick_locked(c);
+    } else if (full) {
+        sx_stat_add(&c->shard->stats.tx_again, 1);
+        sx_chan_queue_rtx_locked(c, pkt);
+    }
+}
