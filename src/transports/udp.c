@@ -47,8 +47,8 @@
  * pays off is measured by bench/ack_socket_bench.c. On loopback it did not
  * (a second system call per poll costs more than the ACKs' wait saves), so
  * it is off by default, unlike DESIGN.md's picture of an interface with
- * both channels; the figures are next to SX_UDP_ACK_SOCKET_DEFAULT in
- * src/common/config.h.
+ * both channels; docs/tuning.md, section "ACK socket: SX_UDP_ACK_SOCKET",
+ * has the measurements.
  *
  * ICMP errors: an unconnected Linux UDP socket without IP_RECVERR ignores
  * ICMP port-unreachable (see udp(7), "ERROR HANDLING"), which is what we
