@@ -558,12 +558,12 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
     /* One datagram at a time (recvmsg) until datagrams come back to back,
      * then batches (recvmmsg). A recvmmsg that finds one datagram goes on
      * to try for a second before it returns, and that failed try (a whole
-     * recvmsg pass in the kernel) sat between a ping and its pong: the
-     * 8-byte ping-pong was 0.3 us slower with batches of 32 than one
-     * datagram per call (sx_bench latency beside the raw-UDP floor). A
-     * stream keeps the batches: a poll that fills more than one buffer
-     * keeps batch mode, one that finds a single datagram leaves it, and
-     * a single-datagram poll that finds one enters it. */
+     * recvmsg pass in the kernel) sat between a ping and its pong
+     * (docs/tuning.md, section "Connected send sockets: SX_UDP_CONNECT",
+     * has the measurement). A stream keeps the batches: a poll that fills
+     * more than one buffer keeps batch mode, one that finds a single
+     * datagram leaves it, and a single-datagram poll that finds one enters
+     * it. */
     bool batch = rx->batch && want > 1;
     for (;;) {
         if (batch) {

@@ -455,12 +455,12 @@ unsigned sx_udp_connect_budget(const sx_tl_config_t *config)
  * bound to the data socket's IP (port: the kernel's choice). An
  * unconnected socket makes udp_sendmsg look the route up for every
  * datagram (ip_route_output_flow); a connected one caches it on the
- * socket. On loopback that took 0.3 us off each 8-byte datagram (a raw
- * ping-pong: 3.72 us with sendto, 3.39 us with send on a connected
- * socket, the same run). The receiver never looks at the source port
- * (events carry no address; channels are named in the wire header), so
- * data leaving from another port than the card's is fine. Failing here
- * costs only that saving: the destination keeps the shared socket.
+ * socket (docs/tuning.md, section "Connected send sockets:
+ * SX_UDP_CONNECT", has what that saves). The receiver never looks at the
+ * source port (events carry no address; channels are named in the wire
+ * header), so data leaving from another port than the card's is fine.
+ * Failing here costs only that saving: the destination keeps the shared
+ * socket.
  */
 void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
 {
