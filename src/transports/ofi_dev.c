@@ -29,11 +29,12 @@
  *
  * Loading: libfabric is opened with dlopen on first use, not linked. Its
  * library pulls in every provider's dependencies (libpsm_infinipath,
- * libpsm2, libefa, ...), whose constructors cost about 200 ms at every
- * process start on these machines, and fi_getinfo's first call as much
- * again; a process that never selects ofi pays neither. The build still
- * finds libfabric with pkg-config, for its headers and to decide whether
- * to compile the ofi transport.
+ * libpsm2, libefa, ...), whose constructors take a noticeable time at
+ * every process start, and fi_getinfo's first call as much again; a
+ * process that never selects ofi pays neither (docs/tuning.md, section
+ * "Loading libfabric and libibverbs", has the measurements). The build
+ * still finds libfabric with pkg-config, for its headers and to decide
+ * whether to compile the ofi transport.
  */
 #include "transports/ofi_int.h"
 

@@ -11,8 +11,9 @@
  * providers (libmlx5-rdmav34.so, ...) only inside ibv_get_device_list, and
  * only when sysfs lists a device that no loaded provider claims. Linked,
  * it costs a process that never selects verbs the mapping of libibverbs
- * and libnl (measured: 0.4 ms per process start), and a query on a
- * machine without RDMA devices one scan of /sys (0.2 ms).
+ * and libnl, and a query on a machine without RDMA devices one scan of
+ * /sys (docs/tuning.md, section "Loading libfabric and libibverbs", has
+ * the measurements).
  */
 #include "transports/verbs_int.h"
 
