@@ -429,48 +429,24 @@ static void shardx_thread_to_batch(void)
 }
 
 /*
- * The hand-off to a woken waiter. Under MPI_THREAD_MULTIPLE, Open MPI
- * 4.1's request wait (opal/threads/wait_sync.c) lets one thread call
- * opal_progress and parks every other waiting thread on a condition
- * variable, passing the progress role on when the progressing thread's
- * own request completes. When our progress completes a parked thread's
- * request, ob1 signals it, but the signalled thread still needs a CPU,
- * and the progressing thread keeps spinning on it. With both threads
- * bound to the rank's core (mpirun's default binding) the woken thread
- * then waited for the spinner's time slice: mpi_bench's 2-thread 8-byte
- * latency was 2.3-2.8 ms, the same with the tcp BTL.
- *
- * So while the progress role moves between threads (it changed hands
- * within the last 10 ms) every progress call ends with a yield. Yielding
- * only after a call that handled events (23-77 us on the same machine)
- * missed the other way a thread becomes runnable: a waiter promoted to
- * progress when the progressing thread's own request completes is woken
- * as well, and then both spin, so the one on the CPU has to make room
- * even when its last poll found nothing (18-24 us, interleaved runs of
- * the same build; yielding only while another thread was inside
- * btl_progress gave 28-162 us, since a woken thread is runnable before
- * it gets there). sched_yield with nothing else runnable returns at
- * once, so a parked waiter costs the spinner one system call per poll.
- * A process with one thread waiting on MPI, the common case, never pays:
- * the role does not change hands there.
- *
- * The yield alone left the wake-up itself too dear. ob1 signals a
- * waiter's condition variable while holding the waiter's mutex
- * (WAIT_SYNC_SIGNAL), and the kernel's wake-up preemption can put the
- * woken thread on the shared core at once, where it blocks on that
- * mutex and must be woken a second time. A SCHED_BATCH thread
- * does not preempt on wake-up (sched(7): the scheduler "will apply a
- * small scheduling penalty with respect to wakeup behavior"; in
- * kernel/sched/fair.c check_preempt_wakeup_fair returns early for it,
- * "their preemption is driven by the tick"), so it runs at the
- * spinner's next yield, after the mutex is free. Each thread that takes
- * part in a hand-off is therefore moved from SCHED_OTHER to SCHED_BATCH
- * once (btl_shardx_sched_batch, on by default; threads with any other
- * policy are left as they are). mpi_bench mt 2, interleaved runs of one
- * build: 10.0-10.6 us against 20.9-23.4 us with it off; per message
- * (perf stat, both ranks) 5.0 context switches, 15 futex calls and 5.1
- * yields against 23.5, 24 and 11.8. Its share of the CPU does not
- * change: SCHED_BATCH keeps the nice value's weight.
+ * Progress for ob1, and the hand-off between waiting threads. Under
+ * MPI_THREAD_MULTIPLE, Open MPI 4.1's request wait
+ * (opal/threads/wait_sync.c) lets one thread call opal_progress and parks
+ * the others on condition variables, passing the progress role on as
+ * requests complete. A parked thread woken by our progress, or promoted to
+ * progress, needs the CPU that the progressing thread spins on (mpirun
+ * binds them to the rank's core), so while the role moves between threads
+ * (it changed hands within SHARDX_HANDOFF_NS) every call ends with
+ * sched_yield, even one that found nothing; with nothing else runnable the
+ * yield returns at once. ob1 signals a waiter while holding its mutex: a
+ * woken SCHED_OTHER thread can preempt the signaller and block on that
+ * mutex, a SCHED_BATCH one does not preempt on wake-up (sched(7)) and runs
+ * at the next yield. So each thread in a hand-off moves from SCHED_OTHER
+ * to SCHED_BATCH once (btl_shardx_sched_batch, on by default; other
+ * policies are left alone, and the nice value's CPU share is kept). With
+ * one waiting thread the role never moves and nothing yields.
+ * docs/tuning.md, section "Open MPI BTL: threads that wait", has the
+ * measurements.
  */
 int mca_btl_shardx_progress(void)
 {

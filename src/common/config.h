@@ -21,60 +21,10 @@
 #include <shardx.h>
 
 /*
- * SX_UDP_ACK_SOCKET's default: off, because on loopback it does not pay
- * off. DESIGN.md section 1 maps the usnic priority channel onto a
- * shard's interface; udp has it (src/transports/udp.c, "ACK socket") but
- * leaves it off until a measurement says otherwise.
- *
- * Measured 2026-11-22 on the 2-core VM shared with other builds (load 1.3
- * to 10, so every figure is the median of runs alternating off/on, with
- * min..max), ranks pinned one per CPU, loopback, defaults otherwise
- * (SX_RCVBUF 16m, SX_MAX_INFLIGHT 4m), build/bench/ack_socket_bench,
- * bidirectional bulk with 64 sends outstanding per rank:
- *
- *   load ~1.8, 3 runs each        off                   on
- *     64 KiB  MB/s both ways      2667 [2610..3069]     2477 [2373..2501]
- *             completion median   2.8 ms                1.4 ms
- *             completion p99      3.4 ms                11.4 ms
- *     16 KiB  MB/s                2419 [2368..2430]     2304 [2031..2337]
- *      1 KiB  MB/s                 312 [254..405]        272 [264..321]
- *   load ~3 to 5, 5 runs each
- *     64 KiB  MB/s                2585 [2311..3393]     2376 [2331..3008]
- *     16 KiB  MB/s                2210 [1955..2893]     2271 [1926..2557]
- *      1 KiB  MB/s                 382 [338..479]        286 [249..375]
- *      1 KiB  another set, ~145
- *             timeouts in each        58 [42..423]          72 [19..324]
- *   load ~5 to 7, 8 runs each (two rounds)
- *     64 KiB  MB/s                 449 [280..576]        402 [323..554]
- *             completion p99      42 ms                 115 ms
- *     16 KiB  MB/s                 446 [258..506]        441 [336..475]
- *      1 KiB  MB/s                  75 [22..87]           63 [17..73]
- *   load ~0.1 to 0.5, 5 runs each
- *     64 KiB  MB/s                1439 [1136..2029]     1133 [1018..1862]
- *             completion p99      15 ms                 65 ms
- *     16 KiB  MB/s                1425 [1306..1848]     1651 [1204..1826]
- *      1 KiB  MB/s                 289 [270..312]        215 [205..233]
- *   sx_bench latency, 64 B, half round trip, medians of alternating runs:
- *   at load ~0.5, 10 pairs, 6.29 us [5.83..6.63] off, 6.90 us [5.72..7.20]
- *   on (on slower in 9 pairs); at load ~5, 4 pairs, 6.75 off, 7.23 on.
- *   sx_bench rate varied 18k..68k messages/s within each setting under
- *   load: no verdict.
- *
- * So: throughput within the noise at 16 KiB, 7 to 21 % lower at 64 KiB
- * in every set and 13 to 26 % lower at 1 KiB in four sets of five (the
- * fifth, dominated by timeouts from the load, went the other way);
- * ping-pong 0.5 to 0.6 us slower, about what the second recvmmsg of every
- * poll costs. The throughput loss is not explained by that alone: a
- * variant that read an idle ACK socket only every fourth poll did not
- * recover it in a quick A/B (so it was not kept). The one gain, the
- * median completion of 64 KiB sends a third to a half lower, comes with a
- * p99 three to four times worse; per rank, one direction then ran ahead
- * of the other.
- * No run with SX_MAX_INFLIGHT below SX_RCVBUF had a kernel drop, so there
- * were no lost ACKs for the socket to save; with SX_RCVBUF=256k both
- * settings collapsed alike under overflow. A real NIC, with a qdisc that
- * honours the ACK socket's SO_PRIORITY or a switch queue in the path, may
- * decide otherwise: measure there before turning it on.
+ * SX_UDP_ACK_SOCKET's default: off, because on loopback the ACK socket
+ * (src/transports/udp.c, "ACK socket") cost throughput and latency and had
+ * no lost ACK to save; a real NIC may decide otherwise. docs/tuning.md,
+ * section "ACK socket: SX_UDP_ACK_SOCKET", has the measurements.
  */
 #define SX_UDP_ACK_SOCKET_DEFAULT "no"
 

@@ -1,0 +1,512 @@
+/*
+ * udp_sock: the sockets of the udp transport. udp.c is the interface, its
+ * card address and its data path; udp_int.h is what the two files share.
+ * Here: the address a shard binds (SX_BIND_ADDR, or an SX_NET_DEVICES
+ * interface), the mtu, creating and sizing the data and ACK sockets, and
+ * the connected per-peer send sockets. It all runs inside open, query and
+ * devices (any thread) or addr_insert (the token holder), as the ops table
+ * in udp.c says.
+ *
+ * Binding: config->bind_addr is "a.b.c.d" or "a.b.c.d:port" (port 0 or no
+ * port lets the kernel choose); NULL means 127.0.0.1. The wildcard address
+ * is refused because the card must name an address a peer can reach; IPv6
+ * is not supported yet. The ACK socket always takes a kernel-chosen port.
+ *
+ * Devices (SX_NET_DEVICES, config->net_devices): when the list is set,
+ * udp's devices are the named interfaces that have an IPv4 address, in
+ * the list's order; the engine gives each shard one (config->device, by
+ * NIC locality) and open binds the shard's socket to that interface's
+ * first IPv4 address, with a kernel-chosen port, instead of bind_addr.
+ * The query fails with SX_ERR_NO_DEVICE when a name is not an interface
+ * here, or when none of them has an IPv4 address. Binding the address
+ * chooses the source; which interface a datagram leaves by is still the
+ * routing table's choice, which for peers on the interface's own subnet
+ * (the usual multi-NIC cluster, one subnet per rail) is that interface.
+ * Without the list there are no devices and bind_addr rules, as before.
+ *
+ * MTU: IPv4 allows 65507 bytes of UDP payload (RFC 791 total length minus
+ * 28 bytes of headers). On loopback the mtu is 65000, which leaves that
+ * ceiling some slack. Elsewhere it is the interface MTU (SIOCGIFMTU on the
+ * interface that owns the bind address) minus 28, capped at 65000, or 1472
+ * (Ethernet's 1500 minus 28) when the interface cannot be found: a larger
+ * datagram would be fragmented, and one lost fragment loses all of it.
+ */
+#include "transports/udp_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <shardx.h>
+
+#include "common/log.h"
+#include "common/namelist.h"
+
+_Static_assert(SX_NAMELIST_NAME_MAX == SX_TL_DEVICE_MAX, "a listed name is a device name");
+_Static_assert(SX_NAMELIST_MAX >= SX_TL_DEVICES, "SX_NET_DEVICES can name every device");
+
+#define UDP_MTU_LOOPBACK 65000
+#define UDP_MTU_MAX      65000
+#define UDP_MTU_DEFAULT  1472 /* 1500 - 20 (IPv4 header) - 8 (UDP header) */
+#define UDP_HEADERS      28
+#define UDP_ACK_PRIORITY 6 /* SO_PRIORITY of the ACK socket: TC_PRIO_INTERACTIVE */
+
+/* ------------------------------------------------------------------ */
+/* Set-up helpers                                                      */
+
+/* Parses "a.b.c.d" or "a.b.c.d:port" into @p sa. */
+int sx_udp_parse_bind(const char *text, struct sockaddr_in *sa)
+{
+    char host[INET_ADDRSTRLEN + 1];
+    const char *colon = strchr(text, ':');
+    size_t hostlen = colon != NULL ? (size_t)(colon - text) : strlen(text);
+    unsigned long port = 0;
+
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    if (colon != NULL && strchr(colon + 1, ':') != NULL) {
+        sx_error("udp",
+                 "bind address '%s' looks like IPv6, which udp does not support yet; "
+                 "allowed: an IPv4 address, optionally with :port",
+                 text);
+        return SX_ERR_UNSUPPORTED;
+    }
+    if (hostlen == 0 || hostlen >= sizeof(host))
+        goto bad;
+    memcpy(host, text, hostlen);
+    host[hostlen] = '\0';
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        goto bad;
+    if (colon != NULL) {
+        char *end = NULL;
+        if (colon[1] < '0' || colon[1] > '9')
+            goto bad;
+        errno = 0;
+        port = strtoul(colon + 1, &end, 10);
+        if (errno != 0 || *end != '\0' || port > 65535)
+            goto bad;
+    }
+    if (sa->sin_addr.s_addr == htonl(INADDR_ANY)) {
+        sx_error("udp",
+                 "bind address '%s' is the wildcard; allowed: a concrete local IPv4 "
+                 "address, since peers must be told where to send",
+                 text);
+        return SX_ERR_INVALID_PARAM;
+    }
+    sa->sin_port = htons((uint16_t)port);
+    return SX_OK;
+bad:
+    sx_error("udp",
+             "bind address '%s' is not valid; allowed: an IPv4 address a.b.c.d, "
+             "optionally with :port (0-65535)",
+             text);
+    return SX_ERR_INVALID_PARAM;
+}
+
+/* Finds the MTU of the interface that owns @p addr; 0 when unknown. */
+static size_t udp_ifmtu(int fd, const struct in_addr *addr)
+{
+    struct ifaddrs *list = NULL;
+    size_t mtu = 0;
+
+    if (getifaddrs(&list) != 0)
+        return 0;
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != AF_INET)
+            continue;
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)(void *)ifa->ifa_addr;
+        if (sin->sin_addr.s_addr != addr->s_addr)
+            continue;
+        struct ifreq ifr;
+        memset(&ifr, 0, sizeof(ifr));
+        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifa->ifa_name);
+        if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > UDP_HEADERS)
+            mtu = (size_t)ifr.ifr_mtu - UDP_HEADERS;
+        break;
+    }
+    freeifaddrs(list);
+    return mtu;
+}
+
+size_t sx_udp_pick_mtu(int fd, const struct sockaddr_in *local)
+{
+    /* All of 127.0.0.0/8 is loopback (RFC 1122 section 3.2.1.3). */
+    if ((ntohl(local->sin_addr.s_addr) >> 24) == 127)
+        return UDP_MTU_LOOPBACK;
+    size_t mtu = udp_ifmtu(fd, &local->sin_addr);
+    if (mtu == 0)
+        return UDP_MTU_DEFAULT;
+    return mtu < UDP_MTU_MAX ? mtu : UDP_MTU_MAX;
+}
+
+/*
+ * Looks interface @p name up in @p list: 1 with its first IPv4 address in
+ * *addr (getifaddrs lists an interface's primary address first), 0 when
+ * it exists without one, -1 when there is no such interface. getifaddrs
+ * reports every interface once by its link-layer (AF_PACKET) entry,
+ * addressed or not, and once more per address.
+ */
+static int udp_if_lookup(const struct ifaddrs *list, const char *name, struct in_addr *addr)
+{
+    int found = -1;
+
+    for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_name == NULL || strcmp(ifa->ifa_name, name) != 0)
+            continue;
+        found = 0;
+        if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET) {
+            const struct sockaddr_in *sin = (const struct sockaddr_in *)(const void *)ifa->ifa_addr;
+            *addr = sin->sin_addr;
+            return 1;
+        }
+    }
+    return found;
+}
+
+/* Writes the names of the interfaces in @p list, each once ("lo, eth0"),
+ * to @p buf; ", ..." ends it when they do not all fit. */
+static void udp_if_names(const struct ifaddrs *list, char *buf, size_t cap)
+{
+    static const char more[] = ", ...";
+    size_t off = 0;
+
+    buf[0] = '\0';
+    for (const struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        bool seen = ifa->ifa_name == NULL;
+        for (const struct ifaddrs *p = list; p != ifa && !seen; p = p->ifa_next)
+            seen = p->ifa_name != NULL && strcmp(p->ifa_name, ifa->ifa_name) == 0;
+        if (seen)
+            continue;
+        size_t need = strlen(ifa->ifa_name) + (off != 0 ? 2 : 0);
+        if (off + need + sizeof(more) > cap) {
+            if (off + sizeof(more) <= cap)
+                memcpy(buf + off, more, sizeof(more));
+            return;
+        }
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", off != 0 ? ", " : "", ifa->ifa_name);
+    }
+}
+
+/*
+ * Checks config->net_devices against the interfaces here and lists, in
+ * the list's order, the named ones that have an IPv4 address: writes up
+ * to @p max of them to @p names and returns how many, with a description
+ * ("vethA 10.1.1.1, vethB 10.1.2.1") in @p text. A negative status, with
+ * why in @p text, when the list is malformed, a name is not an interface
+ * here, or no named interface has an IPv4 address. With @p warn, logs a
+ * warning for each named interface skipped for want of an address.
+ */
+int sx_udp_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX], unsigned max,
+                        char *text, size_t text_len, bool warn)
+{
+    char wanted[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
+    char why[128];
+    unsigned nwanted = 0, n = 0;
+    struct ifaddrs *list = NULL;
+    size_t off = 0;
+
+    if (sx_namelist_parse(config->net_devices, wanted, SX_TL_DEVICES, &nwanted, why, sizeof(why)) !=
+        SX_OK) {
+        snprintf(text, text_len, "invalid SX_NET_DEVICES: %s", why);
+        return SX_ERR_INVALID_PARAM;
+    }
+    if (getifaddrs(&list) != 0) {
+        snprintf(text, text_len, "cannot list the network interfaces (getifaddrs: %s)",
+                 strerror(errno));
+        return SX_ERR_NO_DEVICE;
+    }
+    text[0] = '\0';
+    for (unsigned i = 0; i < nwanted; i++) {
+        struct in_addr addr;
+        int found = udp_if_lookup(list, wanted[i], &addr);
+        if (found < 0) {
+            char have[128];
+            udp_if_names(list, have, sizeof(have));
+            snprintf(text, text_len,
+                     "SX_NET_DEVICES names '%s', which is not a network interface here "
+                     "(interfaces: %s)",
+                     wanted[i], have);
+            freeifaddrs(list);
+            return SX_ERR_NO_DEVICE;
+        }
+        if (found == 0) {
+            if (warn)
+                sx_warn("udp", "SX_NET_DEVICES: interface %s has no IPv4 address; udp skips it",
+                        wanted[i]);
+            continue;
+        }
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &addr, ip, sizeof(ip));
+        if (off < text_len)
+            off += (size_t)snprintf(text + off, text_len - off, "%s%s %s", off != 0 ? ", " : "",
+                                    wanted[i], ip);
+        if (n < max)
+            snprintf(names[n], SX_TL_DEVICE_MAX, "%s", wanted[i]);
+        n++;
+    }
+    freeifaddrs(list);
+    if (n == 0) {
+        snprintf(text, text_len,
+                 "none of the interfaces SX_NET_DEVICES='%s' names has an IPv4 address",
+                 config->net_devices);
+        return SX_ERR_NO_DEVICE;
+    }
+    return (int)(n < max ? n : max);
+}
+
+/* The IPv4 address of interface @p name for a shard's socket; SX_OK or
+ * SX_ERR_NO_DEVICE, logged. */
+int sx_udp_device_addr(const char *name, unsigned shard, struct sockaddr_in *sa)
+{
+    struct ifaddrs *list = NULL;
+
+    if (getifaddrs(&list) != 0) {
+        sx_error("udp", "shard %u: cannot list the network interfaces to find %s: %s", shard, name,
+                 strerror(errno));
+        return SX_ERR_NO_DEVICE;
+    }
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    int found = udp_if_lookup(list, name, &sa->sin_addr);
+    freeifaddrs(list);
+    if (found <= 0) {
+        /* The query saw it a moment ago: it went away or lost its address. */
+        sx_error("udp", "shard %u: interface %s (SX_NET_DEVICES) %s", shard, name,
+                 found < 0 ? "no longer exists" : "has no IPv4 address any more");
+        return SX_ERR_NO_DEVICE;
+    }
+    return SX_OK;
+}
+
+/*
+ * Raises one socket buffer. SO_*BUFFORCE ignores net.core.[rw]mem_max but
+ * needs CAP_NET_ADMIN; without it the plain option is capped at that
+ * sysctl (socket(7)). The kernel doubles the value for its bookkeeping, so
+ * what getsockopt reports is about twice what was asked.
+ */
+static void udp_set_buf(int fd, size_t want, int force_opt, int opt, const char *what)
+{
+    int val = want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
+    int got = 0;
+    socklen_t len = sizeof(got);
+
+    if (want == 0)
+        return;
+    if (setsockopt(fd, SOL_SOCKET, force_opt, &val, sizeof(val)) != 0 &&
+        setsockopt(fd, SOL_SOCKET, opt, &val, sizeof(val)) != 0)
+        sx_debug("udp", "setting %s to %d failed: %s", what, val, strerror(errno));
+    if (getsockopt(fd, SOL_SOCKET, opt, &got, &len) == 0)
+        sx_debug("udp", "%s: asked for %zu bytes, the kernel reports %d", what, want, got);
+}
+
+/* ------------------------------------------------------------------ */
+/* Sockets                                                             */
+
+/*
+ * Creates one nonblocking socket, sizes its buffers, asks for drop counts
+ * and binds it to @p sa; the bound address goes to *bound_p. @p what names
+ * it in messages ("data", "ACK"). On failure *fd_p may hold a socket for
+ * the caller to close.
+ */
+int sx_udp_socket_open(const char *what, const struct sockaddr_in *sa, size_t rcvbuf, size_t sndbuf,
+                       int *fd_p, struct sockaddr_in *bound_p)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    *fd_p = fd;
+    if (fd < 0) {
+        sx_error("udp", "%s socket: %s", what, strerror(errno));
+        return errno == ENOMEM || errno == ENOBUFS ? SX_ERR_NO_MEMORY : SX_ERR_IO;
+    }
+    udp_set_buf(fd, rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
+    udp_set_buf(fd, sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
+
+    /* SO_RXQ_OVFL attaches the socket's drop count to every datagram read,
+     * so loss in the network can be told from overflow here (socket(7)). */
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
+        sx_debug("udp", "SO_RXQ_OVFL unavailable (%s); kernel drops will not be counted",
+                 strerror(errno));
+
+    if (bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0) {
+        int err = errno;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
+        sx_error("udp", "bind %s socket to %s:%u: %s", what, ip, ntohs(sa->sin_port),
+                 strerror(err));
+        return err == EADDRINUSE      ? SX_ERR_EXISTS
+               : err == EADDRNOTAVAIL ? SX_ERR_INVALID_PARAM
+                                      : SX_ERR_IO;
+    }
+    socklen_t salen = sizeof(*bound_p);
+    if (getsockname(fd, (struct sockaddr *)bound_p, &salen) != 0) {
+        sx_error("udp", "getsockname of the %s socket: %s", what, strerror(errno));
+        return SX_ERR_IO;
+    }
+    return SX_OK;
+}
+
+/* Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
+int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
+{
+    rx->fd = fd;
+    rx->buflen = buflen;
+    rx->mem = malloc(buflen * UDP_RX_BATCH);
+    if (rx->mem == NULL)
+        return SX_ERR_NO_MEMORY;
+    for (unsigned i = 0; i < UDP_RX_BATCH; i++) {
+        rx->iov[i] = (struct iovec){.iov_base = rx->mem + i * buflen, .iov_len = buflen};
+        rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
+        rx->msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    return SX_OK;
+}
+
+/*
+ * Opens the ACK socket on the data socket's address (a kernel-chosen
+ * port) and the epoll fd over both that wait_fd hands out.
+ */
+int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
+{
+    struct sockaddr_in sa = u->local, bound;
+
+    sa.sin_port = 0;
+    /* ACKs are a few dozen bytes: the default send buffer holds hundreds;
+     * the receive buffer gets what the data socket gets, which costs
+     * memory only while it is used. */
+    int rc = sx_udp_socket_open("ACK", &sa, config->rcvbuf, 0, &u->ack_fd, &bound);
+    if (rc != SX_OK)
+        return rc;
+    u->ack_port = ntohs(bound.sin_port);
+    int prio = UDP_ACK_PRIORITY;
+    if (setsockopt(u->ack_fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio)) != 0)
+        sx_debug("udp", "SO_PRIORITY %d on the ACK socket: %s", prio, strerror(errno));
+    rc = sx_udp_rx_init(&u->ack_rx, u->ack_fd, UDP_CTRL_MAX);
+    if (rc != SX_OK)
+        return rc;
+    /* One fd for the owner to sleep on: an epoll set is itself pollable
+     * and readable while any socket in it is (epoll(7)), so the engine's
+     * epoll needs no change for a transport with two sockets. */
+    u->ep_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (u->ep_fd < 0) {
+        sx_error("udp", "epoll_create1: %s", strerror(errno));
+        return SX_ERR_IO;
+    }
+    int fds[2] = {u->fd, u->ack_fd};
+    for (unsigned i = 0; i < 2; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+        if (epoll_ctl(u->ep_fd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+            sx_error("udp", "epoll_ctl: %s", strerror(errno));
+            return SX_ERR_IO;
+        }
+    }
+    return SX_OK;
+}
+
+/* The calling thread's network namespace, as the device and inode of its
+ * /proc entry (namespaces(7)); zeros when /proc cannot say. */
+void sx_udp_netns(dev_t *dev_p, ino_t *ino_p)
+{
+    struct stat st;
+
+    if (stat("/proc/thread-self/ns/net", &st) == 0) {
+        *dev_p = st.st_dev;
+        *ino_p = st.st_ino;
+    } else {
+        *dev_p = 0;
+        *ino_p = 0;
+    }
+}
+
+/*
+ * How many connected send sockets this interface may open: SX_UDP_CONNECT,
+ * but all the engine's shards together at most a quarter of the
+ * descriptors RLIMIT_NOFILE leaves the process, so that a many-core node
+ * (a shard per core, 16 each) cannot starve the application, the
+ * bootstrap or epoll of descriptors.
+ */
+unsigned sx_udp_connect_budget(const sx_tl_config_t *config)
+{
+    struct rlimit rl;
+    unsigned want = config->udp_connect;
+    unsigned shards = config->nshards > 0 ? config->nshards : 1;
+
+    if (want == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return want;
+    rlim_t each = rl.rlim_cur / 4 / shards;
+    return each < want ? (unsigned)each : want;
+}
+
+/*
+ * Gives @p d a send socket of its own, connected to its data address and
+ * bound to the data socket's IP (port: the kernel's choice). An
+ * unconnected socket makes udp_sendmsg look the route up for every
+ * datagram (ip_route_output_flow); a connected one caches it on the
+ * socket (docs/tuning.md, section "Connected send sockets:
+ * SX_UDP_CONNECT", has what that saves). The receiver never looks at the
+ * source port (events carry no address; channels are named in the wire
+ * header), so data leaving from another port than the card's is fine.
+ * Failing here costs only that saving: the destination keeps the shared
+ * socket.
+ */
+void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
+{
+    struct sockaddr_in local = u->local;
+    dev_t dev;
+    ino_t ino;
+
+    /* A socket is made in the calling thread's network namespace, and the
+     * token holder inserting a peer need not be in the one the interface
+     * was opened in (test_nic opens engines inside a namespace and drives
+     * them from outside): there a connected socket would send into the
+     * wrong network. The shared socket is always in the right one. */
+    sx_udp_netns(&dev, &ino);
+    if (dev != u->netns_dev || ino != u->netns_ino) {
+        sx_debug("udp", "connected send socket: the caller is in another network namespace "
+                        "than the interface; using the shared one");
+        return;
+    }
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int err = errno;
+        if (err == EMFILE || err == ENFILE) {
+            /* Out of descriptors: stop trying on this interface. */
+            sx_warn("udp",
+                    "connected send socket: %s after %u; the other peers share the data "
+                    "socket (SX_UDP_CONNECT, RLIMIT_NOFILE)",
+                    strerror(err), u->connected);
+            u->connect_max = u->connected;
+        } else {
+            sx_debug("udp", "connected send socket: %s; using the shared one", strerror(err));
+        }
+        return;
+    }
+    local.sin_port = 0;
+    udp_set_buf(fd, u->sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
+    /* Nothing is read from it: the smallest receive buffer bounds what a
+     * stray datagram to its port can hold (socket(7) doubles the value
+     * and enforces a floor). */
+    int small = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    if (bind(fd, (const struct sockaddr *)&local, sizeof(local)) != 0 ||
+        connect(fd, (const struct sockaddr *)&d->sa, sizeof(d->sa)) != 0) {
+        sx_debug("udp", "connected send socket: %s; using the shared one", strerror(errno));
+        close(fd);
+        return;
+    }
+    d->tx_fd = fd;
+    u->connected++;
+}
