@@ -77,6 +77,10 @@ typedef struct sx_rdmacm_priv {
     uint8_t flags; /* REP: SX_RDMACM_REP_* */
 } sx_rdmacm_priv_t;
 
+/** Writes "a.b.c.d:port" or "[v6]:port" for @p sa into @p buf, for log
+ *  lines. */
+void sx_rdmacm_sockaddr_str(const struct sockaddr *sa, char *buf, size_t cap);
+
 /**
  * Encodes a listener's address (an AF_INET or AF_INET6 sockaddr) as a card
  * blob into @p out (@p cap bytes); sets *len_p. SX_ERR_INVALID_PARAM for
