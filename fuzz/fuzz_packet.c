@@ -271,7 +271,7 @@ static void run_parser(const uint8_t *data, size_t size)
 {
     sx_wire_hdr_t h;
 
-    if (sx_wire_parse_packet(data, size, &h) != SX_DROP_COUNT)
+    if (sx_wire_parse_packet(data, size, &h) != SX_DROP_NONE)
         return;
     if (h.payload_len != size - SX_WIRE_HDR_LEN)
         abort(); /* the parser accepted a length it should have refused */

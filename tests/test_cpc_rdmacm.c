@@ -34,6 +34,7 @@
 #include "build_config.h"
 #include "cpc/cpc.h"
 #include "cpc/rdmacm.h"
+#include "engine/card.h"
 #include "engine/engine.h"
 #include "log_capture.h"
 #include "shard/chan.h"
@@ -488,9 +489,9 @@ static unsigned card_offers(sx_engine_h e, sx_conn_offer_t *offers)
 {
     uint8_t buf[256];
     unsigned count = 0;
-    size_t len = sx_cpc_card_write(&e->cpc, buf, sizeof(buf));
+    size_t len = sx_card_offers_write(&e->cpc, buf, sizeof(buf));
     assert_true(len > 0);
-    assert_int_equal(sx_cpc_card_parse(buf, len, offers, &count), len);
+    assert_int_equal(sx_card_offers_parse(buf, len, offers, &count), len);
     return count;
 }
 
@@ -514,7 +515,7 @@ static void test_offers_beyond_max(void **state)
     }
     sx_conn_offer_t offers[SX_CPC_MAX];
     unsigned count = 0;
-    assert_int_equal(sx_cpc_card_parse(buf, len, offers, &count), len);
+    assert_int_equal(sx_card_offers_parse(buf, len, offers, &count), len);
     assert_int_equal(count, SX_CPC_MAX);
     bool implicit = false, handshake = false;
     for (unsigned k = 0; k < count; k++) {
@@ -524,7 +525,7 @@ static void test_offers_beyond_max(void **state)
     }
     assert_true(implicit);
     assert_true(handshake);
-    assert_int_equal(sx_cpc_card_parse(buf, len - 1, offers, &count), 0);
+    assert_int_equal(sx_card_offers_parse(buf, len - 1, offers, &count), 0);
 }
 
 /* A default engine runs udp: rdmacm is not in its card, and it says so

@@ -37,6 +37,7 @@
 #include "cpc/cpc.h"
 #include "cpc/rdmacm.h"
 #include "engine/engine.h"
+#include "shard/shard.h"
 #include "fake_rdmacm.h"
 #include "fake_verbs.h"
 #include "log_capture.h"

@@ -42,6 +42,7 @@
 #include "build_config.h"
 #include "common/namelist.h"
 #include "engine/engine.h"
+#include "shard/shard.h"
 #include "engine/nic.h"
 #include "log_capture.h"
 

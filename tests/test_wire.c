@@ -236,7 +236,7 @@ static void test_header_layout_and_round_trip(void **state)
     assert_int_equal(le32(pkt + 44), crc);
     assert_int_equal(sx_wire_csum16(pkt, SX_WIRE_HDR_LEN), 0);
 
-    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     in.flags |= SX_PKTF_CRC;
     assert_hdr_equal(&out, &in);
 
@@ -248,13 +248,13 @@ static void test_header_layout_and_round_trip(void **state)
     max.payload_len = 0;
     sx_wire_write_hdr(pkt, &max, NULL);
     assert_int_equal(le32(pkt + 44), 0);
-    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &out), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &out), SX_DROP_NONE);
     assert_hdr_equal(&out, &max);
 
     /* An ACK packet: no payload, ACK flag set. */
     sx_wire_hdr_t ack = {.type = SX_PKT_ACK, .flags = SX_PKTF_ACK, .ack = 77, .sack = 5};
     sx_wire_write_hdr(pkt, &ack, NULL);
-    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &out), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &out), SX_DROP_NONE);
     assert_int_equal(out.type, SX_PKT_ACK);
     assert_int_equal(out.ack, 77);
     assert_true(sx_wire_is_control(pkt, SX_WIRE_HDR_LEN));
@@ -270,7 +270,7 @@ static void test_parse_drop_reasons(void **state)
     sx_wire_hdr_t h;
     size_t len = make_packet(pkt, 100, true);
 
-    assert_int_equal(sx_wire_parse_packet(pkt, len, &h), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, len, &h), SX_DROP_NONE);
 
     /* Short: nothing, one byte, one byte less than a header. */
     assert_int_equal(sx_wire_parse_packet(NULL, 0, &h), SX_DROP_SHORT);
@@ -354,11 +354,11 @@ static void test_parse_drop_reasons(void **state)
     /* Without SX_PKTF_CRC the payload is not checked. */
     len = make_packet(bad, 100, false);
     bad[SX_WIRE_HDR_LEN + 3] ^= 0xff;
-    assert_int_equal(sx_wire_parse_packet(bad, len, &h), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(bad, len, &h), SX_DROP_NONE);
     /* An empty payload with a CRC: the CRC of nothing is 0. */
     len = make_packet(bad, 0, true);
     assert_int_equal(le32(bad + 44), 0);
-    assert_int_equal(sx_wire_parse_packet(bad, len, &h), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(bad, len, &h), SX_DROP_NONE);
 }
 
 static void test_drop_reason_names(void **state)
@@ -376,6 +376,7 @@ static void test_drop_reason_names(void **state)
     }
     assert_string_equal(sx_drop_reason_name(SX_DROP_HDR_CSUM), "hdr_csum");
     assert_string_equal(sx_drop_reason_name(SX_DROP_COUNT), "unknown");
+    assert_string_equal(sx_drop_reason_name(SX_DROP_NONE), "unknown");
     assert_string_equal(sx_drop_reason_text((sx_drop_reason_t)-1), "unknown");
 }
 
@@ -393,7 +394,7 @@ static void test_update_ack(void **state)
     /* A retransmission gets the current ACK; the header stays valid, the
      * payload CRC still matches, and only ack, sack and flags change. */
     sx_wire_update_ack(pkt, 0xdeadbeefu, 0x8000000000000001ull, SX_PKTF_ACK);
-    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, 0xdeadbeefu);
     assert_int_equal(out.sack, 0x8000000000000001ull);
     assert_int_equal(out.flags, SX_PKTF_ACK | SX_PKTF_CRC);
@@ -405,11 +406,11 @@ static void test_update_ack(void **state)
 
     /* Again, with flags already set and values wrapping to zero. */
     sx_wire_update_ack(pkt, 0, 0, SX_PKTF_ACK);
-    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, 0);
     assert_int_equal(out.sack, 0);
     sx_wire_update_ack(pkt, UINT32_MAX, UINT64_MAX, 0);
-    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_COUNT);
+    assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, UINT32_MAX);
     assert_int_equal(out.flags, SX_PKTF_ACK | SX_PKTF_CRC);
 }

@@ -182,15 +182,8 @@ bool sx_cpc_requested(const char *spec, const char *name);
 /** Whether SX_CPC asks for the oob component by name. */
 bool sx_cpc_oob_requested(const char *spec);
 
-/** Appends the engine's offers (shard 0's modules) to a card. Returns the
- *  bytes written, or 0 if @p cap is too small. */
-size_t sx_cpc_card_write(const sx_cpc_t *cpc, uint8_t *out, size_t cap);
-
-/** Parses the offers section of a card at @p in into @p offers (room for
- *  SX_CPC_MAX; a card may carry more, and components unknown here, which
- *  are skipped as cpc_base.c says); returns bytes consumed or 0 for a
- *  malformed section. */
-size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_conn_offer_t *offers, unsigned *count_p);
+/** Whether @p id names a component this build knows of, built or not. */
+bool sx_cpc_known(uint8_t id);
 
 /**
  * Chooses the component for @p peer from its offers and records it (and

@@ -210,73 +210,9 @@ void sx_cpc_fini(sx_cpc_t *cpc)
     sx_cpc_inst_fini(&cpc->self);
 }
 
-/*
- * The offers section of a card:
- *   u8 count, then per offer: u8 id, u8 priority, u8 blob length, blob
- * Offers are the same on every shard, so shard 0's modules speak for all.
- */
-size_t sx_cpc_card_write(const sx_cpc_t *cpc, uint8_t *out, size_t cap)
-{
-    size_t off = 1;
-
-    if (cap < 1)
-        return 0;
-    out[0] = (uint8_t)cpc->n;
-    for (unsigned k = 0; k < cpc->n; k++) {
-        const sx_cpc_module_t *m = &cpc->inst[k].mods[0];
-        if (off + 3 + m->blob_len > cap)
-            return 0;
-        out[off] = m->component->ep.id;
-        out[off + 1] = m->priority;
-        out[off + 2] = m->blob_len;
-        memcpy(out + off + 3, m->blob, m->blob_len);
-        off += 3 + (size_t)m->blob_len;
-    }
-    return off;
-}
-
-/* Whether @p id names a component this build knows of, built or not. */
-static bool sx_cpc_id_known(uint8_t id)
+bool sx_cpc_known(uint8_t id)
 {
     return strcmp(sx_cpc_name(id), "unknown") != 0;
-}
-
-/*
- * A card may offer more components than SX_CPC_MAX, or ones this build
- * has never heard of: a newer peer with a fifth method must still be able
- * to talk to us through the ones we share. Every offer is checked, so a
- * malformed section is still refused whole; of the well-formed ones, those
- * we know are kept first, and unknown ones only while there is room (they
- * are never chosen, but the "no method in common" diagnosis names them).
- */
-size_t sx_cpc_card_parse(const uint8_t *in, size_t len, sx_conn_offer_t *offers, unsigned *count_p)
-{
-    if (len < 1)
-        return 0;
-    unsigned n = in[0], kept = 0;
-    size_t off = 1;
-    for (unsigned k = 0; k < n; k++) {
-        if (len - off < 3 || in[off + 2] > SX_CONN_BLOB_MAX || len - off - 3 < in[off + 2] ||
-            in[off + 1] > 100)
-            return 0;
-        sx_conn_offer_t o = {.id = in[off], .priority = in[off + 1], .blob_len = in[off + 2]};
-        memcpy(o.blob, in + off + 3, o.blob_len);
-        off += 3 + (size_t)o.blob_len;
-        if (kept < SX_CPC_MAX) {
-            offers[kept++] = o;
-            continue;
-        }
-        if (!sx_cpc_id_known(o.id))
-            continue;
-        for (unsigned j = 0; j < kept; j++) {
-            if (!sx_cpc_id_known(offers[j].id)) {
-                offers[j] = o;
-                break;
-            }
-        }
-    }
-    *count_p = kept;
-    return off;
 }
 
 int sx_cpc_select(sx_cpc_t *cpc, struct sx_peer *peer, const sx_conn_offer_t *offers,

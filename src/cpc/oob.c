@@ -43,9 +43,9 @@ static void oob_ctrl_handler(void *arg, uint64_t peer, uint32_t tag, const void 
     (void)tag;
 
     sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
-    if (why == SX_DROP_COUNT && (h.type != SX_PKT_CTRL || h.dst_shard >= env->nshards))
+    if (why == SX_DROP_NONE && (h.type != SX_PKT_CTRL || h.dst_shard >= env->nshards))
         why = h.type != SX_PKT_CTRL ? SX_DROP_TYPE : SX_DROP_SHARD;
-    if (why != SX_DROP_COUNT) {
+    if (why != SX_DROP_NONE) {
         sx_warn_ratelimited("cpc", "oob: message from OOB peer %016llx dropped: %s",
                             (unsigned long long)peer, sx_drop_reason_text(why));
         return;

@@ -23,6 +23,7 @@
 #include "common/time.h"
 #include "engine/diag.h"
 #include "engine/engine.h"
+#include "shard/shard.h"
 #include "shard/chan.h"
 #include "shard/conn.h"
 

@@ -1,15 +1,21 @@
 /* Engine lifetime, shard map and home shards; see engine.h. */
 #include "engine/engine.h"
+#include "bootstrap/oob.h"
+#include "shard/shard.h"
+#include "engine/nic.h"
 
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/namelist.h"
+#include "common/time.h"
+#include "engine/card.h"
 #include "engine/diag.h"
 
 #define SX_ENGINE_KNOWN_FIELDS ((uint64_t)(SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME))
@@ -44,6 +50,20 @@ static unsigned sx_engine_shard_target(struct sx_engine *e)
                 "share cores",
                 (unsigned long long)e->cfg.shards, e->topo.ncores);
     return (unsigned)e->cfg.shards;
+}
+
+/* Draws the engine's epoch: random, never 0. */
+static void sx_engine_epoch_init(struct sx_engine *e)
+{
+    uint64_t epoch = 0;
+
+    /* A random epoch, so that a restarted process is a new peer and its
+     * predecessor's packets are recognisably stale. */
+    while (epoch == 0) {
+        if (getrandom(&epoch, sizeof(epoch), 0) != sizeof(epoch))
+            epoch = sx_time_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)e;
+    }
+    e->env.epoch = epoch;
 }
 
 /* What the shards share (shard/env.h), from the configuration. */
@@ -440,7 +460,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     rc = sx_engine_cpc_init(e);
     if (rc != SX_OK)
         goto fail;
-    rc = sx_engine_card_init(e);
+    rc = sx_card_build(e);
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_progress_start(e);
@@ -643,4 +663,38 @@ SX_API int sx_progress(sx_engine_h engine)
         }
     }
     return n;
+}
+
+static int am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    return sx_handlers_set_am(&e->handlers, tag, cb, arg);
+}
+
+static int error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    return sx_handlers_set_error(&e->handlers, cb, arg);
+}
+
+SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = am_register(e, tag, cb, arg);
+    sx_global_exit(e);
+    return rc;
+}
+
+SX_API int sx_error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = error_register(e, cb, arg);
+    sx_global_exit(e);
+    return rc;
 }

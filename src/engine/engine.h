@@ -26,18 +26,21 @@
 #include <shardx.h>
 
 #include "common/config.h"
-#include "bootstrap/modex.h"
-#include "bootstrap/oob.h"
-#include "locks/rcu_table.h"
 #include "cpc/cpc.h"
-#include "engine/nic.h"
 #include "engine/topo.h"
 #include "locks/rlock.h"
-#include "shard/peer.h"
 #include "shard/env.h"
 #include "shard/handlers.h"
+#include "shard/inbox.h"
 #include "shard/mem.h"
-#include "shard/shard.h"
+#include "shard/peer.h"
+#include "transports/transport.h"
+
+/* Held by pointer only: their headers are included where they are used. */
+struct sx_modex;
+struct sx_nic_choice;
+struct sx_oob;
+struct sx_shard;
 
 struct sx_engine {
     sx_config_t cfg;
@@ -45,7 +48,7 @@ struct sx_engine {
     bool global_mode;
     sx_topo_t topo;
     unsigned nshards;
-    sx_shard_t **shards;
+    struct sx_shard **shards;
     pthread_key_t home_key;
     bool home_key_created;
     atomic_uint next_rr;
@@ -66,7 +69,7 @@ struct sx_engine {
     /* NIC locality (engine/nic.h): the device each shard's network
      * interface opens and that device's NUMA node, [nshards]; NULL when
      * the transport chooses no device. */
-    sx_nic_choice_t *devices;
+    struct sx_nic_choice *devices;
     uint8_t card[4096]; /* this engine's business card */
     size_t card_len;
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
@@ -78,10 +81,10 @@ struct sx_engine {
     /* Start-up (src/bootstrap/): the OOB endpoint (NULL unless the engine
      * was started by sx_run or SX_CPC names oob), and after
      * sx_engine_join the modex and one peer per rank. */
-    sx_oob_t *oob;
+    struct sx_oob *oob;
     atomic_bool closing; /* destroy has begun: OOB requests still queued are dropped */
     pthread_mutex_t join_lock;
-    sx_modex_t *modex;
+    struct sx_modex *modex;
     sx_peer_h *job_peers; /* [modex->size] */
     void *diag;           /* SX_DUMP_SIGNAL, SX_WATCHDOG_S: the diagnostics thread (diag.h) */
 };
@@ -90,7 +93,10 @@ struct sx_engine {
  * SX_THREAD_MODE=global: the baseline takes one recursive lock around
  * every entry point, as Open MPI's usnic BTL does with btl_usnic_lock.
  * Public functions that touch shared state call these; in sharded mode
- * they cost one predictable branch.
+ * they cost one predictable branch. The pattern is a public sx_foo() that
+ * enters, calls a static foo() of the same name without the prefix, and
+ * exits. The two lock axes are named apart: `_locked` always means "the
+ * caller holds the shard's token" (shard/shard.h), never this lock.
  */
 static inline void sx_global_enter(struct sx_engine *e)
 {
@@ -111,12 +117,6 @@ void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *
 /** The caller's home shard (*home_p) and the peer's shard it sends to by
  *  default: the home index modulo the peer's shard count. */
 unsigned sx_send_lane(struct sx_engine *engine, sx_peer_h peer, unsigned *home_p);
-
-/** Draws the engine's epoch: random, never 0; at creation. */
-void sx_engine_epoch_init(struct sx_engine *engine);
-
-/** Builds the business card; at creation, after the shards and the CPCs. */
-int sx_engine_card_init(struct sx_engine *engine);
 
 /** Opens the OOB endpoint when the engine needs one (started by sx_run,
  *  or SX_CPC names oob); at creation. */

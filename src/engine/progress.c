@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "engine/engine.h"
+#include "shard/shard.h"
 
 /* Longest sleep: timers live in the wheel, but the fault transport holds
  * delayed datagrams that no fd announces, so with faults on wake often. */

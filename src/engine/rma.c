@@ -11,8 +11,7 @@
 #include "engine/engine.h"
 #include "shard/chan.h"
 
-static int sx_mem_register_unlocked(sx_engine_h e, void *addr, size_t len, unsigned access,
-                                    sx_mem_h *mem_p)
+static int mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, sx_mem_h *mem_p)
 {
     if (e == NULL || mem_p == NULL || (addr == NULL && len > 0) ||
         (access & ~(unsigned)(SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE)) != 0 ||
@@ -23,7 +22,7 @@ static int sx_mem_register_unlocked(sx_engine_h e, void *addr, size_t len, unsig
     return sx_mem_table_add(&e->mem, addr, len, access, e, mem_p);
 }
 
-static int sx_mem_deregister_unlocked(sx_engine_h e, sx_mem_h mem)
+static int mem_deregister(sx_engine_h e, sx_mem_h mem)
 {
     if (e == NULL || mem == NULL || mem->owner != e)
         return SX_ERR_INVALID_PARAM;
@@ -96,7 +95,7 @@ SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned acces
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
     sx_global_enter(e);
-    int rc = sx_mem_register_unlocked(e, addr, len, access, mem_p);
+    int rc = mem_register(e, addr, len, access, mem_p);
     sx_global_exit(e);
     return rc;
 }
@@ -106,7 +105,7 @@ SX_API int sx_mem_deregister(sx_engine_h e, sx_mem_h mem)
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
     sx_global_enter(e);
-    int rc = sx_mem_deregister_unlocked(e, mem);
+    int rc = mem_deregister(e, mem);
     sx_global_exit(e);
     return rc;
 }

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "engine/engine.h"
+#include "shard/shard.h"
 #include "shard/chan.h"
 
 void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)

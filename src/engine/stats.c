@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "shard/shard.h"
 
 typedef struct sx_counter_desc {
     const char *name;

@@ -34,6 +34,7 @@
 #include "common/time.h"
 #include "engine/diag.h"
 #include "engine/engine.h"
+#include "shard/shard.h"
 
 #define SX_DIAG_TICK_MS     100
 #define SX_WATCHDOG_SCAN_NS (1000ull * 1000000ull)

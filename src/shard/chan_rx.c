@@ -171,7 +171,7 @@ static void chan_update_sack(sx_chan_t *c)
     c->rcv_sack = sack;
 }
 
-/* Keeps a packet that arrived ahead of a gap; the drop reason or COUNT. */
+/* Keeps a packet that arrived ahead of a gap; the drop reason or SX_DROP_NONE. */
 static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *data, size_t len)
 {
     uint32_t w = sx_chan_window(c);
@@ -205,7 +205,7 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
     c->ooo_bits[i / 64] |= 1ull << (i % 64);
     c->ooo_count++;
     c->ooo_bytes += len;
-    return SX_DROP_COUNT;
+    return SX_DROP_NONE;
 }
 
 /* Delivers kept packets that are now in order. */
@@ -254,7 +254,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
             c->ack_now = true; /* still a gap: keep the sender informed */
     } else if (sx_u32_before(c->rcv_nxt, h->seq)) {
         sx_drop_reason_t why = chan_keep(c, h->seq, data, len);
-        if (why == SX_DROP_COUNT)
+        if (why == SX_DROP_NONE)
             sx_stat_add(&c->shard->stats.rx_out_of_order, 1);
         else
             sx_stat_add(&c->shard->stats.drops[why], 1);

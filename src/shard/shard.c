@@ -315,11 +315,11 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
 
     sx_stat_add(&shard->stats.rx_packets, 1);
     sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
-    if (why == SX_DROP_COUNT && h.dst_shard != shard->index)
+    if (why == SX_DROP_NONE && h.dst_shard != shard->index)
         why = SX_DROP_SHARD;
-    if (why == SX_DROP_COUNT && via_oob && h.type != SX_PKT_CTRL)
+    if (why == SX_DROP_NONE && via_oob && h.type != SX_PKT_CTRL)
         why = SX_DROP_WRONG_IFACE;
-    if (why != SX_DROP_COUNT) {
+    if (why != SX_DROP_NONE) {
         sx_shard_drop(shard, why);
         return;
     }

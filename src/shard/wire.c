@@ -139,7 +139,7 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         if (sx_crc32c(0, data + SX_WIRE_HDR_LEN, hdr->payload_len) != want)
             return SX_DROP_PAYLOAD_CRC;
     }
-    return SX_DROP_COUNT;
+    return SX_DROP_NONE;
 }
 
 int sx_wire_is_control(const void *data, size_t len)

@@ -105,8 +105,14 @@ enum sx_frame_flags {
     X(SX_DROP_NOT_CONNECTED, "not_connected", "data before the connection was set up")       \
     X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")
 
+/* SX_DROP_NONE means "not dropped" (a well-formed packet, a packet kept
+ * aside) and has no counter; SX_DROP_COUNT is how many reasons there are,
+ * the size of the counter arrays. */
 #define SX_DROP_ENUM_ENTRY_(name, short_name, text) name,
-typedef enum sx_drop_reason { SX_DROP_TABLE(SX_DROP_ENUM_ENTRY_) SX_DROP_COUNT } sx_drop_reason_t;
+typedef enum sx_drop_reason {
+    SX_DROP_NONE = -1,
+    SX_DROP_TABLE(SX_DROP_ENUM_ENTRY_) SX_DROP_COUNT
+} sx_drop_reason_t;
 #undef SX_DROP_ENUM_ENTRY_
 
 const char *sx_drop_reason_text(sx_drop_reason_t reason);
@@ -182,7 +188,7 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
 /**
  * Validates and decodes the packet header of a datagram: size, version,
  * type, flags, header checksum, payload length against the datagram
- * size, and (when flagged) the payload CRC32C. Returns SX_DROP_COUNT when
+ * size, and (when flagged) the payload CRC32C. Returns SX_DROP_NONE when
  * the packet is well formed, else the reason to drop it.
  */
 sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr);
