@@ -87,7 +87,7 @@ typedef struct sx_cpc_env {
     unsigned nshards;           /* the engine's shards */
     sx_shard_t *const *shards;  /* [nshards]: their interfaces, read at init */
     const sx_tl_ops_t *net_ops; /* the network transport the shards run */
-    sx_oob_t *oob;              /* the OOB endpoint, or NULL */
+    sx_oob_t *oob;              /* the OOB endpoint; NULL without one, or once closed */
     const atomic_bool *closing; /* the engine's destruction has begun */
     /** Runs @p req on shard @p shard: token-or-delegate (sx_shard_submit_mpsc),
      *  under the global lock in SX_THREAD_MODE=global. Any thread; never

@@ -349,6 +349,9 @@ static void sx_engine_free(struct sx_engine *e)
         close(e->event_fd);
     /* The OOB's thread may hand messages to the shards: it goes first. */
     sx_engine_bootstrap_fini(e);
+    /* The connection methods' context names the OOB endpoint too: the oob
+     * component's finalize must not unhook a handler from a closed one. */
+    e->cpc.env.oob = NULL;
     /* So may a connection method's thread (rdmacm's answers). */
     sx_cpc_stop(&e->cpc);
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then

@@ -94,7 +94,7 @@ typedef struct sx_op {
 typedef enum sx_chan_resolve {
     SX_CHAN_RESOLVE_NONE = 0,    /* dest is the card's address; nothing asked */
     SX_CHAN_RESOLVE_PENDING = 1, /* asked; dest is still the card's address */
-    SX_CHAN_RESOLVE_DONE = 2,    /* dest is what the component resolved */
+    SX_CHAN_RESOLVE_DONE = 2,    /* dest is what the method resolved */
     SX_CHAN_RESOLVE_FAILED = 3,  /* dest is the card's address; resolution failed */
 } sx_chan_resolve_t;
 
@@ -195,9 +195,9 @@ typedef struct sx_chan {
     uint64_t conn_retry_ns;
     uint64_t last_reset_ns; /* we last told the peer it is stale */
     sx_timer_t conn_timer;
-    /* A component that resolves the peer's address itself (rdmacm): where
-     * that stands (sx_chan_resolve_t) and the id of the resolution in
-     * flight, which its answer must carry. */
+    /* A connection method that resolves the peer's address itself
+     * (rdmacm): where that stands (sx_chan_resolve_t) and the id of the
+     * resolution in flight, which its answer must carry. */
     uint8_t resolve;
     uint32_t resolve_id;
 

@@ -328,7 +328,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         return 0;
     if (c->conn != SX_CONN_UP) {
         /* Work waits until the connection is up; the first of it starts
-         * the component's connect (connections are made lazily). What we
+         * the method's connect (connections are made lazily). What we
          * received is still acknowledged: the peer may be up before us
          * (we are probing our direction of the path). */
         if (c->conn == SX_CONN_IDLE && c->sendq != NULL)

@@ -161,7 +161,7 @@ void sx_conn_ep_fini_locked(sx_chan_t *c)
 
 /*
  * Sends what the state calls for: CONNECT until the peer answered, then
- * the probe (when the component probes) together with a CONNECT, whose
+ * the probe (when the method probes) together with a CONNECT, whose
  * ACCEPT shows the peer still answers small datagrams: only then does a
  * probe that never comes back mean a small MTU rather than a dead peer.
  */

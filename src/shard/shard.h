@@ -1,7 +1,9 @@
 /*
  * A shard: one core's share of the engine. It owns its inbox, timer wheel,
- * hotel and counters (and, with the transports, its interfaces, channels
- * and packet pools). Nothing in a shard is written by another shard.
+ * hotel and counters (and, with the transports, its interfaces, channels,
+ * packet pool and transmit batch). Nothing in a shard is written by
+ * another shard. What the engine gives it (settings, epoch, the tables its
+ * receive path reads) is shard/env.h.
  *
  * Synchronization (DESIGN.md section 3):
  *
@@ -9,7 +11,8 @@
  *   --------------------------+--------------------------+---------------------------
  *   token                     | any thread               | try-lock, never waited on
  *   inbox                     | producers: any thread    | wfcqueue, see inbox.h
- *   wheel, hotel              | the token holder         | plain accesses
+ *   wheel, hotel, txq,        | the token holder         | plain accesses
+ *   ready list, pkt_pool      |                          |
  *   stats                     | the token holder         | sx_stat_add (no RMW);
  *                             |                          | readable from any thread
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
