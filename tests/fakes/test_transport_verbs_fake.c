@@ -76,17 +76,6 @@ static size_t addr_of(sx_tl_iface_t *iface, uint8_t *buf)
     return len;
 }
 
-static sx_tl_dest_t connect_to(sx_tl_iface_t *from, sx_tl_iface_t *to)
-{
-    uint8_t addr[SX_TL_ADDR_MAX];
-    size_t len = addr_of(to, addr);
-    sx_tl_dest_t dest = SX_TL_DEST_NONE;
-
-    assert_int_equal(from->ops->addr_check(from, addr, len), SX_OK);
-    assert_int_equal(from->ops->addr_insert(from, addr, len, &dest), SX_OK);
-    return dest;
-}
-
 static bool fd_readable(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};

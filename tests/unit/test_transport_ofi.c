@@ -35,7 +35,6 @@
 
 #include "tl_util.h"
 
-/* Polls @p rx until @p log holds @p want datagrams; fails after the deadline. */
 static sx_tl_iface_t *open_ofi_cfg(const char *provider, const char *bind, size_t rcvbuf)
 {
     sx_tl_config_t cfg = {
@@ -50,18 +49,6 @@ static sx_tl_iface_t *open_ofi_cfg(const char *provider, const char *bind, size_
 static sx_tl_iface_t *open_ofi(void)
 {
     return open_ofi_cfg("udp", NULL, 4 << 20);
-}
-
-static sx_tl_dest_t connect_to(sx_tl_iface_t *from, sx_tl_iface_t *to)
-{
-    uint8_t addr[SX_TL_ADDR_MAX];
-    size_t len = sizeof(addr);
-    sx_tl_dest_t dest = SX_TL_DEST_NONE;
-
-    assert_int_equal(to->ops->local_addr(to, addr, &len), SX_OK);
-    assert_int_equal(from->ops->addr_check(from, addr, len), SX_OK);
-    assert_int_equal(from->ops->addr_insert(from, addr, len, &dest), SX_OK);
-    return dest;
 }
 
 static uint16_t port_of(sx_tl_iface_t *iface)
@@ -201,87 +188,14 @@ static void test_sizes(void **state)
     b->ops->close(b);
 }
 
-#define BATCH 64
-
-/* Batches far beyond the send slots, sent without the sender ever
- * polling: post_send reads its own completions to free slots. */
-static void run_batches(sx_tl_iface_t *a, sx_tl_iface_t *b, size_t maxlen, unsigned rounds)
-{
-    sx_tl_dest_t to_b = connect_to(a, b);
-    uint8_t *mem = malloc(BATCH * maxlen);
-    sx_tl_tx_t tx[BATCH];
-    rx_log_t log = {0};
-    uint64_t deadline = sx_time_ns() + DEADLINE_NS;
-
-    assert_non_null(mem);
-    for (unsigned r = 0; r < rounds; r++) {
-        for (unsigned i = 0; i < BATCH; i++) {
-            uint8_t *p = mem + i * maxlen;
-            size_t len = 8 + (r * BATCH + i) * 37 % (maxlen - 8);
-            uint32_t id = r * BATCH + i;
-            fill(p, len, id);
-            memcpy(p, &id, 4);
-            uint32_t sum = checksum(p + 8, len - 8);
-            memcpy(p + 4, &sum, 4);
-            tx[i] = (sx_tl_tx_t){.dest = to_b, .iovcnt = 2};
-            tx[i].iov[0] = (struct iovec){p, 8};
-            tx[i].iov[1] = (struct iovec){p + 8, len - 8};
-        }
-        unsigned done = 0;
-        while (done < BATCH) {
-            unsigned posted = 0;
-            int rc = a->ops->post_send(a, tx + done, BATCH - done, &posted);
-            assert_true(rc == SX_OK || rc == SX_ERR_AGAIN);
-            done += posted;
-            if (sx_time_ns() > deadline)
-                fail_msg("the sender stayed full");
-        }
-        /* The sender's buffers are its own again (sync_send): scribble. */
-        memset(mem, 0xee, BATCH * maxlen);
-        rx_until(b, &log, (size_t)(r + 1) * BATCH);
-    }
-    for (size_t i = 0; i < log.n; i++) {
-        uint32_t id, sum;
-        assert_true(log.len[i] >= 8);
-        memcpy(&id, log.data[i], 4);
-        memcpy(&sum, log.data[i] + 4, 4);
-        /* One sender socket on loopback: order is kept. */
-        assert_int_equal(id, i);
-        assert_int_equal(log.len[i], 8 + i * 37 % (maxlen - 8));
-        assert_int_equal(sum, checksum(log.data[i] + 8, log.len[i] - 8));
-    }
-    rx_log_free(&log);
-    assert_int_equal(b->stats.rx_truncated, 0);
-
-    /* A refused datagram inside a batch: the ones before it go out, in
-     * order, and the call says which one failed. */
-    for (unsigned i = 0; i < 4; i++)
-        tx[i].iov[1].iov_len = 16;
-    tx[2].iov[1].iov_len = a->caps.mtu;
-    unsigned posted = 0, total = 0;
-    int rc;
-    /* With every send slot still busy, the call says so first. */
-    while ((rc = a->ops->post_send(a, tx + total, 4 - total, &posted)) == SX_ERR_AGAIN) {
-        total += posted;
-        if (sx_time_ns() > deadline)
-            fail_msg("the sender stayed full");
-    }
-    assert_int_equal(rc, SX_ERR_INVALID_PARAM);
-    assert_int_equal(total + posted, 2);
-    rx_until(b, &log, 2);
-    assert_int_equal(log.len[0], 24);
-    assert_int_equal(log.len[1], 24);
-    rx_log_free(&log);
-    free(mem);
-}
-
 static void test_batches(void **state)
 {
     (void)state;
     sx_tl_iface_t *a = open_ofi(), *b = open_ofi();
 
-    /* 20 rounds of 64 is five times the send slots. */
-    run_batches(a, b, a->caps.mtu < 1200 ? a->caps.mtu : 1200, 20);
+    /* 20 rounds of 64 is five times the send slots; the sender never
+     * polls: post_send reads its own completions to free slots. */
+    tl_batches(a, b, a->caps.mtu < 1200 ? a->caps.mtu : 1200, 20);
     a->ops->close(a);
     b->ops->close(b);
 }
@@ -298,7 +212,7 @@ static void test_bounce_buffers(void **state)
     a->ops->variant(a, variant, sizeof(variant));
     assert_string_equal(variant, "sockets");
     assert_true(a->caps.inline_limit < a->caps.mtu);
-    run_batches(a, b, 4000, 10);
+    tl_batches(a, b, 4000, 10);
     a->ops->close(a);
     b->ops->close(b);
 }

@@ -35,7 +35,6 @@
 
 #include "tl_util.h"
 
-/* Polls @p rx until @p log holds @p want datagrams; fails after the deadline. */
 /* @p connect: destinations that get a connected send socket (SX_UDP_CONNECT). */
 static sx_tl_iface_t *open_udp_connect(size_t rcvbuf, unsigned connect)
 {
@@ -50,17 +49,6 @@ static sx_tl_iface_t *open_udp_connect(size_t rcvbuf, unsigned connect)
 static sx_tl_iface_t *open_udp(size_t rcvbuf)
 {
     return open_udp_connect(rcvbuf, 0);
-}
-
-static sx_tl_dest_t connect_to(sx_tl_iface_t *from, sx_tl_iface_t *to)
-{
-    uint8_t addr[SX_TL_ADDR_MAX];
-    size_t len = sizeof(addr);
-    sx_tl_dest_t dest = SX_TL_DEST_NONE;
-
-    assert_int_equal(to->ops->local_addr(to, addr, &len), SX_OK);
-    assert_int_equal(from->ops->addr_insert(from, addr, len, &dest), SX_OK);
-    return dest;
 }
 
 /* ------------------------------------------------------------------ */
