@@ -2,14 +2,17 @@
  * Helpers of the transport tests (test_transport_conformance and the
  * test_transport_* of each transport): connecting two interfaces, a log of
  * received datagrams with their arrival times, polling until enough
- * arrived, one-datagram sends, batches of checked datagrams, a byte
- * pattern and a checksum. An includer may define TL_RX_DEADLINE_NS (the
+ * arrived, one-datagram sends, round trips and batches of checked
+ * datagrams, a byte pattern and a checksum, and whether a wait fd is
+ * readable. An includer may define TL_RX_DEADLINE_NS (the
  * hang detector of rx_until and tl_batches) before including; cmocka.h
  * must come first (the helpers assert).
  */
 #ifndef SX_TESTS_TL_UTIL_H
 #define SX_TESTS_TL_UTIL_H
 
+#include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +138,56 @@ static inline uint32_t checksum(const uint8_t *p, size_t len)
     for (size_t i = 0; i < len; i++)
         h = (h ^ p[i]) * 16777619u;
     return h;
+}
+
+/* Polls @p rx until it returns one datagram, which must be @p data. */
+static inline void expect_one(sx_tl_iface_t *rx, const void *data, size_t len)
+{
+    sx_tl_event_t ev[2];
+    uint64_t deadline = sx_time_ns() + TL_RX_DEADLINE_NS;
+    int n;
+
+    while ((n = rx->ops->poll(rx, ev, 1)) == 0)
+        assert_true(sx_time_ns() < deadline);
+    assert_int_equal(n, 1);
+    assert_int_equal(ev[0].type, SX_TL_EV_RECV);
+    assert_int_equal(ev[0].status, SX_OK);
+    assert_int_equal(ev[0].len, len);
+    if (len > 0)
+        assert_memory_equal(ev[0].data, data, len);
+}
+
+/* Sends @p len bytes of pattern @p seed from @p a to @p d, scribbles on the
+ * buffer as soon as post_send returns (sync_send: it is the caller's
+ * again), and checks that exactly that datagram arrives at @p b. */
+static inline void round_trip(sx_tl_iface_t *a, sx_tl_dest_t d, sx_tl_iface_t *b, size_t len,
+                              unsigned seed)
+{
+    uint8_t *buf = malloc(len + 1), *want = malloc(len + 1);
+    rx_log_t log = {0};
+
+    assert_non_null(buf);
+    assert_non_null(want);
+    fill(buf, len, seed);
+    memcpy(want, buf, len);
+    assert_int_equal(send_one(a, d, buf, len), SX_OK);
+    memset(buf, 0x5a, len);
+    rx_until(b, &log, 1);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.len[0], len);
+    if (len > 0)
+        assert_memory_equal(log.data[0], want, len);
+    rx_log_free(&log);
+    free(buf);
+    free(want);
+}
+
+/* Whether @p fd becomes readable within @p timeout_ms (0: is it now); the
+ * timeout is a bound only, never a sleep. */
+static inline bool fd_readable(int fd, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    return poll(&pfd, 1, timeout_ms) == 1 && (pfd.revents & POLLIN);
 }
 
 #define TL_BATCH 64

@@ -22,9 +22,10 @@
 
 #include "common/time.h"
 #include "transports/transport.h"
-#include "tl_util.h"
 
-#define DEADLINE_NS (30ull * 1000000000ull)
+#define DEADLINE_NS       (30ull * 1000000000ull)
+#define TL_RX_DEADLINE_NS DEADLINE_NS
+#include "tl_util.h"
 
 static sx_tl_iface_t *open_self(void *domain, unsigned shard, size_t rcvbuf)
 {
@@ -34,22 +35,6 @@ static sx_tl_iface_t *open_self(void *domain, unsigned shard, size_t rcvbuf)
     assert_int_equal(sx_tl_self_ops.open(&cfg, &iface), SX_OK);
     assert_non_null(iface);
     return iface;
-}
-
-/* Polls until one datagram arrives and checks it. */
-static void expect_one(sx_tl_iface_t *rx, const void *data, size_t len)
-{
-    sx_tl_event_t ev[2];
-    uint64_t deadline = sx_time_ns() + DEADLINE_NS;
-    int n;
-
-    while ((n = rx->ops->poll(rx, ev, 1)) == 0)
-        assert_true(sx_time_ns() < deadline);
-    assert_int_equal(n, 1);
-    assert_int_equal(ev[0].type, SX_TL_EV_RECV);
-    assert_int_equal(ev[0].len, len);
-    if (len > 0)
-        assert_memory_equal(ev[0].data, data, len);
 }
 
 /* ------------------------------------------------------------------ */
