@@ -24,6 +24,7 @@
 #define SX_TESTS_FAKE_VERBS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <infiniband/verbs.h>
@@ -101,5 +102,10 @@ void fake_release_held(void);
 
 /** Queues the send completions fake.defer_sends kept back. */
 void fake_complete_sends(void);
+
+/** The fake's verdict after a test: writes to @p buf, and returns it, ""
+ *  when the verbs contract was kept and nothing is left allocated, else
+ *  the first breach or what is left. */
+const char *fake_verdict(char *buf, size_t cap);
 
 #endif /* SX_TESTS_FAKE_VERBS_H */

@@ -48,16 +48,11 @@ static int setup(void **state)
 /* The fake's verdict after a case. */
 static int teardown(void **state)
 {
+    char why[256];
+
     (void)state;
-    if (fake.violation[0] != '\0')
-        fail_msg("verbs contract breached: %s", fake.violation);
-    if (fake.live_contexts + fake.live_pds + fake.live_cqs + fake.live_qps + fake.live_mrs +
-            fake.live_ahs + fake.live_channels !=
-        0)
-        fail_msg("left allocated: %u contexts, %u pds, %u cqs, %u qps, %u mrs, %u ahs, "
-                 "%u channels",
-                 fake.live_contexts, fake.live_pds, fake.live_cqs, fake.live_qps, fake.live_mrs,
-                 fake.live_ahs, fake.live_channels);
+    if (*fake_verdict(why, sizeof(why)) != '\0')
+        fail_msg("%s", why);
     return 0;
 }
 

@@ -75,6 +75,9 @@
 typedef struct tc_transport {
     const char *name; /* as on the command line */
     const sx_tl_ops_t *ops;
+    /* What config and setup read: fault's specification (NULL: none);
+     * for verbs, "roce" for the RoCE devices. */
+    const char *variant;
     /* Fills in what interface number @p i of a case needs beyond shard. */
     void (*config)(unsigned i, sx_tl_config_t *cfg);
     /* Before and after every case; may be NULL. */
@@ -112,13 +115,11 @@ static void udp_config(unsigned i, sx_tl_config_t *cfg)
     cfg->rcvbuf = 4 << 20;
 }
 
-static const char *fault_spec;
-
 static void fault_config(unsigned i, sx_tl_config_t *cfg)
 {
     udp_config(i, cfg);
     cfg->inner_ops = &sx_tl_udp_ops;
-    cfg->fault = fault_spec;
+    cfg->fault = tc->variant;
 }
 
 /* No fault was configured or none could happen: none was counted. */
@@ -129,16 +130,6 @@ static void fault_check(sx_tl_iface_t *iface)
     assert_int_equal(sx_tl_fault_stats_get(iface, &s), SX_OK);
     assert_int_equal(
         s.dropped + s.ctrl_dropped + s.duplicated + s.reordered + s.delayed + s.corrupted, 0);
-}
-
-static void fault_setup(void)
-{
-    fault_spec = NULL;
-}
-
-static void fault_seeded_setup(void)
-{
-    fault_spec = "loss=0,dup=0,reorder=0,corrupt=0,delay_us=0,seed=42";
 }
 
 static void *self_domain;
@@ -184,44 +175,30 @@ static void ofi_config(unsigned i, sx_tl_config_t *cfg)
 #endif
 
 #ifdef SX_TC_FAKE_VERBS
+/* InfiniBand: the first device with an ACTIVE port. RoCE: either of two
+ * devices, reaching each other through global (GRH) address handles. */
 static void verbs_config(unsigned i, sx_tl_config_t *cfg)
 {
-    (void)i;
-    cfg->device = NULL; /* the first device with an ACTIVE port */
-}
-
-/* Interfaces on either of two RoCE devices, reaching each other through
- * global (GRH) address handles. */
-static void verbs_roce_config(unsigned i, sx_tl_config_t *cfg)
-{
-    cfg->device = i % 2 == 0 ? "rocep1s0" : "rocep2s0";
+    if (tc->variant != NULL)
+        cfg->device = i % 2 == 0 ? "rocep1s0" : "rocep2s0";
 }
 
 static void verbs_setup(void)
 {
     fake_reset();
+    if (tc->variant != NULL) {
+        fake.dev[0].port[0].state = IBV_PORT_DOWN; /* the InfiniBand device is no choice */
+        (void)fake_add_roce("rocep1s0", 1);
+        (void)fake_add_roce("rocep2s0", 2);
+    }
 }
 
-static void verbs_roce_setup(void)
-{
-    fake_reset();
-    fake.dev[0].port[0].state = IBV_PORT_DOWN; /* the InfiniBand device is no choice */
-    (void)fake_add_roce("rocep1s0", 1);
-    (void)fake_add_roce("rocep2s0", 2);
-}
-
-/* The fake's verdict: no breach of the verbs contract, nothing left. */
 static void verbs_teardown(void)
 {
-    if (fake.violation[0] != '\0')
-        fail_msg("verbs contract breached: %s", fake.violation);
-    if (fake.live_contexts + fake.live_pds + fake.live_cqs + fake.live_qps + fake.live_mrs +
-            fake.live_ahs + fake.live_channels !=
-        0)
-        fail_msg("left allocated: %u contexts, %u pds, %u cqs, %u qps, %u mrs, %u ahs, "
-                 "%u channels",
-                 fake.live_contexts, fake.live_pds, fake.live_cqs, fake.live_qps, fake.live_mrs,
-                 fake.live_ahs, fake.live_channels);
+    char why[256];
+
+    if (*fake_verdict(why, sizeof(why)) != '\0')
+        fail_msg("%s", why);
 }
 #endif
 
@@ -235,13 +212,12 @@ static const tc_transport_t transports[] = {
     {.name = "fault",
      .ops = &sx_tl_fault_ops,
      .config = fault_config,
-     .setup = fault_setup,
      .check = fault_check,
      .sockaddr = udp_sockaddr},
     {.name = "fault_seeded",
      .ops = &sx_tl_fault_ops,
+     .variant = "loss=0,dup=0,reorder=0,corrupt=0,delay_us=0,seed=42",
      .config = fault_config,
-     .setup = fault_seeded_setup,
      .check = fault_check,
      .sockaddr = udp_sockaddr},
 #if SX_HAVE_OFI
@@ -255,8 +231,9 @@ static const tc_transport_t transports[] = {
      .teardown = verbs_teardown},
     {.name = "verbs_fake_roce",
      .ops = &sx_tl_verbs_ops,
-     .config = verbs_roce_config,
-     .setup = verbs_roce_setup,
+     .variant = "roce",
+     .config = verbs_config,
+     .setup = verbs_setup,
      .teardown = verbs_teardown},
 #endif
 };
