@@ -1,6 +1,8 @@
 /*
  * A fake libibverbs for the verbs transport's tests on machines without an
- * RDMA device (test_transport_verbs_fake). fake_verbs.c defines the ibv_*
+ * RDMA device (test_transport_verbs_fake, the conformance suite's
+ * test_transport_conformance_verbs_fake, and under fake_rdmacm.c
+ * test_cpc_rdmacm_fake). fake_verbs.c defines the ibv_*
  * functions verbs.c calls, so the test program's own definitions take the
  * place of libibverbs', and models in memory what the transport relies
  * on: devices and ports as configured below, UD queue pairs that deliver
