@@ -975,6 +975,25 @@ void fake_release_held(void)
     pthread_mutex_unlock(&fake_lock);
 }
 
+const char *fake_verdict(char *buf, size_t cap)
+{
+    pthread_mutex_lock(&fake_lock);
+    if (fake.violation[0] != '\0')
+        snprintf(buf, cap, "verbs contract breached: %s", fake.violation);
+    else if (fake.live_contexts + fake.live_pds + fake.live_cqs + fake.live_qps + fake.live_mrs +
+                 fake.live_ahs + fake.live_channels !=
+             0)
+        snprintf(buf, cap,
+                 "left allocated: %u contexts, %u pds, %u cqs, %u qps, %u mrs, %u ahs, "
+                 "%u channels",
+                 fake.live_contexts, fake.live_pds, fake.live_cqs, fake.live_qps, fake.live_mrs,
+                 fake.live_ahs, fake.live_channels);
+    else if (cap > 0)
+        buf[0] = '\0';
+    pthread_mutex_unlock(&fake_lock);
+    return buf;
+}
+
 void fake_qp_error_all(void)
 {
     pthread_mutex_lock(&fake_lock);

@@ -6,10 +6,10 @@
 #     of include/shardx.h, so a new public function cannot be forgotten in
 #     the script (it would silently not be exported).
 # A change to the exported list must be announced: regenerate the list with
-#   tests/check-abi.sh --update build/libshardx.so
+#   tests/checks/check-abi.sh --update build/libshardx.so
 # and commit it with the change, saying so in the commit message.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 list=$root/abi/shardx.symbols
 map=$root/abi/shardx.map
 header=$root/include/shardx.h
@@ -34,7 +34,7 @@ status=0
 if ! diff_out=$(diff -u "$list" <(printf '%s\n' "$exported")); then
     echo "check-abi: libshardx.so's exported symbols differ from abi/shardx.symbols:" >&2
     echo "$diff_out" >&2
-    echo "check-abi: if the change is intended, run tests/check-abi.sh --update $lib" >&2
+    echo "check-abi: if the change is intended, run tests/checks/check-abi.sh --update $lib" >&2
     echo "           and commit abi/shardx.symbols with it, announcing the change" >&2
     status=1
 fi

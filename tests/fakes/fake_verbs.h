@@ -1,6 +1,8 @@
 /*
  * A fake libibverbs for the verbs transport's tests on machines without an
- * RDMA device (test_transport_verbs_fake). fake_verbs.c defines the ibv_*
+ * RDMA device (test_transport_verbs_fake, the conformance suite's
+ * test_transport_conformance_verbs_fake, and under fake_rdmacm.c
+ * test_cpc_rdmacm_fake). fake_verbs.c defines the ibv_*
  * functions verbs.c calls, so the test program's own definitions take the
  * place of libibverbs', and models in memory what the transport relies
  * on: devices and ports as configured below, UD queue pairs that deliver
@@ -24,6 +26,7 @@
 #define SX_TESTS_FAKE_VERBS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <infiniband/verbs.h>
@@ -101,5 +104,10 @@ void fake_release_held(void);
 
 /** Queues the send completions fake.defer_sends kept back. */
 void fake_complete_sends(void);
+
+/** The fake's verdict after a test: writes to @p buf, and returns it, ""
+ *  when the verbs contract was kept and nothing is left allocated, else
+ *  the first breach or what is left. */
+const char *fake_verdict(char *buf, size_t cap);
 
 #endif /* SX_TESTS_FAKE_VERBS_H */

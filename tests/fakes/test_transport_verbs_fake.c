@@ -2,14 +2,17 @@
  * The verbs transport over fake_verbs.c, a fake libibverbs in this
  * program, since the machines it is developed on have no RDMA device:
  * discovery and SX_NET_DEVICES, InfiniBand and RoCE addresses and their
- * address handles, inline, bounce and gathered sends, batches as chains,
- * running out of send slots, receives past the GRH and their reposting,
- * the completion channel with arm and the race it closes, error
+ * address handles, batches as chains, running out of send slots, devices
+ * without inline sends or with small queues, the race arm closes, error
  * completions, a queue pair in error and a fatal asynchronous event, and
- * two engines talking over it. Every case ends with the fake's verdict: no
- * breach of the verbs contract as it reads it, nothing left allocated.
- * That is the transport against a model; real devices are another matter
- * (src/transports/README.md lists what only hardware can show).
+ * two engines talking over it. What every transport does (sizes around
+ * the inline limit, inline, bounced and gathered sends, receives and their
+ * reposting, destinations, the wait fd and arm) runs over the same fake in
+ * test_transport_conformance_verbs_fake and _verbs_fake_roce. Every case
+ * ends with the fake's verdict: no breach of the verbs contract as it
+ * reads it, nothing left allocated. That is the transport against a
+ * model; real devices are another matter (src/transports/README.md lists
+ * what only hardware can show).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +20,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,16 +48,11 @@ static int setup(void **state)
 /* The fake's verdict after a case. */
 static int teardown(void **state)
 {
+    char why[256];
+
     (void)state;
-    if (fake.violation[0] != '\0')
-        fail_msg("verbs contract breached: %s", fake.violation);
-    if (fake.live_contexts + fake.live_pds + fake.live_cqs + fake.live_qps + fake.live_mrs +
-            fake.live_ahs + fake.live_channels !=
-        0)
-        fail_msg("left allocated: %u contexts, %u pds, %u cqs, %u qps, %u mrs, %u ahs, "
-                 "%u channels",
-                 fake.live_contexts, fake.live_pds, fake.live_cqs, fake.live_qps, fake.live_mrs,
-                 fake.live_ahs, fake.live_channels);
+    if (*fake_verdict(why, sizeof(why)) != '\0')
+        fail_msg("%s", why);
     return 0;
 }
 
@@ -76,23 +73,6 @@ static size_t addr_of(sx_tl_iface_t *iface, uint8_t *buf)
     return len;
 }
 
-static sx_tl_dest_t connect_to(sx_tl_iface_t *from, sx_tl_iface_t *to)
-{
-    uint8_t addr[SX_TL_ADDR_MAX];
-    size_t len = addr_of(to, addr);
-    sx_tl_dest_t dest = SX_TL_DEST_NONE;
-
-    assert_int_equal(from->ops->addr_check(from, addr, len), SX_OK);
-    assert_int_equal(from->ops->addr_insert(from, addr, len, &dest), SX_OK);
-    return dest;
-}
-
-static bool fd_readable(int fd)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
-}
-
 /* Polls @p rx into @p log until a poll finds nothing. */
 static void drain(sx_tl_iface_t *rx, rx_log_t *log)
 {
@@ -101,23 +81,6 @@ static void drain(sx_tl_iface_t *rx, rx_log_t *log)
         before = log->n;
         rx_once(rx, log);
     } while (log->n > before);
-}
-
-/* Sends @p len bytes of pattern @p seed and checks that they arrive whole. */
-static void round_trip(sx_tl_iface_t *a, sx_tl_dest_t d, sx_tl_iface_t *b, size_t len,
-                       unsigned seed)
-{
-    static uint8_t buf[8192];
-    rx_log_t log = {0};
-
-    fill(buf, len, seed);
-    assert_int_equal(send_one(a, d, buf, len), SX_OK);
-    rx_until(b, &log, 1);
-    assert_int_equal(log.n, 1);
-    assert_int_equal(log.len[0], len);
-    if (len > 0)
-        assert_memory_equal(log.data[0], buf, len);
-    rx_log_free(&log);
 }
 
 /* ------------------------------------------------------------------ */
@@ -208,13 +171,10 @@ static void test_ib_traffic(void **state)
     char text[128];
 
     /* What the interface says of itself. */
-    assert_ptr_equal(a->ops, &sx_tl_verbs_ops);
     assert_int_equal(a->caps.mtu, 4096);
-    assert_int_equal(a->caps.sync_send, 1);
     assert_int_equal(a->caps.inline_limit, SX_VERBS_INLINE_WANT);
     assert_int_equal(a->caps.tx_credits, SX_VERBS_SQ_MAX);
     assert_int_equal(a->caps.rx_buffer, (size_t)((4u << 20) / 4136) * 4096);
-    assert_true(a->ops->wait_fd(a) >= 0);
     size_t len = addr_of(b, addr);
     assert_int_equal(len, SX_VERBS_ADDR_LEN);
     assert_int_equal(sx_verbs_addr_decode(addr, len, &va), SX_OK);
@@ -223,9 +183,6 @@ static void test_ib_traffic(void **state)
     assert_int_equal(va.port, 1);
     assert_int_equal(va.flags, 0);
     assert_true(va.qpn > 1);
-    len = SX_VERBS_ADDR_LEN - 1;
-    assert_int_equal(b->ops->local_addr(b, addr, &len), SX_ERR_TRUNCATED);
-    len = addr_of(b, addr);
     a->ops->addr_str(a, addr, len, text, sizeof(text));
     assert_non_null(strstr(text, "lid 0x11"));
 
@@ -243,8 +200,6 @@ static void test_ib_traffic(void **state)
     sx_tl_dest_t dest = 7;
     assert_int_equal(a->ops->addr_insert(a, bad, blen, &dest), SX_ERR_PEER_UNREACHABLE);
     assert_int_equal(dest, 7);
-    assert_int_equal(a->ops->addr_check(a, addr, len - 1), SX_ERR_INVALID_PARAM);
-    assert_int_equal(a->ops->addr_insert(a, addr, len - 1, &dest), SX_ERR_INVALID_PARAM);
     assert_int_equal(fake.ahs_created, 0);
 
     /* Destinations on one remote port share an address handle. */
@@ -254,41 +209,11 @@ static void test_ib_traffic(void **state)
     assert_int_equal(fake.last_ah.is_global, 0);
     assert_int_equal(fake.last_ah.port_num, 1);
 
-    /* Sizes around the inline limit and up to the mtu, both ways. */
-    static const size_t sizes[] = {0, 1, 255, 256, 257, 1000, 4095, 4096};
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        round_trip(a, ab, b, sizes[i], (unsigned)i);
-        round_trip(a, ac, c, sizes[i], (unsigned)i + 50);
-        round_trip(b, ba, a, sizes[i], (unsigned)i + 100);
-    }
-    static uint8_t big[4097];
-    assert_int_equal(send_one(a, ab, big, sizeof(big)), SX_ERR_INVALID_PARAM);
-    assert_int_equal(send_one(a, 99, big, 1), SX_ERR_INVALID_PARAM);
-
-    /* Gathered iovecs: inline (few bytes) and bounced (many), with empty
-     * entries among them. */
-    static uint8_t part[4][1024];
-    for (unsigned round = 0; round < 2; round++) {
-        size_t each = round == 0 ? 20 : 1000;
-        sx_tl_tx_t t = {.dest = ab, .iovcnt = 4};
-        uint8_t want[4096];
-        size_t off = 0;
-        for (unsigned i = 0; i < 4; i++) {
-            size_t l = i == 2 ? 0 : each;
-            fill(part[i], l, round * 10 + i);
-            t.iov[i] = (struct iovec){.iov_base = part[i], .iov_len = l};
-            memcpy(want + off, part[i], l);
-            off += l;
-        }
-        unsigned posted = 0;
-        assert_int_equal(a->ops->post_send(a, &t, 1, &posted), SX_OK);
-        assert_int_equal(posted, 1);
-        rx_log_t log = {0};
-        rx_until(b, &log, 1);
-        assert_int_equal(log.len[0], off);
-        assert_memory_equal(log.data[0], want, off);
-        rx_log_free(&log);
-    }
+    /* Each destination delivers, both ways (every size and gather:
+     * test_transport_conformance_verbs_fake). */
+    round_trip(a, ab, b, 300, 1);
+    round_trip(a, ac, c, 300, 2);
+    round_trip(b, ba, a, 300, 3);
 
     /* A batch is one chain per 32 datagrams: one doorbell each. */
     enum { BATCH = 100 };
@@ -308,7 +233,7 @@ static void test_ib_traffic(void **state)
     for (unsigned i = 0; i < BATCH; i++)
         assert_memory_equal(log.data[i], payload[i], sizeof(payload[i]));
     rx_log_free(&log);
-    /* A bad datagram in a batch: those before it go, it is refused. */
+    /* A bad datagram in a batch: those before it go as one chain. */
     tx[5].dest = 1234;
     calls = fake.post_send_calls;
     assert_int_equal(a->ops->post_send(a, tx, BATCH, &posted), SX_ERR_INVALID_PARAM);
@@ -340,14 +265,11 @@ static void test_ib_traffic(void **state)
     assert_int_equal(log.n, SX_VERBS_SQ_MAX + BATCH);
     rx_log_free(&log);
 
-    /* A removed destination is refused; its handle stays cached and a new
-     * insert of the same port reuses it. */
+    /* A removed destination's handle stays cached, and a new insert of the
+     * same port reuses it. */
     a->ops->addr_remove(a, ab);
-    a->ops->addr_remove(a, ab); /* twice is harmless */
-    assert_int_equal(send_one(a, ab, big, 1), SX_ERR_INVALID_PARAM);
     unsigned ahs = fake.ahs_created;
     sx_tl_dest_t again = connect_to(a, b);
-    assert_int_equal(again, ab); /* the slot is reused */
     assert_int_equal(fake.ahs_created, ahs);
     round_trip(a, again, b, 300, 9);
     assert_int_equal(fake.dropped_no_recv + fake.dropped_route, 0);
@@ -381,32 +303,15 @@ static void test_roce(void **state)
     a->ops->addr_str(a, addr, SX_VERBS_ADDR_LEN, text, sizeof(text));
     assert_non_null(strstr(text, "gid ::ffff:10.0.0.1"));
 
+    /* Global address handles; the last one made is b's, to a (sizes and
+     * gathers over them: test_transport_conformance_verbs_fake_roce). */
     sx_tl_dest_t ab = connect_to(a, b), ba = connect_to(b, a);
     assert_int_equal(fake.last_ah.is_global, 1);
     assert_int_equal(fake.last_ah.grh.sgid_index, 4);
     assert_int_equal(fake.last_ah.grh.hop_limit, 64);
     assert_memory_equal(fake.last_ah.grh.dgid.raw, v4_1, 16);
-    static const size_t sizes[] = {0, 1, 128, 129, 1023, 1024};
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        round_trip(a, ab, b, sizes[i], (unsigned)i);
-        round_trip(b, ba, a, sizes[i], (unsigned)i + 7);
-    }
-    static uint8_t big[1025];
-    assert_int_equal(send_one(a, ab, big, sizeof(big)), SX_ERR_INVALID_PARAM);
-    /* Four iovecs, three scatter/gather entries: gathered, still inline. */
-    static uint8_t part[4][50];
-    sx_tl_tx_t t = {.dest = ab, .iovcnt = 4};
-    for (unsigned i = 0; i < 4; i++) {
-        fill(part[i], sizeof(part[i]), i);
-        t.iov[i] = (struct iovec){.iov_base = part[i], .iov_len = sizeof(part[i])};
-    }
-    unsigned posted = 0;
-    assert_int_equal(a->ops->post_send(a, &t, 1, &posted), SX_OK);
-    rx_log_t log = {0};
-    rx_until(b, &log, 1);
-    assert_int_equal(log.len[0], 200);
-    assert_memory_equal(log.data[0] + 150, part[3], 50);
-    rx_log_free(&log);
+    round_trip(a, ab, b, 1024, 1);
+    round_trip(b, ba, a, 1024, 2);
 
     /* An InfiniBand address is out of reach from RoCE. */
     sx_verbs_addr_t ib = {.lid = 5, .qpn = 0x99, .qkey = QKEY, .port = 1};
@@ -514,32 +419,23 @@ static void test_refusals_at_open(void **state)
     a->ops->close(a);
 }
 
-static void test_wait_fd_and_arm(void **state)
+/* The race arm closes: a completion that lands before the notification
+ * request raises no event; arm's last poll finds it and keeps it. (The
+ * wait fd and arm otherwise: test_transport_conformance_verbs_fake.) */
+static void test_arm_race(void **state)
 {
     (void)state;
     sx_tl_iface_t *a = open_on(NULL), *b = open_on(NULL);
     sx_tl_dest_t ab = connect_to(a, b);
-    int fd = b->ops->wait_fd(b);
     sx_tl_event_t ev[8];
     uint8_t msg[32] = "wake up";
 
-    assert_true(fd >= 0);
-    assert_int_equal(b->ops->arm(b), SX_OK);
-    assert_false(fd_readable(fd));
-    assert_int_equal(send_one(a, ab, msg, sizeof(msg)), SX_OK);
-    assert_true(fd_readable(fd)); /* a sleeper wakes */
-    assert_int_equal(b->ops->poll(b, ev, 8), 1);
-    assert_memory_equal(ev[0].data, msg, sizeof(msg));
-    /* An idle poll re-arms and reads the event: the fd goes quiet. */
-    assert_int_equal(b->ops->poll(b, ev, 8), 0);
-    assert_false(fd_readable(fd));
+    /* Armed, woken and the datagram taken: the next arm asks again. */
     assert_int_equal(b->ops->arm(b), SX_OK);
     assert_int_equal(send_one(a, ab, msg, sizeof(msg)), SX_OK);
-    assert_true(fd_readable(fd));
+    assert_true(fd_readable(b->ops->wait_fd(b), 0));
     assert_int_equal(b->ops->poll(b, ev, 8), 1);
 
-    /* The race: a completion that lands before the notification request
-     * raises no event; arm's last poll finds it and keeps it. */
     fake.hold = true;
     assert_int_equal(send_one(a, ab, msg, 5), SX_OK);
     assert_int_equal(b->ops->arm(b), SX_ERR_AGAIN);
@@ -553,11 +449,6 @@ static void test_wait_fd_and_arm(void **state)
     fake.hold = false;
     assert_int_equal(b->ops->poll(b, ev, 8), 0);
     assert_int_equal(b->ops->arm(b), SX_OK);
-
-    /* Closing with an event read but the fd not drained, and one left in
-     * the channel: both acknowledged (the fake checks). */
-    assert_int_equal(send_one(a, ab, msg, 7), SX_OK);
-    assert_true(fd_readable(fd));
     a->ops->close(a);
     b->ops->close(b);
 }
@@ -716,7 +607,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ib_traffic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_at_open, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wait_fd_and_arm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_arm_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engines, setup, teardown),
     };

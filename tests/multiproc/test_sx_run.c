@@ -1,7 +1,7 @@
 /*
  * sx_run end to end: it is started as a real process with its stdout and
- * stderr on pipes, running sx_run_child (tests/sx_run_child.c) as its
- * ranks. Usage: test_sx_run SX_RUN SX_RUN_CHILD.
+ * stderr on pipes, running sx_run_child (tests/multiproc/sx_run_child.c)
+ * as its ranks. Usage: test_sx_run SX_RUN SX_RUN_CHILD.
  *
  * Nothing waits on time: the test reads sx_run's output until the lines it
  * expects are there (ranks print "ready RANK PID" once their grandchild's
