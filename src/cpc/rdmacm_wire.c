@@ -2,7 +2,7 @@
  * rdmacm's wire formats (rdmacm.h): the card blob (the listener's
  * address), the private data of a SIDR request and answer, and the path
  * the connection manager found, as a verbs card address. Pure functions,
- * with no librdmacm state: tests/test_cpc_rdmacm.c runs them everywhere.
+ * with no librdmacm state: tests/multiproc/test_cpc_rdmacm.c runs them everywhere.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>

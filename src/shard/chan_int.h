@@ -4,7 +4,7 @@
  * the flush), chan_rx.c (reordering, reassembly, delivery),
  * chan_retransmit.c (ACK and SACK processing, RFC 6298 timers, RACK) and
  * chan_rma.c (the RMA target, and the initiator's matching of answers).
- * The layer check (tests/check-layers.sh) keeps it private to src/shard/.
+ * The layer check (tests/checks/check-layers.sh) keeps it private to src/shard/.
  *
  * Synchronization: as chan.h; every function here is called by the holder
  * of the channel's shard token.
