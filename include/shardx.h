@@ -26,6 +26,20 @@
  * which is recursive, so the same holds. Callbacks should be short: while
  * one runs, its shard's other work waits.
  *
+ * The engine's own thread. While no thread calls sx_progress for
+ * SX_SERVICE_US (10 ms by default: the application computes, or has not
+ * called in since sx_engine_create), an engine thread of shardx's serves
+ * the shards so that peers do not take this process for dead: it
+ * receives and acknowledges, retransmits, answers connection requests and
+ * probes. It never runs a callback: the messages it receives, the
+ * completions it sees and the failures it finds wait for the next thread
+ * that calls sx_progress (or a progress thread), and run there. A
+ * completion's SX_OK therefore means the peer's library holds the
+ * message, not that its handler has run. What arrives and is not yet
+ * handed up is bounded per channel by a receive window (SX_WINDOW packets,
+ * SX_MAX_INFLIGHT bytes) that senders respect: a sender whose peer does
+ * not consume waits, probing, and does not fail while the peer answers.
+ *
  * Parameter structs can grow: set `field_mask` to the fields you filled in;
  * fields whose bit is clear are ignored and take their defaults.
  */
@@ -388,9 +402,10 @@ SX_API int sx_job_barrier(sx_engine_h engine);
 
 /**
  * An active-message handler. It runs on a thread inside sx_progress() (or
- * a call that progresses), with no shardx lock held: it may call any
- * shardx function, including sx_send(), but not sx_engine_destroy().
- * @p data is valid only during the call.
+ * a call that progresses, or a progress thread), never on the engine's
+ * own service thread, with no shardx lock held: it may call any shardx
+ * function, including sx_send(), but not sx_engine_destroy(). @p data is
+ * valid only during the call.
  */
 typedef void (*sx_am_cb_t)(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len);
 
@@ -399,9 +414,11 @@ typedef void (*sx_am_cb_t)(void *arg, uint64_t peer_id, uint8_t tag, const void 
 SX_API int sx_am_register(sx_engine_h engine, uint8_t tag, sx_am_cb_t cb, void *arg);
 
 /**
- * A completion: runs exactly once per operation, with SX_OK once the peer
- * has acknowledged it, or an error (SX_ERR_PEER_UNREACHABLE,
- * SX_ERR_CANCELED, ...). Same thread rules as sx_am_cb_t.
+ * A completion: runs exactly once per operation, with SX_OK once the
+ * peer's library has acknowledged it (an active message: received in
+ * order, maybe not yet handed to its handler; a PUT or GET: done at the
+ * target), or an error (SX_ERR_PEER_UNREACHABLE, SX_ERR_CANCELED, ...).
+ * Same thread rules as sx_am_cb_t.
  */
 typedef void (*sx_complete_cb_t)(void *ctx, int status);
 
@@ -455,7 +472,8 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
  */
 SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt);
 
-/** Called once per failed peer, from a progressing thread. */
+/** Called once per failed peer, from a thread inside sx_progress (or a
+ *  progress thread); same thread rules as sx_am_cb_t. */
 typedef void (*sx_error_cb_t)(void *arg, uint64_t peer_id, int status);
 
 /** Sets the callback told about failed peers (NULL removes it). */

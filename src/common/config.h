@@ -103,8 +103,10 @@
     X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                            \
       "Retransmission timeout before the first round-trip sample.")                           \
     X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                    \
-      "A channel with unacknowledged data and no progress for this long fails: its "          \
-      "operations complete with SX_ERR_PEER_UNREACHABLE and the error callback runs.")        \
+      "A peer that answers none of the retransmissions and probes sent to it for this long "  \
+      "fails: its operations complete with SX_ERR_PEER_UNREACHABLE and the error callback "   \
+      "runs. Time this process did not run does not count, and a busy peer still answers "    \
+      "(SX_SERVICE_US).")                                                                     \
     X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                            \
       "CRC32C over every payload (the header checksum is always on).")                        \
     X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                          \
@@ -118,6 +120,12 @@
     X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                         \
       "How long an idle progress thread polls before it sleeps; a sleep and wake-up "         \
       "costs tens of microseconds on a VM.")                                                  \
+    X(SERVICE_US, UINT, service_us, "10000", 0, 10000000, NULL,                               \
+      "How long an engine may go without an sx_progress call before its service thread "      \
+      "serves the shards itself: it acknowledges, retransmits, answers connection "           \
+      "requests and probes, and keeps what arrives for the next caller; it never runs a "     \
+      "callback. 0 turns it off (a busy rank then stops answering). Not used with "           \
+      "SX_PROGRESS=thread.")                                                                  \
     X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                   \
       "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "      \
       "programs pin their own threads.")                                                      \
@@ -190,6 +198,7 @@ typedef struct sx_config {
     uint64_t max_msg_size;
     int progress;
     uint64_t spin_us;
+    uint64_t service_us;
     bool bind_progress;
     int stats;
     uint64_t seq_start;

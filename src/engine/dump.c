@@ -61,7 +61,7 @@ bool sx_diag_shard_enter(struct sx_engine *e, sx_shard_t *s, uint64_t budget_ns)
 
     sx_global_enter(e);
     for (unsigned tries = 0;; tries++) {
-        if (sx_token_try_acquire(&s->token))
+        if (sx_delegate_try_acquire(&s->token, &s->inbox, s))
             return true;
         if ((tries & 63) == 63 && sx_time_ns() - start >= budget_ns)
             break;
@@ -141,9 +141,10 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
             "  channel to peer %" PRIu64 " lane %u (%s, epoch %016" PRIx64 ", %s via %s): %s%s\n"
             "    send: una %" PRIu32 " nxt %" PRIu32 ", %" PRIu32 " un-ACKed (%zu bytes) of "
             "window %" PRIu32 ", %s retransmit queue; next retransmit %s\n"
-            "    rto %.3f ms, srtt %.3f ms, rttvar %.3f ms, backoff %u%s; last progress %.3f "
-            "ms ago\n"
-            "    receive: nxt %" PRIu32 ", %u out of order (%zu bytes), %u frames unacknowledged\n"
+            "    rto %.3f ms, srtt %.3f ms, rttvar %.3f ms, backoff %u%s; peer heard from %.3f "
+            "ms ago, %u probes since; its window: %" PRIu32 " packets, %" PRIu32 " bytes\n"
+            "    receive: nxt %" PRIu32 ", %u out of order (%zu bytes), %" PRIu32
+            " not yet handed up (%zu bytes), %u frames unacknowledged\n"
             "    ops: %u queued, %u awaiting ACK, %u awaiting an answer; %u answers owed\n",
             peer->id, c->lane, peer->is_self ? "self" : "remote", peer->epoch, addr,
             c->conn_method != NULL ? c->conn_method->ops->name : "?", sx_conn_state_name(c->conn),
@@ -151,10 +152,10 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
             c->snd_window, c->rtx != NULL ? "a non-empty" : "an empty", rtx, sx_ms(c->rto_ns),
             sx_ms(c->srtt_ns), sx_ms(c->rttvar_ns), c->backoff,
             c->in_recovery ? ", fast recovery" : (c->in_rto_recovery ? ", timeout recovery" : ""),
-            c->last_progress_ns != 0 && now > c->last_progress_ns ? sx_ms(now - c->last_progress_ns)
-                                                                  : 0.0,
-            c->rcv_nxt, c->ooo_count, c->ooo_bytes, c->ack_pending, sx_ops_count(c->sendq),
-            sx_ops_count(c->ackq), sx_ops_count(c->rmaq), c->resp_queued);
+            c->alive_ns != 0 && now > c->alive_ns ? sx_ms(now - c->alive_ns) : 0.0, c->probes,
+            c->peer_rwnd_edge - c->snd_una, c->peer_rwnd_bytes, c->rcv_nxt, c->ooo_count,
+            c->ooo_bytes, c->rcv_nxt - c->rcv_dlv, c->backlog_bytes, c->ack_pending,
+            sx_ops_count(c->sendq), sx_ops_count(c->ackq), sx_ops_count(c->rmaq), c->resp_queued);
     if (c->failed)
         fprintf(out, "    failed with %s\n", sx_status_name(c->failed));
     /* Ages come from the coarse clock the operations were stamped with. */

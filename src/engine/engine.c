@@ -17,6 +17,7 @@
 #include "common/time.h"
 #include "engine/card.h"
 #include "engine/diag.h"
+#include "engine/service.h"
 
 #define SX_ENGINE_KNOWN_FIELDS ((uint64_t)(SX_ENGINE_PARAM_CONFIG | SX_ENGINE_PARAM_NAME))
 
@@ -343,6 +344,7 @@ static int sx_engine_cpc_init(struct sx_engine *e)
 static void sx_engine_free(struct sx_engine *e)
 {
     atomic_store(&e->closing, true);
+    sx_service_stop(e);
     sx_engine_diag_stop(e);
     sx_engine_progress_stop(e);
     if (e->event_fd >= 0)
@@ -354,6 +356,15 @@ static void sx_engine_free(struct sx_engine *e)
     e->cpc.env.oob = NULL;
     /* So may a connection method's thread (rdmacm's answers). */
     sx_cpc_stop(&e->cpc);
+    /* No thread of the engine's runs now: what the service left for a
+     * caller completes here, on the destroying thread, as everything else
+     * at destruction does. */
+    for (unsigned i = 0; e->shards != NULL && i < e->nshards; i++) {
+        if (e->shards[i] == NULL)
+            continue;
+        e->shards[i]->serving = false;
+        (void)sx_shard_run_deferred_locked(e->shards[i]);
+    }
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
      * the shards, whose inboxes may still hold peer-close requests. */
     sx_engine_peers_fini(e);
@@ -467,6 +478,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_progress_start(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_service_start(e);
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_diag_start(e);
@@ -635,6 +649,8 @@ SX_API int sx_progress(sx_engine_h engine)
 
     if (engine == NULL)
         return SX_ERR_INVALID_PARAM;
+    /* A caller is here: the engine's service stays away (service.h). */
+    sx_service_note_call(engine->service);
     if (engine->global_mode) {
         /* The baseline: every entry point serialises on one lock. */
         sx_rlock_lock(&engine->global_lock);

@@ -40,6 +40,7 @@
 struct sx_modex;
 struct sx_nic_choice;
 struct sx_oob;
+struct sx_service;
 struct sx_shard;
 
 struct sx_engine {
@@ -85,8 +86,9 @@ struct sx_engine {
     atomic_bool closing; /* destroy has begun: OOB requests still queued are dropped */
     pthread_mutex_t join_lock;
     struct sx_modex *modex;
-    sx_peer_h *job_peers; /* [modex->size] */
-    void *diag;           /* SX_DUMP_SIGNAL, SX_WATCHDOG_S: the diagnostics thread (diag.h) */
+    sx_peer_h *job_peers;       /* [modex->size] */
+    void *diag;                 /* SX_DUMP_SIGNAL, SX_WATCHDOG_S: the diagnostics thread (diag.h) */
+    struct sx_service *service; /* the service thread (service.h), or NULL */
 };
 
 /*
@@ -130,6 +132,11 @@ void sx_engine_peers_fini(struct sx_engine *engine);
 
 /** Prints every counter to @p out, as text or one JSON object. */
 void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
+
+/** Adds @p fd (EPOLLIN) to @p epfd, and every interface wait fd of
+ *  @p shard; SX_ERR_IO. */
+int sx_engine_epoll_add_fd(int epfd, int fd);
+int sx_engine_epoll_add_shard(int epfd, struct sx_shard *shard);
 
 /** Starts the progress threads when SX_PROGRESS=thread. */
 int sx_engine_progress_start(struct sx_engine *engine);

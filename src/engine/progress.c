@@ -33,19 +33,19 @@ typedef struct sx_progress_thread {
     bool started;
 } sx_progress_thread_t;
 
-static int sx_epoll_add(int epfd, int fd)
+int sx_engine_epoll_add_fd(int epfd, int fd)
 {
     struct epoll_event ev = {.events = EPOLLIN};
     ev.data.fd = fd;
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? SX_OK : SX_ERR_IO;
 }
 
-static int sx_epoll_add_shard(int epfd, sx_shard_t *shard)
+int sx_engine_epoll_add_shard(int epfd, sx_shard_t *shard)
 {
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
         sx_tl_iface_t *iface = shard->ifaces[t];
         int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
-        if (fd >= 0 && sx_epoll_add(epfd, fd) != SX_OK)
+        if (fd >= 0 && sx_engine_epoll_add_fd(epfd, fd) != SX_OK)
             return SX_ERR_IO;
     }
     return SX_OK;
@@ -133,8 +133,8 @@ int sx_engine_progress_start(struct sx_engine *e)
         t->shard->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         t->epfd = epoll_create1(EPOLL_CLOEXEC);
         if (t->shard->wake_fd < 0 || t->epfd < 0 ||
-            sx_epoll_add(t->epfd, t->shard->wake_fd) != SX_OK ||
-            sx_epoll_add_shard(t->epfd, t->shard) != SX_OK) {
+            sx_engine_epoll_add_fd(t->epfd, t->shard->wake_fd) != SX_OK ||
+            sx_engine_epoll_add_shard(t->epfd, t->shard) != SX_OK) {
             sx_error("progress", "shard %u: cannot set up epoll for its progress thread", i);
             return SX_ERR_IO;
         }
@@ -176,7 +176,7 @@ SX_API int sx_engine_fd(sx_engine_h e, int *fd_p)
         int epfd = epoll_create1(EPOLL_CLOEXEC);
         rc = (epfd >= 0) ? SX_OK : SX_ERR_IO;
         for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++)
-            rc = sx_epoll_add_shard(epfd, e->shards[i]);
+            rc = sx_engine_epoll_add_shard(epfd, e->shards[i]);
         if (rc == SX_OK)
             e->event_fd = epfd;
         else if (epfd >= 0)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/service.h"
 #include "shard/shard.h"
 
 typedef struct sx_counter_desc {
@@ -23,7 +24,7 @@ static const sx_counter_desc_t sx_shard_counters[] = {
 #define SX_NSHARD_COUNTERS (sizeof(sx_shard_counters) / sizeof(sx_shard_counters[0]))
 
 /* Counters beyond the shard table: drops by reason, then these. */
-enum { SX_EXTRA_REQUESTS, SX_EXTRA_HOTEL_HIGH, SX_EXTRA_COUNT };
+enum { SX_EXTRA_REQUESTS, SX_EXTRA_HOTEL_HIGH, SX_EXTRA_SERVICE_WAKEUPS, SX_EXTRA_COUNT };
 #define SX_NCOUNTERS (SX_NSHARD_COUNTERS + SX_DROP_COUNT + SX_EXTRA_COUNT)
 
 /* "drop_<reason>" names, built once. */
@@ -58,6 +59,11 @@ static void sx_counter_at(struct sx_engine *e, size_t i, sx_counter_t *out)
             v += sx_stat_read(&e->shards[s]->inbox.requests_run);
         out->name = "requests_run";
         out->description = "requests run through the shards' inboxes or directly";
+    } else if (i - SX_NSHARD_COUNTERS - SX_DROP_COUNT == SX_EXTRA_SERVICE_WAKEUPS) {
+        /* The service is stopped only at destruction: no reader races it. */
+        v = e->service != NULL ? sx_stat_read(&e->service->wakeups) : 0;
+        out->name = "svc_wakeups";
+        out->description = "passes of the engine's service thread, each after a wake-up";
     } else {
         for (unsigned s = 0; s < e->nshards; s++) {
             sx_hotel_stats_t h;

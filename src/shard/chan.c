@@ -31,8 +31,15 @@ void sx_chan_kick_locked(sx_chan_t *c)
     s->ready_tail = c;
 }
 
-void sx_op_complete(sx_op_t *op, int status)
+void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
 {
+    if (op->cb != NULL && shard->serving) {
+        /* The service thread runs no callback (DESIGN.md section 3): the
+         * next caller's progress does. */
+        op->status = status;
+        sx_shard_defer_op_locked(shard, op);
+        return;
+    }
     if (op->cb != NULL)
         op->cb(op->ctx, status);
     free(op);
@@ -80,11 +87,16 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
      * relies on it; the handshake sends ours and learns the peer's. */
     c->snd_isn = shard->seq_start;
     c->snd_una = c->snd_nxt = c->last_ack = shard->seq_start;
-    c->rcv_nxt = shard->seq_start;
+    c->rcv_nxt = c->rcv_dlv = shard->seq_start;
     c->snd_window = p->window;
     c->dgram_max = iface->caps.mtu;
     c->rto_ns = p->rto_init_ns;
+    /* Until the peer's first ACK says otherwise, its receive window is as
+     * large as ours (the same configuration in one job). */
+    c->peer_rwnd_edge = c->snd_una + p->window;
+    c->peer_rwnd_bytes = p->max_inflight > UINT32_MAX ? UINT32_MAX : (uint32_t)p->max_inflight;
     sx_timer_init(&c->ack_timer, sx_chan_ack_timer, c);
+    sx_timer_init(&c->persist_timer, sx_chan_persist_timer, c);
     /* sx_peer_add chose the peer's method before publishing it. */
     c->conn_method = peer->conn_method;
     c->conn_method->ops->ep_init_locked(c->conn_method, c);
@@ -120,11 +132,33 @@ static void chan_fail_ops(sx_chan_t *c, int status)
     for (int i = 0; i < 3; i++) {
         for (sx_op_t *op = lists[i], *next; op != NULL; op = next) {
             next = op->next;
-            sx_op_complete(op, status);
+            sx_op_complete_locked(c->shard, op, status);
         }
     }
 }
 
+/* Drops what was kept ahead of a gap; the backlog (received and
+ * acknowledged) stays to be handed up. */
+static void chan_free_ooo(sx_chan_t *c)
+{
+    uint32_t mask = sx_chan_window(c) - 1;
+
+    if (c->ooo != NULL) {
+        for (uint32_t i = 0; i < sx_chan_window(c); i++) {
+            uint32_t seq = c->rcv_nxt + i;
+            if (sx_u32_before(seq, c->rcv_dlv + sx_chan_window(c)) && c->ooo[seq & mask].buf) {
+                free(c->ooo[seq & mask].buf);
+                c->ooo[seq & mask].buf = NULL;
+                c->ooo_bits[(seq & mask) / 64] &= ~(1ull << ((seq & mask) % 64));
+            }
+        }
+    }
+    c->ooo_count = 0;
+    c->ooo_bytes = 0;
+    c->rcv_sack = 0;
+}
+
+/* Frees the whole receive side: the ring and a reassembly under way. */
 static void chan_free_rx(sx_chan_t *c)
 {
     if (c->ooo != NULL) {
@@ -137,6 +171,8 @@ static void chan_free_rx(sx_chan_t *c)
     }
     c->ooo_count = 0;
     c->ooo_bytes = 0;
+    c->backlog_bytes = 0;
+    c->rcv_dlv = c->rcv_nxt;
     c->rcv_sack = 0;
     free(c->asm_buf);
     c->asm_buf = NULL;
@@ -153,10 +189,13 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
         return;
     c->failed = status;
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
     if (c->conn_method->ops->ep_finalize_locked != NULL)
         c->conn_method->ops->ep_finalize_locked(c->conn_method, c);
     chan_free_window(c);
-    chan_free_rx(c);
+    /* What the peer sent and we acknowledged before the failure is still
+     * handed up (its sender was told it arrived); the rest goes. */
+    chan_free_ooo(c);
     sx_stat_add(&c->shard->stats.chan_failures, 1);
 
     int expected = 0;
@@ -172,17 +211,23 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
             sx_warn("chan", "peer %llu unreachable: no acknowledgement for %llu ms",
                     (unsigned long long)peer->id,
                     (unsigned long long)(c->shard->env->conf.peer_timeout_ns / 1000000));
-        const sx_err_handler_t *h = sx_handlers_error(c->shard->env->handlers);
-        if (h != NULL)
-            h->cb(h->arg, peer->id, status);
+        if (c->shard->serving) {
+            sx_shard_defer_error_locked(c->shard, peer, status);
+        } else {
+            const sx_err_handler_t *h = sx_handlers_error(c->shard->env->handlers);
+            if (h != NULL)
+                h->cb(h->arg, peer->id, status);
+        }
     }
 }
 
 void sx_chan_destroy_locked(sx_chan_t *c, int status)
 {
     sx_chan_fail_locked(c, status);
+    chan_free_rx(c);
     c->peer->chans[(size_t)c->shard->index * c->peer->nshards + c->lane] = NULL;
     sx_shard_unlink_ready_locked(c->shard, c);
+    sx_shard_unlink_backlog_locked(c->shard, c);
     sx_chan_iface(c)->ops->addr_remove(sx_chan_iface(c), c->dest);
     free(c->win);
     free(c);
@@ -194,13 +239,13 @@ void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
     if (failed != 0) {
         if (!c->failed)
             sx_chan_fail_locked(c, failed);
-        sx_op_complete(op, failed);
+        sx_op_complete_locked(c->shard, op, failed);
         return;
     }
     if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
         if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX) {
             /* The target would refuse more: the caller retries later. */
-            sx_op_complete(op, SX_ERR_AGAIN);
+            sx_op_complete_locked(c->shard, op, SX_ERR_AGAIN);
             return;
         }
         op->op_id = c->next_op_id++;
@@ -236,7 +281,7 @@ void sx_op_push_run(void *owner, sx_inbox_req_t *req)
     sx_chan_t *c = sx_chan_get_locked(shard, op->peer, op->lane);
 
     if (c == NULL) {
-        sx_op_complete(op, SX_ERR_NO_MEMORY);
+        sx_op_complete_locked(shard, op, SX_ERR_NO_MEMORY);
         return;
     }
     bool more = op->more; /* the push may complete and free the op */

@@ -157,16 +157,40 @@ typedef struct sx_chan {
     unsigned rto_burst;
     uint64_t srtt_ns, rttvar_ns, rto_ns;
     unsigned backoff;
-    uint64_t last_progress_ns; /* last ACK that advanced, or first send after idle */
+    /* Flow control (RFC 9293 section 3.8.6): the peer's receive window
+     * from its latest ACK. New packets go out while snd_nxt is before the
+     * edge and fewer than peer_rwnd_bytes are in flight; a closed window
+     * with nothing in flight is probed by the persist timer. */
+    uint32_t peer_rwnd_edge;
+    uint32_t peer_rwnd_bytes;
+    sx_timer_t persist_timer;
+    unsigned persist_backoff;
+    /* Liveness (chan_retransmit.c): when the peer last proved alive (a
+     * packet from it), or the current wait for it began (the first send
+     * after idle, a closed window, a stall of our own); and how many
+     * retransmissions and probes went out unanswered since. */
+    uint64_t alive_ns;
+    unsigned probes;
 
-    /* Receiver. Packets ahead of a gap are kept, up to the window and the
-     * byte budget, in a ring indexed by seq & (window - 1). */
+    /* Receiver. The ring, indexed by seq & (window - 1), holds the
+     * backlog (rcv_dlv .. rcv_nxt: received and acknowledged, not yet
+     * handed up, because the service received it or it waits behind what
+     * the service received) and, beyond rcv_nxt, packets that arrived
+     * ahead of a gap. Both together stay within the window and the byte
+     * budget (SX_MAX_INFLIGHT), which is what the advertised receive
+     * window says is left. */
     uint32_t rcv_nxt;   /* next sequence number expected */
+    uint32_t rcv_dlv;   /* next sequence number to hand up */
     uint64_t rcv_sack;  /* the SACK view: bit i set, rcv_nxt + 1 + i is kept */
-    sx_rxslot_t *ooo;   /* [window], allocated at the first gap */
+    sx_rxslot_t *ooo;   /* [window], allocated at the first packet kept */
     uint64_t *ooo_bits; /* [window / 64]: which slots hold a packet */
-    unsigned ooo_count;
+    unsigned ooo_count; /* packets kept ahead of a gap */
     size_t ooo_bytes;
+    size_t backlog_bytes;
+    uint32_t rwnd_adv_pkts; /* the receive window our latest ACK advertised */
+    uint32_t rwnd_adv_bytes;
+    bool on_backlog; /* on the shard's list of channels with a backlog */
+    struct sx_chan *backlog_next;
     unsigned ack_pending; /* message frames received since we last acknowledged */
     bool ack_now;
     sx_timer_t ack_timer;
@@ -262,7 +286,13 @@ int sx_chan_send_raw_locked(sx_chan_t *chan, const uint8_t *data, size_t len);
  *  keeps its destination. */
 int sx_chan_set_dest_locked(sx_chan_t *chan, const void *addr, size_t len);
 
-/** Completes @p op with @p status (runs its callback) and frees it. */
-void sx_op_complete(sx_op_t *op, int status);
+/** Completes @p op with @p status and frees it: runs its callback, or,
+ *  on the engine's service thread, leaves it for the next caller. Token
+ *  holder of @p shard. */
+void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status);
+
+/** Hands the channel's backlog up, in order (a caller's progress, never
+ *  the service). Returns the packets handed up. */
+unsigned sx_chan_deliver_backlog_locked(sx_chan_t *chan);
 
 #endif /* SX_SHARD_CHAN_H */

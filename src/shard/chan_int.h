@@ -49,7 +49,15 @@ void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op);
 /** Frees a data packet, or keeps it in the shard's pool of large ones. */
 void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
+/** Sends a probe: a standalone ACK asking for an ACK at once. */
+void sx_chan_send_probe_locked(sx_chan_t *c);
+
 /* chan_retransmit.c */
+
+/** The persist timer's callback, and arming it (with back-off) while the
+ *  peer's window is closed and nothing is in flight. */
+void sx_chan_persist_timer(sx_timer_t *timer, void *arg);
+void sx_chan_arm_persist_locked(sx_chan_t *c, uint64_t now);
 
 /** Arms (or re-arms) @p pkt's retransmission deadline in the hotel; an
  *  error when no room is free. */
@@ -72,6 +80,10 @@ void sx_chan_ack_timer(sx_timer_t *timer, void *arg);
 
 /** Counts a frame dropped for @p why. */
 void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why);
+
+/** The receive window to advertise now: packets from rcv_nxt on, and
+ *  bytes, that the ring has room for beside the backlog. */
+void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uint32_t *bytes_p);
 
 /* chan_rma.c */
 

@@ -86,6 +86,31 @@ static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
     chan_rto_compute(c);
 }
 
+/*
+ * Liveness: whether the peer has been silent for the peer timeout, counted
+ * as TCP counts it, by probes that went unanswered rather than by wall
+ * time alone (RFC 9293 section 3.8.3's R2 counts retransmissions). A
+ * timer that fires @p deadline's worth late by more than a quarter of the
+ * timeout says this process was not running (stopped, descheduled, a
+ * paused machine): the peer could not have answered what we never sent,
+ * so the silence counts again from now. Retransmissions and window probes
+ * (c->probes) are the probes; any packet from the peer answers them
+ * (chan_rx.c sets alive_ns).
+ */
+static bool chan_peer_silent(sx_chan_t *c, uint64_t deadline, uint64_t now)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+
+    if (sx_u64_before(deadline, now) && now - deadline > p->peer_timeout_ns / 4) {
+        sx_stat_add(&c->shard->stats.own_stalls, 1);
+        c->alive_ns = now;
+        c->probes = 0;
+        return false;
+    }
+    return c->probes >= 2 && sx_u64_before(c->alive_ns, now) &&
+           now - c->alive_ns > p->peer_timeout_ns;
+}
+
 /* A retransmission deadline passed: the packet is presumed lost. */
 void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
 {
@@ -97,7 +122,7 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     pkt->key = 0; /* the hotel already vacated the room */
     if (c->failed)
         return;
-    if (sx_u64_before(c->last_progress_ns, now) && now - c->last_progress_ns > p->peer_timeout_ns) {
+    if (chan_peer_silent(c, pkt->deadline_ns, now)) {
         sx_chan_fail_locked(c, SX_ERR_PEER_UNREACHABLE);
         return;
     }
@@ -122,6 +147,7 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     /* Exponential back-off (RFC 6298 section 5.5). */
     c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
     c->backoff++;
+    c->probes++;
     c->in_rto_recovery = true;
     c->rto_recover = c->snd_nxt;
     c->rto_at_ns = now;
@@ -141,7 +167,7 @@ static void chan_complete_acked(sx_chan_t *c)
         c->ackq = op->next;
         if (c->ackq == NULL)
             c->ackq_tail = NULL;
-        sx_op_complete(op, SX_OK);
+        sx_op_complete_locked(c->shard, op, SX_OK);
         sx_stat_add(&c->shard->stats.ops_completed, 1);
     }
 }
@@ -172,6 +198,94 @@ static void chan_rto_recovery_step(sx_chan_t *c)
     }
     if (c->rto_burst < 64)
         c->rto_burst *= 2;
+}
+
+/*
+ * The peer's receive window, from an ACK no older than what snd_una says
+ * (an old ACK overtaken by a newer one must not shrink it back). Returns
+ * whether it changed, so that the caller does not take a window update
+ * for a duplicate ACK (RFC 5681 section 2's definition excludes them).
+ */
+static bool chan_take_rwnd(sx_chan_t *c, const sx_wire_hdr_t *h)
+{
+    if (h->ack != c->snd_una)
+        return false;
+    /* A window larger than ours is ours: the edge stays within reach of
+     * wrap-safe compares, whatever a peer (or the sink) advertises. */
+    uint32_t pkts = h->rwnd_pkts > sx_chan_window(c) ? sx_chan_window(c) : h->rwnd_pkts;
+    uint32_t edge = h->ack + pkts;
+    bool changed = edge != c->peer_rwnd_edge || h->rwnd_bytes != c->peer_rwnd_bytes;
+    bool opened = sx_u32_before(c->peer_rwnd_edge, edge) || h->rwnd_bytes > c->peer_rwnd_bytes;
+    c->peer_rwnd_edge = edge;
+    c->peer_rwnd_bytes = h->rwnd_bytes;
+    if (opened && c->sendq != NULL) {
+        c->persist_backoff = 0;
+        sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
+        sx_chan_kick_locked(c);
+    }
+    return changed;
+}
+
+/*
+ * Whether the channel waits on its peer with nothing in flight, so that
+ * no retransmission timer would notice a peer that died: a closed receive
+ * window with data to send (the persist timer's case), or PUT and GET
+ * that the peer acknowledged and has yet to answer (a keepalive's).
+ */
+static bool chan_waits_idle(const sx_chan_t *c)
+{
+    if (c->failed || c->snd_una != c->snd_nxt)
+        return false;
+    if (c->rmaq != NULL)
+        return true;
+    return c->sendq != NULL && (!sx_u32_before(c->snd_nxt, c->peer_rwnd_edge) ||
+                                c->inflight_bytes >= c->peer_rwnd_bytes);
+}
+
+/*
+ * The persist timer (RFC 9293 section 3.8.6.1), which doubles as a
+ * keepalive: the peer's window is closed, or it owes answers to PUT and
+ * GET, and nothing is in flight whose ACK would say it is alive (a window
+ * update may also be lost). Probe it, backing off to SX_RTO_MAX_US; the
+ * answer carries the window. A peer that answers is alive however long it
+ * keeps the window shut or its answers coming (it is busy, not dead); one
+ * that stops answering fails as a silent peer does.
+ */
+void sx_chan_persist_timer(sx_timer_t *timer, void *arg)
+{
+    sx_chan_t *c = arg;
+    uint64_t now = sx_wheel_now(c->shard->wheel);
+
+    if (!chan_waits_idle(c)) {
+        c->persist_backoff = 0;
+        if (!c->failed && c->sendq != NULL)
+            sx_chan_kick_locked(c); /* the window opened meanwhile */
+        return;
+    }
+    if (chan_peer_silent(c, sx_timer_deadline(timer), now)) {
+        sx_chan_fail_why_locked(c, SX_ERR_PEER_UNREACHABLE, NULL);
+        return;
+    }
+    sx_chan_send_probe_locked(c);
+    c->probes++;
+    sx_stat_add(&c->shard->stats.peer_probes, 1);
+    sx_chan_arm_persist_locked(c, now);
+}
+
+void sx_chan_arm_persist_locked(sx_chan_t *c, uint64_t now)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+    uint64_t delay = c->rto_ns;
+
+    if (sx_timer_is_pending(&c->persist_timer))
+        return;
+    for (unsigned i = 0; i < c->persist_backoff && delay < p->rto_max_ns; i++)
+        delay *= 2;
+    if (delay > p->rto_max_ns)
+        delay = p->rto_max_ns;
+    if (c->persist_backoff < 32)
+        c->persist_backoff++;
+    sx_wheel_add(c->shard->wheel, &c->persist_timer, now + delay);
 }
 
 void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack)
@@ -237,7 +351,6 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
         c->backoff = 0;
         c->dupacks = 0;
         c->last_ack = h->ack;
-        c->last_progress_ns = now;
         if (c->in_recovery && !sx_u32_before(c->snd_una, c->recover))
             c->in_recovery = false;
         /* F-RTO's test (RFC 5682): an original transmission from before
@@ -256,9 +369,17 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
         sx_txpkt_t *oldest = c->win[c->snd_una & mask];
         if (oldest != NULL && oldest->key != 0 && !oldest->queued)
             (void)sx_chan_arm_locked(c, oldest, now);
+        (void)chan_take_rwnd(c, h);
         chan_complete_acked(c);
         if (c->sendq != NULL)
             sx_chan_kick_locked(c);
+        /* Everything is acknowledged, but PUT and GET still wait for the
+         * target's answer: keep it probed. */
+        c->persist_backoff = 0;
+        if (chan_waits_idle(c))
+            sx_chan_arm_persist_locked(c, now);
+    } else if (chan_take_rwnd(c, h)) {
+        /* A window update: not a duplicate ACK. */
     } else if (pure_ack && h->ack == c->snd_una && c->snd_una != c->snd_nxt) {
         /* A duplicate ACK: something after snd_una arrived, snd_una did not
          * (RFC 5681 section 3.2). Three of them start fast retransmit. */

@@ -65,6 +65,13 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     const sx_shard_env_t *env = c->shard->env;
     int status;
 
+    if (c->failed) {
+        /* A backlog handed up after the channel failed: its initiator's
+         * operations have failed already, so nothing is written. */
+        sx_chan_drop_frame_locked(c, SX_DROP_CHANNEL_FAILED);
+        return;
+    }
+
     if (f->rma.addr == f->rma.op_addr)
         c->put_status = SX_OK; /* the first chunk of a new PUT */
     sx_rcu_read_lock();
@@ -94,6 +101,11 @@ void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f)
 {
     const sx_shard_env_t *env = c->shard->env;
     int status = SX_ERR_OUT_OF_RANGE;
+
+    if (c->failed) {
+        sx_chan_drop_frame_locked(c, SX_DROP_CHANNEL_FAILED);
+        return;
+    }
 
     if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
         sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER); /* more than a conforming peer asks */
@@ -157,5 +169,5 @@ void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
         status = SX_ERR_IO;
     if (status == SX_OK)
         sx_stat_add(&c->shard->stats.ops_completed, 1);
-    sx_op_complete(op, status);
+    sx_op_complete_locked(c->shard, op, status);
 }

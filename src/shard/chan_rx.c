@@ -171,19 +171,26 @@ static void chan_update_sack(sx_chan_t *c)
     c->rcv_sack = sack;
 }
 
-/* Keeps a packet that arrived ahead of a gap; the drop reason or SX_DROP_NONE. */
+/*
+ * Keeps a packet in the ring: one ahead of a gap, or (received by the
+ * service, or behind a backlog) the next in order; the drop reason or
+ * SX_DROP_NONE. The ring covers rcv_dlv .. rcv_dlv + window, which is what
+ * the advertised window lets a conforming sender reach.
+ */
 static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *data, size_t len)
 {
     uint32_t w = sx_chan_window(c);
 
-    if ((uint32_t)(seq - c->rcv_nxt) >= w)
+    if ((uint32_t)(seq - c->rcv_dlv) >= w || sx_u32_before(seq, c->rcv_nxt))
         return SX_DROP_OUT_OF_WINDOW;
     if (ooo_has(c, seq))
         return SX_DROP_DUPLICATE;
-    /* The sender keeps at most MAX_INFLIGHT bytes unacknowledged, so a
-     * conforming sender never hits this; a hostile one cannot make us hold
-     * more. */
-    if (c->ooo_bytes + len > c->shard->env->conf.max_inflight)
+    /* What the ring holds stays within the byte budget the window
+     * advertises, give or take the one datagram a sender may send into a
+     * window that is open by less than that; a hostile sender cannot make
+     * us hold more. */
+    if (c->ooo_bytes + c->backlog_bytes + len >
+        c->shard->env->conf.max_inflight + sx_chan_iface(c)->caps.mtu)
         return SX_DROP_NO_BUFFER;
     if (c->ooo == NULL) {
         c->ooo = calloc(w, sizeof(*c->ooo));
@@ -206,6 +213,69 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
     c->ooo_count++;
     c->ooo_bytes += len;
     return SX_DROP_NONE;
+}
+
+/* The kept packet at rcv_nxt and every one in order after it join the
+ * backlog: acknowledged, to be handed up later. */
+static void chan_absorb_kept(sx_chan_t *c)
+{
+    while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
+        uint32_t len = c->ooo[c->rcv_nxt & (sx_chan_window(c) - 1)].len;
+        c->ooo_count--;
+        c->ooo_bytes -= len;
+        c->backlog_bytes += len;
+        c->rcv_nxt++;
+    }
+}
+
+void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uint32_t *bytes_p)
+{
+    size_t budget = c->shard->env->conf.max_inflight;
+
+    *pkts_p = sx_chan_window(c) - (c->rcv_nxt - c->rcv_dlv);
+    *bytes_p = c->backlog_bytes >= budget               ? 0
+               : budget - c->backlog_bytes > UINT32_MAX ? UINT32_MAX
+                                                        : (uint32_t)(budget - c->backlog_bytes);
+}
+
+/*
+ * After the backlog shrank: tell the sender when the window it last heard
+ * of has opened by a quarter or more (a window update, RFC 9293 section
+ * 3.8.6.2.2's rule for the receiver against silly windows), so a sender
+ * that stalled does not wait for its persist timer.
+ */
+static void chan_window_update(sx_chan_t *c)
+{
+    uint32_t pkts, bytes;
+
+    sx_chan_rwnd_locked(c, &pkts, &bytes);
+    if (pkts >= c->rwnd_adv_pkts + sx_chan_window(c) / 4 ||
+        bytes >= c->rwnd_adv_bytes + c->shard->env->conf.max_inflight / 4) {
+        c->ack_now = true;
+        sx_chan_kick_locked(c);
+    }
+}
+
+unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c)
+{
+    uint32_t mask = sx_chan_window(c) - 1;
+    unsigned n = 0;
+
+    while (c->rcv_dlv != c->rcv_nxt) {
+        uint32_t i = c->rcv_dlv & mask;
+        uint8_t *buf = c->ooo[i].buf;
+        uint32_t len = c->ooo[i].len;
+        c->ooo[i].buf = NULL;
+        c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
+        c->backlog_bytes -= len;
+        c->rcv_dlv++;
+        chan_deliver_packet(c, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN);
+        free(buf);
+        n++;
+    }
+    if (n > 0 && !c->failed)
+        chan_window_update(c);
+    return n;
 }
 
 /* Delivers kept packets that are now in order. */
@@ -239,16 +309,41 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
         sx_stat_add(&c->shard->stats.drops[SX_DROP_NOT_CONNECTED], 1);
         return;
     }
+    /* Any packet of the peer's proves its library alive (liveness,
+     * chan_retransmit.c); a probe asks for our ACK at once. */
+    c->alive_ns = sx_wheel_now(c->shard->wheel);
+    c->probes = 0;
+    if (h->flags & SX_PKTF_PROBE)
+        c->ack_now = true;
     if (h->flags & SX_PKTF_ACK)
         sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK);
     if (c->failed || h->type != SX_PKT_DATA)
         goto out;
 
-    if (h->seq == c->rcv_nxt) {
+    if (h->seq == c->rcv_nxt && (c->shard->serving || c->rcv_dlv != c->rcv_nxt)) {
+        /* The service hands nothing up (no callback runs on its thread),
+         * and a packet behind a backlog waits its turn: keep it,
+         * acknowledge it, and let the next caller deliver. */
+        sx_drop_reason_t why = chan_keep(c, h->seq, data, len);
+        if (why != SX_DROP_NONE) {
+            sx_stat_add(&c->shard->stats.drops[why], 1);
+            c->ack_now = true;
+            goto sack;
+        }
+        chan_absorb_kept(c);
+        chan_owe_ack(c, 1);
+        if (c->ooo_count != 0)
+            c->ack_now = true;
+        if (c->shard->serving)
+            sx_shard_defer_backlog_locked(c->shard, c);
+        else
+            (void)sx_chan_deliver_backlog_locked(c);
+    } else if (h->seq == c->rcv_nxt) {
         c->rcv_nxt++;
         unsigned frames = chan_deliver_packet(c, data + SX_WIRE_HDR_LEN, h->payload_len);
         if (!c->failed)
             chan_deliver_kept(c);
+        c->rcv_dlv = c->rcv_nxt;
         chan_owe_ack(c, frames);
         if (c->ooo_count != 0)
             c->ack_now = true; /* still a gap: keep the sender informed */
@@ -264,6 +359,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
         sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
         c->ack_now = true;
     }
+sack:
     chan_update_sack(c);
 out:
     if (c->ack_now || c->rtx != NULL || c->sendq != NULL)

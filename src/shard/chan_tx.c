@@ -196,21 +196,31 @@ static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan,
     return n;
 }
 
+/* The acknowledgement every packet carries: ack, SACK and the receive
+ * window, which is remembered as advertised (chan_rx.c's window update). */
+static void chan_ack_fields(sx_chan_t *c, sx_wire_hdr_t *h)
+{
+    h->ack = c->rcv_nxt;
+    h->sack = c->rcv_sack;
+    sx_chan_rwnd_locked(c, &h->rwnd_pkts, &h->rwnd_bytes);
+    c->rwnd_adv_pkts = h->rwnd_pkts;
+    c->rwnd_adv_bytes = h->rwnd_bytes;
+}
+
 static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t seq,
-                           uint16_t payload_len)
+                           uint16_t payload_len, uint16_t flags)
 {
     sx_wire_hdr_t h = {
         .type = type,
-        .flags = SX_PKTF_ACK,
+        .flags = (uint16_t)(SX_PKTF_ACK | flags),
         .src_shard = (uint16_t)c->shard->index,
         .dst_shard = (uint16_t)c->lane,
         .src_epoch = c->shard->env->epoch,
         .dst_epoch = c->peer->epoch,
         .seq = seq,
-        .ack = c->rcv_nxt,
-        .sack = c->rcv_sack,
         .payload_len = payload_len,
     };
+    chan_ack_fields(c, &h);
     uint32_t crc;
     const uint32_t *crcp = NULL;
     if (payload_len > 0 && c->shard->env->conf.checksum) {
@@ -296,7 +306,7 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
     pkt->chan = c;
     pkt->seq = seq;
     pkt->len = (uint32_t)(SX_WIRE_HDR_LEN + bytes);
-    chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes);
+    chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes, 0);
     sx_stat_add(&c->shard->stats.frames_sent, n);
     return pkt;
 }
@@ -308,14 +318,24 @@ static void chan_stage(sx_chan_t *c, const uint8_t *data, size_t len, sx_txpkt_t
     sx_shard_tx_stage_locked(c->shard, c->tl, c->dest, data, len, c, pkt);
 }
 
-static void chan_send_ack(sx_chan_t *c)
+static void chan_send_ack_flags(sx_chan_t *c, uint16_t flags)
 {
     /* The ACK is built in the batch's own buffer, which lives until the
      * batch is posted. */
     uint8_t *buf = sx_shard_tx_ack_buf_locked(c->shard, c->tl);
-    chan_write_hdr(c, buf, SX_PKT_ACK, 0, 0);
+    chan_write_hdr(c, buf, SX_PKT_ACK, 0, 0, flags);
     chan_stage(c, buf, SX_WIRE_HDR_LEN, NULL);
     sx_stat_add(&c->shard->stats.acks_sent, 1);
+}
+
+static void chan_send_ack(sx_chan_t *c)
+{
+    chan_send_ack_flags(c, 0);
+}
+
+void sx_chan_send_probe_locked(sx_chan_t *c)
+{
+    chan_send_ack_flags(c, SX_PKTF_PROBE);
 }
 
 unsigned sx_chan_flush_locked(sx_chan_t *c)
@@ -344,7 +364,9 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             sx_stat_add(&c->shard->stats.hotel_full, 1);
             break;
         }
-        sx_wire_update_ack(pkt->data, c->rcv_nxt, c->rcv_sack, SX_PKTF_ACK);
+        sx_wire_hdr_t ack;
+        chan_ack_fields(c, &ack);
+        sx_wire_update_ack(pkt->data, &ack, SX_PKTF_ACK);
         c->ack_pending = 0;
         c->ack_now = false;
         chan_stage(c, pkt->data, pkt->len, pkt);
@@ -363,11 +385,27 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             sx_stat_add(&c->shard->stats.window_stalls, 1);
             break;
         }
+        /* Flow control: the peer's receive window (RFC 9293 section
+         * 3.8.6). With nothing in flight no ACK will reopen it: the persist
+         * timer probes it. */
+        if (!sx_u32_before(c->snd_nxt, c->peer_rwnd_edge) ||
+            c->inflight_bytes >= c->peer_rwnd_bytes) {
+            sx_stat_add(&c->shard->stats.rwnd_stalls, 1);
+            if (c->snd_una == c->snd_nxt) {
+                if (!sx_timer_is_pending(&c->persist_timer))
+                    c->alive_ns = now; /* the wait for the window begins */
+                sx_chan_arm_persist_locked(c, now);
+            }
+            break;
+        }
         sx_txpkt_t *pkt = chan_build_packet(c);
         if (pkt == NULL)
             break;
-        if (c->snd_una == c->snd_nxt)
-            c->last_progress_ns = now; /* the peer owes us nothing until now */
+        if (c->snd_una == c->snd_nxt && !sx_timer_is_pending(&c->persist_timer)) {
+            /* The peer owes us nothing until now. */
+            c->alive_ns = now;
+            c->probes = 0;
+        }
         c->win[pkt->seq & (sx_chan_window(c) - 1)] = pkt;
         c->snd_nxt++;
         c->inflight_bytes += pkt->len;

@@ -211,7 +211,7 @@ static void conn_timer_fire(sx_timer_t *timer, void *arg)
     sx_chan_t *c = arg;
     const sx_chan_conf_t *p = &c->shard->env->conf;
     uint64_t now = sx_time_ns();
-    (void)timer;
+    uint64_t late = now - sx_timer_deadline(timer);
 
     if (c->failed || c->conn == SX_CONN_UP)
         return;
@@ -219,6 +219,14 @@ static void conn_timer_fire(sx_timer_t *timer, void *arg)
     if (other != 0) {
         sx_chan_fail_locked(c, other);
         return;
+    }
+    /* A retry that fires this late says this process did not run (stopped,
+     * descheduled): the time it missed is not the peer's (the same rule as
+     * the peer timeout's, chan_retransmit.c), so SX_CONNECT_TIMEOUT_MS
+     * measures only time in which our requests went out unanswered. */
+    if (sx_u64_before(sx_timer_deadline(timer), now) && late > p->connect_timeout_ns / 4) {
+        sx_stat_add(&c->shard->stats.own_stalls, 1);
+        c->conn_start_ns += late;
     }
     if (now - c->conn_start_ns >= p->connect_timeout_ns) {
         conn_fail(c);
@@ -268,7 +276,7 @@ static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
         return false;
     }
     if (!c->rcv_synced) {
-        c->rcv_nxt = c->rcv_isn = m->isn;
+        c->rcv_nxt = c->rcv_dlv = c->rcv_isn = m->isn;
         c->rcv_synced = true;
     }
     c->snd_window = m->window < p->window ? m->window : p->window;

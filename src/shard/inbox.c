@@ -6,10 +6,11 @@
 
 #include "common/tsan.h"
 
-void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush)
+void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush, sx_inbox_acquire_fn on_acquire)
 {
     __cds_wfcq_init(&inbox->head, &inbox->tail);
     inbox->flush = flush;
+    inbox->on_acquire = on_acquire;
     atomic_init(&inbox->requests_run, 0);
 }
 
@@ -74,9 +75,18 @@ size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
     return ran;
 }
 
-bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
+bool sx_delegate_try_acquire(sx_token_t *token, sx_inbox_t *inbox, void *owner)
 {
     if (!sx_token_try_acquire(token))
+        return false;
+    if (inbox->on_acquire != NULL)
+        inbox->on_acquire(owner);
+    return true;
+}
+
+bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
+{
+    if (!sx_delegate_try_acquire(token, inbox, owner))
         return false;
     size_t ran = sx_inbox_drain_locked(inbox, owner, NULL);
     if (ran_p != NULL)
@@ -104,14 +114,14 @@ size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owne
          * preempted, give it the CPU instead of spinning against it. */
         if (blocked && round >= 16)
             sched_yield();
-        if (!sx_token_try_acquire(token))
+        if (!sx_delegate_try_acquire(token, inbox, owner))
             return ran; /* the new holder now owes the same re-check */
     }
 }
 
 bool sx_delegate_submit_mpsc(sx_token_t *token, sx_inbox_t *inbox, void *owner, sx_inbox_req_t *req)
 {
-    if (sx_token_try_acquire(token)) {
+    if (sx_delegate_try_acquire(token, inbox, owner)) {
         bool blocked = false;
         (void)sx_inbox_drain_locked(inbox, owner, &blocked);
         if (!blocked) {
@@ -132,7 +142,7 @@ bool sx_delegate_submit_mpsc(sx_token_t *token, sx_inbox_t *inbox, void *owner, 
     /* Full barrier between the enqueue and the look at the token; pairs
      * with the one in sx_delegate_leave_locked. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (sx_token_try_acquire(token))
+    if (sx_delegate_try_acquire(token, inbox, owner))
         (void)sx_delegate_leave_locked(token, inbox, owner);
     return false;
 }

@@ -22,6 +22,7 @@
  *   sx_inbox_drain_locked      | the token holder    | acquire of each req
  *   sx_delegate_submit_mpsc    | any thread          | see below
  *   sx_delegate_enter          | any thread          | try-lock, never waits
+ *   sx_delegate_try_acquire    | any thread          | try-lock, never waits
  *   sx_delegate_leave_locked   | the token holder    | releases, then re-checks
  *
  * Why nothing is stranded. A producer enqueues, issues a full barrier and
@@ -64,6 +65,13 @@ typedef void (*sx_inbox_run_fn)(void *owner, sx_inbox_req_t *req);
  */
 typedef void (*sx_inbox_flush_fn)(void *owner);
 
+/**
+ * Called right after a thread takes the token, before it runs anything:
+ * the owner learns who holds it now (the shard: whether callbacks may run
+ * on this thread). May be NULL.
+ */
+typedef void (*sx_inbox_acquire_fn)(void *owner);
+
 struct sx_inbox_req {
     struct cds_wfcq_node node; /* private to the inbox */
     sx_inbox_run_fn run;       /* set by the submitter; never NULL */
@@ -78,9 +86,10 @@ typedef struct sx_inbox {
     /* Requests run so far, queued or not; written by the token holder. */
     sx_stat_t requests_run __attribute__((aligned(64)));
     sx_inbox_flush_fn flush;
+    sx_inbox_acquire_fn on_acquire;
 } sx_inbox_t;
 
-void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush);
+void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush, sx_inbox_acquire_fn on_acquire);
 
 /** Releases the queue. The inbox must be empty (no thread may still
  *  submit); requests still queued are a caller bug and are run here. */
@@ -111,6 +120,10 @@ size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p);
  */
 bool sx_delegate_submit_mpsc(sx_token_t *token, sx_inbox_t *inbox, void *owner,
                              sx_inbox_req_t *req);
+
+/** Takes the token if free (calling on_acquire) and runs nothing; false
+ *  at once if another thread holds it. End with sx_delegate_leave_locked(). */
+bool sx_delegate_try_acquire(sx_token_t *token, sx_inbox_t *inbox, void *owner);
 
 /**
  * Takes the token if free and runs the inbox. Returns false at once if

@@ -24,6 +24,7 @@
  *   failed                    | any shard (CAS from 0, once)     | any thread (acquire)
  *   error_reported            | exchange, once                   |
  *   removed, all_next         | under the table's lock           |
+ *   err_next, err_status      | the shard that reports it (once) | its token holder
  *   sx_peer_table_add/remove  | any thread                       | the table's lock (fair),
  *                             |                                  | then the RCU writer lock
  *   sx_peer_lookup_rcu        | any thread                       | inside sx_rcu_read_lock()
@@ -66,6 +67,10 @@ struct sx_peer {
     void *engine;             /* the engine it belongs to (opaque to this layer) */
     struct sx_peer *all_next; /* the table's list of every peer, for destroy */
     bool removed;             /* under the table's lock */
+    /* Its error report, when the service found the failure and a caller
+     * must make the callback (shard.h's deferred lists). */
+    struct sx_peer *err_next;
+    int err_status;
     /* How its channels connect: the method chosen for it (src/cpc/), and
      * the peer's offer of that method. Set before publication. */
     const sx_conn_method_t *conn_method;

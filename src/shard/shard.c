@@ -11,6 +11,7 @@
 #include "common/time.h"
 #include "shard/chan.h"
 #include "shard/conn.h"
+#include "shard/handlers.h"
 #include "shard/peer.h"
 
 #define SX_SHARD_POLL_BATCH 32
@@ -31,6 +32,22 @@ void sx_shard_wake(sx_shard_t *shard)
         sx_debug("shard", "shard %u: eventfd write failed", shard->index);
 }
 
+/* The engine's service thread, whose token tenures run no callback. */
+static _Thread_local bool sx_shard_on_service_thread;
+
+void sx_shard_set_service_thread(bool on)
+{
+    sx_shard_on_service_thread = on;
+}
+
+/* Called by every thread that takes the token, before it runs anything. */
+static void sx_shard_acquire_hook(void *owner)
+{
+    sx_shard_t *shard = owner;
+
+    shard->serving = sx_shard_on_service_thread;
+}
+
 /* Called by every token holder before it releases the token. */
 static void sx_shard_flush_hook(void *owner)
 {
@@ -41,6 +58,12 @@ static void sx_shard_flush_hook(void *owner)
         shard->hold_flush = false; /* SX_SEND_MORE: the caller has more to add */
     else
         sx_shard_flush_locked(shard);
+    /* The service sleeps until the earliest timer, which this flush may
+     * just have armed (a retransmission deadline). */
+    if (shard->serving && sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
+        next = UINT64_MAX;
+    if (shard->serving)
+        shard->svc_next_ns = next;
     /* A sleeping progress thread computed its wake-up before we armed our
      * timers: wake it if one of ours is due earlier. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
@@ -109,7 +132,7 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
         return SX_ERR_NO_MEMORY;
     memset(s, 0, sizeof(*s));
     sx_token_init(&s->token);
-    sx_inbox_init(&s->inbox, sx_shard_flush_hook);
+    sx_inbox_init(&s->inbox, sx_shard_flush_hook, sx_shard_acquire_hook);
     s->index = conf->index;
     s->core = conf->core;
     s->first_pu = conf->first_pu;
@@ -414,15 +437,131 @@ int sx_shard_progress(sx_shard_t *shard)
         return 0;
     int polled = sx_shard_poll_locked(shard);
     unsigned fired = sx_wheel_expire(shard->wheel, sx_time_ns());
+    /* What the service received and completed while no caller came: a
+     * caller's pass hands it up. */
+    int deferred = shard->deferred && !shard->serving ? sx_shard_run_deferred_locked(shard) : 0;
     /* Counters are written only with the token held (single writer). */
     sx_stat_add(&shard->stats.progress_calls, 1);
     sx_stat_add(&shard->stats.timers_fired, fired);
+    if (shard->serving) {
+        sx_stat_add(&shard->stats.svc_passes, 1);
+        sx_stat_add(&shard->stats.svc_rx_packets, (uint64_t)polled);
+    }
     sx_shard_mirror_tl_stats(shard);
     /* Leaving flushes the channels (the inbox's flush hook), also what
      * sends with SX_SEND_MORE held back. */
     shard->hold_flush = false;
     ran += sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
-    return (int)ran + polled + (int)fired;
+    return (int)ran + polled + (int)fired + deferred;
+}
+
+int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
+{
+    /* The calling thread is the service thread: the acquisition marks the
+     * tenure as serving, and the flush hook notes the next timer. */
+    shard->svc_next_ns = UINT64_MAX;
+    int n = sx_shard_progress(shard);
+    *next_ns_p = n > 0 || shard->svc_next_ns != UINT64_MAX ? shard->svc_next_ns : UINT64_MAX;
+    return n;
+}
+
+void sx_shard_defer_op_locked(sx_shard_t *shard, struct sx_op *op)
+{
+    op->next = NULL;
+    if (shard->done_tail != NULL)
+        shard->done_tail->next = op;
+    else
+        shard->done_head = op;
+    shard->done_tail = op;
+    shard->deferred = true;
+    sx_stat_add(&shard->stats.svc_deferred, 1);
+}
+
+void sx_shard_defer_error_locked(sx_shard_t *shard, struct sx_peer *peer, int status)
+{
+    atomic_fetch_add(&peer->refs, 1); /* until the report has run */
+    peer->err_status = status;
+    peer->err_next = NULL;
+    if (shard->err_tail != NULL)
+        shard->err_tail->err_next = peer;
+    else
+        shard->err_head = peer;
+    shard->err_tail = peer;
+    shard->deferred = true;
+    sx_stat_add(&shard->stats.svc_deferred, 1);
+}
+
+void sx_shard_defer_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
+{
+    if (chan->on_backlog)
+        return;
+    chan->on_backlog = true;
+    chan->backlog_next = NULL;
+    if (shard->backlog_tail != NULL)
+        shard->backlog_tail->backlog_next = chan;
+    else
+        shard->backlog_head = chan;
+    shard->backlog_tail = chan;
+    shard->deferred = true;
+    sx_stat_add(&shard->stats.svc_deferred, 1);
+}
+
+void sx_shard_unlink_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
+{
+    sx_chan_t *prev = NULL;
+
+    if (!chan->on_backlog)
+        return;
+    for (sx_chan_t *c = shard->backlog_head; c != NULL; prev = c, c = c->backlog_next) {
+        if (c != chan)
+            continue;
+        if (prev != NULL)
+            prev->backlog_next = c->backlog_next;
+        else
+            shard->backlog_head = c->backlog_next;
+        if (shard->backlog_tail == c)
+            shard->backlog_tail = prev;
+        break;
+    }
+    chan->on_backlog = false;
+}
+
+int sx_shard_run_deferred_locked(sx_shard_t *shard)
+{
+    int n = 0;
+
+    /* Detach each list first: a callback may defer nothing (it runs on a
+     * caller's thread) but may queue work that completes at once. */
+    shard->deferred = false;
+    sx_chan_t *chans = shard->backlog_head;
+    shard->backlog_head = shard->backlog_tail = NULL;
+    while (chans != NULL) {
+        sx_chan_t *c = chans;
+        chans = c->backlog_next;
+        c->on_backlog = false;
+        c->backlog_next = NULL;
+        n += (int)sx_chan_deliver_backlog_locked(c);
+    }
+    sx_op_t *ops = shard->done_head;
+    shard->done_head = shard->done_tail = NULL;
+    while (ops != NULL) {
+        sx_op_t *op = ops;
+        ops = op->next;
+        sx_op_complete_locked(shard, op, op->status);
+        n++;
+    }
+    struct sx_peer *peers = shard->err_head;
+    shard->err_head = shard->err_tail = NULL;
+    while (peers != NULL) {
+        struct sx_peer *peer = peers;
+        peers = peer->err_next;
+        const sx_err_handler_t *h = sx_handlers_error(shard->env->handlers);
+        if (h != NULL)
+            h->cb(h->arg, peer->id, peer->err_status);
+        sx_peer_put(peer);
+        n++;
+    }
+    return n;
 }
 
 int sx_shard_checkin_locked(sx_shard_t *shard, sx_shard_guest_t *guest, uint64_t deadline_ns,

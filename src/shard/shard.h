@@ -18,6 +18,8 @@
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
  *   sx_shard_submit_mpsc      | any thread               | token-or-delegate
  *   sx_shard_progress         | any thread               | returns 0 if token busy
+ *   sx_shard_serve            | the service thread only  | returns 0 if token busy
+ *   serving, deferred lists   | the token holder         | plain accesses
  *   *_locked functions        | the token holder only    |
  */
 #ifndef SX_SHARD_SHARD_H
@@ -37,6 +39,8 @@
 #include "transports/transport.h"
 
 struct sx_chan;
+struct sx_op;
+struct sx_peer;
 struct sx_txpkt;
 
 /* A shard's interfaces: the network transport, and self for this engine. */
@@ -87,7 +91,13 @@ struct sx_shard_guest {
     X(tl_rx_kernel_drops, "datagrams the kernel dropped for a full socket buffer")         \
     X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")                \
     X(tl_tx_ack_path, "ACKs sent through the udp ACK socket (ours or the peer's)")         \
-    X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")
+    X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")                        \
+    X(svc_passes, "passes the engine's service made over a shard no caller progressed")    \
+    X(svc_rx_packets, "datagrams the service received for a shard no caller progressed")   \
+    X(svc_deferred, "callbacks the service left for the next sx_progress caller")          \
+    X(rwnd_stalls, "flushes stopped by the peer's receive window (flow control)")          \
+    X(peer_probes, "probes of a closed window or of a peer that owes answers (persist)")   \
+    X(own_stalls, "timeouts that found this process had not run: not held against a peer")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;
@@ -134,6 +144,18 @@ struct sx_shard {
     atomic_int sleeping;
     _Atomic uint64_t sleep_until_ns;
     int wake_fd; /* eventfd, -1 when the shard has no progress thread */
+    /* Whether the token holder is the engine's service thread, which
+     * serves a shard no caller progresses but never runs a callback: set
+     * at every acquisition (the inbox's on_acquire). What it cannot run
+     * waits here for the next caller's sx_shard_progress: completions,
+     * peer error reports, and channels holding data received and
+     * acknowledged but not yet handed to a handler (their backlog). */
+    bool serving;
+    bool deferred; /* any of the three lists is non-empty */
+    struct sx_op *done_head, *done_tail;
+    struct sx_peer *err_head, *err_tail;
+    struct sx_chan *backlog_head, *backlog_tail;
+    uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* Read-only after creation. */
     const sx_shard_env_t *env;
     uint32_t seq_start;
@@ -178,6 +200,36 @@ bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req);
  * Returns the number of requests run and timers fired.
  */
 int sx_shard_progress(sx_shard_t *shard);
+
+/**
+ * The engine's service (DESIGN.md section 3, "liveness without the
+ * caller"): one pass over a shard that no caller progresses, from the
+ * service thread only (sx_shard_set_service_thread): it receives,
+ * acknowledges, retransmits and answers connection requests and probes,
+ * and leaves every callback for the next caller. Returns the work done,
+ * 0 if the token was busy; *next_ns_p gets the shard's earliest timer
+ * after the pass (UINT64_MAX: none).
+ */
+int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p);
+
+/** Marks the calling thread as the engine's service thread (callbacks are
+ *  deferred on it) or not. */
+void sx_shard_set_service_thread(bool on);
+
+/** Runs what the service deferred (completions, peer error reports,
+ *  backlogged deliveries); returns how many. Token holder, never the
+ *  service; also at destruction. */
+int sx_shard_run_deferred_locked(sx_shard_t *shard);
+
+/** Defers a completion (its status in op->status), a peer's error report
+ *  (holding a reference to the peer), or the delivery of a channel's
+ *  backlog, to the next caller. Token holder. */
+void sx_shard_defer_op_locked(sx_shard_t *shard, struct sx_op *op);
+void sx_shard_defer_error_locked(sx_shard_t *shard, struct sx_peer *peer, int status);
+void sx_shard_defer_backlog_locked(sx_shard_t *shard, struct sx_chan *chan);
+
+/** Takes @p chan off the backlog list (a channel being destroyed). */
+void sx_shard_unlink_backlog_locked(sx_shard_t *shard, struct sx_chan *chan);
 
 /** Sends what the shard's channels have ready. Token holder only. */
 void sx_shard_flush_locked(sx_shard_t *shard);

@@ -71,6 +71,8 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
     sx_put16(out + 40, hdr->payload_len);
     sx_put16(out + 42, 0);
     sx_put32(out + 44, payload_crc != NULL ? *payload_crc : 0);
+    sx_put32(out + 48, hdr->rwnd_pkts);
+    sx_put32(out + 52, hdr->rwnd_bytes);
     sx_put16(out + 42, sx_wire_csum16(out, SX_WIRE_HDR_LEN));
 }
 
@@ -89,17 +91,21 @@ bool sx_wire_reflect_ack(const uint8_t *pkt, size_t len, uint8_t ack_out[SX_WIRE
         .src_epoch = sx_get64(pkt + 16),
         .dst_epoch = sx_get64(pkt + 8),
         .ack = seq + 1, /* wraps like every sequence number */
+        .rwnd_pkts = UINT32_MAX,
+        .rwnd_bytes = UINT32_MAX,
     };
     sx_wire_write_hdr(ack_out, &h, NULL);
     *seq_p = seq;
     return true;
 }
 
-void sx_wire_update_ack(uint8_t *pkt, uint32_t ack, uint64_t sack, uint16_t flags_set)
+void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_set)
 {
     sx_put16(pkt + 2, sx_get16(pkt + 2) | flags_set);
-    sx_put32(pkt + 28, ack);
-    sx_put64(pkt + 32, sack);
+    sx_put32(pkt + 28, ack->ack);
+    sx_put64(pkt + 32, ack->sack);
+    sx_put32(pkt + 48, ack->rwnd_pkts);
+    sx_put32(pkt + 52, ack->rwnd_bytes);
     sx_put16(pkt + 42, 0);
     sx_put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
 }
@@ -124,6 +130,8 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
     hdr->ack = sx_get32(data + 28);
     hdr->sack = sx_get64(data + 32);
     hdr->payload_len = sx_get16(data + 40);
+    hdr->rwnd_pkts = sx_get32(data + 48);
+    hdr->rwnd_bytes = sx_get32(data + 52);
     if (hdr->type != SX_PKT_DATA && hdr->type != SX_PKT_ACK && hdr->type != SX_PKT_CTRL)
         return SX_DROP_TYPE;
     if (hdr->flags & ~SX_PKTF_KNOWN)

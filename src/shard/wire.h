@@ -6,7 +6,7 @@
  *
  * A datagram is one packet header followed by zero or more frames:
  *
- *   packet header (48 bytes)
+ *   packet header (56 bytes)
  *     0  u8   version            SX_WIRE_VERSION
  *     1  u8   type               SX_PKT_DATA, SX_PKT_ACK or SX_PKT_CTRL
  *     2  u16  flags              SX_PKTF_*
@@ -20,12 +20,23 @@
  *    40  u16  payload_len        bytes of frames after the header
  *    42  u16  hdr_csum           RFC 1071 checksum of the 48 header bytes
  *    44  u32  payload_crc        CRC32C of the payload (SX_PKTF_CRC)
+ *    48  u32  rwnd_pkts          receive window: packets the sender may send
+ *                                from `ack` on (its right edge is ack + rwnd_pkts)
+ *    52  u32  rwnd_bytes         receive window: bytes the receiver can still
+ *                                hold beyond `ack`
  *
  *   frame header (8 bytes), then a kind-specific extension, then data
  *     0  u8   kind               SX_FRAME_*
  *     1  u8   tag                active-message tag
  *     2  u16  flags              SX_FRAMEF_*
  *     4  u32  len                bytes of data after the extension
+ *
+ * ack, sack and the receive window are valid with SX_PKTF_ACK. The window
+ * is flow control (RFC 9293 section 3.8.6): data that arrived and was
+ * acknowledged but not yet delivered to the application takes room in the
+ * receiver, and the sender keeps what it has in flight inside what the
+ * latest ACK advertised. SX_PKTF_PROBE asks for an ACK at once: a closed
+ * window's probe (the persist timer) and a liveness probe both use it.
  *
  * Epochs play the part of connection epochs: an engine draws a fresh one
  * when it starts, so packets of a previous incarnation of either side
@@ -53,8 +64,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SX_WIRE_VERSION   1
-#define SX_WIRE_HDR_LEN   48
+#define SX_WIRE_VERSION   2 /* 2: the receive window (flow control) */
+#define SX_WIRE_HDR_LEN   56
 #define SX_WIRE_FRAME_LEN 8
 #define SX_WIRE_SACK_BITS 64
 
@@ -65,10 +76,11 @@ enum sx_pkt_type {
 };
 
 enum sx_pkt_flags {
-    SX_PKTF_ACK = 1u << 0, /* ack and sack are valid */
-    SX_PKTF_CRC = 1u << 1, /* payload_crc is valid */
+    SX_PKTF_ACK = 1u << 0,   /* ack, sack and the receive window are valid */
+    SX_PKTF_CRC = 1u << 1,   /* payload_crc is valid */
+    SX_PKTF_PROBE = 1u << 2, /* answer with an ACK at once (window or liveness probe) */
 };
-#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC)
+#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE)
 
 enum sx_frame_kind {
     SX_FRAME_AM = 1,       /* a whole active message */
@@ -133,6 +145,8 @@ typedef struct sx_wire_hdr {
     uint32_t ack;
     uint64_t sack;
     uint16_t payload_len;
+    uint32_t rwnd_pkts;
+    uint32_t rwnd_bytes;
 } sx_wire_hdr_t;
 
 /** Extension of PUT and GET_REQ frames (40 bytes on the wire). */
@@ -176,11 +190,12 @@ int sx_wire_ext_len(uint8_t kind);
 void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc);
 
 /**
- * Rewrites the ack, sack and flags of an already written header (a
- * retransmitted packet carries the current acknowledgement) and its
- * checksum. @p flags_set is ORed in.
+ * Rewrites the acknowledgement fields (ack, sack, the receive window) and
+ * flags of an already written header (a retransmitted packet carries the
+ * current acknowledgement) and its checksum. @p ack supplies ack, sack,
+ * rwnd_pkts and rwnd_bytes; @p flags_set is ORed in.
  */
-void sx_wire_update_ack(uint8_t *pkt, uint32_t ack, uint64_t sack, uint16_t flags_set);
+void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_set);
 
 /** Writes a frame header and its extension; returns the bytes written. */
 size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
@@ -206,9 +221,9 @@ int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offse
  * For the sink transport: writes to @p ack_out the standalone ACK a peer
  * that got every packet in order would send for the data packet @p pkt
  * (the header is read from the first @p len bytes, which must hold it
- * whole; the payload is not looked at), and sets *seq_p to its sequence
- * number. Returns false, writing nothing, for anything but a well-formed
- * DATA header. Any thread; no state.
+ * whole; the payload is not looked at), with a window that never closes,
+ * and sets *seq_p to its sequence number. Returns false, writing nothing, for anything but a
+ * well-formed DATA header. Any thread; no state.
  */
 bool sx_wire_reflect_ack(const uint8_t *pkt, size_t len, uint8_t ack_out[SX_WIRE_HDR_LEN],
                          uint32_t *seq_p);

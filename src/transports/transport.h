@@ -269,7 +269,7 @@ extern const sx_tl_ops_t sx_tl_fault_ops;
 extern const sx_tl_ops_t sx_tl_sink_ops;
 
 /** sink: bytes of the answer a config->reflect callback writes. */
-#define SX_TL_SINK_ACK_LEN 48
+#define SX_TL_SINK_ACK_LEN 56
 /* Defined only when libfabric was found at build time (SX_HAVE_OFI). */
 extern const sx_tl_ops_t sx_tl_ofi_ops;
 /* Defined only when libibverbs was found at build time (SX_HAVE_VERBS). */

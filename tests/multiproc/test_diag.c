@@ -361,7 +361,13 @@ static void test_watchdog_abort(void **state)
     int fd = mkstemp(mode.log_path);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_equal(sx_engine_create(NULL, &engine), SX_OK);
+    /* This engine's library must stop answering when the test stops
+     * progressing it: without its service thread (SX_SERVICE_US=0), a
+     * caller that stops is a library that stops. */
+    const sx_config_kv_t kv[] = {{"SERVICE_US", "0"}};
+    sx_engine_params_t params = {
+        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = 1};
+    assert_int_equal(sx_engine_create(&params, &engine), SX_OK);
     assert_int_equal(sx_thread_bind(engine, 0), SX_OK);
     sx_am_register(engine, TAG, count_message, &received);
     assert_true(mp_spawn(&child));

@@ -101,16 +101,27 @@ static int group_setup(void **state)
     /* The implicit connection method: these tests forge data packets of a
      * channel the handshake never set up (test_cpc covers forged control
      * messages and data before the handshake). */
-    const sx_config_kv_t kb[] = {
-        {"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", b_seq}, {"CPC", "implicit"}};
-    const sx_config_kv_t ka[] = {
-        {"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"SEQ_START", a_seq}, {"CPC", "implicit"}};
+    /* Neither engine has a service thread (SX_SERVICE_US=0): each moves
+     * only when the test progresses it, so that every counter delta below
+     * is the crafted datagram's. A, whose channel the test impersonates
+     * and whose receive side starts SEQ_GAP ahead of B's sends, would
+     * otherwise answer B's RMA responses with ACKs B never sent for. */
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"},
+                                 {"MAX_MSG_SIZE", "4096"},
+                                 {"SEQ_START", b_seq},
+                                 {"CPC", "implicit"},
+                                 {"SERVICE_US", "0"}};
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"},
+                                 {"MAX_MSG_SIZE", "4096"},
+                                 {"SEQ_START", a_seq},
+                                 {"CPC", "implicit"},
+                                 {"SERVICE_US", "0"}};
     uint8_t card[4096];
     size_t len;
 
     memset(&fx, 0, sizeof(fx));
-    fx.a = am_engine(ka, 4);
-    fx.b = am_engine(kb, 3);
+    fx.a = am_engine(ka, 5);
+    fx.b = am_engine(kb, 5);
     assert_int_equal(sx_thread_bind(fx.a, 0), SX_OK);
     assert_int_equal(sx_thread_bind(fx.b, 0), SX_OK);
     fx.a_to_b = am_connect(fx.a, fx.b, 2);
@@ -247,7 +258,10 @@ static sx_wire_hdr_t pkt_hdr(const pkt_t *p, uint32_t seq)
                        .seq = seq,
                        .ack = B_SEQ + (uint32_t)counter(C_DATA_SENT),
                        .sack = 0,
-                       .payload_len = (uint16_t)(p->len - SX_WIRE_HDR_LEN)};
+                       .payload_len = (uint16_t)(p->len - SX_WIRE_HDR_LEN),
+                       /* A's window is open: B answers RMA at once. */
+                       .rwnd_pkts = UINT32_MAX,
+                       .rwnd_bytes = UINT32_MAX};
     return h;
 }
 

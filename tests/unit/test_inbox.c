@@ -50,7 +50,7 @@ static test_owner_t *owner_new(unsigned nproducers)
     test_owner_t *o = calloc(1, sizeof(*o));
     assert_non_null(o);
     sx_token_init(&o->token);
-    sx_inbox_init(&o->inbox, NULL);
+    sx_inbox_init(&o->inbox, NULL, NULL);
     o->next_seq = calloc(nproducers, sizeof(uint64_t));
     assert_non_null(o->next_seq);
     o->nproducers = nproducers;

@@ -280,7 +280,7 @@ static void test_parse_drop_reasons(void **state)
 
     /* Version: checked before the checksum, and also with a valid one. */
     uint8_t bad[sizeof(pkt)];
-    const uint8_t versions[] = {0, 2, 0xff};
+    const uint8_t versions[] = {0, SX_WIRE_VERSION - 1, SX_WIRE_VERSION + 1, 0xff};
     for (size_t i = 0; i < sizeof(versions); i++) {
         memcpy(bad, pkt, len);
         bad[0] = versions[i];
@@ -392,11 +392,16 @@ static void test_update_ack(void **state)
     sx_wire_write_hdr(pkt, &h, &crc);
 
     /* A retransmission gets the current ACK; the header stays valid, the
-     * payload CRC still matches, and only ack, sack and flags change. */
-    sx_wire_update_ack(pkt, 0xdeadbeefu, 0x8000000000000001ull, SX_PKTF_ACK);
+     * payload CRC still matches, and only ack, sack, the window and flags
+     * change. */
+    sx_wire_hdr_t ack = {
+        .ack = 0xdeadbeefu, .sack = 0x8000000000000001ull, .rwnd_pkts = 7, .rwnd_bytes = 70000};
+    sx_wire_update_ack(pkt, &ack, SX_PKTF_ACK);
     assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, 0xdeadbeefu);
     assert_int_equal(out.sack, 0x8000000000000001ull);
+    assert_int_equal(out.rwnd_pkts, 7);
+    assert_int_equal(out.rwnd_bytes, 70000);
     assert_int_equal(out.flags, SX_PKTF_ACK | SX_PKTF_CRC);
     assert_int_equal(out.seq, h.seq);
     assert_int_equal(out.src_epoch, h.src_epoch);
@@ -405,13 +410,18 @@ static void test_update_ack(void **state)
     assert_int_equal(le32(pkt + 44), crc);
 
     /* Again, with flags already set and values wrapping to zero. */
-    sx_wire_update_ack(pkt, 0, 0, SX_PKTF_ACK);
+    ack = (sx_wire_hdr_t){0};
+    sx_wire_update_ack(pkt, &ack, SX_PKTF_ACK);
     assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, 0);
     assert_int_equal(out.sack, 0);
-    sx_wire_update_ack(pkt, UINT32_MAX, UINT64_MAX, 0);
+    assert_int_equal(out.rwnd_pkts, 0);
+    ack = (sx_wire_hdr_t){
+        .ack = UINT32_MAX, .sack = UINT64_MAX, .rwnd_pkts = UINT32_MAX, .rwnd_bytes = UINT32_MAX};
+    sx_wire_update_ack(pkt, &ack, 0);
     assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, UINT32_MAX);
+    assert_int_equal(out.rwnd_bytes, UINT32_MAX);
     assert_int_equal(out.flags, SX_PKTF_ACK | SX_PKTF_CRC);
 }
 

@@ -1,0 +1,200 @@
+/* The engine's service: liveness without the caller; see service.h. */
+#include "engine/service.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shardx.h>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "shard/shard.h"
+
+/* Longest sleep while serving with no timer due: traffic and callers wake
+ * it sooner; this only bounds what an interface that announced nothing
+ * could hide. */
+#define SX_SERVICE_SLEEP_MAX_NS (1000ull * 1000000ull)
+
+static struct timespec sx_ns_to_ts(uint64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u),
+                             .tv_nsec = (long)(ns % 1000000000u)};
+}
+
+static void sx_service_arm(sx_service_t *svc, uint64_t at)
+{
+    struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};
+    if (timerfd_settime(svc->timerfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        sx_debug("service", "timerfd_settime: %s", strerror(errno));
+}
+
+void sx_service_push(sx_service_t *svc, uint64_t now)
+{
+    uint64_t old = atomic_load_explicit(&svc->until, memory_order_relaxed);
+    uint64_t until = now + svc->idle_ns;
+
+    /* One caller of the many that may see the deadline near moves it;
+     * should two timer updates land in the other order, the service wakes
+     * early, sees `until` and sleeps again. */
+    if (sx_u64_before(old, until) &&
+        atomic_compare_exchange_strong_explicit(&svc->until, &old, until, memory_order_relaxed,
+                                                memory_order_relaxed))
+        sx_service_arm(svc, until);
+}
+
+/* Reads what woke the thread: the timer's expirations, the stop signal. */
+static void sx_service_drain(sx_service_t *svc)
+{
+    uint64_t v;
+    if (read(svc->timerfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        sx_debug("service", "timerfd read: %s", strerror(errno));
+}
+
+static void sx_service_wait(sx_service_t *svc, int epfd, uint64_t timeout_ns)
+{
+    struct epoll_event ev[8];
+    struct timespec ts = sx_ns_to_ts(timeout_ns);
+
+    /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not round
+     * up to a millisecond (progress.c does the same). */
+    int n = epoll_pwait2(epfd, ev, 8, timeout_ns == UINT64_MAX ? NULL : &ts, NULL);
+    if (n < 0 && errno == ENOSYS)
+        n = epoll_wait(epfd, ev, 8,
+                       timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.fd == svc->timerfd)
+            sx_service_drain(svc);
+    }
+}
+
+/* One pass over every shard; returns the earliest timer among them. */
+static uint64_t sx_service_pass(struct sx_engine *e)
+{
+    uint64_t next = UINT64_MAX;
+
+    for (unsigned i = 0; i < e->nshards; i++) {
+        uint64_t n;
+        /* The global baseline takes its lock here too, as any entry does. */
+        sx_global_enter(e);
+        (void)sx_shard_serve(e->shards[i], &n);
+        sx_global_exit(e);
+        if (n < next)
+            next = n;
+    }
+    return next;
+}
+
+static void *sx_service_main(void *arg)
+{
+    struct sx_engine *e = arg;
+    sx_service_t *svc = e->service;
+
+    /* Every token tenure of this thread defers callbacks (shard.h). */
+    sx_shard_set_service_thread(true);
+    while (!atomic_load_explicit(&svc->stop, memory_order_acquire)) {
+        uint64_t now = sx_time_ns();
+        uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
+        if (sx_u64_before(now, until)) {
+            /* Callers are active: sleep on the timer they keep pushing. */
+            sx_service_arm(svc, until);
+            sx_service_wait(svc, svc->epfd_idle, UINT64_MAX);
+            continue;
+        }
+        sx_stat_add(&svc->wakeups, 1);
+        uint64_t next = sx_service_pass(e);
+        now = sx_time_ns();
+        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed)))
+            continue; /* a caller came back meanwhile */
+        uint64_t wait = SX_SERVICE_SLEEP_MAX_NS;
+        if (next != UINT64_MAX)
+            wait = sx_u64_before(now, next) ? (next - now < wait ? next - now : wait) : 0;
+        if (wait > 0)
+            sx_service_wait(svc, svc->epfd_serve, wait);
+    }
+    return NULL;
+}
+
+static void sx_service_free(sx_service_t *svc)
+{
+    int fds[4] = {svc->timerfd, svc->stopfd, svc->epfd_idle, svc->epfd_serve};
+    for (unsigned i = 0; i < 4; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    free(svc);
+}
+
+int sx_service_start(struct sx_engine *e)
+{
+    if (e->cfg.service_us == 0 || e->cfg.progress == SX_PROGRESS_THREAD)
+        return SX_OK;
+    sx_service_t *svc = calloc(1, sizeof(*svc));
+    if (svc == NULL)
+        return SX_ERR_NO_MEMORY;
+    svc->engine = e;
+    svc->idle_ns = e->cfg.service_us * 1000u;
+    svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    svc->epfd_idle = epoll_create1(EPOLL_CLOEXEC);
+    svc->epfd_serve = epoll_create1(EPOLL_CLOEXEC);
+    atomic_init(&svc->stop, false);
+    /* A new engine gets SX_SERVICE_US to call in before it is served:
+     * until then nobody answers its peers (start-up skew, DESIGN.md
+     * section 3). */
+    atomic_init(&svc->until, sx_time_coarse_ns() + svc->idle_ns);
+    int rc = SX_OK;
+    if (svc->timerfd < 0 || svc->stopfd < 0 || svc->epfd_idle < 0 || svc->epfd_serve < 0 ||
+        sx_engine_epoll_add_fd(svc->epfd_idle, svc->timerfd) != SX_OK ||
+        sx_engine_epoll_add_fd(svc->epfd_idle, svc->stopfd) != SX_OK ||
+        sx_engine_epoll_add_fd(svc->epfd_serve, svc->timerfd) != SX_OK ||
+        sx_engine_epoll_add_fd(svc->epfd_serve, svc->stopfd) != SX_OK)
+        rc = SX_ERR_IO;
+    for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++)
+        rc = sx_engine_epoll_add_shard(svc->epfd_serve, e->shards[i]);
+    if (rc != SX_OK) {
+        sx_error("service",
+                 "cannot set up the engine's service thread (timerfd, eventfd, "
+                 "epoll): %s",
+                 strerror(errno));
+        sx_service_free(svc);
+        return rc;
+    }
+    e->service = svc;
+    /* The thread takes no signals; they belong to the application. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&svc->tid, NULL, sx_service_main, e);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0) {
+        sx_error("service", "cannot start the engine's service thread: %s", strerror(err));
+        e->service = NULL;
+        sx_service_free(svc);
+        return SX_ERR_NO_MEMORY;
+    }
+    svc->started = true;
+    return SX_OK;
+}
+
+void sx_service_stop(struct sx_engine *e)
+{
+    sx_service_t *svc = e->service;
+
+    if (svc == NULL)
+        return;
+    atomic_store_explicit(&svc->stop, true, memory_order_release);
+    uint64_t one = 1;
+    if (write(svc->stopfd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+        sx_warn("service", "cannot wake the service thread: %s", strerror(errno));
+    if (svc->started)
+        pthread_join(svc->tid, NULL);
+    e->service = NULL;
+    sx_service_free(svc);
+}

@@ -1,0 +1,80 @@
+/*
+ * The engine's service: liveness without the caller (DESIGN.md section 3).
+ *
+ * A peer must fail only when its library stops answering, never because
+ * its application computes (TCP's kernel acknowledges while the
+ * application runs; UCX's UD transport has an asynchronous progress
+ * context for the same reason). So one thread per engine serves the
+ * shards while no caller has called sx_progress() for SX_SERVICE_US: it
+ * receives and acknowledges, retransmits, answers connection requests and
+ * probes, and keeps what arrives for the next caller (shard.h's deferred
+ * lists); it never runs a callback. Not started with SX_PROGRESS=thread,
+ * whose threads progress every shard already, nor with SX_SERVICE_US=0.
+ *
+ * Callers keep it away at the cost of a coarse clock read per sx_progress
+ * and a timerfd_settime(2) at most twice per SX_SERVICE_US: each pushes
+ * `until` forward when less than half of it is left, and the service
+ * sleeps on that timer, so it does not wake at all while callers are
+ * active. Once it serves, it sleeps in epoll on the shards' interfaces and
+ * until their earliest timer, so an idle engine wakes it only for its
+ * timers, and a caller that comes back sends it back to sleep.
+ *
+ * Synchronization:
+ *
+ *   field / function       | written or called by   | how
+ *   -----------------------+------------------------+------------------------------
+ *   until                  | callers (push), any    | relaxed load; CAS to move it
+ *   timerfd                | callers (push) and the | timerfd_settime, any thread
+ *                          | service thread         |
+ *   wakeups                | the service thread     | sx_stat_add; read by any
+ *   sx_service_start/stop  | engine create/destroy  |
+ */
+#ifndef SX_ENGINE_SERVICE_H
+#define SX_ENGINE_SERVICE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/stat.h"
+#include "common/time.h"
+
+struct sx_engine;
+
+typedef struct sx_service {
+    _Atomic uint64_t until; /* callers keep the service away until then (ns) */
+    uint64_t idle_ns;       /* SX_SERVICE_US */
+    int timerfd;            /* fires at `until` */
+    int stopfd;             /* eventfd: destruction */
+    int epfd_idle;          /* timerfd, stopfd */
+    int epfd_serve;         /* those and every shard's interfaces */
+    pthread_t tid;
+    bool started;
+    atomic_bool stop;
+    sx_stat_t wakeups; /* passes over the shards, each after a wake-up */
+    struct sx_engine *engine;
+} sx_service_t;
+
+/** Starts the service when the configuration asks for one; at creation,
+ *  after the shards exist. */
+int sx_service_start(struct sx_engine *engine);
+
+/** Stops and joins it; first thing at destruction. */
+void sx_service_stop(struct sx_engine *engine);
+
+/** Moves `until` to @p now plus SX_SERVICE_US and the timer with it. */
+void sx_service_push(sx_service_t *svc, uint64_t now);
+
+/** A caller progressed the engine: the service stays away for
+ *  SX_SERVICE_US. Any thread. */
+static inline void sx_service_note_call(sx_service_t *svc)
+{
+    if (svc == NULL)
+        return;
+    uint64_t now = sx_time_coarse_ns();
+    if (now + svc->idle_ns / 2 > atomic_load_explicit(&svc->until, memory_order_relaxed))
+        sx_service_push(svc, now);
+}
+
+#endif /* SX_ENGINE_SERVICE_H */

@@ -1,0 +1,753 @@
+/*
+ * Liveness that does not depend on the application calling in, and flow
+ * control (the engine's service, shard.h's deferred lists, the receive
+ * window and the persist timer; DESIGN.md sections 3 and 4).
+ *
+ * Every test runs two children: A sends (active messages, small and
+ * large, and PUT/GET into a region of B's), B receives and checks every
+ * byte. This process only directs them: it relays their business cards,
+ * and stops, resumes and kills them. Timeouts are scaled down (a peer
+ * timeout of LV_TIMEOUT_MS) so the cases stay short; the busy ranks
+ * compute for ten times that.
+ *
+ *   busy before its first call  B computes right after creating its
+ *                               engine: the connection, every message and
+ *                               every PUT/GET must still complete
+ *   busy mid-stream             the same after B has taken part of them
+ *   never consumes              B makes no call at all: A's window
+ *                               closes, A waits and probes, nothing fails;
+ *                               then B consumes and everything arrives
+ *   kill -9                     B killed while it progresses, while it
+ *                               computes, while A waits on its window: A
+ *                               reports it within the timeout plus a
+ *                               retransmission timeout
+ *   SIGSTOP                     longer than the timeout: reported; shorter:
+ *                               resumed with nothing lost
+ *   the whole job stopped       A and B stopped together for longer than
+ *                               the timeout and resumed: nothing fails
+ *   under 5 % loss              the busy cases through the fault transport
+ *
+ * Nothing sleeps to synchronize: the children say what they reached over
+ * their pipes. What does sleep is the scenario itself (a rank computing,
+ * a process stopped for a while), and the deadlines only turn a hang into
+ * a failure.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include <shardx.h>
+
+#include "common/time.h"
+#include "mp_util.h"
+
+#define LV_TIMEOUT_MS 800                  /* SX_PEER_TIMEOUT_MS and SX_CONNECT_TIMEOUT_MS */
+#define LV_RTO_MAX_US 200000               /* SX_RTO_MAX_US */
+#define LV_BUSY_MS    (10 * LV_TIMEOUT_MS) /* how long a busy rank computes */
+#define LV_WAIT_MS    120000               /* a hang detector, never a timing */
+#define LV_REGION     (1u << 20)           /* B's region: PUTs below half, GETs above */
+#define LV_PUT_LEN    4096u
+#define LV_GET_LEN    8192u
+#define LV_BIG        (300u * 1024u) /* a large message: chunked */
+#define LV_MAX_KV     8
+#define LV_TAG        9
+
+enum {
+    MSG_PLAN = MP_MSG_USER,
+    MSG_REGION,  /* B -> A: where its region is */
+    MSG_STARTED, /* A: the first operation is out */
+    MSG_HALF,    /* A: half its operations have completed */
+    MSG_RESULT,  /* A: its report */
+    MSG_GO,      /* -> B: a holding B may start calling in */
+    MSG_VERIFY,  /* -> B: A is done; check everything and report */
+    MSG_BRESULT, /* B: its report */
+    MSG_FIN,     /* -> A: exit */
+};
+
+typedef struct lv_plan {
+    uint32_t role; /* 'A' or 'B' */
+    uint32_t nkv;
+    char kv[LV_MAX_KV][2][48];
+    uint64_t seed;
+    /* A */
+    uint32_t nmsgs;     /* active messages */
+    uint32_t big_every; /* every big_every-th one is LV_BIG bytes */
+    uint32_t nput, nget;
+    uint32_t depth;       /* operations outstanding at most */
+    uint32_t expect_fail; /* B goes away: A waits for its failure */
+    /* B */
+    uint32_t busy_before_ms; /* computes this long before its first call */
+    uint32_t busy_at;        /* after this many messages ... */
+    uint32_t busy_mid_ms;    /* ... it computes this long */
+    uint32_t hold;           /* makes no call until MSG_GO */
+} lv_plan_t;
+
+typedef struct lv_region {
+    uint64_t addr, key;
+} lv_region_t;
+
+/* A's report. */
+typedef struct lv_result {
+    uint32_t ok, failed, other_status, bad_get;
+    uint32_t err_calls;
+    int32_t err_status;
+    uint64_t err_ns; /* CLOCK_MONOTONIC when the error callback ran */
+    uint64_t chan_failures, rwnd_stalls, peer_probes, own_stalls, rtx_timeout;
+    char why[160];
+} lv_result_t;
+
+/* B's report. */
+typedef struct lv_bresult {
+    uint32_t delivered, out_of_order, bad_bytes, bad_put;
+    uint64_t svc_wakeups, svc_rx_packets, svc_deferred, drop_no_buffer, chan_failures;
+    char why[160];
+} lv_bresult_t;
+
+/* ------------------------------------------------------------ both roles */
+
+static sx_engine_h lv_engine(const lv_plan_t *plan)
+{
+    sx_config_kv_t kv[LV_MAX_KV];
+    for (uint32_t i = 0; i < plan->nkv; i++)
+        kv[i] = (sx_config_kv_t){.name = plan->kv[i][0], .value = plan->kv[i][1]};
+    sx_engine_params_t params = {
+        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = plan->nkv};
+    sx_engine_h e = NULL;
+    if (sx_engine_create(&params, &e) != SX_OK)
+        return NULL;
+    return e;
+}
+
+static uint64_t lv_stat(sx_engine_h e, const char *name)
+{
+    uint64_t v = 0;
+    (void)sx_stats_value(e, name, &v);
+    return v;
+}
+
+/* The application computing: no shardx call for @p ms. */
+static void lv_compute(uint32_t ms)
+{
+    uint64_t until = sx_time_ns() + (uint64_t)ms * 1000000u;
+    volatile uint64_t x = 0;
+    while (sx_time_ns() < until)
+        x += 1;
+}
+
+static size_t lv_msg_len(const lv_plan_t *p, uint32_t i)
+{
+    if (p->big_every != 0 && i % p->big_every == p->big_every - 1)
+        return LV_BIG;
+    return 16 + (size_t)(mp_mix(p->seed ^ i) % 2000);
+}
+
+/* ------------------------------------------------------------ A */
+
+typedef struct lv_op {
+    uint32_t kind; /* 0 message, 1 put, 2 get */
+    uint32_t index;
+    uint8_t *buf;
+    size_t len;
+    int status;
+    bool done;
+} lv_op_t;
+
+typedef struct lv_a {
+    lv_result_t res;
+    uint32_t completed;
+} lv_a_t;
+
+static void lv_on_error(void *arg, uint64_t peer_id, int status)
+{
+    lv_a_t *a = arg;
+    (void)peer_id;
+    if (a->res.err_calls++ == 0) {
+        a->res.err_status = status;
+        a->res.err_ns = sx_time_ns();
+    }
+}
+
+static void lv_on_done(void *ctx, int status)
+{
+    lv_op_t *op = ctx;
+    op->status = status;
+    op->done = true;
+}
+
+static int lv_start_op(sx_peer_h peer, const lv_plan_t *p, const lv_region_t *r, lv_op_t *op)
+{
+    if (op->kind == 0) {
+        struct iovec iov = {.iov_base = op->buf, .iov_len = op->len};
+        return sx_send(peer, LV_TAG, &iov, 1, lv_on_done, op);
+    }
+    if (op->kind == 1)
+        return sx_put(peer, op->buf, op->len, r->addr + (uint64_t)op->index * LV_PUT_LEN, r->key,
+                      lv_on_done, op);
+    (void)p;
+    return sx_get(peer, op->buf, op->len,
+                  r->addr + LV_REGION / 2 + (uint64_t)op->index * LV_GET_LEN, r->key, lv_on_done,
+                  op);
+}
+
+static int lv_run_a(int in, int out, const lv_plan_t *p)
+{
+    lv_a_t a;
+    lv_region_t region = {0};
+    sx_peer_h peer;
+
+    memset(&a, 0, sizeof(a));
+    sx_engine_h e = lv_engine(p);
+    if (e == NULL || sx_error_register(e, lv_on_error, &a) != SX_OK || !mp_send_card(e, out))
+        return 2;
+    if (!mp_read_exact(in, LV_WAIT_MS, MSG_REGION, &region, sizeof(region)) ||
+        mp_recv_card(e, in, LV_WAIT_MS, 2, &peer) != SX_OK)
+        return 3;
+    uint32_t total = p->nmsgs + p->nput + p->nget;
+    lv_op_t *ops = calloc(total, sizeof(*ops));
+    if (ops == NULL)
+        return 4;
+    for (uint32_t i = 0; i < total; i++) {
+        lv_op_t *op = &ops[i];
+        op->kind = i < p->nmsgs ? 0 : (i < p->nmsgs + p->nput ? 1 : 2);
+        op->index = op->kind == 0 ? i : (op->kind == 1 ? i - p->nmsgs : i - p->nmsgs - p->nput);
+        op->len = op->kind == 0 ? lv_msg_len(p, i) : (op->kind == 1 ? LV_PUT_LEN : LV_GET_LEN);
+        op->buf = malloc(op->len);
+        if (op->buf == NULL)
+            return 4;
+        if (op->kind == 0)
+            mp_msg_fill(op->buf, op->len, p->seed, op->index);
+        else if (op->kind == 1)
+            mp_msg_fill(op->buf, op->len, p->seed + 1, op->index);
+    }
+    uint32_t next = 0, outstanding = 0;
+    bool half = false, started = false;
+    uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
+    for (;;) {
+        /* Failed ops free their slot too; a failed peer fails new ones at
+         * once, which the accounting counts the same. */
+        while (next < total && outstanding < p->depth) {
+            int rc = lv_start_op(peer, p, &region, &ops[next]);
+            if (rc != SX_INPROGRESS) {
+                ops[next].status = rc;
+                ops[next].done = true;
+            } else {
+                outstanding++;
+            }
+            next++;
+        }
+        if (!started) {
+            started = true;
+            mp_write_msg(out, MSG_STARTED, NULL, 0);
+        }
+        sx_progress(e);
+        uint32_t done = 0;
+        outstanding = 0;
+        for (uint32_t i = 0; i < next; i++) {
+            done += ops[i].done;
+            outstanding += !ops[i].done;
+        }
+        if (!half && done >= total / 2) {
+            half = true;
+            mp_write_msg(out, MSG_HALF, NULL, 0);
+        }
+        bool settled = done == total && next == total;
+        if (settled && (!p->expect_fail || a.res.err_calls > 0))
+            break;
+        if (sx_time_ns() > deadline) {
+            snprintf(a.res.why, sizeof(a.res.why), "A: %u of %u done, %u error calls", done, total,
+                     a.res.err_calls);
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < total; i++) {
+        lv_op_t *op = &ops[i];
+        if (!op->done)
+            continue;
+        if (op->status == SX_OK)
+            a.res.ok++;
+        else if (op->status == SX_ERR_PEER_UNREACHABLE)
+            a.res.failed++;
+        else
+            a.res.other_status++;
+        if (op->kind == 2 && op->status == SX_OK &&
+            !mp_msg_verify(op->buf, op->len, p->seed + 2, op->index))
+            a.res.bad_get++;
+    }
+    /* A completion or error callback that runs twice shows up here. */
+    for (int i = 0; i < 1000; i++)
+        sx_progress(e);
+    a.res.chan_failures = lv_stat(e, "chan_failures");
+    a.res.rwnd_stalls = lv_stat(e, "rwnd_stalls");
+    a.res.peer_probes = lv_stat(e, "peer_probes");
+    a.res.own_stalls = lv_stat(e, "own_stalls");
+    a.res.rtx_timeout = lv_stat(e, "rtx_timeout");
+    mp_write_msg(out, MSG_RESULT, &a.res, sizeof(a.res));
+    /* Serve B until told to go, so that B's last ACKs are answered. */
+    for (;;) {
+        uint32_t type;
+        int r = mp_read_msg(in, 0, &type, NULL, 0, NULL);
+        if (r != 0)
+            break;
+        sx_progress(e);
+    }
+    sx_engine_destroy(e);
+    for (uint32_t i = 0; i < total; i++)
+        free(ops[i].buf);
+    free(ops);
+    return 0;
+}
+
+/* ------------------------------------------------------------ B */
+
+typedef struct lv_b {
+    const lv_plan_t *plan;
+    lv_bresult_t res;
+} lv_b_t;
+
+static void lv_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    lv_b_t *b = arg;
+    (void)peer_id;
+    (void)tag;
+    uint32_t i = b->res.delivered++;
+    if (len != lv_msg_len(b->plan, i))
+        b->res.out_of_order++;
+    else if (!mp_msg_verify(data, len, b->plan->seed, i))
+        b->res.bad_bytes++;
+}
+
+static int lv_run_b(int in, int out, const lv_plan_t *p)
+{
+    lv_b_t b;
+    sx_mem_h mem;
+    sx_peer_h peer;
+
+    memset(&b, 0, sizeof(b));
+    b.plan = p;
+    uint8_t *region = calloc(1, LV_REGION);
+    if (region == NULL)
+        return 4;
+    for (uint32_t j = 0; j < (LV_REGION / 2) / LV_GET_LEN; j++)
+        mp_msg_fill(region + LV_REGION / 2 + (size_t)j * LV_GET_LEN, LV_GET_LEN, p->seed + 2, j);
+    sx_engine_h e = lv_engine(p);
+    if (e == NULL || sx_am_register(e, LV_TAG, lv_on_am, &b) != SX_OK ||
+        sx_mem_register(e, region, LV_REGION, SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE, &mem) !=
+            SX_OK)
+        return 2;
+    lv_region_t r = {.addr = (uint64_t)(uintptr_t)region, .key = sx_mem_rkey(mem)};
+    if (!mp_send_card(e, out) || !mp_write_msg(out, MSG_REGION, &r, sizeof(r)) ||
+        mp_recv_card(e, in, LV_WAIT_MS, 1, &peer) != SX_OK)
+        return 3;
+    /* What the application does before it first calls in. */
+    if (p->hold && !mp_read_exact(in, LV_WAIT_MS * 4, MSG_GO, NULL, 0))
+        return 5;
+    lv_compute(p->busy_before_ms);
+    bool mid_done = p->busy_mid_ms == 0;
+    bool verify = false;
+    uint64_t deadline = 0;
+    for (;;) {
+        sx_progress(e);
+        if (!mid_done && b.res.delivered >= p->busy_at) {
+            mid_done = true;
+            lv_compute(p->busy_mid_ms);
+        }
+        if (!verify) {
+            uint32_t type;
+            if (mp_read_msg(in, 0, &type, NULL, 0, NULL) == 1 && type == MSG_VERIFY) {
+                verify = true;
+                deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
+            }
+        }
+        /* A's operations are all acknowledged; what B's library holds is
+         * handed up by these calls. */
+        if (verify && (b.res.delivered >= p->nmsgs || sx_time_ns() > deadline))
+            break;
+    }
+    if (b.res.delivered != p->nmsgs)
+        snprintf(b.res.why, sizeof(b.res.why), "B: %u of %u messages delivered", b.res.delivered,
+                 p->nmsgs);
+    for (uint32_t j = 0; j < p->nput; j++) {
+        if (!mp_msg_verify(region + (size_t)j * LV_PUT_LEN, LV_PUT_LEN, p->seed + 1, j))
+            b.res.bad_put++;
+    }
+    b.res.svc_wakeups = lv_stat(e, "svc_wakeups");
+    b.res.svc_rx_packets = lv_stat(e, "svc_rx_packets");
+    b.res.svc_deferred = lv_stat(e, "svc_deferred");
+    b.res.drop_no_buffer = lv_stat(e, "drop_no_buffer");
+    b.res.chan_failures = lv_stat(e, "chan_failures");
+    mp_write_msg(out, MSG_BRESULT, &b.res, sizeof(b.res));
+    (void)sx_mem_deregister(e, mem);
+    sx_engine_destroy(e);
+    free(region);
+    return 0;
+}
+
+static int lv_child(int in, int out)
+{
+    lv_plan_t plan;
+    if (!mp_read_exact(in, LV_WAIT_MS, MSG_PLAN, &plan, sizeof(plan)))
+        return 1;
+    return plan.role == 'A' ? lv_run_a(in, out, &plan) : lv_run_b(in, out, &plan);
+}
+
+/* ------------------------------------------------------------ the director */
+
+typedef struct lv_run {
+    lv_plan_t pa, pb;
+    mp_child_t a, b;
+    lv_result_t ra;
+    lv_bresult_t rb;
+    bool b_dies; /* killed (or stopped for good) by the test */
+} lv_run_t;
+
+static void lv_kv(lv_plan_t *p, const char *name, const char *value)
+{
+    assert_true(p->nkv < LV_MAX_KV);
+    snprintf(p->kv[p->nkv][0], sizeof(p->kv[0][0]), "%s", name);
+    snprintf(p->kv[p->nkv][1], sizeof(p->kv[0][1]), "%s", value);
+    p->nkv++;
+}
+
+/* Both plans with the scaled-down timeouts, and a stream for A. */
+static void lv_init(lv_run_t *r, uint64_t seed)
+{
+    char t[16], rto[16];
+    memset(r, 0, sizeof(*r));
+    snprintf(t, sizeof(t), "%d", LV_TIMEOUT_MS);
+    snprintf(rto, sizeof(rto), "%d", LV_RTO_MAX_US);
+    lv_plan_t *both[2] = {&r->pa, &r->pb};
+    for (int i = 0; i < 2; i++) {
+        lv_plan_t *p = both[i];
+        p->role = i == 0 ? 'A' : 'B';
+        p->seed = seed;
+        lv_kv(p, "SHARDS", "1");
+        lv_kv(p, "PEER_TIMEOUT_MS", t);
+        lv_kv(p, "CONNECT_TIMEOUT_MS", t);
+        lv_kv(p, "RTO_MAX_US", rto);
+    }
+    r->pa.nmsgs = r->pb.nmsgs = 60;
+    r->pa.big_every = r->pb.big_every = 10;
+    r->pa.nput = r->pb.nput = 16;
+    r->pa.nget = r->pb.nget = 16;
+    r->pa.depth = 16;
+}
+
+static void lv_both_kv(lv_run_t *r, const char *name, const char *value)
+{
+    lv_kv(&r->pa, name, value);
+    lv_kv(&r->pb, name, value);
+}
+
+/* Starts both children and relays cards and B's region. */
+static void lv_start(lv_run_t *r)
+{
+    assert_true(mp_spawn(&r->a));
+    assert_true(mp_spawn(&r->b));
+    assert_true(mp_write_msg(r->a.to_fd, MSG_PLAN, &r->pa, sizeof(r->pa)));
+    assert_true(mp_write_msg(r->b.to_fd, MSG_PLAN, &r->pb, sizeof(r->pb)));
+    uint8_t card[MP_MSG_MAX];
+    uint32_t type = 0, len = 0;
+    lv_region_t region;
+    assert_int_equal(mp_read_msg(r->a.from_fd, LV_WAIT_MS, &type, card, sizeof(card), &len), 1);
+    assert_int_equal(type, MP_MSG_CARD);
+    assert_true(mp_write_msg(r->b.to_fd, MP_MSG_CARD, card, len));
+    assert_int_equal(mp_read_msg(r->b.from_fd, LV_WAIT_MS, &type, card, sizeof(card), &len), 1);
+    assert_int_equal(type, MP_MSG_CARD);
+    assert_true(mp_read_exact(r->b.from_fd, LV_WAIT_MS, MSG_REGION, &region, sizeof(region)));
+    assert_true(mp_write_msg(r->a.to_fd, MSG_REGION, &region, sizeof(region)));
+    assert_true(mp_write_msg(r->a.to_fd, MP_MSG_CARD, card, len));
+}
+
+/* Waits for A to say @p what. */
+static void lv_wait_a(lv_run_t *r, uint32_t what)
+{
+    uint32_t type = 0;
+    do
+        assert_int_equal(mp_read_msg(r->a.from_fd, LV_WAIT_MS, &type, NULL, 0, NULL), 1);
+    while (type != what);
+}
+
+/* A's report, then B's (unless B is gone), then both exit. */
+static void lv_finish(lv_run_t *r)
+{
+    uint32_t type = 0, len = 0;
+    char st[64];
+    do
+        assert_int_equal(mp_read_msg(r->a.from_fd, LV_WAIT_MS, &type, &r->ra, sizeof(r->ra), &len),
+                         1);
+    while (type != MSG_RESULT);
+    assert_int_equal(len, sizeof(r->ra));
+    if (!r->b_dies) {
+        assert_true(mp_write_msg(r->b.to_fd, MSG_VERIFY, NULL, 0));
+        assert_true(mp_read_exact(r->b.from_fd, LV_WAIT_MS, MSG_BRESULT, &r->rb, sizeof(r->rb)));
+        if (!mp_reap(&r->b, LV_WAIT_MS) || !WIFEXITED(r->b.status) || WEXITSTATUS(r->b.status))
+            fail_msg("B %s", mp_status_text(r->b.status, st, sizeof(st)));
+    } else {
+        mp_reap(&r->b, 0);
+    }
+    assert_true(mp_write_msg(r->a.to_fd, MSG_FIN, NULL, 0));
+    if (!mp_reap(&r->a, LV_WAIT_MS) || !WIFEXITED(r->a.status) || WEXITSTATUS(r->a.status))
+        fail_msg("A %s", mp_status_text(r->a.status, st, sizeof(st)));
+    print_message("    A: ok %u failed %u, rtx_timeout %llu, rwnd_stalls %llu, peer_probes "
+                  "%llu, own_stalls %llu, chan_failures %llu\n",
+                  r->ra.ok, r->ra.failed, (unsigned long long)r->ra.rtx_timeout,
+                  (unsigned long long)r->ra.rwnd_stalls, (unsigned long long)r->ra.peer_probes,
+                  (unsigned long long)r->ra.own_stalls, (unsigned long long)r->ra.chan_failures);
+    if (!r->b_dies)
+        print_message("    B: delivered %u, svc_wakeups %llu, svc_rx_packets %llu, svc_deferred "
+                      "%llu\n",
+                      r->rb.delivered, (unsigned long long)r->rb.svc_wakeups,
+                      (unsigned long long)r->rb.svc_rx_packets,
+                      (unsigned long long)r->rb.svc_deferred);
+}
+
+/* Everything arrived once, in order, every byte right, and nothing failed. */
+static void lv_expect_all(const lv_run_t *r)
+{
+    uint32_t total = r->pa.nmsgs + r->pa.nput + r->pa.nget;
+    if (r->ra.why[0] != '\0')
+        fail_msg("%s", r->ra.why);
+    if (r->rb.why[0] != '\0')
+        fail_msg("%s", r->rb.why);
+    assert_int_equal(r->ra.ok, total);
+    assert_int_equal(r->ra.failed + r->ra.other_status + r->ra.bad_get, 0);
+    assert_int_equal(r->ra.err_calls, 0);
+    assert_int_equal(r->ra.chan_failures + r->rb.chan_failures, 0);
+    assert_int_equal(r->rb.delivered, r->pa.nmsgs);
+    assert_int_equal(r->rb.out_of_order + r->rb.bad_bytes + r->rb.bad_put, 0);
+    assert_int_equal(r->rb.drop_no_buffer, 0);
+}
+
+/* A reported B's failure once, and every operation completed once. */
+static void lv_expect_failure(const lv_run_t *r)
+{
+    uint32_t total = r->pa.nmsgs + r->pa.nput + r->pa.nget;
+    if (r->ra.why[0] != '\0')
+        fail_msg("%s", r->ra.why);
+    assert_int_equal(r->ra.ok + r->ra.failed, total);
+    assert_int_equal(r->ra.other_status + r->ra.bad_get, 0);
+    assert_true(r->ra.failed > 0);
+    assert_int_equal(r->ra.err_calls, 1);
+    assert_int_equal(r->ra.err_status, SX_ERR_PEER_UNREACHABLE);
+}
+
+/* ------------------------------------------------------------ the cases */
+
+static void lv_busy_before(const char *fault)
+{
+    lv_run_t r;
+    lv_init(&r, 11);
+    if (fault != NULL)
+        lv_both_kv(&r, "FAULT", fault);
+    r.pb.busy_before_ms = LV_BUSY_MS;
+    lv_start(&r);
+    lv_finish(&r);
+    lv_expect_all(&r);
+    /* The service did it: B's library took and held what B's application
+     * was not there for. */
+    assert_true(r.rb.svc_rx_packets > 0);
+    assert_true(r.rb.svc_deferred > 0);
+}
+
+static void test_busy_before_first_call(void **state)
+{
+    (void)state;
+    lv_busy_before(NULL);
+}
+
+static void lv_busy_mid(const char *fault)
+{
+    lv_run_t r;
+    lv_init(&r, 12);
+    if (fault != NULL)
+        lv_both_kv(&r, "FAULT", fault);
+    r.pb.busy_at = 20;
+    r.pb.busy_mid_ms = LV_BUSY_MS;
+    lv_start(&r);
+    lv_finish(&r);
+    lv_expect_all(&r);
+    assert_true(r.rb.svc_rx_packets > 0);
+}
+
+static void test_busy_mid_stream(void **state)
+{
+    (void)state;
+    lv_busy_mid(NULL);
+}
+
+static void test_busy_under_loss(void **state)
+{
+    (void)state;
+    lv_busy_before("loss=0.05,seed=71");
+    lv_busy_mid("loss=0.05,seed=72");
+}
+
+/* A window far smaller than the stream (64 packets, 256 KiB), and B makes
+ * no call until three peer timeouts have passed. */
+static void test_receiver_never_consumes(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 13);
+    lv_both_kv(&r, "WINDOW", "64");
+    lv_both_kv(&r, "MAX_INFLIGHT", "256k");
+    r.pa.nmsgs = r.pb.nmsgs = 40;
+    r.pa.big_every = r.pb.big_every = 1; /* 40 x 300 KiB */
+    r.pa.nput = r.pb.nput = r.pa.nget = r.pb.nget = 0;
+    r.pb.hold = 1;
+    lv_start(&r);
+    lv_wait_a(&r, MSG_STARTED);
+    struct timespec ts = {.tv_sec = 3 * LV_TIMEOUT_MS / 1000,
+                          .tv_nsec = (long)(3 * LV_TIMEOUT_MS % 1000) * 1000000};
+    nanosleep(&ts, NULL); /* the scenario: B does not consume for this long */
+    assert_true(mp_write_msg(r.b.to_fd, MSG_GO, NULL, 0));
+    lv_finish(&r);
+    lv_expect_all(&r);
+    /* A stalled on B's window and probed it; nothing failed meanwhile. */
+    assert_true(r.ra.rwnd_stalls > 0);
+    assert_true(r.ra.peer_probes > 0);
+}
+
+typedef enum { KILL_PROGRESSING, KILL_COMPUTING, KILL_WINDOW_CLOSED } lv_kill_t;
+
+static void lv_kill(lv_kill_t when)
+{
+    lv_run_t r;
+    lv_init(&r, 20 + (uint64_t)when);
+    r.pa.expect_fail = 1;
+    r.pa.nmsgs = r.pb.nmsgs = 400;
+    r.pa.big_every = r.pb.big_every = 0; /* within B's window, however long it computes */
+    r.b_dies = true;
+    if (when == KILL_COMPUTING) {
+        r.pb.busy_at = 10;
+        r.pb.busy_mid_ms = LV_WAIT_MS;
+    } else if (when == KILL_WINDOW_CLOSED) {
+        lv_both_kv(&r, "WINDOW", "64");
+        lv_both_kv(&r, "MAX_INFLIGHT", "256k");
+        r.pb.hold = 1;
+    }
+    lv_start(&r);
+    lv_wait_a(&r, when == KILL_WINDOW_CLOSED ? MSG_STARTED : MSG_HALF);
+    if (when != KILL_PROGRESSING) {
+        /* Let B's service take over (B computes, or holds). */
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t killed = sx_time_ns();
+    kill(r.b.pid, SIGKILL);
+    lv_finish(&r);
+    lv_expect_failure(&r);
+    double ms = (double)(r.ra.err_ns - killed) / 1e6;
+    print_message("    reported %.0f ms after the kill (timeout %d ms, RTO ceiling %d ms)\n", ms,
+                  LV_TIMEOUT_MS, LV_RTO_MAX_US / 1000);
+    /* The promise is the timeout plus one retransmission timeout; the
+     * margin is for a loaded machine, not for the protocol. */
+    assert_true(r.ra.err_ns > killed);
+    assert_true(ms < LV_TIMEOUT_MS + LV_RTO_MAX_US / 1000 + 5000);
+}
+
+static void test_kill_matrix(void **state)
+{
+    (void)state;
+    lv_kill(KILL_PROGRESSING);
+    lv_kill(KILL_COMPUTING);
+    lv_kill(KILL_WINDOW_CLOSED);
+}
+
+static void lv_stop_b(lv_run_t *r, uint32_t ms)
+{
+    kill(r->b.pid, SIGSTOP);
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL); /* the scenario: B is stopped this long */
+    kill(r->b.pid, SIGCONT);
+}
+
+/* B stopped for three peer timeouts with A's data outstanding: reported. */
+static void test_stop_longer_than_timeout(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 31);
+    r.pa.expect_fail = 1;
+    r.pa.nmsgs = r.pb.nmsgs = 400;
+    r.pa.big_every = r.pb.big_every = 0;
+    r.b_dies = true;
+    lv_start(&r);
+    lv_wait_a(&r, MSG_HALF);
+    kill(r.b.pid, SIGSTOP);
+    lv_finish(&r); /* A reports without B's help */
+    lv_expect_failure(&r);
+}
+
+/* B stopped for a third of the timeout: it resumes, nothing is lost. */
+static void test_stop_shorter_than_timeout(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 32);
+    r.pa.nmsgs = r.pb.nmsgs = 400;
+    r.pa.big_every = r.pb.big_every = 0;
+    lv_start(&r);
+    lv_wait_a(&r, MSG_HALF);
+    lv_stop_b(&r, LV_TIMEOUT_MS / 3);
+    lv_finish(&r);
+    lv_expect_all(&r);
+}
+
+/* A and B stopped together for three timeouts, as a paused machine would
+ * stop them, then resumed: nobody blames the other. */
+static void test_whole_job_stopped(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 33);
+    r.pa.nmsgs = r.pb.nmsgs = 400;
+    r.pa.big_every = r.pb.big_every = 0;
+    lv_start(&r);
+    lv_wait_a(&r, MSG_HALF);
+    kill(r.a.pid, SIGSTOP);
+    kill(r.b.pid, SIGSTOP);
+    struct timespec ts = {.tv_sec = 3 * LV_TIMEOUT_MS / 1000,
+                          .tv_nsec = (long)(3 * LV_TIMEOUT_MS % 1000) * 1000000};
+    nanosleep(&ts, NULL); /* the scenario: the job is stopped this long */
+    kill(r.a.pid, SIGCONT);
+    kill(r.b.pid, SIGCONT);
+    lv_finish(&r);
+    lv_expect_all(&r);
+}
+
+static int lv_teardown(void **state)
+{
+    (void)state;
+    mp_kill_all();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && strcmp(argv[1], MP_CHILD_FLAG) == 0)
+        return lv_child(atoi(argv[2]), atoi(argv[3]));
+    /* A child that dies must not take the director with it through a pipe. */
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_busy_before_first_call, lv_teardown),
+        cmocka_unit_test_teardown(test_busy_mid_stream, lv_teardown),
+        cmocka_unit_test_teardown(test_receiver_never_consumes, lv_teardown),
+        cmocka_unit_test_teardown(test_kill_matrix, lv_teardown),
+        cmocka_unit_test_teardown(test_stop_longer_than_timeout, lv_teardown),
+        cmocka_unit_test_teardown(test_stop_shorter_than_timeout, lv_teardown),
+        cmocka_unit_test_teardown(test_whole_job_stopped, lv_teardown),
+        cmocka_unit_test_teardown(test_busy_under_loss, lv_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
