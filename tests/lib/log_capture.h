@@ -6,6 +6,7 @@
 #ifndef SX_TESTS_LOG_CAPTURE_H
 #define SX_TESTS_LOG_CAPTURE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +25,32 @@ static inline void capture_start(void)
     assert_int_equal(sx_log_set_file(log_capture_path), 0);
 }
 
+/* What has been logged so far (the caller frees it). */
+static inline char *capture_read(void)
+{
+    FILE *f = fopen(log_capture_path, "r");
+    assert_non_null(f);
+    size_t cap = 1u << 20;
+    char *text = calloc(1, cap);
+    assert_non_null(text);
+    text[fread(text, 1, cap - 1, f)] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* Whether what has been logged so far says @p needle. */
+static inline bool capture_has(const char *needle)
+{
+    char *text = capture_read();
+    bool found = strstr(text, needle) != NULL;
+    free(text);
+    return found;
+}
+
 static inline char *capture_stop(void)
 {
     assert_int_equal(sx_log_set_file(NULL), 0);
-    FILE *f = fopen(log_capture_path, "r");
-    assert_non_null(f);
-    char *text = calloc(1, 65536);
-    assert_non_null(text);
-    text[fread(text, 1, 65535, f)] = '\0';
-    fclose(f);
+    char *text = capture_read();
     unlink(log_capture_path);
     return text;
 }

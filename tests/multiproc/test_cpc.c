@@ -689,10 +689,12 @@ static void test_spec_oob(void **state)
 static void test_simultaneous_connect(void **state)
 {
     (void)state;
-    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    /* No service thread (SX_SERVICE_US=0): "before either has received
+     * anything" holds only while nothing progresses them but this test. */
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
     for (int round = 0; round < 5; round++) {
-        cp_side_t *a = cp_open(0, kv, 1);
-        cp_side_t *b = cp_open(1, kv, 1);
+        cp_side_t *a = cp_open(0, kv, 2);
+        cp_side_t *b = cp_open(1, kv, 2);
         cp_link(0, 1);
         cp_send_ok(a, 1, 3, 8, 100);
         cp_send_ok(b, 0, 3, 8, 100);
@@ -1354,7 +1356,11 @@ static int cp_child_main(int rfd, int wfd)
             r = mp_read_msg(rfd, 0, &type, NULL, 0, NULL);
     }
     if (r == 1 && type == CP_MSG_FREEZE) {
+        /* Dead to the network: the whole process stops, the engine's
+         * service thread too (it would answer for a caller that merely
+         * stopped calling in). The parent kills it. */
         mp_write_msg(wfd, CP_MSG_FROZEN, NULL, 0);
+        raise(SIGSTOP);
         (void)mp_read_msg(rfd, LIMIT_MS, &type, NULL, 0, NULL);
         return 6;
     }
