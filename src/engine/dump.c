@@ -153,8 +153,8 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
             sx_ms(c->srtt_ns), sx_ms(c->rttvar_ns), c->backoff,
             c->in_recovery ? ", fast recovery" : (c->in_rto_recovery ? ", timeout recovery" : ""),
             c->alive_ns != 0 && now > c->alive_ns ? sx_ms(now - c->alive_ns) : 0.0, c->probes,
-            c->peer_rwnd_edge - c->snd_una, c->peer_rwnd_bytes, c->rcv_nxt, c->ooo_count,
-            c->ooo_bytes, c->rcv_nxt - c->rcv_dlv, c->backlog_bytes, c->ack_pending,
+            c->peer_rwnd_ack + c->peer_rwnd_pkts - c->snd_una, c->peer_rwnd_bytes, c->rcv_nxt,
+            c->ooo_count, c->ooo_bytes, c->rcv_nxt - c->rcv_dlv, c->backlog_bytes, c->ack_pending,
             sx_ops_count(c->sendq), sx_ops_count(c->ackq), sx_ops_count(c->rmaq), c->resp_queued);
     if (c->failed)
         fprintf(out, "    failed with %s\n", sx_status_name(c->failed));

@@ -93,8 +93,9 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     c->rto_ns = p->rto_init_ns;
     /* Until the peer's first ACK says otherwise, its receive window is as
      * large as ours (the same configuration in one job). */
-    c->peer_rwnd_edge = c->snd_una + p->window;
-    c->peer_rwnd_bytes = p->max_inflight > UINT32_MAX ? UINT32_MAX : (uint32_t)p->max_inflight;
+    c->peer_rwnd_ack = c->snd_una;
+    c->peer_rwnd_pkts = p->window;
+    c->peer_rwnd_bytes = (uint32_t)p->max_inflight; /* at most 1 GiB */
     sx_timer_init(&c->ack_timer, sx_chan_ack_timer, c);
     sx_timer_init(&c->persist_timer, sx_chan_persist_timer, c);
     /* sx_peer_add chose the peer's method before publishing it. */

@@ -158,11 +158,15 @@ typedef struct sx_chan {
     uint64_t srtt_ns, rttvar_ns, rto_ns;
     unsigned backoff;
     /* Flow control (RFC 9293 section 3.8.6): the peer's receive window
-     * from its latest ACK. New packets go out while snd_nxt is before the
-     * edge and fewer than peer_rwnd_bytes are in flight; a closed window
-     * with nothing in flight is probed by the persist timer. */
-    uint32_t peer_rwnd_edge;
+     * from its latest ACK (the ack it came with, and the packets and bytes
+     * it allows from there). New packets go out while snd_nxt is before
+     * peer_rwnd_ack + peer_rwnd_pkts and fewer than peer_rwnd_bytes are in
+     * flight; a closed window with nothing in flight is probed by the
+     * persist timer. */
+    uint32_t peer_rwnd_ack;
+    uint32_t peer_rwnd_pkts;
     uint32_t peer_rwnd_bytes;
+    bool rwnd_stalled; /* a flush stopped at the peer's window */
     sx_timer_t persist_timer;
     unsigned persist_backoff;
     /* Liveness (chan_retransmit.c): when the peer last proved alive (a

@@ -38,6 +38,13 @@ static inline void sx_op_append(sx_op_t **head, sx_op_t **tail, sx_op_t *op)
     *tail = op;
 }
 
+/* Whether the peer's receive window lets the next packet go out. */
+static inline bool sx_chan_rwnd_open(const sx_chan_t *c)
+{
+    return sx_u32_before(c->snd_nxt, c->peer_rwnd_ack + c->peer_rwnd_pkts) &&
+           c->inflight_bytes < c->peer_rwnd_bytes;
+}
+
 /* chan.c */
 
 /** Queues a target's response (an internal op, no completion) and marks
@@ -82,8 +89,15 @@ void sx_chan_ack_timer(sx_timer_t *timer, void *arg);
 void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why);
 
 /** The receive window to advertise now: packets from rcv_nxt on, and
- *  bytes, that the ring has room for beside the backlog. */
-void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uint32_t *bytes_p);
+ *  bytes, that the ring has room for beside the backlog (SX_MAX_INFLIGHT
+ *  is at most 1 GiB, so the bytes fit). Every header carries it. */
+static inline void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uint32_t *bytes_p)
+{
+    size_t budget = c->shard->env->conf.max_inflight;
+
+    *pkts_p = sx_chan_window(c) - (c->rcv_nxt - c->rcv_dlv);
+    *bytes_p = c->backlog_bytes < budget ? (uint32_t)(budget - c->backlog_bytes) : 0;
+}
 
 /* chan_rma.c */
 

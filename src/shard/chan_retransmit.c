@@ -206,21 +206,24 @@ static void chan_rto_recovery_step(sx_chan_t *c)
  * whether it changed, so that the caller does not take a window update
  * for a duplicate ACK (RFC 5681 section 2's definition excludes them).
  */
-static bool chan_take_rwnd(sx_chan_t *c, const sx_wire_hdr_t *h)
+static inline bool chan_take_rwnd(sx_chan_t *c, const sx_wire_hdr_t *h)
 {
     if (h->ack != c->snd_una)
         return false;
     /* A window larger than ours is ours: the edge stays within reach of
      * wrap-safe compares, whatever a peer (or the sink) advertises. */
     uint32_t pkts = h->rwnd_pkts > sx_chan_window(c) ? sx_chan_window(c) : h->rwnd_pkts;
-    uint32_t edge = h->ack + pkts;
-    bool changed = edge != c->peer_rwnd_edge || h->rwnd_bytes != c->peer_rwnd_bytes;
-    bool opened = sx_u32_before(c->peer_rwnd_edge, edge) || h->rwnd_bytes > c->peer_rwnd_bytes;
-    c->peer_rwnd_edge = edge;
+    bool changed = pkts != c->peer_rwnd_pkts || h->rwnd_bytes != c->peer_rwnd_bytes;
+    c->peer_rwnd_ack = h->ack;
+    c->peer_rwnd_pkts = pkts;
     c->peer_rwnd_bytes = h->rwnd_bytes;
-    if (opened && c->sendq != NULL) {
+    if (c->rwnd_stalled && sx_chan_rwnd_open(c)) {
+        /* The window a stalled flush waited on opened: send now, and stop
+         * probing (unless PUT and GET still want it as a keepalive). */
+        c->rwnd_stalled = false;
         c->persist_backoff = 0;
-        sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
+        if (c->rmaq == NULL)
+            sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
         sx_chan_kick_locked(c);
     }
     return changed;
@@ -238,8 +241,7 @@ static bool chan_waits_idle(const sx_chan_t *c)
         return false;
     if (c->rmaq != NULL)
         return true;
-    return c->sendq != NULL && (!sx_u32_before(c->snd_nxt, c->peer_rwnd_edge) ||
-                                c->inflight_bytes >= c->peer_rwnd_bytes);
+    return c->sendq != NULL && !sx_chan_rwnd_open(c);
 }
 
 /*

@@ -139,7 +139,7 @@ static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t
  * of them into one datagram waits for their completions, and would
  * otherwise wait the whole delay for every window.
  */
-static void chan_owe_ack(sx_chan_t *c, unsigned frames)
+static inline void chan_owe_ack(sx_chan_t *c, unsigned frames)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
 
@@ -226,16 +226,6 @@ static void chan_absorb_kept(sx_chan_t *c)
         c->backlog_bytes += len;
         c->rcv_nxt++;
     }
-}
-
-void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uint32_t *bytes_p)
-{
-    size_t budget = c->shard->env->conf.max_inflight;
-
-    *pkts_p = sx_chan_window(c) - (c->rcv_nxt - c->rcv_dlv);
-    *bytes_p = c->backlog_bytes >= budget               ? 0
-               : budget - c->backlog_bytes > UINT32_MAX ? UINT32_MAX
-                                                        : (uint32_t)(budget - c->backlog_bytes);
 }
 
 /*

@@ -388,9 +388,9 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         /* Flow control: the peer's receive window (RFC 9293 section
          * 3.8.6). With nothing in flight no ACK will reopen it: the persist
          * timer probes it. */
-        if (!sx_u32_before(c->snd_nxt, c->peer_rwnd_edge) ||
-            c->inflight_bytes >= c->peer_rwnd_bytes) {
+        if (!sx_chan_rwnd_open(c)) {
             sx_stat_add(&c->shard->stats.rwnd_stalls, 1);
+            c->rwnd_stalled = true;
             if (c->snd_una == c->snd_nxt) {
                 if (!sx_timer_is_pending(&c->persist_timer))
                     c->alive_ns = now; /* the wait for the window begins */
