@@ -649,8 +649,6 @@ SX_API int sx_progress(sx_engine_h engine)
 
     if (engine == NULL)
         return SX_ERR_INVALID_PARAM;
-    /* A caller is here: the engine's service stays away (service.h). */
-    sx_service_note_call(engine->service);
     if (engine->global_mode) {
         /* The baseline: every entry point serialises on one lock. */
         sx_rlock_lock(&engine->global_lock);

@@ -134,9 +134,10 @@ void sx_engine_peers_fini(struct sx_engine *engine);
 void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
 
 /** Adds @p fd (EPOLLIN) to @p epfd, and every interface wait fd of
- *  @p shard; SX_ERR_IO. */
+ *  @p shard; or takes the latter out again. SX_ERR_IO. */
 int sx_engine_epoll_add_fd(int epfd, int fd);
 int sx_engine_epoll_add_shard(int epfd, struct sx_shard *shard);
+int sx_engine_epoll_del_shard(int epfd, struct sx_shard *shard);
 
 /** Starts the progress threads when SX_PROGRESS=thread. */
 int sx_engine_progress_start(struct sx_engine *engine);

@@ -51,6 +51,19 @@ int sx_engine_epoll_add_shard(int epfd, sx_shard_t *shard)
     return SX_OK;
 }
 
+int sx_engine_epoll_del_shard(int epfd, sx_shard_t *shard)
+{
+    int rc = SX_OK;
+
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
+        if (fd >= 0 && epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) != 0)
+            rc = SX_ERR_IO;
+    }
+    return rc;
+}
+
 static void sx_progress_sleep(sx_progress_thread_t *t, uint64_t until)
 {
     struct epoll_event ev[8];

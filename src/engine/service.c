@@ -14,6 +14,7 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "common/time.h"
 #include "engine/engine.h"
 #include "shard/shard.h"
 
@@ -35,8 +36,9 @@ static void sx_service_arm(sx_service_t *svc, uint64_t at)
         sx_debug("service", "timerfd_settime: %s", strerror(errno));
 }
 
-void sx_service_push(sx_service_t *svc, uint64_t now)
+void sx_service_push(void *arg, uint64_t now)
 {
+    sx_service_t *svc = arg;
     uint64_t old = atomic_load_explicit(&svc->until, memory_order_relaxed);
     uint64_t until = now + svc->idle_ns;
 
@@ -57,16 +59,16 @@ static void sx_service_drain(sx_service_t *svc)
         sx_debug("service", "timerfd read: %s", strerror(errno));
 }
 
-static void sx_service_wait(sx_service_t *svc, int epfd, uint64_t timeout_ns)
+static void sx_service_wait(sx_service_t *svc, uint64_t timeout_ns)
 {
     struct epoll_event ev[8];
     struct timespec ts = sx_ns_to_ts(timeout_ns);
 
     /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not round
      * up to a millisecond (progress.c does the same). */
-    int n = epoll_pwait2(epfd, ev, 8, timeout_ns == UINT64_MAX ? NULL : &ts, NULL);
+    int n = epoll_pwait2(svc->epfd, ev, 8, timeout_ns == UINT64_MAX ? NULL : &ts, NULL);
     if (n < 0 && errno == ENOSYS)
-        n = epoll_wait(epfd, ev, 8,
+        n = epoll_wait(svc->epfd, ev, 8,
                        timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
     for (int i = 0; i < n; i++) {
         if (ev[i].data.fd == svc->timerfd)
@@ -74,16 +76,36 @@ static void sx_service_wait(sx_service_t *svc, int epfd, uint64_t timeout_ns)
     }
 }
 
-/* One pass over every shard; returns the earliest timer among them. */
-static uint64_t sx_service_pass(struct sx_engine *e)
+/* Puts the shards' interfaces in the epoll set, or takes them out: in
+ * only while serving (service.h says why). */
+static void sx_service_watch(sx_service_t *svc, bool on)
+{
+    struct sx_engine *e = svc->engine;
+
+    if (svc->watching == on)
+        return;
+    for (unsigned i = 0; i < e->nshards; i++) {
+        int rc = on ? sx_engine_epoll_add_shard(svc->epfd, e->shards[i])
+                    : sx_engine_epoll_del_shard(svc->epfd, e->shards[i]);
+        if (rc != SX_OK)
+            sx_debug("service", "shard %u: epoll_ctl: %s", i, strerror(errno));
+    }
+    svc->watching = on;
+}
+
+/* One pass over every shard; returns the earliest timer among them, and
+ * in *busy_p whether a shard's token was held by another thread. */
+static uint64_t sx_service_pass(struct sx_engine *e, bool *busy_p)
 {
     uint64_t next = UINT64_MAX;
 
+    *busy_p = false;
     for (unsigned i = 0; i < e->nshards; i++) {
         uint64_t n;
         /* The global baseline takes its lock here too, as any entry does. */
         sx_global_enter(e);
-        (void)sx_shard_serve(e->shards[i], &n);
+        if (sx_shard_serve(e->shards[i], &n) < 0)
+            *busy_p = true;
         sx_global_exit(e);
         if (n < next)
             next = n;
@@ -96,6 +118,8 @@ static void *sx_service_main(void *arg)
     struct sx_engine *e = arg;
     sx_service_t *svc = e->service;
 
+    /* Named for top -H and perf: users see what runs beside them. */
+    (void)pthread_setname_np(pthread_self(), "sx-service");
     /* Every token tenure of this thread defers callbacks (shard.h). */
     sx_shard_set_service_thread(true);
     while (!atomic_load_explicit(&svc->stop, memory_order_acquire)) {
@@ -103,28 +127,38 @@ static void *sx_service_main(void *arg)
         uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
         if (sx_u64_before(now, until)) {
             /* Callers are active: sleep on the timer they keep pushing. */
+            sx_service_watch(svc, false);
             sx_service_arm(svc, until);
-            sx_service_wait(svc, svc->epfd_idle, UINT64_MAX);
+            sx_service_wait(svc, UINT64_MAX);
             continue;
         }
         sx_stat_add(&svc->wakeups, 1);
-        uint64_t next = sx_service_pass(e);
+        bool busy;
+        uint64_t next = sx_service_pass(e, &busy);
         now = sx_time_ns();
         if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed)))
             continue; /* a caller came back meanwhile */
         uint64_t wait = SX_SERVICE_SLEEP_MAX_NS;
+        if (busy)
+            wait = svc->idle_ns / 2;
         if (next != UINT64_MAX)
             wait = sx_u64_before(now, next) ? (next - now < wait ? next - now : wait) : 0;
-        if (wait > 0)
-            sx_service_wait(svc, svc->epfd_serve, wait);
+        /* A shard whose token another thread holds (a callback that
+         * computes, a long send) cannot be served now, and its interfaces
+         * stay readable: watching them would spin. Retry on the timer
+         * alone, twice per SX_SERVICE_US. */
+        if (wait > 0) {
+            sx_service_watch(svc, !busy);
+            sx_service_wait(svc, wait);
+        }
     }
     return NULL;
 }
 
 static void sx_service_free(sx_service_t *svc)
 {
-    int fds[4] = {svc->timerfd, svc->stopfd, svc->epfd_idle, svc->epfd_serve};
-    for (unsigned i = 0; i < 4; i++) {
+    int fds[3] = {svc->timerfd, svc->stopfd, svc->epfd};
+    for (unsigned i = 0; i < 3; i++) {
         if (fds[i] >= 0)
             close(fds[i]);
     }
@@ -142,22 +176,24 @@ int sx_service_start(struct sx_engine *e)
     svc->idle_ns = e->cfg.service_us * 1000u;
     svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    svc->epfd_idle = epoll_create1(EPOLL_CLOEXEC);
-    svc->epfd_serve = epoll_create1(EPOLL_CLOEXEC);
+    svc->epfd = epoll_create1(EPOLL_CLOEXEC);
     atomic_init(&svc->stop, false);
     /* A new engine gets SX_SERVICE_US to call in before it is served:
      * until then nobody answers its peers (start-up skew, DESIGN.md
      * section 3). */
     atomic_init(&svc->until, sx_time_coarse_ns() + svc->idle_ns);
     int rc = SX_OK;
-    if (svc->timerfd < 0 || svc->stopfd < 0 || svc->epfd_idle < 0 || svc->epfd_serve < 0 ||
-        sx_engine_epoll_add_fd(svc->epfd_idle, svc->timerfd) != SX_OK ||
-        sx_engine_epoll_add_fd(svc->epfd_idle, svc->stopfd) != SX_OK ||
-        sx_engine_epoll_add_fd(svc->epfd_serve, svc->timerfd) != SX_OK ||
-        sx_engine_epoll_add_fd(svc->epfd_serve, svc->stopfd) != SX_OK)
+    if (svc->timerfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
+        sx_engine_epoll_add_fd(svc->epfd, svc->timerfd) != SX_OK ||
+        sx_engine_epoll_add_fd(svc->epfd, svc->stopfd) != SX_OK)
         rc = SX_ERR_IO;
-    for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++)
-        rc = sx_engine_epoll_add_shard(svc->epfd_serve, e->shards[i]);
+    /* Try the interfaces once, so that a failure shows here and not in
+     * the thread; out again until the service serves. */
+    for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++) {
+        rc = sx_engine_epoll_add_shard(svc->epfd, e->shards[i]);
+        if (rc == SX_OK)
+            rc = sx_engine_epoll_del_shard(svc->epfd, e->shards[i]);
+    }
     if (rc != SX_OK) {
         sx_error("service",
                  "cannot set up the engine's service thread (timerfd, eventfd, "
@@ -167,6 +203,12 @@ int sx_service_start(struct sx_engine *e)
         return rc;
     }
     e->service = svc;
+    /* Callers' progress passes keep the service away (shard/env.h); set
+     * before the thread starts, and before any caller can progress. */
+    e->env.svc_half_ns = svc->idle_ns / 2;
+    e->env.svc_push = sx_service_push;
+    e->env.svc_arg = svc;
+    e->env.svc_until = &svc->until;
     /* The thread takes no signals; they belong to the application. */
     sigset_t all, old;
     sigfillset(&all);
@@ -175,6 +217,7 @@ int sx_service_start(struct sx_engine *e)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err != 0) {
         sx_error("service", "cannot start the engine's service thread: %s", strerror(err));
+        e->env.svc_until = NULL;
         e->service = NULL;
         sx_service_free(svc);
         return SX_ERR_NO_MEMORY;
@@ -195,6 +238,7 @@ void sx_service_stop(struct sx_engine *e)
         sx_warn("service", "cannot wake the service thread: %s", strerror(errno));
     if (svc->started)
         pthread_join(svc->tid, NULL);
+    e->env.svc_until = NULL; /* no caller pushes a service that is gone */
     e->service = NULL;
     sx_service_free(svc);
 }

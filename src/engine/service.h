@@ -11,13 +11,21 @@
  * lists); it never runs a callback. Not started with SX_PROGRESS=thread,
  * whose threads progress every shard already, nor with SX_SERVICE_US=0.
  *
- * Callers keep it away at the cost of a coarse clock read per sx_progress
- * and a timerfd_settime(2) at most twice per SX_SERVICE_US: each pushes
- * `until` forward when less than half of it is left, and the service
- * sleeps on that timer, so it does not wake at all while callers are
- * active. Once it serves, it sleeps in epoll on the shards' interfaces and
- * until their earliest timer, so an idle engine wakes it only for its
- * timers, and a caller that comes back sends it back to sleep.
+ * Callers keep it away at the cost of a load and a compare per progress
+ * pass (sx_shard_progress, with the time it reads anyway, through the
+ * shards' env: svc_until, svc_push) and a timerfd_settime(2) at most
+ * twice per SX_SERVICE_US: each pushes `until` forward when less than
+ * half of it is left, and the service sleeps on that timer, so it does
+ * not wake at all while callers are active. Once it serves, it sleeps in
+ * epoll on the shards' interfaces until their earliest timer (at most a
+ * second), so an idle engine wakes it only for its timers and traffic,
+ * and a caller that comes back sends it back to sleep.
+ *
+ * The interfaces are in its epoll set only while it serves: a socket that
+ * an epoll set watches costs every arriving packet a wake-up callback
+ * under the set's lock (one more level for udp's own epoll fd), which
+ * `sx_bench mt` measured at about 4 % of the message rate on the 2-core
+ * VM when the set held them for the engine's whole life.
  *
  * Synchronization:
  *
@@ -26,6 +34,7 @@
  *   until                  | callers (push), any    | relaxed load; CAS to move it
  *   timerfd                | callers (push) and the | timerfd_settime, any thread
  *                          | service thread         |
+ *   epfd, watching         | the service thread     | epoll_ctl (start: creation)
  *   wakeups                | the service thread     | sx_stat_add; read by any
  *   sx_service_start/stop  | engine create/destroy  |
  */
@@ -38,7 +47,6 @@
 #include <stdint.h>
 
 #include "common/stat.h"
-#include "common/time.h"
 
 struct sx_engine;
 
@@ -47,8 +55,8 @@ typedef struct sx_service {
     uint64_t idle_ns;       /* SX_SERVICE_US */
     int timerfd;            /* fires at `until` */
     int stopfd;             /* eventfd: destruction */
-    int epfd_idle;          /* timerfd, stopfd */
-    int epfd_serve;         /* those and every shard's interfaces */
+    int epfd;               /* timerfd, stopfd; the shards' interfaces while serving */
+    bool watching;          /* the shards' interfaces are in epfd (service thread) */
     pthread_t tid;
     bool started;
     atomic_bool stop;
@@ -63,18 +71,9 @@ int sx_service_start(struct sx_engine *engine);
 /** Stops and joins it; first thing at destruction. */
 void sx_service_stop(struct sx_engine *engine);
 
-/** Moves `until` to @p now plus SX_SERVICE_US and the timer with it. */
-void sx_service_push(sx_service_t *svc, uint64_t now);
-
-/** A caller progressed the engine: the service stays away for
- *  SX_SERVICE_US. Any thread. */
-static inline void sx_service_note_call(sx_service_t *svc)
-{
-    if (svc == NULL)
-        return;
-    uint64_t now = sx_time_coarse_ns();
-    if (now + svc->idle_ns / 2 > atomic_load_explicit(&svc->until, memory_order_relaxed))
-        sx_service_push(svc, now);
-}
+/** Moves `until` to @p now plus SX_SERVICE_US and the timer with it
+ *  (the shards' env svc_push, with the service as its argument). Any
+ *  thread. */
+void sx_service_push(void *svc, uint64_t now);
 
 #endif /* SX_ENGINE_SERVICE_H */

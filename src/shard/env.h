@@ -13,10 +13,13 @@
  *   peers          | see shard/peer.h             | receive paths, under RCU
  *   handlers       | see shard/handlers.h         | receive paths (acquire)
  *   mem            | see shard/mem.h              | the RMA target, under RCU
+ *   svc_*          | engine creation, before the  | callers' progress passes
+ *                  | service thread starts        | (*svc_until: relaxed load)
  */
 #ifndef SX_SHARD_ENV_H
 #define SX_SHARD_ENV_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +55,13 @@ typedef struct sx_shard_env {
     struct sx_peer_table *peers;
     struct sx_handlers *handlers;
     struct sx_mem_table *mem;
+    /* The engine's service (engine/service.h), when it runs: a caller's
+     * progress pass keeps it away, calling svc_push when less than
+     * svc_half_ns is left before *svc_until. NULL svc_until: no service. */
+    _Atomic uint64_t *svc_until;
+    uint64_t svc_half_ns;
+    void (*svc_push)(void *svc_arg, uint64_t now);
+    void *svc_arg;
 } sx_shard_env_t;
 
 #endif /* SX_SHARD_ENV_H */

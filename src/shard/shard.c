@@ -429,14 +429,24 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
     sx_stat_set(&shard->stats.tl_rx_ack_socket, iface->stats.rx_ack_socket);
 }
 
-int sx_shard_progress(sx_shard_t *shard)
+/* One progress pass; -1 (and nothing done) if another thread holds the
+ * token. */
+static int sx_shard_pass(sx_shard_t *shard)
 {
     size_t ran = 0;
 
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, &ran))
-        return 0;
+        return -1;
+    uint64_t now = sx_time_ns();
+    /* A caller is here: the engine's service stays away (service.h). One
+     * load and a compare; the push itself at most twice per
+     * SX_SERVICE_US. */
+    const sx_shard_env_t *env = shard->env;
+    if (!shard->serving && env != NULL && env->svc_until != NULL &&
+        now + env->svc_half_ns > atomic_load_explicit(env->svc_until, memory_order_relaxed))
+        env->svc_push(env->svc_arg, now);
     int polled = sx_shard_poll_locked(shard);
-    unsigned fired = sx_wheel_expire(shard->wheel, sx_time_ns());
+    unsigned fired = sx_wheel_expire(shard->wheel, now);
     /* What the service received and completed while no caller came: a
      * caller's pass hands it up. */
     int deferred = shard->deferred && !shard->serving ? sx_shard_run_deferred_locked(shard) : 0;
@@ -455,13 +465,21 @@ int sx_shard_progress(sx_shard_t *shard)
     return (int)ran + polled + (int)fired + deferred;
 }
 
+int sx_shard_progress(sx_shard_t *shard)
+{
+    int n = sx_shard_pass(shard);
+    return n < 0 ? 0 : n;
+}
+
 int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
 {
     /* The calling thread is the service thread: the acquisition marks the
-     * tenure as serving, and the flush hook notes the next timer. */
-    shard->svc_next_ns = UINT64_MAX;
-    int n = sx_shard_progress(shard);
-    *next_ns_p = n > 0 || shard->svc_next_ns != UINT64_MAX ? shard->svc_next_ns : UINT64_MAX;
+     * tenure as serving, and the flush hook notes the next timer there
+     * (svc_next_ns is the token holder's, like every shard field). */
+    *next_ns_p = UINT64_MAX;
+    int n = sx_shard_pass(shard);
+    if (n >= 0)
+        *next_ns_p = shard->svc_next_ns;
     return n;
 }
 

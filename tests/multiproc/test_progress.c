@@ -2,7 +2,8 @@
  * Progress modes: SX_PROGRESS=thread moves messages with no caller ever
  * calling sx_progress, including after the threads went to sleep (no lost
  * wake-up), and an engine is destroyed while its threads sleep in epoll;
- * sx_engine_fd becomes readable when a datagram is waiting.
+ * sx_engine_fd becomes readable when a datagram is waiting; the engine's
+ * service waits out a callback that holds a shard for long.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,6 +144,80 @@ static void test_engine_fd(void **state)
     sx_engine_destroy(b);
 }
 
+/* The engine's service meets a shard whose token a caller holds for a
+ * long time: a handler that computes for a second while its peer keeps
+ * sending. The shard's socket stays readable all along; the service must
+ * retry on its timer (twice per SX_SERVICE_US) instead of spinning on the
+ * socket, and everything arrives once the handler returns. */
+typedef struct long_handler {
+    sx_engine_h engine;
+    uint64_t wakeups_before, wakeups_after;
+    am_rx_t rx;
+} long_handler_t;
+
+static void on_compute(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    long_handler_t *h = arg;
+    volatile uint64_t x = 0;
+
+    (void)peer_id;
+    (void)tag;
+    (void)data;
+    (void)len;
+    assert_int_equal(sx_stats_value(h->engine, "svc_wakeups", &h->wakeups_before), SX_OK);
+    /* The scenario: the application computes inside a callback. */
+    for (uint64_t start = sx_time_ns(); sx_time_ns() - start < 1000000000ull;)
+        x += 1;
+    assert_int_equal(sx_stats_value(h->engine, "svc_wakeups", &h->wakeups_after), SX_OK);
+}
+
+static void on_checked(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    (void)peer_id;
+    (void)tag;
+    am_check(&((long_handler_t *)arg)->rx, data, len);
+}
+
+static void test_service_meets_a_callback_that_computes(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv_a[] = {{"PROGRESS", "thread"}, {"SHARDS", "1"}};
+    const sx_config_kv_t kv_b[] = {{"SHARDS", "1"}};
+    sx_engine_h a = am_engine(kv_a, 2), b = am_engine(kv_b, 1);
+    long_handler_t h = {.engine = b};
+    counters_t c = {0};
+    enum { n = 100, len = 1500 };
+    static uint8_t buf[n][len]; /* each send's buffer is ours until it completes */
+    uint8_t first[8] = {0};
+
+    sx_peer_h to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    assert_int_equal(sx_am_register(b, 5, on_compute, &h), SX_OK);
+    assert_int_equal(sx_am_register(b, 4, on_checked, &h), SX_OK);
+    struct iovec iov = {first, sizeof(first)};
+    assert_int_equal(sx_send(to_b, 5, &iov, 1, on_done, &c), SX_INPROGRESS);
+    for (unsigned i = 0; i < n; i++) {
+        am_fill(buf[i], len, i);
+        iov = (struct iovec){buf[i], len};
+        assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    }
+    uint64_t start = sx_time_ns();
+    while (h.rx.received < n && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        sx_progress(b);
+    assert_true(wait_for(&c.completed, n + 1));
+    assert_int_equal(atomic_load(&c.failed), 0);
+    assert_int_equal(h.rx.received, n);
+    assert_int_equal(h.rx.errors, 0);
+    /* 10 ms SX_SERVICE_US: about 200 retries in the second; a service
+     * spinning on the readable socket makes tens of thousands. */
+    uint64_t wakes = h.wakeups_after - h.wakeups_before;
+    print_message("    service wake-ups while the handler computed 1 s: %llu\n",
+                  (unsigned long long)wakes);
+    assert_true(wakes < 1000);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -150,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_threads_in_global_mode),
         cmocka_unit_test(test_destroy_while_threads_sleep),
         cmocka_unit_test(test_engine_fd),
+        cmocka_unit_test(test_service_meets_a_callback_that_computes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
