@@ -16,6 +16,12 @@
  *                               until shardx declares the peer failed and the
  *                               BTL's error callback makes ob1 abort the job
  *                               (run_mpi.sh expects that failure)
+ *   btl_suite busy MS [MID]     rank 1 computes for MS milliseconds before its
+ *                               first MPI call after MPI_Init, and for MID (MS
+ *                               unless given) halfway through, while rank 0
+ *                               sends eager and rendezvous messages (RGET or
+ *                               the put pipeline) to it; nothing may fail,
+ *                               every byte checked
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -420,6 +426,59 @@ static void test_coll(void)
         printf("coll: barrier, bcast, allreduce, allgather, alltoall: ok\n");
 }
 
+/* The application computing: no MPI call for @p ms. */
+static void compute(unsigned ms)
+{
+    double until = MPI_Wtime() + ms / 1000.0;
+    volatile unsigned long x = 0;
+    while (MPI_Wtime() < until)
+        x++;
+}
+
+/*
+ * A rank that computes for longer than the peer timeout, right after
+ * MPI_Init and again mid-stream, must not be taken for dead: shardx's
+ * engine answers for it (SX_SERVICE_US). Rank 0 posts every send at once
+ * and waits; rank 1 receives half, computes again, receives the rest.
+ */
+static void test_busy(unsigned ms, unsigned mid_ms)
+{
+    enum { N = 24 };
+    static const size_t sizes_[N] = {0,       1,  100,  4096,  8000,  8192 + 64, 65536, 100000,
+                                     1048576, 8,  3000, 70000, 2,     500000,    16,    2097152,
+                                     9000,    40, 64,   128,   65000, 1048577,   12,    300000};
+    uint8_t *buf[N];
+    MPI_Request req[N];
+
+    if (rank > 1)
+        return;
+    for (int i = 0; i < N; i++)
+        buf[i] = xmalloc(sizes_[i]);
+    if (rank == 1) {
+        compute(ms);
+        for (int i = 0; i < N; i++) {
+            MPI_Status st;
+            int count;
+            if (i == N / 2)
+                compute(mid_ms);
+            MPI_OK(MPI_Recv(buf[i], (int)sizes_[i], MPI_BYTE, 0, 800 + i, MPI_COMM_WORLD, &st));
+            MPI_OK(MPI_Get_count(&st, MPI_BYTE, &count));
+            CHECK((size_t)count == sizes_[i], "busy: received %d bytes, expected %zu", count,
+                  sizes_[i]);
+            verify(buf[i], 0, sizes_[i], (unsigned)i, "busy");
+        }
+    } else {
+        for (int i = 0; i < N; i++) {
+            fill(buf[i], 0, sizes_[i], (unsigned)i);
+            MPI_OK(
+                MPI_Isend(buf[i], (int)sizes_[i], MPI_BYTE, 1, 800 + i, MPI_COMM_WORLD, &req[i]));
+        }
+        MPI_OK(MPI_Waitall(N, req, MPI_STATUSES_IGNORE));
+    }
+    for (int i = 0; i < N; i++)
+        free(buf[i]);
+}
+
 /* Rank 1 stops for good; rank 0's messages are never acknowledged, so
  * after SX_PEER_TIMEOUT_MS shardx fails the channel and reports the peer,
  * and the BTL hands that to ob1's error callback, which aborts the job.
@@ -467,8 +526,12 @@ int main(int argc, char **argv)
         test_coll();
     else if (strcmp(test, "peerfail") == 0)
         test_peerfail();
-    else
-        CHECK(0, "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail)", test);
+    else if (strcmp(test, "busy") == 0) {
+        unsigned ms = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 5000u;
+        test_busy(ms, argc > 3 ? (unsigned)strtoul(argv[3], NULL, 0) : ms);
+    } else
+        CHECK(0, "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail, busy)",
+              test);
 
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
     MPI_Finalize();
