@@ -178,12 +178,15 @@ static int shardx_engine_create(sx_engine_h *engine_p)
     n++;
 
     /* Which address the engine will bind: this BTL's parameter, else the
-     * environment, else shardx's default (loopback). */
+     * environment, else shardx's default (every interface, loopback for
+     * this node). Only a loopback address set on purpose keeps the job on
+     * this node; otherwise the engine's card says what reaches (add_procs
+     * asks it through sx_peer_add). */
     const char *bind = getenv("SX_BIND_ADDR");
     for (size_t i = 0; i < n; i++)
         if (strcmp(kv[i].name, "BIND_ADDR") == 0)
             bind = kv[i].value;
-    c->loopback_only = bind == NULL || bind[0] == '\0' || strncmp(bind, "127.", 4) == 0;
+    c->loopback_only = bind != NULL && strncmp(bind, "127.", 4) == 0;
 
     char name[64];
     snprintf(name, sizeof(name), "btl_shardx[%s]", OPAL_NAME_PRINT(OPAL_PROC_MY_NAME));

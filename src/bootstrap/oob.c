@@ -39,8 +39,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -274,6 +276,41 @@ void sx_oob_redispatch(sx_oob_t *oob, oob_fifo_t *batch)
 }
 
 /* ------------------------------------------------------------ open, close */
+
+void sx_oob_pick_host(const char *toward, char *host, size_t cap)
+{
+    struct sockaddr_in sa;
+
+    snprintf(host, cap, "127.0.0.1");
+    /* The source address of the route there: connect(2) on a UDP socket
+     * picks it without sending anything. */
+    if (toward != NULL && oob_parse_addr(toward, &sa) == SX_OK) {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in me;
+        socklen_t len = sizeof(me);
+        bool ok = fd >= 0 && connect(fd, (const struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                  getsockname(fd, (struct sockaddr *)&me, &len) == 0 &&
+                  me.sin_addr.s_addr != htonl(INADDR_ANY);
+        if (fd >= 0)
+            close(fd);
+        if (ok) {
+            inet_ntop(AF_INET, &me.sin_addr, host, (socklen_t)cap);
+            return;
+        }
+    }
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) != 0)
+        return;
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_addr != NULL && ifa->ifa_addr->sa_family == AF_INET &&
+            (ifa->ifa_flags & IFF_UP) != 0 && (ifa->ifa_flags & IFF_LOOPBACK) == 0) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)ifa->ifa_addr;
+            inet_ntop(AF_INET, &in->sin_addr, host, (socklen_t)cap);
+            break;
+        }
+    }
+    freeifaddrs(list);
+}
 
 int sx_oob_open(uint64_t self_id, const char *bind_host, uint16_t port, sx_oob_t **oob_p)
 {

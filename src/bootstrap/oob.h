@@ -81,6 +81,15 @@ typedef void (*sx_oob_cb_t)(void *arg, int status, uint64_t peer, uint32_t tag, 
  *  port @p port (0: any), and starts its progress thread. */
 int sx_oob_open(uint64_t self_id, const char *bind_host, uint16_t port, sx_oob_t **oob_p);
 
+/**
+ * An address for an OOB endpoint when none is configured: the source
+ * address of the route towards @p toward ("host:port", e.g. sx_run's
+ * rendezvous; NULL: none), else the first IPv4 address of an interface
+ * that is up and not loopback, else 127.0.0.1. Writes it to @p host (at
+ * most @p cap bytes). Any thread; may block in name resolution.
+ */
+void sx_oob_pick_host(const char *toward, char *host, size_t cap);
+
 /** Closes every connection, completes every pending operation with
  *  SX_ERR_SHUTDOWN, joins the thread and frees the endpoint. Not from a
  *  callback. */

@@ -58,8 +58,13 @@
       "libfabric provider for the ofi transport (fi_info -t FI_EP_DGRAM lists them); "        \
       "empty: the first datagram provider libfabric prefers. Without a fabric device, "       \
       "ofi is only considered when this is set or SX_TRANSPORTS is.")                         \
-    X(BIND_ADDR, STRING, bind_addr, "127.0.0.1", 0, 0, NULL,                                  \
-      "IPv4 address the udp transport (and ofi over a sockets provider) binds to.")           \
+    X(BIND_ADDR, STRING, bind_addr, "", 0, 0, NULL,                                           \
+      "Where the udp transport listens. Empty: every interface that is up, offering each "    \
+      "non-loopback IPv4 address to peers on other hosts and loopback to those on this one. " \
+      "Interface names and subnets separated by commas (\"eth0,10.1.0.0/16\"), all preceded " \
+      "by ^ to exclude them (\"^docker0\"): those addresses only. One IPv4 address, with an " \
+      "optional :port: that address alone (127.0.0.1 keeps a job on this host). ofi over a "  \
+      "sockets provider and the OOB bind one address: this one, else 127.0.0.1.")             \
     X(NET_DEVICES, STRING, net_devices, "", 0, 0, NULL,                                       \
       "Devices the network transport may use, as a comma-separated list of names: verbs "     \
       "devices (\"mlx5_0,mlx5_1\") or network interfaces (\"eth0,eth1\"); empty: any. "       \

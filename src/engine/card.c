@@ -177,10 +177,18 @@ int sx_card_reachable(struct sx_engine *e, uint64_t peer_id, const struct sx_pee
             for (unsigned k = 0; k < peer->addr[i].len && o + 3 < sizeof(text); k++)
                 o += (size_t)snprintf(text + o, sizeof(text) - o, "%02x", peer->addr[i].bytes[k]);
         }
-        sx_error("peer", "sx_peer_add: peer %llu's shard %u has %s address (%s) for %s%s%s",
+        /* Unreachable: say what we offer too, so both ends are named. */
+        char ours[160] = "";
+        uint8_t self[SX_TL_ADDR_MAX];
+        size_t slen = sizeof(self);
+        if (rc != SX_ERR_INVALID_PARAM && iface->ops->addr_str != NULL &&
+            iface->ops->local_addr(iface, self, &slen) == SX_OK)
+            iface->ops->addr_str(iface, self, slen, ours, sizeof(ours));
+        sx_error("peer", "sx_peer_add: peer %llu's shard %u has %s address (%s) for %s%s%s%s%s",
                  (unsigned long long)peer_id, i,
                  rc == SX_ERR_INVALID_PARAM ? "a malformed" : "an unreachable", text, mine,
-                 e->net_variant[0] ? "/" : "", e->net_variant);
+                 e->net_variant[0] ? "/" : "", e->net_variant, ours[0] != '\0' ? "; ours: " : "",
+                 ours);
         return rc == SX_ERR_INVALID_PARAM ? SX_ERR_INVALID_PARAM : SX_ERR_PEER_UNREACHABLE;
     }
     return SX_OK;

@@ -1,4 +1,5 @@
 /* Start-up: the OOB endpoint, sx_engine_join and the job barrier. */
+#include <arpa/inet.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,16 +23,20 @@ int sx_engine_bootstrap_init(struct sx_engine *e)
     if (!sxrun && !sx_cpc_oob_requested(e->cfg.cpc))
         return SX_OK;
     /* SX_BIND_ADDR may pin the udp port ("a.b.c.d:port"); the OOB takes
-     * the address only, with a port of its own. */
+     * the address only, with a port of its own. When it names no single
+     * address (empty: every interface; or a filter), the OOB takes the
+     * one that reaches sx_run's rendezvous, else the first interface's. */
     char host[64];
+    struct in_addr ip;
     snprintf(host, sizeof(host), "%s", e->cfg.bind_addr);
     char *colon = strchr(host, ':');
     if (colon != NULL)
         *colon = '\0';
+    if (inet_pton(AF_INET, host, &ip) != 1)
+        sx_oob_pick_host(sxrun ? getenv("SX_RUN_ADDR") : NULL, host, sizeof(host));
     int rc = sx_oob_open(e->env.epoch, host, 0, &e->oob);
     if (rc != SX_OK)
-        sx_error("engine", "cannot open the OOB endpoint on %s: %s", e->cfg.bind_addr,
-                 sx_strerror(rc));
+        sx_error("engine", "cannot open the OOB endpoint on %s: %s", host, sx_strerror(rc));
     return rc;
 }
 

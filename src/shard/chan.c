@@ -89,7 +89,13 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     c->snd_una = c->snd_nxt = c->last_ack = shard->seq_start;
     c->rcv_nxt = c->rcv_dlv = shard->seq_start;
     c->snd_window = p->window;
-    c->dgram_max = iface->caps.mtu;
+    /* The route's MTU where the transport knows it (udp over Ethernet:
+     * 1472, over loopback: 65000); the handshake confirms it. */
+    c->pmtu_ceiling =
+        iface->ops->dest_mtu != NULL ? iface->ops->dest_mtu(iface, c->dest) : iface->caps.mtu;
+    if (c->pmtu_ceiling == 0 || c->pmtu_ceiling > iface->caps.mtu)
+        c->pmtu_ceiling = iface->caps.mtu;
+    c->dgram_max = c->pmtu_ceiling;
     c->rto_ns = p->rto_init_ns;
     /* Until the peer's first ACK says otherwise, its receive window is as
      * large as ours (the same configuration in one job). */
@@ -271,6 +277,13 @@ int sx_chan_set_dest_locked(sx_chan_t *c, const void *addr, size_t len)
     sx_shard_tx_post_locked(c->shard);
     iface->ops->addr_remove(iface, c->dest);
     c->dest = dest;
+    if (iface->ops->dest_mtu != NULL) {
+        size_t mtu = iface->ops->dest_mtu(iface, dest);
+        if (mtu != 0 && mtu < c->pmtu_ceiling)
+            c->pmtu_ceiling = mtu;
+        if (c->dgram_max > c->pmtu_ceiling)
+            c->dgram_max = c->pmtu_ceiling;
+    }
     return SX_OK;
 }
 

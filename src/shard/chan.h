@@ -215,6 +215,8 @@ typedef struct sx_chan {
     uint32_t rcv_isn;                    /* the peer's, once synced */
     uint32_t snd_window;                 /* packets in flight: the smaller of both windows */
     size_t dgram_max;                    /* datagram size: the smaller of both ends' */
+    size_t pmtu_ceiling;                 /* ours: the route's MTU, lowered by unanswered probes */
+    unsigned conn_rung_tries;            /* probes sent at this datagram size */
     uint32_t conn_nonce;
     unsigned conn_tries;
     uint64_t conn_start_ns;

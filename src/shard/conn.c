@@ -16,6 +16,19 @@
 
 /* Retries back off from the initial RTO up to this. */
 #define SX_CONN_RETRY_MAX_NS 1000000000ull
+/* Unanswered CONNECTs to one of the peer's addresses before the next is
+ * tried (sx_tl_ops_t.addr_next). */
+#define SX_CONN_TRIES_PER_ADDR 3
+/* Unanswered probes of one size before a smaller one is tried: RFC 8899
+ * section 5.1.2's MAX_PROBES. */
+#define SX_CONN_PROBES_PER_SIZE 3
+
+/* Datagram sizes to step down through when probes go unanswered: the
+ * payloads of 9000-byte (jumbo), 1500-byte (Ethernet) and 1280-byte
+ * (the IPv6 minimum, RFC 8200) IPv4 paths, then 576 bytes, the datagram
+ * every IPv4 host must accept (RFC 791). Each is what the path carries
+ * less 28 bytes of IPv4 and UDP headers. */
+static const size_t conn_rungs[] = {8972, 1472, 1252, 548};
 
 void sx_ctrl_write(uint8_t *out, const sx_ctrl_t *c)
 {
@@ -61,12 +74,17 @@ static void conn_drop(sx_chan_t *c, const char *why)
              (unsigned long long)c->peer->id, why);
 }
 
-/* Where the peer's shard is, for diagnoses. */
+/* Where the peer's shard is, for diagnoses: the address in use, else
+ * the card's. */
 static void conn_peer_addr(const sx_chan_t *c, char *buf, size_t cap)
 {
     sx_tl_iface_t *iface = conn_iface(c);
     const sx_peer_addr_t *a = &c->peer->addr[c->lane];
 
+    if (iface->ops->dest_str != NULL) {
+        iface->ops->dest_str(iface, c->dest, buf, cap);
+        return;
+    }
     if (iface->ops->addr_str != NULL) {
         iface->ops->addr_str(iface, a->bytes, a->len, buf, cap);
         return;
@@ -94,7 +112,7 @@ static void conn_send(sx_chan_t *c, sx_ctrl_t *ctrl, size_t total_len, bool raw)
         total_len = sizeof(small);
     }
     ctrl->cpc = c->conn_method->ops->id;
-    ctrl->mtu = (uint32_t)conn_iface(c)->caps.mtu;
+    ctrl->mtu = (uint32_t)c->pmtu_ceiling;
     ctrl->window = env->conf.window;
     ctrl->isn = c->snd_isn;
     sx_ctrl_write(buf + SX_WIRE_HDR_LEN, ctrl);
@@ -169,11 +187,71 @@ static void conn_transmit(sx_chan_t *c)
 {
     c->conn_tries++;
     if (c->conn_small_ok) {
+        c->conn_rung_tries++;
         if (c->conn_probe_start_ns == 0)
             c->conn_probe_start_ns = sx_time_ns();
         conn_send_op(c, SX_CTRL_PROBE, c->conn_nonce, (uint32_t)c->dgram_max);
     }
     conn_send_op(c, SX_CTRL_CONNECT, c->conn_nonce, 0);
+}
+
+/*
+ * No answer yet to SX_CONN_TRIES_PER_ADDR CONNECTs: the next of the
+ * peer's addresses, if its card offered more than one (the tcp BTL and
+ * usnic try each pair the same way). The log line names both ends.
+ */
+static void conn_next_addr(sx_chan_t *c)
+{
+    sx_tl_iface_t *iface = conn_iface(c);
+    char why[160] = "";
+
+    if (iface->ops->addr_next == NULL)
+        return;
+    int rc = iface->ops->addr_next(iface, c->dest, why, sizeof(why));
+    if (rc != SX_OK && rc != SX_ERR_NOT_FOUND)
+        return;
+    if (rc == SX_ERR_NOT_FOUND && strstr(why, "->") == NULL)
+        return; /* one address only */
+    sx_info(
+        "cpc",
+        "shard %u: no answer from peer %llu shard %u to %u connection requests; trying its next "
+        "address: %s%s",
+        c->shard->index, (unsigned long long)c->peer->id, c->lane, c->conn_tries, why,
+        rc == SX_ERR_NOT_FOUND ? " (all tried: starting over)" : "");
+    size_t mtu = iface->ops->dest_mtu != NULL ? iface->ops->dest_mtu(iface, c->dest) : 0;
+    if (mtu != 0 && mtu <= iface->caps.mtu)
+        c->pmtu_ceiling = c->dgram_max = mtu;
+}
+
+/*
+ * The peer answers small datagrams but not SX_CONN_PROBES_PER_SIZE probes
+ * of dgram_max bytes: a link on the path has a smaller MTU than the
+ * route says (a switch port without jumbo frames). Steps down to the next
+ * size below (RFC 8899 section 5.3, the search when a probe is lost) and
+ * probes that; false at the smallest, where the connect timeout then
+ * reports SX_ERR_PATH_MTU. The next CONNECT carries the new size, so the
+ * peer's datagrams shrink too.
+ */
+static bool conn_step_down(sx_chan_t *c)
+{
+    size_t next = 0;
+    for (size_t i = 0; i < sizeof(conn_rungs) / sizeof(conn_rungs[0]) && next == 0; i++)
+        if (conn_rungs[i] < c->dgram_max)
+            next = conn_rungs[i];
+    if (next == 0)
+        return false;
+    char addr[96];
+    conn_peer_addr(c, addr, sizeof(addr));
+    sx_warn("cpc",
+            "shard %u: peer %llu shard %u at %s answers small datagrams but none of %u probes of "
+            "%zu bytes: a link on the path has a smaller MTU; trying %zu-byte datagrams",
+            c->shard->index, (unsigned long long)c->peer->id, c->lane, addr, c->conn_rung_tries,
+            c->dgram_max, next);
+    sx_stat_add(&c->shard->stats.pmtu_steps, 1);
+    c->pmtu_ceiling = c->dgram_max = next;
+    c->conn_rung_tries = 0;
+    c->conn_retry_ns = c->shard->env->conf.rto_init_ns;
+    return true;
 }
 
 static void conn_fail(sx_chan_t *c)
@@ -232,6 +310,10 @@ static void conn_timer_fire(sx_timer_t *timer, void *arg)
         conn_fail(c);
         return;
     }
+    if (!c->conn_small_ok && c->conn_tries % SX_CONN_TRIES_PER_ADDR == 0)
+        conn_next_addr(c);
+    else if (c->conn_small_ok && !c->conn_probe_ok && c->conn_rung_tries >= SX_CONN_PROBES_PER_SIZE)
+        (void)conn_step_down(c);
     conn_transmit(c);
     c->conn_retry_ns *= 2;
     if (c->conn_retry_ns > SX_CONN_RETRY_MAX_NS)
@@ -252,6 +334,7 @@ void sx_conn_start_locked(sx_chan_t *c)
     c->conn_start_ns = sx_time_ns();
     c->conn_retry_ns = p->rto_init_ns;
     c->conn_tries = 0;
+    c->conn_rung_tries = 0;
     while (c->conn_nonce == 0)
         c->conn_nonce = (uint32_t)(sx_time_ns() * 0x9e3779b97f4a7c15ull >> 32) ^ c->snd_isn;
     conn_transmit(c);
@@ -280,7 +363,7 @@ static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
         c->rcv_synced = true;
     }
     c->snd_window = m->window < p->window ? m->window : p->window;
-    size_t mine = conn_iface(c)->caps.mtu;
+    size_t mine = c->pmtu_ceiling;
     c->dgram_max = m->mtu < mine ? m->mtu : mine;
     return true;
 }

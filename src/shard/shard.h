@@ -97,7 +97,8 @@ struct sx_shard_guest {
     X(svc_deferred, "callbacks the service left for the next sx_progress caller")          \
     X(rwnd_stalls, "flushes stopped by the peer's receive window (flow control)")          \
     X(peer_probes, "probes of a closed window or of a peer that owes answers (persist)")   \
-    X(own_stalls, "timeouts that found this process had not run: not held against a peer")
+    X(own_stalls, "timeouts that found this process had not run: not held against a peer") \
+    X(pmtu_steps, "datagram sizes given up at connect: probes of them went unanswered")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;

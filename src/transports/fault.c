@@ -720,6 +720,28 @@ static int fault_arm(sx_tl_iface_t *iface)
     return inner->ops->arm != NULL ? inner->ops->arm(inner) : SX_OK;
 }
 
+static size_t fault_dest_mtu(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    return inner->ops->dest_mtu != NULL ? inner->ops->dest_mtu(inner, dest) : inner->caps.mtu;
+}
+
+static void fault_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, size_t cap)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    if (inner->ops->dest_str != NULL)
+        inner->ops->dest_str(inner, dest, buf, cap);
+    else
+        snprintf(buf, cap, "(destination %u)", (unsigned)dest);
+}
+
+static int fault_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    return inner->ops->addr_next != NULL ? inner->ops->addr_next(inner, dest, why, cap)
+                                         : SX_ERR_NOT_FOUND;
+}
+
 int sx_tl_fault_stats_get(const sx_tl_iface_t *iface, sx_tl_fault_stats_t *stats_p)
 {
     if (iface == NULL || stats_p == NULL || iface->ops != &sx_tl_fault_ops)
@@ -746,6 +768,10 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     .addr_check = fault_addr_check,
     .variant = fault_variant,
     .arm = fault_arm,
+    /* The inner interface's answers and address change; token holder. */
+    .dest_mtu = fault_dest_mtu,
+    .dest_str = fault_dest_str,
+    .addr_next = fault_addr_next,
     /* Delegates; held datagrams to it are dropped on release; token holder. */
     .addr_remove = fault_addr_remove,
     /* Applies the faults per datagram and passes the survivors on; copies

@@ -396,7 +396,8 @@ static int ofi_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DE
  */
 int sx_ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why, size_t cap)
 {
-    const char *bind = config->bind_addr != NULL ? config->bind_addr : "127.0.0.1";
+    const char *bind =
+        config->bind_addr != NULL && config->bind_addr[0] != '\0' ? config->bind_addr : "127.0.0.1";
     const char *device =
         config->device != NULL && config->device[0] != '\0' ? config->device : NULL;
     struct fi_info *list = NULL, *chosen = NULL;

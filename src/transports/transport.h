@@ -69,9 +69,12 @@ typedef struct sx_tl_caps {
 
 /** Per-interface options, from the engine configuration. */
 typedef struct sx_tl_config {
-    unsigned shard;               /* index of the owning shard */
-    unsigned nshards;             /* shards in the engine */
-    const char *bind_addr;        /* udp: local IPv4/IPv6 address to bind; NULL = loopback */
+    unsigned shard;   /* index of the owning shard */
+    unsigned nshards; /* shards in the engine */
+    /* udp: SX_BIND_ADDR: one local IPv4 address to bind ("a.b.c.d[:port]"),
+     * or NULL/"" for every up interface, or a filter of them ("eth0",
+     * "10.1.0.0/16", "^docker0"; udp_addrs.c) */
+    const char *bind_addr;
     size_t rcvbuf;                /* udp: requested SO_RCVBUF in bytes; 0 = leave default */
     size_t sndbuf;                /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
     int ack_socket;               /* udp: 1 = open a second socket for control datagrams */
@@ -224,6 +227,29 @@ struct sx_tl_ops {
     /** Forgets a destination; later sends to it fail with
      *  SX_ERR_INVALID_PARAM. */
     void (*addr_remove)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
+
+    /**
+     * The largest datagram payload towards @p dest as far as this host
+     * knows (udp: the MTU of its route), at most caps.mtu; the handshake's
+     * probe confirms it. Token holder; never blocks. May be NULL: caps.mtu
+     * for every destination.
+     */
+    size_t (*dest_mtu)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
+
+    /** Writes the address @p dest sends to now, readable ("udp
+     *  10.1.0.2:40000"), for diagnoses; at most @p cap bytes with the NUL.
+     *  Token holder; never blocks. May be NULL (callers print the card's
+     *  address with addr_str). */
+    void (*dest_str)(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, size_t cap);
+
+    /**
+     * Moves @p dest to the next of the peer's addresses it could reach
+     * (the card offered several and the current one got no answer): SX_OK
+     * with "udp A -> udp B" in @p why, SX_ERR_NOT_FOUND when it has tried
+     * them all (it then goes back to the first). Datagrams sent before stay
+     * sent. Token holder; may make a socket. May be NULL: one address.
+     */
+    int (*addr_next)(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap);
 
     /**
      * Sends up to @p count datagrams, in order, without blocking. Sets

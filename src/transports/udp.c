@@ -16,7 +16,9 @@
  * udp_sock.c binds, makes and sizes the sockets, and udp_int.h is what the
  * two files share.
  *
- * Address (the business-card bytes), 8 or 10 bytes, fixed layout:
+ * Address (the business-card bytes). An interface bound to one address
+ * (SX_BIND_ADDR "a.b.c.d", or an SX_NET_DEVICES interface) writes kind 4,
+ * 8 or 10 bytes, fixed layout:
  *
  *   offset  size  field
  *   0       1     family: 4 = IPv4 (no other value is accepted yet)
@@ -27,6 +29,19 @@
  *   8       2     optional: the ACK socket's UDP port, little-endian, never 0
  *                 and never the data port; absent (an 8-byte address) when
  *                 the interface has no ACK socket
+ *
+ * One bound to the wildcard address (the default; udp_addrs.c says how
+ * its addresses are chosen and used) writes kind 5, 14 + 5n bytes:
+ *
+ *   0       1     kind: 5 = a list of IPv4 addresses
+ *   1       1     n, 0 to 8: how many addresses follow
+ *   2       2     UDP port, little-endian, never 0 (every address's)
+ *   4       2     the ACK socket's port, little-endian; 0: none
+ *   6       8     host key, little-endian, never 0: equal for engines that
+ *                 share a boot and a network namespace (loopback then
+ *                 reaches, at the same port)
+ *   14      5n    per address: IPv4 in network byte order, prefix length
+ *                 (0 to 32); never 0.0.0.0 nor in 127.0.0.0/8
  *
  * ACK socket (config->ack_socket, SX_UDP_ACK_SOCKET): the seeds' usnic BTL
  * gives each module a priority channel for ACKs and tiny messages beside
@@ -82,6 +97,10 @@
 #define UDP_ADDR_LEN        8
 #define UDP_ADDR_LEN_ACK    10 /* with the ACK socket's port */
 #define UDP_ADDR_IPV4       4
+#define UDP_ADDR_LIST       5
+#define UDP_LIST_HDR        14
+#define UDP_LIST_ENTRY      5
+#define UDP_MTU_WILDCARD    65000 /* receive buffers: the largest route's (loopback) */
 #define UDP_TX_CREDITS      256
 #define UDP_TX_BATCH        64 /* mmsghdrs per sendmmsg call */
 #define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
@@ -95,6 +114,8 @@ static void udp_close(sx_tl_iface_t *iface);
 static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
 {
     struct sockaddr_in bind_sa;
+    udp_filter_t filter;
+    bool wildcard = false;
     int status;
 
     if (config == NULL || iface_p == NULL)
@@ -112,11 +133,26 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
                 "shard %u: binding to %s, the IPv4 address of %s (SX_NET_DEVICES; "
                 "SX_BIND_ADDR is not used)",
                 config->shard, ip, config->device);
-    } else {
-        status = sx_udp_parse_bind(config->bind_addr != NULL ? config->bind_addr : "127.0.0.1",
-                                   &bind_sa);
+    } else if (config->bind_addr != NULL && sx_udp_bind_is_single(config->bind_addr)) {
+        status = sx_udp_parse_bind(config->bind_addr, &bind_sa);
         if (status != SX_OK)
             return status;
+    } else {
+        wildcard = true;
+        char why[160];
+        status = sx_udp_filter_parse(config->bind_addr, &filter, why, sizeof(why));
+        if (status != SX_OK) {
+            sx_error(
+                "udp",
+                "invalid value SX_BIND_ADDR='%s': %s; allowed: an IPv4 address a.b.c.d[:port], "
+                "or interface names and subnets a.b.c.d/len separated by commas, all "
+                "preceded by ^ to exclude them; empty: every interface",
+                config->bind_addr, why);
+            return status;
+        }
+        memset(&bind_sa, 0, sizeof(bind_sa));
+        bind_sa.sin_family = AF_INET;
+        bind_sa.sin_addr.s_addr = htonl(INADDR_ANY);
     }
 
     udp_iface_t *u = calloc(1, sizeof(*u));
@@ -134,7 +170,23 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     if (status != SX_OK)
         goto fail;
 
-    size_t mtu = sx_udp_pick_mtu(u->fd, &u->local);
+    u->wildcard = wildcard;
+    u->host_key = sx_udp_host_key(u->netns_dev, u->netns_ino);
+    size_t mtu = wildcard ? UDP_MTU_WILDCARD : sx_udp_pick_mtu(u->fd, &u->local);
+    if (wildcard) {
+        status = sx_udp_scan_local(&filter, u->laddrs, UDP_ADDRS_MAX, &u->nladdrs);
+        if (status != SX_OK)
+            goto fail;
+        char text[256];
+        sx_udp_laddrs_str(u->laddrs, u->nladdrs, text, sizeof(text));
+        if (u->nladdrs == 0 && filter.n != 0)
+            sx_warn("udp",
+                    "shard %u: SX_BIND_ADDR='%s' leaves no interface address: only engines on this "
+                    "host can reach this one",
+                    config->shard, config->bind_addr);
+        sx_debug("udp", "shard %u: every interface, port %u: %s; loopback for this host",
+                 config->shard, ntohs(u->local.sin_port), text);
+    }
     int rcv = 0;
     socklen_t rcvlen = sizeof(rcv);
     if (getsockopt(u->fd, SOL_SOCKET, SO_RCVBUF, &rcv, &rcvlen) != 0 || rcv < 0)
@@ -190,6 +242,27 @@ static int udp_local_addr(sx_tl_iface_t *iface, void *buf, size_t *len_p)
 
     if (buf == NULL || len_p == NULL)
         return SX_ERR_INVALID_PARAM;
+    if (u->wildcard) {
+        len = UDP_LIST_HDR + UDP_LIST_ENTRY * (size_t)u->nladdrs;
+        if (*len_p < len)
+            return SX_ERR_TRUNCATED;
+        uint16_t ack = u->ack_fd >= 0 ? u->ack_port : 0;
+        out[0] = UDP_ADDR_LIST;
+        out[1] = (uint8_t)u->nladdrs;
+        out[2] = (uint8_t)(port & 0xff);
+        out[3] = (uint8_t)(port >> 8);
+        out[4] = (uint8_t)(ack & 0xff);
+        out[5] = (uint8_t)(ack >> 8);
+        for (unsigned i = 0; i < 8; i++)
+            out[6 + i] = (uint8_t)(u->host_key >> (8 * i));
+        for (unsigned i = 0; i < u->nladdrs; i++) {
+            uint8_t *e = out + UDP_LIST_HDR + UDP_LIST_ENTRY * i;
+            memcpy(e, &u->laddrs[i].ip.s_addr, 4);
+            e[4] = u->laddrs[i].prefix;
+        }
+        *len_p = len;
+        return SX_OK;
+    }
     if (*len_p < len)
         return SX_ERR_TRUNCATED;
     out[0] = UDP_ADDR_IPV4;
@@ -206,37 +279,62 @@ static int udp_local_addr(sx_tl_iface_t *iface, void *buf, size_t *len_p)
 }
 
 /*
- * Decodes and checks card bytes (layout above). Returns NULL when they are
- * a valid address, else why not, for the message. *ack_port_p is 0 when
- * the address names no ACK socket.
+ * Decodes and checks card bytes (layouts above) into @p pa. Returns NULL
+ * when they are a valid address, else why not, for the message.
  */
-static const char *udp_addr_decode(const void *addr, size_t len, struct sockaddr_in *sa,
-                                   uint16_t *ack_port_p)
+static const char *udp_addr_decode(const void *addr, size_t len, udp_peer_addr_t *pa)
 {
     const uint8_t *in = addr;
 
-    if (addr == NULL)
+    if (addr == NULL || len < 1)
         return "no address";
+    memset(pa, 0, sizeof(*pa));
+    if (in[0] == UDP_ADDR_LIST) {
+        if (len < UDP_LIST_HDR || in[1] > UDP_ADDRS_MAX ||
+            len != UDP_LIST_HDR + UDP_LIST_ENTRY * (size_t)in[1])
+            return "wrong length for a list of addresses (allowed: 14 + 5 per address, at most 8)";
+        pa->n = in[1];
+        pa->port = (uint16_t)(in[2] | (unsigned)in[3] << 8);
+        pa->ack_port = (uint16_t)(in[4] | (unsigned)in[5] << 8);
+        for (unsigned i = 0; i < 8; i++)
+            pa->host_key |= (uint64_t)in[6 + i] << (8 * i);
+        if (pa->port == 0)
+            return "port 0";
+        if (pa->ack_port == pa->port)
+            return "ACK port equal to the data port";
+        if (pa->host_key == 0)
+            return "host key 0";
+        for (unsigned i = 0; i < pa->n; i++) {
+            const uint8_t *e = in + UDP_LIST_HDR + UDP_LIST_ENTRY * i;
+            memcpy(&pa->ip[i].s_addr, e, 4);
+            pa->prefix[i] = e[4];
+            uint32_t h = ntohl(pa->ip[i].s_addr);
+            if (h == INADDR_ANY || (h >> 24) == 127)
+                return "a listed address is 0.0.0.0 or loopback";
+            if (pa->prefix[i] > 32)
+                return "a prefix length over 32";
+        }
+        return NULL;
+    }
     if (len != UDP_ADDR_LEN && len != UDP_ADDR_LEN_ACK)
         return "wrong length (allowed: 8, or 10 with an ACK port)";
     if (in[0] != UDP_ADDR_IPV4)
-        return "unknown address family (allowed: 4, IPv4)";
+        return "unknown address kind (allowed: 4, one IPv4 address; 5, a list)";
     if (in[1] != 0)
         return "reserved byte is not 0";
-    memset(sa, 0, sizeof(*sa));
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)(in[2] | (unsigned)in[3] << 8));
-    memcpy(&sa->sin_addr.s_addr, in + 4, 4);
-    if (sa->sin_port == 0)
+    pa->n = 1;
+    pa->prefix[0] = 32;
+    pa->port = (uint16_t)(in[2] | (unsigned)in[3] << 8);
+    memcpy(&pa->ip[0].s_addr, in + 4, 4);
+    if (pa->port == 0)
         return "port 0";
-    if (sa->sin_addr.s_addr == htonl(INADDR_ANY))
+    if (pa->ip[0].s_addr == htonl(INADDR_ANY))
         return "address 0.0.0.0";
-    *ack_port_p = 0;
     if (len == UDP_ADDR_LEN_ACK) {
-        *ack_port_p = (uint16_t)(in[8] | (unsigned)in[9] << 8);
-        if (*ack_port_p == 0)
+        pa->ack_port = (uint16_t)(in[8] | (unsigned)in[9] << 8);
+        if (pa->ack_port == 0)
             return "ACK port 0";
-        if (*ack_port_p == ntohs(sa->sin_port))
+        if (pa->ack_port == pa->port)
             return "ACK port equal to the data port";
     }
     return NULL;
@@ -245,31 +343,43 @@ static const char *udp_addr_decode(const void *addr, size_t len, struct sockaddr
 static void udp_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf, size_t cap)
 {
     (void)iface;
-    struct sockaddr_in sa;
-    uint16_t ack_port = 0;
+    udp_peer_addr_t pa;
     char ip[INET_ADDRSTRLEN];
 
-    const char *bad = udp_addr_decode(addr, len, &sa, &ack_port);
-    if (bad != NULL || inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip)) == NULL) {
-        snprintf(buf, cap, "(malformed udp address of %zu bytes: %s)", len,
-                 bad != NULL ? bad : "unprintable");
+    const char *bad = udp_addr_decode(addr, len, &pa);
+    if (bad != NULL) {
+        snprintf(buf, cap, "(malformed udp address of %zu bytes: %s)", len, bad);
         return;
     }
-    if (ack_port != 0)
-        snprintf(buf, cap, "udp %s:%u (ACKs to port %u)", ip, ntohs(sa.sin_port), ack_port);
-    else
-        snprintf(buf, cap, "udp %s:%u", ip, ntohs(sa.sin_port));
+    size_t off;
+    if (((const uint8_t *)addr)[0] == UDP_ADDR_LIST) {
+        off = (size_t)snprintf(buf, cap, "udp port %u on host %016llx:", pa.port,
+                               (unsigned long long)pa.host_key);
+        for (unsigned i = 0; i < pa.n && off < cap; i++) {
+            inet_ntop(AF_INET, &pa.ip[i], ip, sizeof(ip));
+            off += (size_t)snprintf(buf + off, cap - off, " %s/%u", ip, pa.prefix[i]);
+        }
+        if (pa.n == 0 && off < cap)
+            off += (size_t)snprintf(buf + off, cap - off, " loopback only");
+    } else {
+        inet_ntop(AF_INET, &pa.ip[0], ip, sizeof(ip));
+        off = (size_t)snprintf(buf, cap, "udp %s:%u", ip, pa.port);
+    }
+    if (pa.ack_port != 0 && off < cap)
+        snprintf(buf + off, cap - off, " (ACKs to port %u)", pa.ack_port);
 }
 
 /* Whether card bytes are a well-formed udp address, without a log line
  * (sx_peer_add explains a refusal itself). */
 static int udp_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
 {
-    struct sockaddr_in sa;
-    uint16_t ack_port;
+    udp_iface_t *u = (udp_iface_t *)iface;
+    udp_peer_addr_t pa;
+    struct sockaddr_in cand[UDP_CAND_MAX];
 
-    (void)iface;
-    return udp_addr_decode(addr, len, &sa, &ack_port) == NULL ? SX_OK : SX_ERR_INVALID_PARAM;
+    if (udp_addr_decode(addr, len, &pa) != NULL)
+        return SX_ERR_INVALID_PARAM;
+    return sx_udp_candidates(u, &pa, cand, UDP_CAND_MAX) != 0 ? SX_OK : SX_ERR_PEER_UNREACHABLE;
 }
 
 static int udp_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
@@ -281,8 +391,27 @@ static int udp_query(const sx_tl_config_t *config, int named, sx_tl_query_t *q)
     (void)named;
     q->exclusivity = SX_TL_EXCL_SOCKETS;
     if (config->net_devices == NULL || config->net_devices[0] == '\0') {
-        snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s",
-                 config->bind_addr != NULL ? config->bind_addr : "127.0.0.1");
+        const char *bind = config->bind_addr != NULL ? config->bind_addr : "";
+        if (sx_udp_bind_is_single(bind)) {
+            snprintf(q->detail, sizeof(q->detail), "kernel UDP sockets on %s", bind);
+            return SX_OK;
+        }
+        udp_filter_t f;
+        udp_laddr_t la[UDP_ADDRS_MAX];
+        unsigned n = 0;
+        char why[128];
+        if (sx_udp_filter_parse(bind, &f, why, sizeof(why)) != SX_OK) {
+            snprintf(q->detail, sizeof(q->detail), "invalid SX_BIND_ADDR: %s", why);
+            return SX_ERR_INVALID_PARAM;
+        }
+        if (sx_udp_scan_local(&f, la, UDP_ADDRS_MAX, &n) == SX_OK)
+            sx_udp_laddrs_str(la, n, text, sizeof(text));
+        else
+            snprintf(text, sizeof(text), "(cannot list them)");
+        snprintf(q->detail, sizeof(q->detail),
+                 "kernel UDP sockets on every interface: %.*s; "
+                 "loopback for this host",
+                 (int)(sizeof(q->detail) - 64), text);
         return SX_OK;
     }
     int n = sx_udp_scan_devices(config, names, SX_TL_DEVICES, text, sizeof(text), false);
@@ -306,20 +435,49 @@ static int udp_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_
     return n;
 }
 
+/* Points @p d at its candidate @p k: the data and ACK addresses, a
+ * connected send socket when the budget allows, and the route's MTU. */
+static void udp_dest_use(udp_iface_t *u, udp_dest_t *d, unsigned k, uint16_t ack_port)
+{
+    if (d->tx_fd >= 0) {
+        close(d->tx_fd);
+        d->tx_fd = -1;
+        u->connected--;
+    }
+    d->cur = (uint8_t)k;
+    d->sa = d->ack_sa = d->cand[k];
+    if (ack_port != 0)
+        d->ack_sa.sin_port = htons(ack_port);
+    if (u->connected < u->connect_max)
+        sx_udp_connect_dest(u, d);
+    d->mtu = sx_udp_route_mtu(u, &d->sa, d->tx_fd);
+}
+
 static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, sx_tl_dest_t *dest_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
-    struct sockaddr_in sa;
-    uint16_t ack_port = 0;
+    udp_peer_addr_t pa;
+    struct sockaddr_in cand[UDP_CAND_MAX];
     uint32_t slot;
 
     if (dest_p == NULL)
         return SX_ERR_INVALID_PARAM;
     /* The bytes come from a peer's business card: check every field. */
-    const char *bad = udp_addr_decode(addr, len, &sa, &ack_port);
+    const char *bad = udp_addr_decode(addr, len, &pa);
     if (bad != NULL) {
         sx_error("udp", "malformed peer address of %zu bytes: %s", len, bad);
         return SX_ERR_INVALID_PARAM;
+    }
+    unsigned ncand = sx_udp_candidates(u, &pa, cand, UDP_CAND_MAX);
+    if (ncand == 0) {
+        char theirs[160], ours[256];
+        udp_addr_str(iface, addr, len, theirs, sizeof(theirs));
+        sx_udp_laddrs_str(u->laddrs, u->nladdrs, ours, sizeof(ours));
+        sx_error("udp",
+                 "no address pair reaches the peer: it is on another host and offers no address "
+                 "outside it (%s); ours: %s (SX_BIND_ADDR)",
+                 theirs, ours);
+        return SX_ERR_PEER_UNREACHABLE;
     }
 
     if (u->free_head != UDP_DEST_FREE_END) {
@@ -339,16 +497,62 @@ static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, s
         slot = u->ndests++;
     }
     udp_dest_t *d = &u->dests[slot];
-    *d = (udp_dest_t){
-        .sa = sa, .ack_sa = sa, .next_free = UDP_DEST_FREE_END, .tx_fd = -1, .live = true};
-    if (ack_port != 0) {
-        d->ack_sa.sin_port = htons(ack_port);
-        d->has_ack = true;
-    }
-    if (u->connected < u->connect_max)
-        sx_udp_connect_dest(u, d);
+    *d = (udp_dest_t){.next_free = UDP_DEST_FREE_END,
+                      .tx_fd = -1,
+                      .live = true,
+                      .has_ack = pa.ack_port != 0,
+                      .ncand = (uint8_t)ncand};
+    memcpy(d->cand, cand, ncand * sizeof(cand[0]));
+    udp_dest_use(u, d, 0, pa.ack_port);
     *dest_p = slot;
     return SX_OK;
+}
+
+static size_t udp_dest_mtu(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    if (dest >= u->ndests || !u->dests[dest].live)
+        return iface->caps.mtu;
+    return u->dests[dest].mtu;
+}
+
+static void udp_sa_str(const struct sockaddr_in *sa, char *buf, size_t cap)
+{
+    char ip[INET_ADDRSTRLEN];
+
+    inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
+    snprintf(buf, cap, "udp %s:%u", ip, ntohs(sa->sin_port));
+}
+
+static void udp_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, size_t cap)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    if (dest >= u->ndests || !u->dests[dest].live) {
+        snprintf(buf, cap, "(no udp destination %u)", (unsigned)dest);
+        return;
+    }
+    udp_sa_str(&u->dests[dest].sa, buf, cap);
+}
+
+static int udp_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+    char from[48], to[48];
+
+    if (dest >= u->ndests || !u->dests[dest].live)
+        return SX_ERR_INVALID_PARAM;
+    udp_dest_t *d = &u->dests[dest];
+    if (d->ncand < 2)
+        return SX_ERR_NOT_FOUND;
+    unsigned next = (d->cur + 1u) % d->ncand;
+    uint16_t ack_port = d->has_ack ? ntohs(d->ack_sa.sin_port) : 0;
+    udp_sa_str(&d->sa, from, sizeof(from));
+    udp_dest_use(u, d, next, ack_port);
+    udp_sa_str(&d->sa, to, sizeof(to));
+    snprintf(why, cap, "%s -> %s", from, to);
+    return next == 0 ? SX_ERR_NOT_FOUND : SX_OK;
 }
 
 static void udp_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
@@ -667,14 +871,26 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     .close = udp_close,
     /* Encodes the bound address (layout above); any thread, never blocks. */
     .local_addr = udp_local_addr,
-    /* Validates 8 or 10 card bytes, logs why they are refused, and fills a
-     * table slot; token holder; may allocate when the table grows. */
+    /* Validates the card bytes (kind 4 or 5), logs why they are refused,
+     * chooses the peer's address (udp_addrs.c) and fills a table slot;
+     * SX_ERR_PEER_UNREACHABLE, logged with both sides' addresses, when no
+     * pair reaches; token holder; may allocate when the table grows. */
     .addr_insert = udp_addr_insert,
     .addr_str = udp_addr_str,
-    /* Decodes 8 or 10 bytes without inserting them or logging; any thread. */
+    /* Decodes the bytes and checks that a pair of addresses reaches,
+     * without inserting them or logging; any thread. */
     .addr_check = udp_addr_check,
     /* Frees the slot for reuse; later sends to it fail; token holder. */
     .addr_remove = udp_addr_remove,
+    /* The route's MTU, asked of the kernel at insert (IP_MTU); token
+     * holder; never blocks. */
+    .dest_mtu = udp_dest_mtu,
+    /* "udp a.b.c.d:port" of the candidate in use; token holder. */
+    .dest_str = udp_dest_str,
+    /* The next candidate (udp_addrs.c: loopback on this host, same subnet,
+     * routed), with a connected socket of its own when the budget allows;
+     * token holder; makes and closes sockets. */
+    .addr_next = udp_addr_next,
     /* sendmmsg with MSG_DONTWAIT, one call per run of datagrams for the
      * same socket (the data socket, the ACK socket or a destination's
      * connected one); the kernel has copied the data when it returns

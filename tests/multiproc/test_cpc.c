@@ -383,14 +383,20 @@ static void card_set_epoch(uint8_t *card, uint64_t epoch)
         card[8 + i] = (uint8_t)(epoch >> (8 * i));
 }
 
-/* Shard 0's udp address: length 8 (10 with an ACK socket's port after
- * it), family 4, reserved 0, port little-endian, IPv4 in network order. */
+/* Shard 0's udp address: kind 4 (length 8, 10 with an ACK socket's port
+ * after it; reserved 0, port little-endian, IPv4 in network order) or, by
+ * default, kind 5 (length 14 + 5 per address; the count, then the port at
+ * the same place). Engines of one host reach kind 5 on loopback. */
 static uint16_t card_port(const uint8_t *card, size_t len)
 {
     assert_true(len >= 16 + 1 + 8);
-    assert_true(card[16] == 8 || card[16] == 10);
-    assert_int_equal(card[17], 4);
-    assert_int_equal(card[18], 0);
+    if (card[17] == 5) {
+        assert_int_equal(card[16], 14 + 5 * card[18]);
+    } else {
+        assert_true(card[16] == 8 || card[16] == 10);
+        assert_int_equal(card[17], 4);
+        assert_int_equal(card[18], 0);
+    }
     return (uint16_t)(card[19] | card[20] << 8);
 }
 
@@ -404,7 +410,10 @@ static struct sockaddr_in card_sockaddr(const uint8_t *card, size_t len)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET};
     sa.sin_port = htons(card_port(card, len));
-    memcpy(&sa.sin_addr.s_addr, card + 21, 4);
+    if (card[17] == 5)
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* an engine of this host */
+    else
+        memcpy(&sa.sin_addr.s_addr, card + 21, 4);
     return sa;
 }
 
@@ -892,12 +901,51 @@ static void test_unreachable(void **state)
 }
 
 /* A path that drops datagrams over 1400 bytes: CONNECT and ACCEPT pass,
- * the probe of the full datagram size never does. */
-static void test_path_mtu(void **state)
+ * the probe of the route's datagram size (65000 on loopback) never does.
+ * The connector steps down (8972, 1472, then 1252 bytes: RFC 8899) until
+ * a probe is answered, says so, and both directions use the smaller size:
+ * messages of every size arrive whole. */
+static void test_path_mtu_steps_down(void **state)
 {
     (void)state;
     const sx_config_kv_t ka[] = {{"SHARDS", "1"},
                                  {"FAULT", "path_mtu=1400"},
+                                 {"CONNECT_TIMEOUT_MS", "60000"},
+                                 {"PEER_TIMEOUT_MS", "600000"}};
+    const sx_config_kv_t kb[] = {
+        {"SHARDS", "1"}, {"FAULT", "path_mtu=1400"}, {"PEER_TIMEOUT_MS", "600000"}};
+    cp_side_t *a = cp_open(0, ka, 4);
+    cp_side_t *b = cp_open(1, kb, 3);
+    cp_link(0, 1);
+    cp_capture_start();
+    cp_send_ok(a, 1, 2, 8, 100);
+    cp_send_ok(a, 1, 2, 100000, 1000);
+    CP_WAIT(a->done == 4 && b->rx[0].received == 4, "the messages over the small-MTU path");
+    char *log = cp_capture_stop();
+    cp_check_ops(a, 0, 4, SX_OK);
+    cp_check_rx(b, 0, 4);
+    assert_contains(log, "answers small datagrams but none of 3 probes of 65000 bytes");
+    assert_contains(log, "trying 8972-byte datagrams");
+    assert_contains(log, "trying 1252-byte datagrams");
+    free(log);
+    assert_int_equal(cp_stat(a->e, "pmtu_steps"), 3);
+    assert_int_equal(cp_stat(a->e, "chan_failures"), 0);
+    /* The other direction took the size from the CONNECT that followed. */
+    cp_send_ok(b, 0, 2, 100000, 1000);
+    CP_WAIT(b->done == 2 && a->rx[1].received == 2, "the answers over the same path");
+    cp_check_ops(b, 0, 2, SX_OK);
+    cp_check_rx(a, 1, 2);
+    assert_int_equal(cp_stat(b->e, "chan_failures"), 0);
+}
+
+/* A path that drops datagrams over 500 bytes: below the smallest size the
+ * probe tries (548, what every IPv4 host accepts): the channel fails with
+ * SX_ERR_PATH_MTU after the connect timeout, and says why. */
+static void test_path_mtu(void **state)
+{
+    (void)state;
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"},
+                                 {"FAULT", "path_mtu=500"},
                                  {"CONNECT_TIMEOUT_MS", "1500"},
                                  {"PEER_TIMEOUT_MS", "600000"}};
     const sx_config_kv_t kb[] = {{"SHARDS", "1"}};
@@ -918,9 +966,11 @@ static void test_path_mtu(void **state)
     assert_true(ms < 25000);
     assert_contains(log, "smaller MTU");
     assert_contains(log, "answers small datagrams");
+    assert_contains(log, "of 548 bytes");
     assert_contains(log, "SX_ERR_PATH_MTU");
     free(log);
     assert_true(cp_stat(a->e, "ctrl_received") >= 1); /* the ACCEPT */
+    assert_int_equal(cp_stat(a->e, "pmtu_steps"), 4);
     uint8_t byte = 0;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
     assert_int_equal(sx_send(a->peer[1], TAG, &iov, 1, NULL, NULL), SX_ERR_PATH_MTU);
@@ -1586,6 +1636,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_handshake_loss, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_seq_start_differs, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_unreachable, cp_setup, cp_teardown),
+        cmocka_unit_test_setup_teardown(test_path_mtu_steps_down, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_path_mtu, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_ctrl, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_ctrl_implicit, cp_setup, cp_teardown),

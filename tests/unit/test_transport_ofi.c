@@ -110,8 +110,9 @@ static void test_open_caps_and_address(void **state)
     assert_int_equal(port_of(fixed), port);
     fixed->ops->close(fixed);
 
-    static const char *const bad[] = {"0.0.0.0", "garbage", "127.0.0.1:", "127.0.0.1:99999",
-                                      "",        "::1",     "192.0.2.254"};
+    /* (Empty is the default: 127.0.0.1 for ofi.) */
+    static const char *const bad[] = {
+        "0.0.0.0", "garbage", "127.0.0.1:", "127.0.0.1:99999", "::1", "192.0.2.254"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         sx_tl_config_t cfg = {.bind_addr = bad[i], .ofi_provider = "udp"};
         sx_tl_iface_t *iface = NULL;

@@ -63,32 +63,193 @@ static void test_open_caps_and_address(void **state)
     uint8_t addr[SX_TL_ADDR_MAX];
     size_t len = sizeof(addr);
 
-    /* 65000 on loopback; the kernel copies at once, so all of it inline. */
+    /* By default every interface: 65000-byte receive buffers (loopback's
+     * route; each destination has its own, dest_mtu), the kernel copies at
+     * once, so all of it inline. */
     assert_int_equal(a->caps.mtu, 65000);
     assert_int_equal(a->caps.inline_limit, 65000);
-    /* Family 4, a reserved byte, the port (little endian), 127.0.0.1. */
+    /* Kind 5: a count, the port, no ACK port, a host key, then each
+     * non-loopback address with its prefix length. */
     assert_int_equal(a->ops->local_addr(a, addr, &len), SX_OK);
+    assert_int_equal(addr[0], 5);
+    assert_true(addr[1] <= 8);
+    assert_int_equal(len, 14 + 5 * (size_t)addr[1]);
+    assert_true((addr[2] | addr[3] << 8) != 0);
+    assert_int_equal(addr[4] | addr[5], 0);
+    uint64_t key = 0;
+    for (unsigned i = 0; i < 8; i++)
+        key |= (uint64_t)addr[6 + i] << (8 * i);
+    assert_true(key != 0);
+    for (unsigned i = 0; i < addr[1]; i++) {
+        assert_true(addr[14 + 5 * i] != 127 && addr[14 + 5 * i] != 0);
+        assert_true(addr[14 + 5 * i + 4] <= 32);
+    }
+    a->ops->close(a);
+
+    /* One address: kind 4, family, a reserved byte, the port (little
+     * endian), 127.0.0.1. */
+    sx_tl_config_t one = {.bind_addr = "127.0.0.1"};
+    sx_tl_iface_t *iface = NULL;
+    assert_int_equal(sx_tl_udp_ops.open(&one, &iface), SX_OK);
+    len = sizeof(addr);
+    assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
     assert_int_equal(len, 8);
     assert_int_equal(addr[0], 4);
     assert_int_equal(addr[1], 0);
     assert_true((addr[2] | addr[3] << 8) != 0);
     assert_memory_equal(addr + 4, "\x7f\x00\x00\x01", 4);
-    a->ops->close(a);
+    iface->ops->close(iface);
+    iface = NULL;
 
-    static const char *const bad[] = {"0.0.0.0",     "garbage", "127.0.0.1:", "127.0.0.1:99999",
-                                      "127.0.0.1:x", "",        "1.2.3"};
+    static const char *const bad[] = {"0.0.0.0",     "nosuchif0", "127.0.0.1:",  "127.0.0.1:99999",
+                                      "127.0.0.1:x", "1.2.3",     "10.0.0.0/33", "lo,,lo",
+                                      "lo,",         "^",         "a b"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         sx_tl_config_t cfg = {.bind_addr = bad[i]};
-        sx_tl_iface_t *iface = NULL;
         assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_ERR_INVALID_PARAM);
         assert_null(iface);
     }
     sx_tl_config_t v6 = {.bind_addr = "::1"};
-    sx_tl_iface_t *iface = NULL;
     assert_int_equal(sx_tl_udp_ops.open(&v6, &iface), SX_ERR_UNSUPPORTED);
     sx_tl_config_t ok = {.bind_addr = "127.0.0.1:0", .rcvbuf = 1 << 20, .sndbuf = 1 << 20};
     assert_int_equal(sx_tl_udp_ops.open(&ok, &iface), SX_OK);
     iface->ops->close(iface);
+}
+
+static int test_is_control(const void *data, size_t len);
+
+/* A kind 5 address: @p n addresses from @p ips ("a.b.c.d/len"), @p port,
+ * host key @p key. */
+static size_t list_addr(uint8_t *out, uint16_t port, uint64_t key, const char *const *ips,
+                        unsigned n)
+{
+    out[0] = 5;
+    out[1] = (uint8_t)n;
+    out[2] = (uint8_t)port;
+    out[3] = (uint8_t)(port >> 8);
+    out[4] = out[5] = 0;
+    for (unsigned i = 0; i < 8; i++)
+        out[6 + i] = (uint8_t)(key >> (8 * i));
+    for (unsigned i = 0; i < n; i++) {
+        char ip[32];
+        unsigned prefix = 0;
+        assert_int_equal(sscanf(ips[i], "%31[0-9.]/%u", ip, &prefix), 2);
+        assert_int_equal(inet_pton(AF_INET, ip, out + 14 + 5 * i), 1);
+        out[14 + 5 * i + 4] = (uint8_t)prefix;
+    }
+    return 14 + 5 * (size_t)n;
+}
+
+/*
+ * The default interface offers every address and chooses among a peer's
+ * (udp_addrs.c): loopback for an engine of this host, then an address in
+ * one of our subnets, then the rest (routed); addr_next walks them and
+ * says so; a peer of another host that offers nothing outside it is
+ * unreachable, and addr_check says so without inserting; the filter keeps
+ * what it names.
+ */
+static void test_addresses_offered_and_chosen(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp(0), *b = open_udp(0);
+    uint8_t addr[SX_TL_ADDR_MAX], mine[SX_TL_ADDR_MAX];
+    size_t len = sizeof(addr), mlen = sizeof(mine);
+    sx_tl_dest_t d;
+    char text[128], want[64];
+
+    /* Same host key: loopback at the peer's port, the route's MTU. */
+    assert_int_equal(b->ops->local_addr(b, addr, &len), SX_OK);
+    assert_int_equal(a->ops->addr_insert(a, addr, len, &d), SX_OK);
+    a->ops->dest_str(a, d, text, sizeof(text));
+    snprintf(want, sizeof(want), "udp 127.0.0.1:%u", addr[2] | addr[3] << 8);
+    assert_string_equal(text, want);
+    assert_int_equal(a->ops->dest_mtu(a, d), 65000);
+    a->ops->addr_remove(a, d);
+
+    /* Another host offering two addresses: 198.51.100.7 (TEST-NET-2, in
+     * none of our subnets) first, then one in our first subnet if we have
+     * one; ours is chosen first, the routed one next. */
+    assert_int_equal(a->ops->local_addr(a, mine, &mlen), SX_OK);
+    char near[32] = "";
+    if (mine[1] > 0) {
+        uint8_t ip[4];
+        memcpy(ip, mine + 14, 4);
+        ip[3] ^= 1; /* a neighbour in the same subnet, /31 or wider */
+        snprintf(near, sizeof(near), "%u.%u.%u.%u/%u", ip[0], ip[1], ip[2], ip[3], mine[18]);
+    }
+    const char *ips[2] = {"198.51.100.7/24", near};
+    unsigned n = near[0] != '\0' && mine[18] <= 30 ? 2 : 1;
+    len = list_addr(addr, 4242, 0x1234, ips, n);
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_OK);
+    assert_int_equal(a->ops->addr_insert(a, addr, len, &d), SX_OK);
+    a->ops->dest_str(a, d, text, sizeof(text));
+    if (n == 2) {
+        snprintf(want, sizeof(want), "udp %.*s:4242", (int)(strchr(near, '/') - near), near);
+        assert_string_equal(text, want);
+        assert_int_equal(a->ops->addr_next(a, d, text, sizeof(text)), SX_OK);
+        assert_non_null(strstr(text, "-> udp 198.51.100.7:4242"));
+        assert_int_equal(a->ops->addr_next(a, d, text, sizeof(text)), SX_ERR_NOT_FOUND);
+        assert_non_null(strstr(text, want)); /* back to the first */
+    } else {
+        assert_string_equal(text, "udp 198.51.100.7:4242");
+        assert_int_equal(a->ops->addr_next(a, d, text, sizeof(text)), SX_ERR_NOT_FOUND);
+    }
+    a->ops->addr_str(a, addr, len, text, sizeof(text));
+    assert_non_null(strstr(text, "198.51.100.7/24"));
+    a->ops->addr_remove(a, d);
+
+    /* Another host offering nothing outside it: no pair reaches. */
+    len = list_addr(addr, 4242, 0x1234, ips, 0);
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_PEER_UNREACHABLE);
+    assert_int_equal(a->ops->addr_insert(a, addr, len, &d), SX_ERR_PEER_UNREACHABLE);
+    /* Malformed lists: a loopback entry, a prefix over 32, a bad length,
+     * more than 8, host key 0. */
+    const char *lo[1] = {"127.0.0.2/8"};
+    len = list_addr(addr, 4242, 0x1234, lo, 1);
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_INVALID_PARAM);
+    len = list_addr(addr, 4242, 0x1234, ips, 1);
+    addr[18] = 33;
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_INVALID_PARAM);
+    len = list_addr(addr, 4242, 0x1234, ips, 1);
+    assert_int_equal(a->ops->addr_check(a, addr, len - 1), SX_ERR_INVALID_PARAM);
+    addr[1] = 9;
+    assert_int_equal(a->ops->addr_check(a, addr, 14 + 45), SX_ERR_INVALID_PARAM);
+    len = list_addr(addr, 4242, 0, ips, 1);
+    assert_int_equal(a->ops->addr_insert(a, addr, len, &d), SX_ERR_INVALID_PARAM);
+    a->ops->close(a);
+    b->ops->close(b);
+
+    /* With an ACK socket: its port at bytes 4-5, another than the data's;
+     * a peer of this host sends ACKs there on loopback. */
+    sx_tl_config_t ack = {.ack_socket = 1, .is_control = test_is_control};
+    assert_int_equal(sx_tl_udp_ops.open(&ack, &a), SX_OK);
+    len = sizeof(addr);
+    assert_int_equal(a->ops->local_addr(a, addr, &len), SX_OK);
+    uint16_t port = (uint16_t)(addr[2] | addr[3] << 8),
+             ack_port = (uint16_t)(addr[4] | addr[5] << 8);
+    assert_true(ack_port != 0 && ack_port != port);
+    a->ops->addr_str(a, addr, len, text, sizeof(text));
+    snprintf(want, sizeof(want), "(ACKs to port %u)", ack_port);
+    assert_non_null(strstr(text, want));
+    assert_int_equal(a->ops->addr_insert(a, addr, len, &d), SX_OK);
+    a->ops->close(a);
+
+    /* Filters: "lo" keeps only loopback, which is never offered (only
+     * this host reaches it); "0.0.0.0/0" and "^lo" keep every address. */
+    static const struct {
+        const char *filter;
+        bool all;
+    } f[] = {{"lo", false}, {"0.0.0.0/0", true}, {"^lo", true}, {"^lo,127.0.0.0/8", true}};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        sx_tl_config_t cfg = {.bind_addr = f[i].filter};
+        sx_tl_iface_t *iface = NULL;
+        assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
+        len = sizeof(addr);
+        assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
+        assert_int_equal(addr[0], 5);
+        assert_int_equal(addr[1], f[i].all ? mine[1] : 0);
+        iface->ops->close(iface);
+    }
 }
 
 /* Each field of an 8-byte address is checked (lengths and bytes that are
@@ -304,8 +465,13 @@ static int test_is_control(const void *data, size_t len)
 
 static sx_tl_iface_t *open_udp_ack(int ack_socket)
 {
-    sx_tl_config_t cfg = {
-        .shard = 0, .nshards = 1, .ack_socket = ack_socket, .is_control = test_is_control};
+    /* One address (kind 4), whose layout these tests read; the default
+     * (kind 5) names its ACK port too: test_addresses_offered_and_chosen. */
+    sx_tl_config_t cfg = {.shard = 0,
+                          .nshards = 1,
+                          .bind_addr = "127.0.0.1",
+                          .ack_socket = ack_socket,
+                          .is_control = test_is_control};
     sx_tl_iface_t *iface = NULL;
 
     assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
@@ -386,7 +552,7 @@ static void test_ack_socket_rejects_garbage(void **state)
         {"\x04\x00\x10\x27\x7f\x00\x00\x01\x10\x27", 10, "equal to the data port"},
         {"\x04\x00\x00\x00\x7f\x00\x00\x01\x11\x27", 10, "port 0"},
         {"\x04\x02\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "reserved"},
-        {"\x06\x00\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "family"},
+        {"\x06\x00\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "unknown address kind"},
         {"\x04\x00\x10\x27\x00\x00\x00\x00\x11\x27", 10, "0.0.0.0"},
     };
 
@@ -586,6 +752,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_caps_and_address),
+        cmocka_unit_test(test_addresses_offered_and_chosen),
         cmocka_unit_test(test_addr_insert_rejects_garbage),
         cmocka_unit_test(test_closed_port_is_not_fatal),
         cmocka_unit_test(test_connected_send_sockets),
