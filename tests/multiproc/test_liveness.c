@@ -68,7 +68,7 @@ enum {
     MSG_STARTED, /* A: the first operation is out */
     MSG_HALF,    /* A: half its operations have completed */
     MSG_RESULT,  /* A: its report */
-    MSG_GO,      /* -> B: a holding B may start calling in */
+    MSG_GO,      /* -> B: a holding B may start calling in; -> A: go on after half */
     MSG_VERIFY,  /* -> B: A is done; check everything and report */
     MSG_BRESULT, /* B: its report */
     MSG_FIN,     /* -> A: exit */
@@ -85,6 +85,10 @@ typedef struct lv_plan {
     uint32_t nput, nget;
     uint32_t depth;       /* operations outstanding at most */
     uint32_t expect_fail; /* B goes away: A waits for its failure */
+    /* After MSG_HALF, starts nothing more until MSG_GO: B is stopped or
+     * killed while A still has operations to send (all of them done
+     * before B goes would leave nothing to notice it by). */
+    uint32_t pause_half;
     /* B */
     uint32_t busy_before_ms; /* computes this long before its first call */
     uint32_t busy_at;        /* after this many messages ... */
@@ -230,12 +234,12 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
             mp_msg_fill(op->buf, op->len, p->seed + 1, op->index);
     }
     uint32_t next = 0, outstanding = 0;
-    bool half = false, started = false;
+    bool half = false, started = false, paused = false;
     uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
     for (;;) {
         /* Failed ops free their slot too; a failed peer fails new ones at
          * once, which the accounting counts the same. */
-        while (next < total && outstanding < p->depth) {
+        while (next < total && outstanding < p->depth && !paused) {
             int rc = lv_start_op(peer, p, &region, &ops[next]);
             if (rc != SX_INPROGRESS) {
                 ops[next].status = rc;
@@ -258,8 +262,12 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
         }
         if (!half && done >= total / 2) {
             half = true;
+            paused = p->pause_half != 0;
             mp_write_msg(out, MSG_HALF, NULL, 0);
         }
+        uint32_t type;
+        if (paused && mp_read_msg(in, 0, &type, NULL, 0, NULL) == 1 && type == MSG_GO)
+            paused = false;
         bool settled = done == total && next == total;
         if (settled && (!p->expect_fail || a.res.err_calls > 0))
             break;
@@ -636,6 +644,7 @@ static void lv_kill(lv_kill_t when)
         lv_both_kv(&r, "MAX_INFLIGHT", "256k");
         r.pb.hold = 1;
     }
+    r.pa.pause_half = when != KILL_WINDOW_CLOSED;
     lv_start(&r);
     lv_wait_a(&r, when == KILL_WINDOW_CLOSED ? MSG_STARTED : MSG_HALF);
     if (when != KILL_PROGRESSING) {
@@ -645,6 +654,8 @@ static void lv_kill(lv_kill_t when)
     }
     uint64_t killed = sx_time_ns();
     kill(r.b.pid, SIGKILL);
+    if (r.pa.pause_half)
+        assert_true(mp_write_msg(r.a.to_fd, MSG_GO, NULL, 0));
     lv_finish(&r);
     lv_expect_failure(&r);
     double ms = (double)(r.ra.err_ns - killed) / 1e6;
@@ -682,9 +693,11 @@ static void test_stop_longer_than_timeout(void **state)
     r.pa.nmsgs = r.pb.nmsgs = 400;
     r.pa.big_every = r.pb.big_every = 0;
     r.b_dies = true;
+    r.pa.pause_half = 1;
     lv_start(&r);
     lv_wait_a(&r, MSG_HALF);
     kill(r.b.pid, SIGSTOP);
+    assert_true(mp_write_msg(r.a.to_fd, MSG_GO, NULL, 0));
     lv_finish(&r); /* A reports without B's help */
     lv_expect_failure(&r);
 }
