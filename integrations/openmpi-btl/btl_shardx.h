@@ -62,6 +62,12 @@ typedef struct mca_btl_shardx_module {
     opal_free_list_t rdma_ops;                  /* put/get contexts */
     opal_mutex_t ep_lock;                       /* endpoint list only; never on the fast path */
     opal_list_t endpoints;
+    /* The shardx peer of every rank of this job, added at the first
+     * add_procs (shardx_add_job_peers_locked), indexed by vpid; under
+     * ep_lock. */
+    struct mca_btl_shardx_slot *slots;
+    uint32_t nslots;
+    bool slots_tried;
     /* Set when finalize starts: completions of cancelled operations are
      * then freed without calling up into a PML that is going away. */
     atomic_bool closing;
@@ -103,15 +109,33 @@ typedef struct mca_btl_shardx_component {
 OPAL_MODULE_DECLSPEC extern mca_btl_shardx_component_t mca_btl_shardx_component;
 extern mca_btl_shardx_module_t mca_btl_shardx_module;
 
+struct mca_btl_base_endpoint_t;
+
+/*
+ * One shardx peer; its address is the shardx peer id, so a callback that
+ * names it never sees freed memory (slots live until finalize). The ranks
+ * of our own job have theirs in module->slots, added before ob1 asks for
+ * them: ob1 adds remote processes lazily (mpi_add_procs_cutoff), on the
+ * first send to one, and a rank that only receives from a peer would
+ * otherwise never know it, so that peer's datagrams were dropped as from
+ * an unknown sender. A process of another job has a slot in its endpoint.
+ */
+typedef struct mca_btl_shardx_slot {
+    sx_peer_h peer;                               /* NULL: none (status says why) */
+    _Atomic(struct mca_btl_base_endpoint_t *) ep; /* set once add_procs makes it */
+    int status; /* sx_peer_add's; SX_ERR_NOT_FOUND: no card added yet */
+    opal_process_name_t name;
+} mca_btl_shardx_slot_t;
+
 /* One remote process. Created by add_procs and kept until the module is
- * finalized, so a callback that names it (its address is the shardx peer
- * id) never sees freed memory; del_procs only removes the shardx peer. */
+ * finalized; del_procs only marks it removed. */
 struct mca_btl_base_endpoint_t {
     opal_list_item_t super;
     opal_proc_t *proc;
-    sx_peer_h peer;       /* NULL once removed */
-    atomic_bool removed;  /* del_procs ran (it may run twice) */
-    atomic_bool reported; /* the error callback ran for it */
+    sx_peer_h peer;            /* NULL once removed */
+    atomic_bool removed;       /* del_procs ran (it may run twice) */
+    atomic_bool reported;      /* the error callback ran for it */
+    mca_btl_shardx_slot_t own; /* the slot of a process of another job */
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 OBJ_CLASS_DECLARATION(mca_btl_base_endpoint_t);

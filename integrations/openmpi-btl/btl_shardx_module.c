@@ -25,6 +25,9 @@ static void shardx_ep_construct(mca_btl_base_endpoint_t *ep)
     ep->peer = NULL;
     atomic_init(&ep->removed, false);
     atomic_init(&ep->reported, false);
+    ep->own.peer = NULL;
+    atomic_init(&ep->own.ep, NULL);
+    ep->own.status = SX_OK;
 }
 
 OBJ_CLASS_INSTANCE(mca_btl_base_endpoint_t, opal_list_item_t, shardx_ep_construct, NULL);
@@ -634,17 +637,106 @@ static mca_btl_base_endpoint_t *shardx_ep_find_locked(mca_btl_shardx_module_t *m
     return NULL;
 }
 
+/*
+ * Adds the shardx peer of every rank of our job (its card from the modex),
+ * once, at the first add_procs (the modex is complete by then). A rank
+ * whose card sx_peer_add refused keeps the status for the add_procs that
+ * asks for it; one without a card yet is asked again then. Skipped when the engine listens on
+ * loopback only: remote cards would then be useless, and ob1 adds the local ranks at MPI_Init.
+ */
+static void shardx_add_job_peers_locked(mca_btl_shardx_module_t *m)
+{
+    mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
+    opal_process_name_t me = OPAL_PROC_MY_NAME;
+    opal_process_name_t wild = {.jobid = me.jobid, .vpid = OPAL_VPID_WILDCARD};
+    uint32_t size = 0, *size_p = &size;
+    int rc;
+
+    m->slots_tried = true;
+    if (c->loopback_only)
+        return;
+    OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, OPAL_PMIX_JOB_SIZE, &wild, &size_p, OPAL_UINT32);
+    if (rc != OPAL_SUCCESS || size == 0) {
+        opal_output_verbose(10, c->output,
+                            "btl shardx: the job's size is unknown: ranks are added as ob1 asks");
+        return;
+    }
+    m->slots = calloc(size, sizeof(*m->slots));
+    if (m->slots == NULL)
+        return;
+    m->nslots = size;
+    for (uint32_t v = 0; v < size; v++) {
+        mca_btl_shardx_slot_t *slot = &m->slots[v];
+        uint8_t *card = NULL;
+        size_t len = 0;
+        slot->name = (opal_process_name_t){.jobid = me.jobid, .vpid = v};
+        atomic_init(&slot->ep, NULL);
+        slot->status = SX_ERR_NOT_FOUND; /* until a card is added */
+        if (v == me.vpid)
+            continue; /* ourselves: the self BTL's */
+        OPAL_MODEX_RECV(rc, &c->super.btl_version, &slot->name, (void **)&card, &len);
+        if (rc != OPAL_SUCCESS || card == NULL)
+            continue; /* asked again when ob1 adds it */
+        slot->status = sx_peer_add(m->engine, (uint64_t)(uintptr_t)slot, card, len, &slot->peer);
+        free(card);
+    }
+}
+
+/* Our job's slot for @p proc, or NULL (another job, or none added). */
+static mca_btl_shardx_slot_t *shardx_job_slot(mca_btl_shardx_module_t *m, const opal_proc_t *proc)
+{
+    if (m->slots == NULL || proc->proc_name.jobid != OPAL_PROC_MY_NAME.jobid ||
+        proc->proc_name.vpid >= m->nslots)
+        return NULL;
+    return &m->slots[proc->proc_name.vpid];
+}
+
+/* Gives @p ep its shardx peer: the job slot's, else one added from the
+ * proc's card now. SX_OK, or why not (logged). */
+static int shardx_ep_attach_locked(mca_btl_shardx_module_t *m, mca_btl_base_endpoint_t *ep)
+{
+    mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
+    mca_btl_shardx_slot_t *slot = shardx_job_slot(m, ep->proc);
+    uint8_t *card = NULL;
+    size_t len = 0;
+    int rc;
+
+    if (slot != NULL && slot->peer != NULL) {
+        ep->peer = slot->peer;
+        atomic_store_explicit(&slot->ep, ep, memory_order_release);
+        return SX_OK;
+    }
+    if (slot != NULL && slot->status != SX_ERR_NOT_FOUND)
+        return slot->status; /* sx_peer_add refused the card already, and said why */
+    OPAL_MODEX_RECV(rc, &c->super.btl_version, &ep->proc->proc_name, (void **)&card, &len);
+    if (rc != OPAL_SUCCESS || card == NULL) {
+        opal_output_verbose(10, c->output, "btl shardx: no card from %s",
+                            OPAL_NAME_PRINT(ep->proc->proc_name));
+        return SX_ERR_NOT_FOUND;
+    }
+    slot = slot != NULL ? slot : &ep->own;
+    slot->name = ep->proc->proc_name;
+    atomic_store_explicit(&slot->ep, ep, memory_order_release);
+    rc = sx_peer_add(m->engine, (uint64_t)(uintptr_t)slot, card, len, &ep->peer);
+    free(card);
+    if (rc == SX_OK)
+        slot->peer = ep->peer;
+    return rc;
+}
+
 static int shardx_add_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc_t **procs,
                             mca_btl_base_endpoint_t **endpoints, opal_bitmap_t *reachable)
 {
     mca_btl_shardx_module_t *m = shardx_module(btl);
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
 
+    OPAL_THREAD_LOCK(&m->ep_lock);
+    if (!m->slots_tried)
+        shardx_add_job_peers_locked(m);
+    OPAL_THREAD_UNLOCK(&m->ep_lock);
     for (size_t i = 0; i < nprocs; i++) {
         opal_proc_t *proc = procs[i];
-        uint8_t *card = NULL;
-        size_t len = 0;
-        int rc;
+        int rc = SX_OK;
 
         /* Our own process is the self BTL's. */
         if (opal_compare_proc(proc->proc_name, OPAL_PROC_MY_NAME) == 0)
@@ -656,12 +748,6 @@ static int shardx_add_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
                                 OPAL_NAME_PRINT(proc->proc_name));
             continue;
         }
-        OPAL_MODEX_RECV(rc, &c->super.btl_version, &proc->proc_name, (void **)&card, &len);
-        if (rc != OPAL_SUCCESS || card == NULL) {
-            opal_output_verbose(10, c->output, "btl shardx: no card from %s",
-                                OPAL_NAME_PRINT(proc->proc_name));
-            continue;
-        }
 
         OPAL_THREAD_LOCK(&m->ep_lock);
         mca_btl_base_endpoint_t *ep = shardx_ep_find_locked(m, proc);
@@ -669,21 +755,22 @@ static int shardx_add_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
             ep = OBJ_NEW(mca_btl_base_endpoint_t);
             if (ep != NULL) {
                 ep->proc = proc;
-                rc = sx_peer_add(m->engine, (uint64_t)(uintptr_t)ep, card, len, &ep->peer);
+                rc = shardx_ep_attach_locked(m, ep);
                 if (rc == SX_OK) {
                     OBJ_RETAIN(proc);
                     opal_list_append(&m->endpoints, &ep->super);
                 } else {
-                    opal_output(0, "btl shardx: cannot add %s as a peer: %s (%s)",
-                                OPAL_NAME_PRINT(proc->proc_name), sx_strerror(rc),
-                                sx_status_name(rc));
+                    if (rc != SX_ERR_NOT_FOUND)
+                        opal_output(0, "btl shardx: cannot add %s on %s as a peer: %s (%s)",
+                                    OPAL_NAME_PRINT(proc->proc_name),
+                                    proc->proc_hostname != NULL ? proc->proc_hostname : "?",
+                                    sx_strerror(rc), sx_status_name(rc));
                     OBJ_RELEASE(ep);
                     ep = NULL;
                 }
             }
         }
         OPAL_THREAD_UNLOCK(&m->ep_lock);
-        free(card);
         if (ep == NULL)
             continue;
         endpoints[i] = ep;
@@ -715,9 +802,17 @@ static int shardx_del_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
 static void shardx_peer_failed(void *arg, uint64_t peer_id, int status)
 {
     mca_btl_shardx_module_t *m = arg;
-    mca_btl_base_endpoint_t *ep = (mca_btl_base_endpoint_t *)(uintptr_t)peer_id;
+    mca_btl_shardx_slot_t *slot = (mca_btl_shardx_slot_t *)(uintptr_t)peer_id;
+    mca_btl_base_endpoint_t *ep =
+        slot != NULL ? atomic_load_explicit(&slot->ep, memory_order_acquire) : NULL;
     char info[256];
 
+    if (slot != NULL && ep == NULL && !atomic_load_explicit(&m->closing, memory_order_acquire)) {
+        /* ob1 has not asked for this rank yet: nothing of its can fail. */
+        opal_output(0, "btl shardx: peer %s failed before this rank talked to it: %s (%s)",
+                    OPAL_NAME_PRINT(slot->name), sx_strerror(status), sx_status_name(status));
+        return;
+    }
     if (ep == NULL || atomic_load_explicit(&m->closing, memory_order_acquire) ||
         atomic_load_explicit(&ep->removed, memory_order_acquire) ||
         atomic_exchange_explicit(&ep->reported, true, memory_order_acq_rel))
@@ -777,6 +872,9 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
         OBJ_RELEASE(ep);
     }
     OBJ_DESTRUCT(&m->endpoints);
+    free(m->slots);
+    m->slots = NULL;
+    m->nslots = 0;
     OBJ_DESTRUCT(&m->ep_lock);
     OBJ_DESTRUCT(&m->eager_frags);
     OBJ_DESTRUCT(&m->max_frags);
