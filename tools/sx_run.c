@@ -29,18 +29,33 @@
  * bad arguments; 125 when sx_run itself failed (the rendezvous reported a
  * protocol error, a system call failed). When sx_run is stopped by a
  * signal it re-raises it after the cleanup, so its parent sees the signal.
+ * A rank on another host ends with its agent's status, which the remote
+ * side makes the rank's (128+S for a signal S; ssh uses 255 for its own
+ * failures).
  *
  * The main loop is single-threaded and event driven: a poll() over every
  * rank's stdout and stderr pipe plus a self-pipe that the signal handlers
  * write to. The rendezvous server runs on its own OOB progress thread, so
  * between fork() and exec() a child makes async-signal-safe calls only;
  * its environment and argument vectors are built before fork().
+ *
+ * Across hosts (`-H host[:slots],... [--agent CMD]`): the ranks placed on
+ * another host (sx_run_hosts.c says how) are started through a launcher
+ * agent, ssh by default, run as `CMD HOST sx_run --remote-child ...`: a
+ * copy of sx_run on that host starts the rank and stops it when its
+ * standard input reaches end of file (sx_run_remote.c). Here, such a rank
+ * is its agent: the agent leads the process group that sx_run kills, its
+ * output is the rank's, its exit status the rank's, and sx_run holds the
+ * write end of its standard input and closes it when the job stops. The
+ * rendezvous server then listens on an address the other hosts reach,
+ * and every SX_* variable, those named by -x, and the working directory
+ * go along on the agent's command line, since an agent carries no
+ * environment. Ranks on this machine start as without -H. The options
+ * are parsed in sx_run_args.c.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -52,7 +67,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -64,11 +78,8 @@
 #include "bootstrap/modex.h"
 #include "bootstrap/rendezvous.h"
 #include "common/log.h"
+#include "sx_run_int.h"
 
-#define SX_RUN_MAX_RANKS 1024
-#define SX_RUN_GRACE_MS  3000
-/* After SIGKILL, how long to wait for processes stuck in the kernel. */
-#define SX_RUN_GIVE_UP_MS 10000
 /* A line longer than this is forwarded in pieces; only the first piece
  * carries the prefix. Keeps memory bounded for output without newlines. */
 #define SX_RUN_LINE_MAX (1u << 20)
@@ -77,68 +88,10 @@
  * changes on the server's thread and has no file descriptor to poll. */
 #define SX_RUN_RDV_CHECK_MS 100
 
-/* Exit statuses of sx_run's own failures; see the top of the file. */
-enum {
-    SX_RUN_EXIT_USAGE = 2,
-    SX_RUN_EXIT_TIMEOUT = 124,
-    SX_RUN_EXIT_INTERNAL = 125,
-    SX_RUN_EXIT_NOEXEC = 126,
-    SX_RUN_EXIT_NOTFOUND = 127,
-};
-
-typedef struct sx_run_stream {
-    int fd;   /* read end of the rank's pipe; -1 at end of file */
-    int dest; /* 1 or 2 */
-    char *buf;
-    size_t len;
-    size_t cap;
-    bool midline; /* a piece of an over-long line went out without its end */
-} sx_run_stream_t;
-
-typedef struct sx_run_rank {
-    pid_t pid;        /* also the id of the rank's process group */
-    bool reaped;      /* the rank itself has been waited for */
-    bool group_alive; /* its process group may still have members */
-    int status;       /* waitpid status once reaped */
-    sx_run_stream_t out, err;
-} sx_run_rank_t;
-
-typedef struct sx_run {
-    unsigned n;
-    double timeout_s; /* 0: none */
-    bool no_prefix;   /* --no-prefix: lines go out as the ranks wrote them */
-    char **prog_argv; /* what the user wrote after the options */
-    char *path;       /* the program resolved along PATH */
-    char **sh_argv;   /* "/bin/sh path args", for scripts without #! */
-    char **envp;      /* environ without SX_RUN_*, then the three; rank slot */
-    size_t env_rank_slot;
-    char *env_strings[3];
-    sx_rdv_server_t *rdv;
-    sx_run_rank_t *ranks;
-    unsigned reaped; /* ranks reaped */
-    /* The main loop's poll set: the signal pipe, then the open streams. */
-    struct pollfd *pfds;
-    sx_run_stream_t **pfd_stream;
-    unsigned *pfd_rank;
-    int fd_limit; /* the open-file limit, for the child's descriptor sweep */
-    int devnull;
-
-    bool shutting_down;
-    bool term_sent; /* SIGTERM sent */
-    bool killed;    /* SIGKILL sent (and sent again as orphans come) */
-    uint64_t give_up_ns;
-    uint64_t kill_deadline_ns;
-    int exit_code; /* -1: none yet */
-    int got_signal;
-    bool dest_dead[3]; /* writes to fd 1 or 2 failed with EPIPE */
-} sx_run_t;
-
-static int sx_run_sigpipe[2] = {-1, -1};
+int sx_run_sigpipe[2] = {-1, -1};
 static pid_t sx_run_self;
 
-static void sx_run_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void sx_run_msg(const char *fmt, ...)
+void sx_run_msg(const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -163,258 +116,74 @@ static void sx_run_msg(const char *fmt, ...)
     }
 }
 
-static uint64_t sx_run_now_ns(void)
+uint64_t sx_run_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sx_run_usage(FILE *f)
+extern char **environ;
+
+/* Whether environment entry @p e is one sx_run sets itself: SX_RUN_RANK,
+ * SX_RUN_SIZE, SX_RUN_ADDR, or a variable of a later -x. */
+static bool sx_run_env_replaced(const sx_run_t *r, const char *e, unsigned from)
 {
-    fprintf(f,
-            "Usage: sx_run -n N [--timeout SECONDS] [--no-prefix] [--] PROGRAM [ARGS...]\n"
-            "\n"
-            "Starts N local processes of PROGRAM for a shardx job. Each gets\n"
-            "SX_RUN_RANK (0..N-1), SX_RUN_SIZE (N) and SX_RUN_ADDR (the launcher's\n"
-            "rendezvous address) in its environment and /dev/null as standard input.\n"
-            "Every line a rank prints is prefixed with \"[RANK] \"; standard output\n"
-            "goes to standard output, standard error to standard error.\n"
-            "\n"
-            "Options:\n"
-            "  -n, --np N           number of processes (1..%d)\n"
-            "  --timeout SECONDS    kill the job after SECONDS (decimals allowed)\n"
-            "  --no-prefix          forward whole lines without the \"[RANK] \" prefix\n"
-            "                       (for output read by programs, e.g. JSON)\n"
-            "  -h, --help           print this help\n"
-            "\n"
-            "When a rank fails, the timeout passes, the rendezvous fails, or sx_run\n"
-            "gets SIGINT, SIGTERM or SIGHUP, every rank's process group gets SIGTERM,\n"
-            "then SIGKILL %d s later. Ranks also die if sx_run itself is killed.\n"
-            "\n"
-            "Exit status: 0 if every rank exited 0; else the first non-zero rank\n"
-            "status (128+S for a rank killed by signal S); 124 on timeout; 126/127\n"
-            "when PROGRAM cannot be executed / is not found; 2 for bad arguments;\n"
-            "125 when sx_run itself or the rendezvous failed.\n",
-            SX_RUN_MAX_RANKS, SX_RUN_GRACE_MS / 1000);
-}
+    size_t len = strcspn(e, "=");
 
-/* ------------------------------------------------------------------ arguments */
-
-static bool sx_run_parse_ranks(const char *s, unsigned *n_p)
-{
-    unsigned long v = 0;
-
-    if (s == NULL || *s == '\0') {
-        sx_run_msg("-n needs a number of processes");
-        return false;
+    if ((len == strlen(SX_RUN_ENV_RANK) && strncmp(e, SX_RUN_ENV_RANK, len) == 0) ||
+        (len == strlen(SX_RUN_ENV_SIZE) && strncmp(e, SX_RUN_ENV_SIZE, len) == 0) ||
+        (len == strlen(SX_RUN_ENV_ADDR) && strncmp(e, SX_RUN_ENV_ADDR, len) == 0))
+        return true;
+    for (unsigned x = from; x < r->nxenv; x++) {
+        if (strcspn(r->xenv[x], "=") == len && strncmp(r->xenv[x], e, len) == 0)
+            return true;
     }
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9') {
-            sx_run_msg("-n: '%s' is not a number of processes", s);
-            return false;
-        }
-        v = v * 10 + (unsigned long)(*p - '0');
-        if (v > SX_RUN_MAX_RANKS) {
-            sx_run_msg("-n: %s processes are too many (at most %d)", s, SX_RUN_MAX_RANKS);
-            return false;
-        }
-    }
-    if (v == 0) {
-        sx_run_msg("-n: the number of processes must be at least 1");
-        return false;
-    }
-    *n_p = (unsigned)v;
-    return true;
-}
-
-static bool sx_run_parse_timeout(const char *s, double *t_p)
-{
-    char *end;
-
-    if (s == NULL || *s == '\0') {
-        sx_run_msg("--timeout needs a number of seconds");
-        return false;
-    }
-    errno = 0;
-    double v = strtod(s, &end);
-    /* Digits and one optional fraction only: no sign, hex, inf or nan. */
-    bool plain = true;
-    for (const char *p = s; *p != '\0'; p++)
-        plain = plain && ((*p >= '0' && *p <= '9') || *p == '.');
-    if (!plain || *end != '\0' || errno != 0 || !isfinite(v) || v <= 0 || v > 1e7) {
-        sx_run_msg("--timeout: '%s' is not a number of seconds (more than 0, at most 1e7)", s);
-        return false;
-    }
-    *t_p = v;
-    return true;
-}
-
-/* 0: go on; otherwise the status to exit with (-1 for --help: exit 0). */
-static int sx_run_parse_args(sx_run_t *r, int argc, char **argv)
-{
-    bool have_n = false;
-    int i = 1;
-
-    while (i < argc) {
-        const char *a = argv[i];
-        const char *val = NULL;
-        if (strcmp(a, "--") == 0) {
-            i++;
-            break;
-        }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            sx_run_usage(stdout);
-            return -1;
-        }
-        if (strcmp(a, "--no-prefix") == 0) {
-            r->no_prefix = true;
-            i++;
-            continue;
-        }
-        if (strcmp(a, "-n") == 0 || strcmp(a, "--np") == 0 || strcmp(a, "--timeout") == 0) {
-            if (i + 1 >= argc) {
-                sx_run_msg("%s needs a value (see sx_run --help)", a);
-                return SX_RUN_EXIT_USAGE;
-            }
-            val = argv[i + 1];
-            i += 2;
-            if (strcmp(a, "--timeout") == 0) {
-                if (!sx_run_parse_timeout(val, &r->timeout_s))
-                    return SX_RUN_EXIT_USAGE;
-            } else {
-                if (!sx_run_parse_ranks(val, &r->n))
-                    return SX_RUN_EXIT_USAGE;
-                have_n = true;
-            }
-            continue;
-        }
-        if (strncmp(a, "--np=", 5) == 0 || (strncmp(a, "-n", 2) == 0 && a[2] != '\0')) {
-            if (!sx_run_parse_ranks(a[1] == '-' ? a + 5 : a + 2, &r->n))
-                return SX_RUN_EXIT_USAGE;
-            have_n = true;
-            i++;
-            continue;
-        }
-        if (strncmp(a, "--timeout=", 10) == 0) {
-            if (!sx_run_parse_timeout(a + 10, &r->timeout_s))
-                return SX_RUN_EXIT_USAGE;
-            i++;
-            continue;
-        }
-        if (a[0] == '-' && a[1] != '\0') {
-            sx_run_msg("unknown option '%s' (see sx_run --help)", a);
-            return SX_RUN_EXIT_USAGE;
-        }
-        break;
-    }
-    if (!have_n) {
-        sx_run_msg("-n N is required: how many processes to start (see sx_run --help)");
-        return SX_RUN_EXIT_USAGE;
-    }
-    if (i >= argc) {
-        sx_run_msg("no program to run (see sx_run --help)");
-        return SX_RUN_EXIT_USAGE;
-    }
-    r->prog_argv = &argv[i];
-    return 0;
-}
-
-/* ------------------------------------------------------------- the program */
-
-/* Whether @p path is a file we may execute; errno says why not. */
-static bool sx_run_executable(const char *path)
-{
-    struct stat st;
-
-    if (stat(path, &st) != 0)
-        return false;
-    if (S_ISDIR(st.st_mode)) {
-        errno = EISDIR;
-        return false;
-    }
-    return access(path, X_OK) == 0;
+    return false;
 }
 
 /*
- * Finds the program as execvp() would: a name with a slash is used as
- * it is, any other is looked up along PATH (an empty entry is the current
- * directory). Doing it here, before anything starts, gives the shell's
- * answers: 127 for a program not found, 126 for one that is not
- * executable.
+ * The ranks' environment: environ without the variables sx_run sets, then
+ * the -x variables (the last of a name), SX_RUN_SIZE, SX_RUN_ADDR and a
+ * slot for SX_RUN_RANK. A remote rank's agent carries no environment, so
+ * it is given on the command line: every SX_* variable and the same tail.
  */
-static int sx_run_resolve(sx_run_t *r)
-{
-    const char *name = r->prog_argv[0];
-
-    if (name[0] == '\0') {
-        sx_run_msg("'': command not found");
-        return SX_RUN_EXIT_NOTFOUND;
-    }
-    if (strchr(name, '/') != NULL) {
-        if (!sx_run_executable(name)) {
-            int e = errno;
-            sx_run_msg("%s: %s", name, strerror(e));
-            return e == ENOENT || e == ENOTDIR ? SX_RUN_EXIT_NOTFOUND : SX_RUN_EXIT_NOEXEC;
-        }
-        r->path = strdup(name);
-        return r->path != NULL ? 0 : SX_RUN_EXIT_INTERNAL;
-    }
-
-    const char *path = getenv("PATH");
-    if (path == NULL)
-        path = "/bin:/usr/bin";
-    int denied = 0;
-    size_t nlen = strlen(name);
-    for (const char *p = path;;) {
-        const char *colon = strchr(p, ':');
-        size_t dlen = colon != NULL ? (size_t)(colon - p) : strlen(p);
-        char *cand = malloc(dlen + nlen + 3);
-        if (cand == NULL)
-            return SX_RUN_EXIT_INTERNAL;
-        if (dlen == 0)
-            snprintf(cand, dlen + nlen + 3, "./%s", name);
-        else
-            snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)dlen, p, name);
-        if (sx_run_executable(cand)) {
-            r->path = cand;
-            return 0;
-        }
-        if (errno == EACCES || errno == EISDIR)
-            denied = errno;
-        free(cand);
-        if (colon == NULL)
-            break;
-        p = colon + 1;
-    }
-    if (denied != 0) {
-        sx_run_msg("%s: %s", name, strerror(denied));
-        return SX_RUN_EXIT_NOEXEC;
-    }
-    sx_run_msg("%s: command not found", name);
-    return SX_RUN_EXIT_NOTFOUND;
-}
-
-extern char **environ;
-
-/* environ without any SX_RUN_* entry the launcher sets itself, then
- * SX_RUN_SIZE, SX_RUN_ADDR and a slot for SX_RUN_RANK. */
 static int sx_run_build_env(sx_run_t *r, const char *addr)
 {
     size_t count = 0;
 
     for (char **e = environ; *e != NULL; e++)
         count++;
-    r->envp = calloc(count + 4, sizeof(char *));
-    if (r->envp == NULL)
+    r->envp = calloc(count + r->nxenv + 4, sizeof(char *));
+    r->remote_env = calloc(count + r->nxenv + 4, sizeof(char *));
+    r->xenv_strings = calloc(r->nxenv + 1, sizeof(char *));
+    if (r->envp == NULL || r->remote_env == NULL || r->xenv_strings == NULL)
         return SX_RUN_EXIT_INTERNAL;
-    size_t k = 0;
+    size_t k = 0, rk = 0;
     for (char **e = environ; *e != NULL; e++) {
-        if (strncmp(*e, SX_RUN_ENV_RANK "=", sizeof(SX_RUN_ENV_RANK)) == 0 ||
-            strncmp(*e, SX_RUN_ENV_SIZE "=", sizeof(SX_RUN_ENV_SIZE)) == 0 ||
-            strncmp(*e, SX_RUN_ENV_ADDR "=", sizeof(SX_RUN_ENV_ADDR)) == 0)
+        if (sx_run_env_replaced(r, *e, 0))
             continue;
         r->envp[k++] = *e;
+        if (strncmp(*e, "SX_", 3) == 0)
+            r->remote_env[rk++] = *e;
+    }
+    for (unsigned x = 0; x < r->nxenv; x++) {
+        const char *a = r->xenv[x];
+        if (strchr(a, '=') != NULL) {
+            r->xenv_strings[x] = strdup(a);
+        } else {
+            const char *v = getenv(a);
+            size_t len = strlen(a) + strlen(v) + 2;
+            r->xenv_strings[x] = malloc(len);
+            if (r->xenv_strings[x] != NULL)
+                snprintf(r->xenv_strings[x], len, "%s=%s", a, v);
+        }
+        if (r->xenv_strings[x] == NULL)
+            return SX_RUN_EXIT_INTERNAL;
+        if (sx_run_env_replaced(r, a, x + 1))
+            continue;
+        r->envp[k++] = r->xenv_strings[x];
+        r->remote_env[rk++] = r->xenv_strings[x];
     }
     size_t cap = 64 + strlen(addr);
     for (int j = 0; j < 3; j++) {
@@ -429,6 +198,10 @@ static int sx_run_build_env(sx_run_t *r, const char *addr)
     r->env_rank_slot = k;
     r->envp[k++] = r->env_strings[2];
     r->envp[k] = NULL;
+    r->remote_env[rk++] = r->env_strings[0];
+    r->remote_env[rk++] = r->env_strings[1];
+    r->remote_env[rk++] = r->env_strings[2];
+    r->remote_env[rk] = NULL;
 
     size_t argc = 0;
     while (r->prog_argv[argc] != NULL)
@@ -443,12 +216,13 @@ static int sx_run_build_env(sx_run_t *r, const char *addr)
     return 0;
 }
 
-/* There must be room for two pipes per rank and the rendezvous server's
- * connection to each; raise the soft limit towards the hard one. */
+/* There must be room for two pipes per rank (three for a remote one) and
+ * the rendezvous server's connection to each; raise the soft limit
+ * towards the hard one. */
 static int sx_run_fd_limit(sx_run_t *r)
 {
     struct rlimit rl;
-    rlim_t need = (rlim_t)r->n * 4 + 64;
+    rlim_t need = (rlim_t)r->n * 5 + 64;
 
     r->fd_limit = 1024;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -487,7 +261,7 @@ static void sx_run_on_signal(int sig)
 static const int sx_run_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 #define SX_RUN_NSIGNALS (sizeof(sx_run_signals) / sizeof(sx_run_signals[0]))
 
-static int sx_run_signals_init(void)
+int sx_run_signals_init(void)
 {
     struct sigaction sa;
 
@@ -508,14 +282,7 @@ static int sx_run_signals_init(void)
     return sigaction(SIGPIPE, &sa, NULL);
 }
 
-/* ------------------------------------------------------------------ spawn */
-
-/*
- * The child's side of fork(): async-signal-safe calls only, because the
- * rendezvous server's thread may hold locks (malloc's among them) that no
- * thread of the child would ever release.
- */
-static void sx_run_child(sx_run_t *r, pid_t parent, int out_w, int err_w, int exec_w)
+void sx_run_signals_reset(void)
 {
     struct sigaction sa;
     sigset_t none;
@@ -528,7 +295,27 @@ static void sx_run_child(sx_run_t *r, pid_t parent, int out_w, int err_w, int ex
     sigaction(SIGPIPE, &sa, NULL); /* ignored dispositions survive exec */
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+}
 
+/* ------------------------------------------------------------------ spawn */
+
+/* What a child executes: the program, or for a remote rank its agent. */
+typedef struct sx_run_exec {
+    const char *path;
+    char *const *argv;
+    char *const *sh_argv; /* for a script without #!; NULL: none */
+    int in_fd;            /* its standard input */
+} sx_run_exec_t;
+
+/*
+ * The child's side of fork(): async-signal-safe calls only, because the
+ * rendezvous server's thread may hold locks (malloc's among them) that no
+ * thread of the child would ever release.
+ */
+static void sx_run_child(sx_run_t *r, const sx_run_exec_t *x, pid_t parent, int out_w, int err_w,
+                         int exec_w)
+{
+    sx_run_signals_reset();
     setpgid(0, 0);
     /* The death signal is tied to the thread that forked us: the main
      * thread, which lives as long as sx_run. If sx_run died before the
@@ -536,30 +323,46 @@ static void sx_run_child(sx_run_t *r, pid_t parent, int out_w, int err_w, int ex
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
         _exit(SX_RUN_EXIT_INTERNAL);
 
-    if (dup2(r->devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
+    if (dup2(x->in_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
         int e = errno;
         (void)!write(exec_w, &e, sizeof(e));
         _exit(SX_RUN_EXIT_INTERNAL);
     }
     /* The rank gets standard input, output and error only: not the
-     * rendezvous server's sockets, nor another rank's pipes. */
+     * rendezvous server's sockets, nor another rank's pipes (nor the write
+     * end of another agent's standard input, which would keep it from
+     * ever reaching end of file). */
     if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
         for (int fd = 3; fd < r->fd_limit; fd++)
             fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
-    execve(r->path, r->prog_argv, r->envp);
-    if (errno == ENOEXEC)
-        execve("/bin/sh", r->sh_argv, r->envp);
+    execve(x->path, x->argv, r->envp);
+    if (errno == ENOEXEC && x->sh_argv != NULL)
+        execve("/bin/sh", x->sh_argv, r->envp);
     int e = errno;
     (void)!write(exec_w, &e, sizeof(e));
     _exit(e == ENOENT ? SX_RUN_EXIT_NOTFOUND : SX_RUN_EXIT_NOEXEC);
 }
 
+/* Rank @p rank's host when it is started through the agent; NULL when it
+ * starts here. */
+static const sx_run_host_t *sx_run_remote_host(const sx_run_t *r, unsigned rank)
+{
+    if (r->rank_host == NULL)
+        return NULL;
+    const sx_run_host_t *h = &r->hosts[r->rank_host[rank]];
+    return h->local ? NULL : h;
+}
+
 static int sx_run_spawn(sx_run_t *r, unsigned rank)
 {
     sx_run_rank_t *rk = &r->ranks[rank];
-    int outp[2], errp[2], execp[2];
+    const sx_run_host_t *host = sx_run_remote_host(r, rank);
+    int outp[2], errp[2], execp[2], inp[2] = {-1, -1};
     sigset_t all, old;
+    sx_run_exec_t x = {
+        .path = r->path, .argv = r->prog_argv, .sh_argv = r->sh_argv, .in_fd = r->devnull};
+    char **agent_argv = NULL;
 
     int err;
     if (pipe2(outp, O_CLOEXEC) != 0) {
@@ -575,6 +378,27 @@ static int sx_run_spawn(sx_run_t *r, unsigned rank)
         goto fail_err;
     }
     snprintf(r->env_strings[2], 64 + strlen(r->env_strings[1]), "%s=%u", SX_RUN_ENV_RANK, rank);
+    if (host != NULL) {
+        sx_run_remote_cmd_t cmd = {
+            .agent = r->agent,
+            .host = host->name,
+            .self = r->self,
+            .cwd = r->cwd,
+            .rank = rank,
+            .env = r->remote_env,
+            .path = r->path,
+            .argv = r->prog_argv,
+        };
+        err = ENOMEM;
+        if ((agent_argv = sx_run_remote_argv(&cmd)) == NULL || pipe2(inp, O_CLOEXEC) != 0) {
+            err = agent_argv == NULL ? ENOMEM : errno;
+            sx_run_words_free(agent_argv);
+            close(execp[0]);
+            close(execp[1]);
+            goto fail_err;
+        }
+        x = (sx_run_exec_t){.path = r->agent_path, .argv = agent_argv, .in_fd = inp[0]};
+    }
 
     /* No handler may run in the child before it resets them. */
     sigfillset(&all);
@@ -582,16 +406,21 @@ static int sx_run_spawn(sx_run_t *r, unsigned rank)
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0)
-        sx_run_child(r, parent, outp[1], errp[1], execp[1]);
+        sx_run_child(r, &x, parent, outp[1], errp[1], execp[1]);
     err = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    sx_run_words_free(agent_argv);
     close(outp[1]);
     close(errp[1]);
     close(execp[1]);
+    if (inp[0] >= 0)
+        close(inp[0]);
     if (pid < 0) {
         close(outp[0]);
         close(errp[0]);
         close(execp[0]);
+        if (inp[1] >= 0)
+            close(inp[1]);
         goto fail;
     }
     /* Both sides call setpgid, so the group exists before either goes on
@@ -601,6 +430,11 @@ static int sx_run_spawn(sx_run_t *r, unsigned rank)
     rk->group_alive = true;
     rk->out.fd = outp[0];
     rk->err.fd = errp[0];
+    rk->in_fd = inp[1];
+    /* The remote side tells "sx_run closed my input" from "the agent never
+     * forwarded it" by this byte (a pipe's buffer takes it at once). */
+    if (rk->in_fd >= 0)
+        (void)!write(rk->in_fd, "+", 1);
 
     /* The exec pipe closes on a successful exec; otherwise it carries the
      * child's errno. */
@@ -611,7 +445,12 @@ static int sx_run_spawn(sx_run_t *r, unsigned rank)
     while (n < 0 && errno == EINTR);
     close(execp[0]);
     if (n > 0) {
-        sx_run_msg("rank %u: cannot execute %s: %s", rank, r->prog_argv[0], strerror(child_errno));
+        if (host != NULL)
+            sx_run_msg("rank %u: cannot execute the agent %s: %s", rank, r->agent[0],
+                       strerror(child_errno));
+        else
+            sx_run_msg("rank %u: cannot execute %s: %s", rank, r->prog_argv[0],
+                       strerror(child_errno));
         return child_errno == ENOENT ? SX_RUN_EXIT_NOTFOUND : SX_RUN_EXIT_NOEXEC;
     }
     return 0;
@@ -625,6 +464,18 @@ fail_out:
 fail:
     sx_run_msg("cannot start rank %u: %s", rank, strerror(err));
     return SX_RUN_EXIT_INTERNAL;
+}
+
+/* Closes the remote ranks' agents' standard input: their remote sides
+ * stop the ranks. */
+static void sx_run_close_inputs(sx_run_t *r)
+{
+    for (unsigned i = 0; i < r->n; i++) {
+        if (r->ranks[i].in_fd >= 0) {
+            close(r->ranks[i].in_fd);
+            r->ranks[i].in_fd = -1;
+        }
+    }
 }
 
 /* ----------------------------------------------------------------- output */
@@ -760,13 +611,14 @@ static void sx_run_begin_shutdown(sx_run_t *r, int exit_code)
         return;
     r->shutting_down = true;
     r->kill_deadline_ns = sx_run_now_ns() + (uint64_t)SX_RUN_GRACE_MS * 1000000u;
+    /* A remote side stops its rank at end of file, even where our SIGTERM
+     * to the agent cannot reach it (ssh's remote end). */
+    sx_run_close_inputs(r);
 }
 
-/* Sends @p sig to each of our children that is not a rank: processes that
- * were re-parented to us (we are a subreaper) after their parent died.
- * Children hang off the thread that forked them or that an orphan was
+/* Children hang off the thread that forked them or that an orphan was
  * given to, so every thread's list is read. */
-static void sx_run_kill_orphans(sx_run_t *r, int sig)
+void sx_run_kill_orphans(bool (*spare)(void *arg, pid_t pid), void *arg, int sig)
 {
     DIR *tasks = opendir("/proc/self/task");
 
@@ -783,16 +635,24 @@ static void sx_run_kill_orphans(sx_run_t *r, int sig)
             continue;
         long pid;
         while (fscanf(f, "%ld", &pid) == 1) {
-            bool is_rank = false;
-            for (unsigned i = 0; i < r->n && !is_rank; i++)
-                is_rank = r->ranks[i].pid == (pid_t)pid;
             /* Not reaped yet, so the number cannot have been reused. */
-            if (!is_rank)
+            if (!spare(arg, (pid_t)pid))
                 kill((pid_t)pid, sig);
         }
         fclose(f);
     }
     closedir(tasks);
+}
+
+static bool sx_run_is_rank(void *arg, pid_t pid)
+{
+    const sx_run_t *r = arg;
+
+    for (unsigned i = 0; i < r->n; i++) {
+        if (r->ranks[i].pid == pid)
+            return true;
+    }
+    return false;
 }
 
 static void sx_run_kill_all(sx_run_t *r, int sig)
@@ -804,10 +664,10 @@ static void sx_run_kill_all(sx_run_t *r, int sig)
         if (kill(-rk->pid, sig) != 0 && errno == ESRCH)
             rk->group_alive = false;
     }
-    sx_run_kill_orphans(r, sig);
+    sx_run_kill_orphans(sx_run_is_rank, r, sig);
 }
 
-static const char *sx_run_signame(int sig)
+const char *sx_run_signame(int sig)
 {
     const char *s = sigabbrev_np(sig);
     return s != NULL ? s : "?";
@@ -833,8 +693,27 @@ static bool sx_run_reap(sx_run_t *r)
             rk->reaped = true;
             rk->status = st;
             r->reaped++;
+            if (rk->in_fd >= 0) {
+                close(rk->in_fd);
+                rk->in_fd = -1;
+            }
             int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            if (code != 0 && !r->shutting_down) {
+            const sx_run_host_t *host = sx_run_remote_host(r, i);
+            if (code != 0 && !r->shutting_down && host != NULL) {
+                /* The agent's status is the remote side's, which is the
+                 * rank's (a signal it names on its standard error). */
+                if (WIFEXITED(st))
+                    sx_run_msg("rank %u (on %s, agent pid %d) exited with status %d%s; stopping "
+                               "the job",
+                               i, host->name, (int)pid, code,
+                               code == 255 ? " (as an agent does when it cannot reach the host)"
+                                           : "");
+                else
+                    sx_run_msg("rank %u (on %s): its agent (pid %d) was killed by signal %d "
+                               "(SIG%s); stopping the job",
+                               i, host->name, (int)pid, WTERMSIG(st), sx_run_signame(WTERMSIG(st)));
+                sx_run_begin_shutdown(r, code);
+            } else if (code != 0 && !r->shutting_down) {
                 if (WIFEXITED(st))
                     sx_run_msg("rank %u (pid %d) exited with status %d; stopping the job", i,
                                (int)pid, code);
@@ -987,6 +866,8 @@ static void sx_run_free(sx_run_t *r)
                 close(r->ranks[i].out.fd);
             if (r->ranks[i].err.fd >= 0)
                 close(r->ranks[i].err.fd);
+            if (r->ranks[i].in_fd >= 0)
+                close(r->ranks[i].in_fd);
             free(r->ranks[i].out.buf);
             free(r->ranks[i].err.buf);
         }
@@ -1000,8 +881,19 @@ static void sx_run_free(sx_run_t *r)
     for (int j = 0; j < 3; j++)
         free(r->env_strings[j]);
     free(r->envp);
+    free(r->remote_env);
+    for (unsigned x = 0; r->xenv_strings != NULL && x < r->nxenv; x++)
+        free(r->xenv_strings[x]);
+    free(r->xenv_strings);
+    free(r->xenv);
     free(r->sh_argv);
     free(r->path);
+    sx_run_hosts_free(r->hosts, r->nhosts);
+    free(r->rank_host);
+    sx_run_words_free(r->agent);
+    free(r->agent_path);
+    free(r->self);
+    free(r->cwd);
     if (r->devnull >= 0)
         close(r->devnull);
 }
@@ -1032,11 +924,17 @@ int main(int argc, char **argv)
     r->exit_code = -1;
     r->devnull = -1;
     sx_run_fix_stdio();
+    if (argc > 1 && strcmp(argv[1], "--remote-child") == 0)
+        return sx_run_remote_child_main(argc, argv);
 
     rc = sx_run_parse_args(r, argc, argv);
-    if (rc != 0)
+    if (rc != 0) {
+        sx_run_free(r);
         return rc < 0 ? 0 : rc;
-    rc = sx_run_resolve(r);
+    }
+    rc = sx_run_find(r->prog_argv[0], "", &r->path);
+    if (rc == 0)
+        rc = sx_run_hosts_setup(r);
     if (rc == 0)
         rc = sx_run_fd_limit(r);
     if (rc != 0) {
@@ -1060,6 +958,7 @@ int main(int argc, char **argv)
     for (unsigned i = 0; r->ranks != NULL && i < r->n; i++) {
         r->ranks[i].out = (sx_run_stream_t){.fd = -1, .dest = 1};
         r->ranks[i].err = (sx_run_stream_t){.fd = -1, .dest = 2};
+        r->ranks[i].in_fd = -1;
     }
     r->pfds = calloc(2 * (size_t)r->n + 1, sizeof(*r->pfds));
     r->pfd_stream = calloc(2 * (size_t)r->n + 1, sizeof(*r->pfd_stream));
@@ -1075,7 +974,15 @@ int main(int argc, char **argv)
         return SX_RUN_EXIT_INTERNAL;
     }
 
-    rc = sx_rdv_server_open(r->n, &r->rdv);
+    /* Without -H, 127.0.0.1; with it, an address the other hosts reach. */
+    char bind_host[SX_OOB_ADDR_MAX];
+    uint16_t bind_port;
+    rc = sx_run_rdv_bind(r->hosts, r->nhosts, r->rdv_opt, bind_host, sizeof(bind_host), &bind_port);
+    if (rc != 0) {
+        sx_run_free(r);
+        return rc;
+    }
+    rc = sx_rdv_server_open_at(r->n, bind_host, bind_port, &r->rdv);
     if (rc == SX_OK)
         rc = sx_rdv_server_address(r->rdv, addr, sizeof(addr));
     if (rc != SX_OK) {

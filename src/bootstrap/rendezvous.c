@@ -291,7 +291,12 @@ out:
 
 int sx_rdv_server_open(uint32_t size, sx_rdv_server_t **srv_p)
 {
-    if (size == 0 || srv_p == NULL)
+    return sx_rdv_server_open_at(size, "127.0.0.1", 0, srv_p);
+}
+
+int sx_rdv_server_open_at(uint32_t size, const char *host, uint16_t port, sx_rdv_server_t **srv_p)
+{
+    if (size == 0 || host == NULL || srv_p == NULL)
         return SX_ERR_INVALID_PARAM;
     sx_rdv_server_t *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
@@ -306,7 +311,7 @@ int sx_rdv_server_open(uint32_t size, sx_rdv_server_t **srv_p)
     atomic_init(&srv->status, SX_OK);
     pthread_mutex_init(&srv->lock, NULL);
 
-    int rc = sx_oob_open(SX_OOB_ID_LAUNCHER, "127.0.0.1", 0, &srv->oob);
+    int rc = sx_oob_open(SX_OOB_ID_LAUNCHER, host, port, &srv->oob);
     if (rc != SX_OK) {
         sx_error("rdv", "cannot open the rendezvous endpoint: %s", sx_strerror(rc));
         pthread_mutex_destroy(&srv->lock);

@@ -23,6 +23,11 @@ typedef struct sx_rdv_server sx_rdv_server_t;
 /** Opens a server for a job of @p size ranks listening on 127.0.0.1. */
 int sx_rdv_server_open(uint32_t size, sx_rdv_server_t **srv_p);
 
+/** The same listening on @p host (an IPv4 address or a name; not the
+ *  wildcard, since the address is what ranks are told) port @p port (0:
+ *  any): for ranks on other hosts (sx_run -H). */
+int sx_rdv_server_open_at(uint32_t size, const char *host, uint16_t port, sx_rdv_server_t **srv_p);
+
 /** "host:port" for SX_RUN_ADDR. */
 int sx_rdv_server_address(sx_rdv_server_t *srv, char *buf, size_t len);
 

@@ -8,15 +8,23 @@
  *   env                the SX_RUN_* variables, and whether stdin is empty
  *   exit CODE          exits with CODE
  *   signal SIG         kills itself with signal SIG
- *   hang DIR [noterm]  forks a grandchild that sleeps forever, writes its
- *                      pid to DIR/gc-RANK.pid, prints "ready RANK PID" and
- *                      sleeps forever (noterm: ignoring SIGTERM)
+ *   hang DIR [noterm|termfile]
+ *                      forks a grandchild that sleeps forever, writes its
+ *                      pid to DIR/gc-RANK.pid, prints "ready RANK PID PPID"
+ *                      and sleeps forever (noterm: ignoring SIGTERM;
+ *                      termfile: creating DIR/term-RANK when SIGTERM comes,
+ *                      then dying of it)
  *   fail RANK CODE FIFO DIR
  *                      as hang; then rank RANK reads a byte from FIFO and
  *                      exits with CODE
  *   modex ROUNDS       a modex exchange through sx_modex_sxrun_ops on an
  *                      OOB endpoint of its own, every rank's blob checked,
  *                      then ROUNDS fences (two at a time); "modex ok RANK"
+ *   show NAMES ARGS... "show RANK host=H cwd=C env=V|V... args=A,A...":
+ *                      H is TEST_AGENT_HOST (which the test's launcher
+ *                      agent sets) or "-"; C, each V (the variables named
+ *                      in NAMES, comma-separated; "-": none) and each A
+ *                      (ARGS) in hex, an unset variable as "unset"
  *   badput KIND RANK   rank RANK sends a malformed RDV_PUT (KIND: short,
  *                      range, size) and prints the RDV_ERROR it gets; the
  *                      others exchange normally. Nobody exits: sx_run must
@@ -80,10 +88,21 @@ static void write_pid_file(const char *dir, const char *what, pid_t pid)
         die("cannot write %s: %s", path, strerror(errno));
 }
 
-/* The grandchild, its pid file, the ready line. */
-static void hang_setup(const char *dir, bool noterm)
+static char term_path[4096];
+
+static void on_term(int sig)
 {
-    if (noterm)
+    int fd = open(term_path, O_WRONLY | O_CREAT, 0600);
+    if (fd >= 0)
+        close(fd);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* The grandchild, its pid file, the ready line. */
+static void hang_setup(const char *dir, const char *how)
+{
+    if (strcmp(how, "noterm") == 0)
         signal(SIGTERM, SIG_IGN);
     fflush(NULL);
     pid_t gc = fork();
@@ -91,9 +110,56 @@ static void hang_setup(const char *dir, bool noterm)
         die("fork: %s", strerror(errno));
     if (gc == 0)
         sleep_forever();
+    if (strcmp(how, "termfile") == 0) {
+        snprintf(term_path, sizeof(term_path), "%s/term-%u", dir, child_rank);
+        signal(SIGTERM, on_term);
+    }
     write_pid_file(dir, "gc", gc);
-    printf("ready %u %d\n", child_rank, (int)getpid());
+    printf("ready %u %d %d\n", child_rank, (int)getpid(), (int)getppid());
     fflush(stdout);
+}
+
+static void print_hex(const char *s)
+{
+    if (s == NULL) {
+        fputs("unset", stdout);
+        return;
+    }
+    if (*s == '\0')
+        fputs("empty", stdout);
+    for (; *s != '\0'; s++)
+        printf("%02x", (unsigned char)*s);
+}
+
+static void do_show(const char *names, int argc, char **argv)
+{
+    char cwd[4096];
+    const char *host = getenv("TEST_AGENT_HOST");
+
+    if (getcwd(cwd, sizeof(cwd)) == NULL)
+        die("getcwd: %s", strerror(errno));
+    printf("show %u host=%s cwd=", child_rank, host != NULL ? host : "-");
+    print_hex(cwd);
+    fputs(" env=", stdout);
+    if (strcmp(names, "-") != 0) {
+        char *copy = strdup(names);
+        char *save = NULL;
+        bool first = true;
+        for (char *n = strtok_r(copy, ",", &save); n != NULL; n = strtok_r(NULL, ",", &save)) {
+            if (!first)
+                putchar('|');
+            first = false;
+            print_hex(getenv(n));
+        }
+        free(copy);
+    }
+    fputs(" args=", stdout);
+    for (int i = 0; i < argc; i++) {
+        if (i > 0)
+            putchar(',');
+        print_hex(argv[i]);
+    }
+    putchar('\n');
 }
 
 static void do_print(void)
@@ -317,10 +383,10 @@ int main(int argc, char **argv)
         raise(atoi(argv[2]));
         die("still alive after signal %s", argv[2]);
     } else if (strcmp(mode, "hang") == 0 && (argc == 3 || argc == 4)) {
-        hang_setup(argv[2], argc == 4 && strcmp(argv[3], "noterm") == 0);
+        hang_setup(argv[2], argc == 4 ? argv[3] : "");
         sleep_forever();
     } else if (strcmp(mode, "fail") == 0 && argc == 6) {
-        hang_setup(argv[5], false);
+        hang_setup(argv[5], "");
         if (child_rank == (unsigned)atoi(argv[2])) {
             int fd = open(argv[4], O_RDONLY);
             char c;
@@ -329,6 +395,8 @@ int main(int argc, char **argv)
             exit(atoi(argv[3]));
         }
         sleep_forever();
+    } else if (strcmp(mode, "show") == 0 && argc >= 3) {
+        do_show(argv[2], argc - 3, argv + 3);
     } else if (strcmp(mode, "modex") == 0 && argc == 3) {
         do_modex((unsigned)atoi(argv[2]));
     } else if (strcmp(mode, "badput") == 0 && argc == 4) {

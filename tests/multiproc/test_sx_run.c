@@ -11,6 +11,11 @@
  *
  * The test process is a child subreaper, so the ranks of an sx_run killed
  * with SIGKILL become its children and it can see them die and reap them.
+ *
+ * Ranks on other hosts (-H) go through a launcher agent that the test
+ * writes (agent_script below): it runs the remote command on this machine
+ * in a clean environment, as ssh would run it on the host, and says which
+ * host it was asked for in TEST_AGENT_HOST.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,10 +41,11 @@
 
 #define WAIT_MS   120000 /* for anything that should take a moment */
 #define MAX_RANKS 8
-#define MAX_ARGS  16
+#define MAX_ARGS  48
 
 static const char *sx_run_path;
 static const char *child_path;
+static const char *job_cwd; /* where sx_run starts; NULL: here */
 
 typedef struct job {
     pid_t pid;
@@ -77,6 +83,8 @@ static void job_start(job_t *j, const char *const *args)
     if (pid == 0) {
         dup2(p[0][1], 1);
         dup2(p[1][1], 2);
+        if (job_cwd != NULL && chdir(job_cwd) != 0)
+            _exit(125);
         execv(sx_run_path, (char *const *)argv);
         _exit(126);
     }
@@ -211,13 +219,18 @@ static void make_dir(char *dir, size_t len)
 
 static void remove_dir(const char *dir)
 {
+    static const char *const files[] = {"fifo", "agent.sh", "agent.log"};
     char path[256];
     for (int r = 0; r < MAX_RANKS; r++) {
         snprintf(path, sizeof(path), "%s/gc-%d.pid", dir, r);
         unlink(path);
+        snprintf(path, sizeof(path), "%s/term-%d", dir, r);
+        unlink(path);
     }
-    snprintf(path, sizeof(path), "%s/fifo", dir);
-    unlink(path);
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[f]);
+        unlink(path);
+    }
     rmdir(dir);
 }
 
@@ -235,20 +248,30 @@ static pid_t read_pid_file(const char *dir, int rank)
     return (pid_t)pid;
 }
 
-/* The pids of the ranks that printed "ready" (by rank; 0 when not). */
-static int ready_pids(const job_t *j, pid_t *pids, int n)
+/* The pids of the ranks that printed "ready" (by rank; 0 when not), and
+ * their parents' (@p ppids may be NULL). */
+static int ready_pids2(const job_t *j, pid_t *pids, pid_t *ppids, int n)
 {
     int found = 0;
 
     memset(pids, 0, sizeof(*pids) * (size_t)n);
+    if (ppids != NULL)
+        memset(ppids, 0, sizeof(*ppids) * (size_t)n);
     for (const char *p = j->text[0]; (p = strstr(p, "] ready ")) != NULL; p++) {
-        int r, pid;
-        if (sscanf(p, "] ready %d %d", &r, &pid) == 2 && r >= 0 && r < n) {
+        int r, pid, ppid;
+        if (sscanf(p, "] ready %d %d %d", &r, &pid, &ppid) == 3 && r >= 0 && r < n) {
             pids[r] = pid;
+            if (ppids != NULL)
+                ppids[r] = ppid;
             found++;
         }
     }
     return found;
+}
+
+static int ready_pids(const job_t *j, pid_t *pids, int n)
+{
+    return ready_pids2(j, pids, NULL, n);
 }
 
 static void assert_gone(pid_t pid, const char *what)
@@ -686,14 +709,532 @@ static void test_malformed_put(void **state)
     }
 }
 
+/* ------------------------------------------------------------ across hosts */
+
+/*
+ * The launcher agent of the -H tests, `agent.sh HOST COMMAND...`: it runs
+ * COMMAND on this machine as ssh would run it on HOST, with a clean
+ * environment (PATH, the sanitizers' options, and TEST_AGENT_HOST=HOST),
+ * so that whatever a rank gets came on the command line. Every call
+ * appends HOST to agent.log beside it. TEST_AGENT_MODE says how:
+ *
+ *   exec    runs COMMAND's words as they are (as `ip netns exec` does)
+ *   shell   joins them with spaces for `sh -c` (as ssh does)
+ *   detach  as exec, but in a session of its own under a shell that
+ *           ignores SIGTERM, SIGINT and SIGHUP: like ssh's remote end,
+ *           which sx_run's signals never reach; only its standard input
+ *           closing (or the agent's death) tells it the job is over
+ */
+static const char agent_script[] =
+    "#!/bin/sh\n"
+    "host=$1\n"
+    "shift\n"
+    "echo \"$host\" >>\"${0%/*}/agent.log\"\n"
+    "case ${TEST_AGENT_MODE:-exec} in\n"
+    "exec)\n"
+    "    exec env -i PATH=\"$PATH\" ASAN_OPTIONS=\"${ASAN_OPTIONS-}\" "
+    "UBSAN_OPTIONS=\"${UBSAN_OPTIONS-}\" TSAN_OPTIONS=\"${TSAN_OPTIONS-}\" "
+    "TEST_AGENT_HOST=\"$host\" \"$@\" ;;\n"
+    "shell)\n"
+    "    exec env -i PATH=\"$PATH\" ASAN_OPTIONS=\"${ASAN_OPTIONS-}\" "
+    "UBSAN_OPTIONS=\"${UBSAN_OPTIONS-}\" TSAN_OPTIONS=\"${TSAN_OPTIONS-}\" "
+    "TEST_AGENT_HOST=\"$host\" sh -c \"$*\" ;;\n"
+    "detach)\n"
+    "    trap '' TERM INT HUP\n"
+    "    setsid env -i PATH=\"$PATH\" ASAN_OPTIONS=\"${ASAN_OPTIONS-}\" "
+    "UBSAN_OPTIONS=\"${UBSAN_OPTIONS-}\" TSAN_OPTIONS=\"${TSAN_OPTIONS-}\" "
+    "TEST_AGENT_HOST=\"$host\" \"$@\" ;;\n"
+    "esac\n";
+
+/* A temporary directory with the agent in it; @p agent gets its path. */
+static void agent_setup(char *dir, size_t dlen, char *agent, size_t alen)
+{
+    make_dir(dir, dlen);
+    snprintf(agent, alen, "%s/agent.sh", dir);
+    FILE *f = fopen(agent, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(agent_script, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(agent, 0755), 0);
+}
+
+/* How many times the agent was asked for @p host. */
+static int agent_calls(const char *dir, const char *host)
+{
+    char path[256], line[256];
+    int n = 0;
+
+    snprintf(path, sizeof(path), "%s/agent.log", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        n += strcmp(line, host) == 0;
+    }
+    fclose(f);
+    return n;
+}
+
+/* What sx_run_child's show mode prints for @p s. */
+static void hex_of(const char *s, char *out, size_t len)
+{
+    size_t k = 0;
+
+    if (s == NULL) {
+        snprintf(out, len, "unset");
+        return;
+    }
+    if (*s == '\0') {
+        snprintf(out, len, "empty");
+        return;
+    }
+    for (; *s != '\0' && k + 3 < len; s++)
+        k += (size_t)snprintf(out + k, len - k, "%02x", (unsigned char)*s);
+}
+
+/* Runs `sx_run -H ... show -` and checks each rank's host. */
+static void check_placement(const char *dir, const char *const *args, const char *const *want,
+                            int n)
+{
+    job_t j;
+
+    run(&j, args);
+    if (exit_code(&j) != 0)
+        fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", exit_code(&j), j.text[0], j.text[1]);
+    for (int r = 0; r < n; r++) {
+        char line[128];
+        snprintf(line, sizeof(line), "[%d] show %d host=%s cwd=", r, r, want[r]);
+        assert_has(j.text[0], line);
+    }
+    assert_int_equal(count_of(j.text[0], "] show "), n);
+    job_free(&j);
+    (void)dir;
+}
+
+/* Ranks go to the hosts in blocks; HOST:SLOTS takes SLOTS of them; a host
+ * that is this machine starts its ranks without the agent. */
+static void test_hosts_placement(void **state)
+{
+    (void)state;
+    char dir[64], agent[128];
+
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    check_placement(dir,
+                    (const char *const[]){"-H", "hostA,hostB,hostC", "-n", "5", "--agent", agent,
+                                          "--rendezvous-addr", "127.0.0.1", child_path, "show", "-",
+                                          NULL},
+                    (const char *const[]){"hostA", "hostA", "hostB", "hostB", "hostC"}, 5);
+    assert_int_equal(agent_calls(dir, "hostA"), 2);
+    assert_int_equal(agent_calls(dir, "hostC"), 1);
+    check_placement(dir,
+                    (const char *const[]){"-H", "hostA:1,hostB:3", "-n", "4", "--agent", agent,
+                                          "--rendezvous-addr", "127.0.0.1", child_path, "show", "-",
+                                          NULL},
+                    (const char *const[]){"hostA", "hostB", "hostB", "hostB"}, 4);
+    /* Counted hosts take their slots; the others share the rest. Two -H
+     * add up; without -n, the slots say how many. */
+    check_placement(dir,
+                    (const char *const[]){"-H", "hostC,hostD:2", "-H", "hostE", "-n", "5",
+                                          "--agent", agent, "--rendezvous-addr", "127.0.0.1",
+                                          child_path, "show", "-", NULL},
+                    (const char *const[]){"hostC", "hostC", "hostD", "hostD", "hostE"}, 5);
+    check_placement(dir,
+                    (const char *const[]){"-H", "hostF:2,hostG:1", "--agent", agent,
+                                          "--rendezvous-addr", "127.0.0.1", child_path, "show", "-",
+                                          NULL},
+                    (const char *const[]){"hostF", "hostF", "hostG"}, 3);
+    /* localhost: started here, not through the agent. */
+    check_placement(dir,
+                    (const char *const[]){"-H", "localhost,hostH", "-n", "4", "--agent", agent,
+                                          "--rendezvous-addr", "127.0.0.1", child_path, "show", "-",
+                                          NULL},
+                    (const char *const[]){"-", "-", "hostH", "hostH"}, 4);
+    assert_int_equal(agent_calls(dir, "hostH"), 2);
+    assert_int_equal(agent_calls(dir, "localhost"), 0);
+    remove_dir(dir);
+}
+
+/* The rendezvous across hosts: with the address given, and with the one
+ * sx_run finds towards the hosts (127.0.0.2 is reached from 127.0.0.1);
+ * through both kinds of agent, and with ranks here and there. */
+static void test_hosts_rendezvous(void **state)
+{
+    (void)state;
+    static const char *const modes[] = {"exec", "shell"};
+    char dir[64], agent[128];
+    job_t j;
+
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    for (size_t m = 0; m < 2; m++) {
+        setenv("TEST_AGENT_MODE", modes[m], 1);
+        const char *const *cases[] = {
+            (const char *const[]){"-H", "hostA,hostB,hostC", "-n", "5", "--agent", agent,
+                                  "--rendezvous-addr", "127.0.0.1", child_path, "modex", "5", NULL},
+            (const char *const[]){"-H", "127.0.0.1,127.0.0.2", "-n", "4", "--agent", agent,
+                                  child_path, "modex", "3", NULL},
+            (const char *const[]){"-H", "localhost:2,hostB", "-n", "4", "--agent", agent,
+                                  "--rendezvous-addr", "127.0.0.1", child_path, "modex", "3", NULL},
+        };
+        static const int counts[] = {5, 4, 4};
+        for (size_t c = 0; c < 3; c++) {
+            run(&j, cases[c]);
+            if (exit_code(&j) != 0)
+                fail_msg("%s, case %zu: status %d\nstdout:\n%s\nstderr:\n%s", modes[m], c,
+                         exit_code(&j), j.text[0], j.text[1]);
+            for (int r = 0; r < counts[c]; r++) {
+                char want[64];
+                snprintf(want, sizeof(want), "[%d] modex ok %d\n", r, r);
+                assert_has(j.text[0], want);
+            }
+            job_free(&j);
+        }
+    }
+    unsetenv("TEST_AGENT_MODE");
+
+    /* What the ranks are told, and their standard input: /dev/null, not
+     * the agent's. */
+    run(&j, (const char *const[]){"-H", "127.0.0.2", "-n", "2", "--agent", agent, child_path, "env",
+                                  NULL});
+    assert_int_equal(exit_code(&j), 0);
+    assert_has(j.text[0], "[0] env 0 2 127.0.0.1:");
+    assert_has(j.text[0], "[1] env 1 2 127.0.0.1:");
+    assert_int_equal(count_of(j.text[0], "stdin=empty"), 2);
+    job_free(&j);
+    remove_dir(dir);
+}
+
+/* Arguments and variables with blanks, quotes and shell syntax arrive
+ * intact, through either kind of agent, with the working directory. */
+static void test_hosts_environment_and_arguments(void **state)
+{
+    (void)state;
+    static const char *const weird[] = {
+        "a b", "it's", "\"q\" \\", "",          "$(echo no) `echo no` ${HOME}",
+        "*",   "~",    "#c",       "new\nline", "%41",
+        "%",   "=x",   "-x",       "\xc3\xa9",  "a;b|c&d>e<f",
+        "'",   NULL};
+    static const char *const modes[] = {"exec", "shell"};
+    const char *fwd = "v a l 'q' \"d\" $HOME ~ # % %41 \\ ;|&\nline 2";
+    char dir[64], agent[128], cwd[4096];
+
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    assert_non_null(realpath(dir, cwd));
+    setenv("SX_TEST_FWD", fwd, 1);
+    setenv("TEST_X_INHERIT", "in herit", 1);
+    setenv("NOTSX_VAR", "here only", 1);
+    for (size_t m = 0; m < 2; m++) {
+        const char *args[MAX_ARGS];
+        int n = 0;
+        static const char *const head[] = {"-H", "localhost,hostB,hostC", "-n", "3", "--agent",
+                                           NULL};
+        for (int i = 0; head[i] != NULL; i++)
+            args[n++] = head[i];
+        args[n++] = agent;
+        static const char *const mid[] = {"--rendezvous-addr",
+                                          "127.0.0.1",
+                                          "-x",
+                                          "TEST_X_INHERIT",
+                                          "-x",
+                                          "TEST_X_SET=x=y z",
+                                          "--env=TEST_X_SET=final value",
+                                          NULL};
+        for (int i = 0; mid[i] != NULL; i++)
+            args[n++] = mid[i];
+        args[n++] = child_path;
+        args[n++] = "show";
+        args[n++] = "SX_TEST_FWD,TEST_X_INHERIT,TEST_X_SET,NOTSX_VAR";
+        for (int i = 0; weird[i] != NULL; i++)
+            args[n++] = weird[i];
+        args[n] = NULL;
+
+        setenv("TEST_AGENT_MODE", modes[m], 1);
+        job_cwd = dir;
+        job_t j;
+        run(&j, args);
+        job_cwd = NULL;
+        if (exit_code(&j) != 0)
+            fail_msg("%s: status %d\nstdout:\n%s\nstderr:\n%s", modes[m], exit_code(&j), j.text[0],
+                     j.text[1]);
+        static const char *const hosts[] = {"-", "hostB", "hostC"};
+        for (int r = 0; r < 3; r++) {
+            static char want[16384];
+            char hex[4096];
+            size_t k = 0;
+            k += (size_t)snprintf(want + k, sizeof(want) - k, "[%d] show %d host=%s cwd=", r, r,
+                                  hosts[r]);
+            hex_of(cwd, hex, sizeof(hex));
+            k += (size_t)snprintf(want + k, sizeof(want) - k, "%s env=", hex);
+            const char *vals[] = {fwd, "in herit", "final value", r == 0 ? "here only" : NULL};
+            for (int v = 0; v < 4; v++) {
+                hex_of(vals[v], hex, sizeof(hex));
+                k += (size_t)snprintf(want + k, sizeof(want) - k, "%s%s", v > 0 ? "|" : "", hex);
+            }
+            k += (size_t)snprintf(want + k, sizeof(want) - k, " args=");
+            for (int i = 0; weird[i] != NULL; i++) {
+                hex_of(weird[i], hex, sizeof(hex));
+                k += (size_t)snprintf(want + k, sizeof(want) - k, "%s%s", i > 0 ? "," : "", hex);
+            }
+            snprintf(want + k, sizeof(want) - k, "\n");
+            if (strstr(j.text[0], want) == NULL)
+                fail_msg("%s: rank %d: want\n%s\nin:\n%s\nstderr:\n%s", modes[m], r, want,
+                         j.text[0], j.text[1]);
+        }
+        job_free(&j);
+    }
+    unsetenv("TEST_AGENT_MODE");
+    unsetenv("SX_TEST_FWD");
+    unsetenv("TEST_X_INHERIT");
+    unsetenv("NOTSX_VAR");
+    remove_dir(dir);
+}
+
+/* Every rank, grandchild and remote side of a job that has ended is gone
+ * (ranks that never printed their ready line are skipped). */
+static void assert_job_gone(const job_t *j, const char *dir, int n)
+{
+    pid_t pids[MAX_RANKS], ppids[MAX_RANKS];
+
+    ready_pids2(j, pids, ppids, n);
+    for (int r = 0; r < n; r++) {
+        if (pids[r] == 0)
+            continue;
+        assert_gone(pids[r], "a rank");
+        assert_gone(read_pid_file(dir, r), "a rank's grandchild");
+        assert_gone(ppids[r], "a rank's parent (the remote side)");
+    }
+}
+
+/* A remote rank fails: its status is sx_run's, the rank and host named;
+ * a remote rank killed by a signal is named by its remote side. */
+static void test_hosts_failure(void **state)
+{
+    (void)state;
+    char dir[64], agent[128], fifo[128];
+    pid_t pids[MAX_RANKS];
+    job_t j;
+
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    job_start(&j, (const char *const[]){"-H", "hostA,hostB", "-n", "4", "--agent", agent,
+                                        "--rendezvous-addr", "127.0.0.1", child_path, "fail", "3",
+                                        "3", fifo, dir, NULL});
+    job_wait_for(&j, "] ready ", 4);
+    assert_int_equal(ready_pids(&j, pids, 4), 4);
+    int fd = open(fifo, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "x", 1), 1);
+    close(fd);
+    job_finish(&j);
+    assert_int_equal(exit_code(&j), 3);
+    assert_has(j.text[1], "rank 3 (on hostB, agent pid ");
+    assert_has(j.text[1], "exited with status 3; stopping the job");
+    assert_job_gone(&j, dir, 4);
+    job_free(&j);
+
+    run(&j, (const char *const[]){"-H", "hostA", "-n", "1", "--agent", agent, "--rendezvous-addr",
+                                  "127.0.0.1", child_path, "signal", "10", NULL});
+    assert_int_equal(exit_code(&j), 128 + 10);
+    assert_has(j.text[1], "[0] sx_run: hostA: rank 0 (pid ");
+    assert_has(j.text[1], "was killed by signal 10 (SIGUSR1)");
+    assert_has(j.text[1], "rank 0 (on hostA, agent pid ");
+    job_free(&j);
+    remove_dir(dir);
+}
+
+static void check_hosts_timeout(const char *n_s, const char *timeout, const char *how)
+{
+    char dir[64], agent[128];
+    job_t j;
+
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    job_start(&j, (const char *const[]){"-H", "hostA,hostB", "-n", n_s, "--timeout", timeout,
+                                        "--agent", agent, "--rendezvous-addr", "127.0.0.1",
+                                        child_path, "hang", dir, how, NULL});
+    job_finish(&j);
+    assert_int_equal(exit_code(&j), 124);
+    assert_has(j.text[1], "timeout");
+    assert_job_gone(&j, dir, atoi(n_s));
+    job_free(&j);
+    remove_dir(dir);
+}
+
+/* The timeout stops remote ranks, their grandchildren and remote sides;
+ * ranks that ignore SIGTERM too (their remote side's SIGKILL, or its
+ * death's). */
+static void test_hosts_timeout(void **state)
+{
+    (void)state;
+    check_hosts_timeout("4", "6", NULL);
+    check_hosts_timeout("2", "4", "noterm");
+}
+
+/* The agent's process tree killed with SIGKILL: the rank goes with its
+ * remote side, sx_run reports the signal and stops the rest. */
+static void test_hosts_agent_killed(void **state)
+{
+    (void)state;
+    char dir[64], agent[128];
+    pid_t pids[MAX_RANKS], ppids[MAX_RANKS];
+    job_t j;
+
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    job_start(&j, (const char *const[]){"-H", "hostA,hostB", "-n", "4", "--agent", agent,
+                                        "--rendezvous-addr", "127.0.0.1", child_path, "hang", dir,
+                                        NULL});
+    job_wait_for(&j, "] ready ", 4);
+    assert_int_equal(ready_pids2(&j, pids, ppids, 4), 4);
+    /* The exec agent became the remote side: its group is the agent's. */
+    pid_t pgid = getpgid(ppids[3]);
+    assert_int_equal(pgid, ppids[3]);
+    assert_int_equal(kill(-pgid, SIGKILL), 0);
+    job_finish(&j);
+    assert_int_equal(exit_code(&j), 128 + SIGKILL);
+    char want[128];
+    snprintf(want, sizeof(want), "rank 3 (on hostB): its agent (pid %d) was killed by signal 9",
+             (int)pgid);
+    assert_has(j.text[1], want);
+    assert_job_gone(&j, dir, 4);
+    job_free(&j);
+    remove_dir(dir);
+}
+
+/* Waits for @p pid to end and to be reaped: by us once it is ours (an
+ * orphan comes to us, the subreaper), or by its parent. Between its end
+ * and its reaping it is a zombie whose parent may itself be dying; that
+ * short moment is polled. */
+static void wait_ended(pid_t pid)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+    if (pidfd < 0) {
+        assert_int_equal(errno, ESRCH);
+        return;
+    }
+    struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+    int rc;
+    do
+        rc = poll(&pfd, 1, WAIT_MS);
+    while (rc < 0 && errno == EINTR);
+    close(pidfd);
+    if (rc != 1)
+        fail_msg("pid %d did not end", (int)pid);
+    uint64_t deadline = now_ms() + WAIT_MS;
+    while (waitpid(pid, NULL, WNOHANG) != pid && kill(pid, 0) == 0) {
+        if (now_ms() > deadline)
+            fail_msg("pid %d ended but was never reaped", (int)pid);
+        poll(NULL, 0, 5);
+    }
+}
+
+/* An agent like ssh, whose remote end no signal of sx_run reaches: the
+ * remote side stops its rank (with SIGTERM, which the rank records) when
+ * its standard input closes: when sx_run stops the job, and when sx_run
+ * is killed with SIGKILL. */
+static void test_hosts_input_closed(void **state)
+{
+    (void)state;
+    char dir[64], agent[128], path[256];
+    pid_t pids[MAX_RANKS], ppids[MAX_RANKS];
+    job_t j;
+
+    setenv("TEST_AGENT_MODE", "detach", 1);
+    for (int kill9 = 0; kill9 < 2; kill9++) {
+        agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+        job_start(&j, (const char *const[]){"-H", "hostA,hostB", "-n", "2", "--agent", agent,
+                                            "--rendezvous-addr", "127.0.0.1", child_path, "hang",
+                                            dir, "termfile", NULL});
+        job_wait_for(&j, "] ready ", 2);
+        assert_int_equal(ready_pids2(&j, pids, ppids, 2), 2);
+        assert_int_equal(kill(j.pid, kill9 ? SIGKILL : SIGTERM), 0);
+        if (kill9) {
+            /* The remote sides outlive sx_run and its agents, and come
+             * to us: they end once they have stopped their ranks. */
+            while (waitpid(j.pid, &j.status, 0) < 0)
+                assert_int_equal(errno, EINTR);
+            j.pid = 0;
+            for (int r = 0; r < 2; r++)
+                wait_ended(ppids[r]);
+        }
+        job_finish(&j);
+        assert_true(WIFSIGNALED(j.status));
+        assert_int_equal(WTERMSIG(j.status), kill9 ? SIGKILL : SIGTERM);
+        for (int r = 0; r < 2; r++) {
+            snprintf(path, sizeof(path), "%s/term-%d", dir, r);
+            if (access(path, F_OK) != 0)
+                fail_msg("rank %d got no SIGTERM from its remote side; stderr:\n%s", r, j.text[1]);
+        }
+        assert_job_gone(&j, dir, 2);
+        job_free(&j);
+        remove_dir(dir);
+    }
+    unsetenv("TEST_AGENT_MODE");
+}
+
+static void test_hosts_bad_arguments(void **state)
+{
+    (void)state;
+    expect_usage_error((const char *const[]){"-H", "", "-n", "1", child_path, NULL},
+                       "-H needs a list of hosts");
+    expect_usage_error((const char *const[]){"-H", "a:0", "-n", "1", child_path, NULL},
+                       "'a:0': the slots must be a number");
+    expect_usage_error((const char *const[]){"-H", "a,,b", "-n", "1", child_path, NULL},
+                       "is not a host name");
+    expect_usage_error((const char *const[]){"-H", "-oProxyCommand=x", "-n", "1", child_path, NULL},
+                       "is not a host name");
+    expect_usage_error((const char *const[]){"-H", "a b", "-n", "1", child_path, NULL},
+                       "is not a host name");
+    expect_usage_error((const char *const[]){"-H", "a:1,b:1", "-n", "3", child_path, NULL},
+                       "the hosts given (-H) have 2 slots");
+    expect_usage_error((const char *const[]){"-H", "a,b", child_path, NULL}, "-n N is required");
+    expect_usage_error((const char *const[]){"-n", "1", "--agent", "ssh", child_path, NULL},
+                       "there is no -H");
+    expect_usage_error(
+        (const char *const[]){"-H", "a", "-n", "1", "--agent", " ", child_path, NULL},
+        "--agent needs a command");
+    expect_usage_error((const char *const[]){"-H", "a", "-n", "1", "--rendezvous-addr",
+                                             "127.0.0.1:0", child_path, NULL},
+                       "the port must be");
+    expect_usage_error((const char *const[]){"-n", "1", "-x", "1BAD", child_path, NULL},
+                       "'1BAD' is not NAME or NAME=VALUE");
+    expect_usage_error(
+        (const char *const[]){"-n", "1", "-x", "SX_TEST_NEVER_SET_0451", child_path, NULL},
+        "SX_TEST_NEVER_SET_0451 is not set here");
+
+    job_t j;
+    run(&j, (const char *const[]){"-H", "hostA", "-n", "1", "--agent", "sx_no_such_agent_0451",
+                                  "--rendezvous-addr", "127.0.0.1", child_path, "exit", "0", NULL});
+    assert_int_equal(exit_code(&j), 127);
+    assert_has(j.text[1], "the agent sx_no_such_agent_0451: command not found");
+    job_free(&j);
+    /* -x reaches ranks here too; the last value of a name wins. */
+    run(&j, (const char *const[]){"-x", "TEST_X_SET=one", "-xTEST_X_SET=two", "-n", "1", child_path,
+                                  "show", "TEST_X_SET", NULL});
+    assert_int_equal(exit_code(&j), 0);
+    assert_has(j.text[0], "env=74776f args=");
+    job_free(&j);
+    /* The hidden mode refuses a caller of another version. */
+    run(&j, (const char *const[]){"--remote-child", "0", "h", "0", "%2F", "0", "/bin/true", "true",
+                                  NULL});
+    assert_int_equal(exit_code(&j), 125);
+    assert_has(j.text[1], "speaks version 1");
+    job_free(&j);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
         fprintf(stderr, "usage: %s SX_RUN SX_RUN_CHILD\n", argv[0]);
         return 2;
     }
-    sx_run_path = argv[1];
-    child_path = argv[2];
+    /* Absolute: some tests start sx_run in another directory. */
+    sx_run_path = realpath(argv[1], NULL);
+    child_path = realpath(argv[2], NULL);
+    if (sx_run_path == NULL || child_path == NULL) {
+        perror("realpath");
+        return 2;
+    }
     /* Orphans of an sx_run killed with SIGKILL come to us, to be reaped. */
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
         perror("PR_SET_CHILD_SUBREAPER");
@@ -715,6 +1256,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sigkill_takes_the_ranks),
         cmocka_unit_test(test_rendezvous),
         cmocka_unit_test(test_malformed_put),
+        cmocka_unit_test(test_hosts_bad_arguments),
+        cmocka_unit_test(test_hosts_placement),
+        cmocka_unit_test(test_hosts_rendezvous),
+        cmocka_unit_test(test_hosts_environment_and_arguments),
+        cmocka_unit_test(test_hosts_failure),
+        cmocka_unit_test(test_hosts_timeout),
+        cmocka_unit_test(test_hosts_agent_killed),
+        cmocka_unit_test(test_hosts_input_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
