@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A job of shardx's own launcher across the hosts of a namespace cluster
+# (ctest: cluster_sxrun_*). Run it on host 1 through with_cluster.sh:
+#
+#   with_cluster.sh 3 1500 -- sxrun_job.sh SX_RUN NP -- PROG ARGS...
+#
+# sx_run places NP ranks by block on the cluster's hosts (-H) and starts
+# them through agent.sh (--agent, as mpirun's plm_rsh_agent), which runs
+# `sx_run --remote-child` in each host; every SX_* variable of this
+# environment goes along (SX_FAULT for the loss runs). No shardx
+# parameter is set: the defaults must find the other hosts. The job
+# passes when sx_run exits 0 and a rank ran on every host.
+set -euo pipefail
+
+sx_run=$1 np=$2
+shift 2
+[[ ${1:-} == -- ]] && shift
+for v in CLUSTER_HOSTS CLUSTER_AGENT; do
+    if [[ -z ${!v:-} ]]; then
+        echo "sxrun_job: $v is not set: run me through with_cluster.sh" >&2
+        exit 2
+    fi
+done
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+rc=0
+# shellcheck disable=SC2016 # expanded by the rank's shell, on its host
+"$sx_run" -H "$CLUSTER_HOSTS" -n "$np" --agent "$CLUSTER_AGENT" --timeout 240 -- \
+    /bin/sh -c 'echo "sxrun_job: rank $SX_RUN_RANK on $(hostname)"; exec "$@"' sh "$@" \
+    >"$out" 2>&1 || rc=$?
+cat "$out"
+if ((rc != 0)); then
+    echo "sxrun_job: FAILED: sx_run exited with status $rc" >&2
+    exit 1
+fi
+IFS=, read -ra hosts <<<"$CLUSTER_HOSTS"
+for h in "${hosts[@]}"; do
+    if ! grep -q "sxrun_job: rank [0-9]* on $h\$" "$out"; then
+        echo "sxrun_job: FAILED: no rank ran on $h" >&2
+        exit 1
+    fi
+done
+echo "sxrun_job: OK: $np ranks on $CLUSTER_HOSTS, MTU ${CLUSTER_MTU:-?}"
