@@ -28,144 +28,145 @@
  */
 #define SX_UDP_ACK_SOCKET_DEFAULT "no"
 
-#define SX_CONFIG_TABLE(X)                                                                    \
-    X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                               \
-      "Number of shards; 0 means one per core of the process's cpuset. More shards than "     \
-      "cores is allowed (and warned about).")                                                 \
-    X(THREAD_MODE, ENUM, thread_mode, "sharded", 0, 0, "sharded|global",                      \
-      "sharded: one shard per core, each with its own token and inbox. global: one shard "    \
-      "behind one recursive lock, the usnic-style baseline kept for comparison.")             \
-    X(LOG_LEVEL, ENUM, log_level, "warn", 0, 0, "error|warn|info|debug|trace",                \
-      "Lowest severity written to the log.")                                                  \
-    X(LOG_FILE, STRING, log_file, "", 0, 0, NULL,                                             \
-      "Append log lines to this file instead of standard error.")                             \
-    X(HOTEL_ROOMS, UINT, hotel_rooms, "16384", 16, 1048576, NULL,                             \
-      "Rooms in each shard's hotel: the most packets a shard keeps waiting for an "           \
-      "acknowledgement.")                                                                     \
-    X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                              \
-      "Granularity of each shard's timer wheel in microseconds; timers fire up to one "       \
-      "tick late, never early.")                                                              \
-    X(TRANSPORTS, STRING, transports, "", 0, 0, NULL,                                         \
-      "Network transports the engine may select: \"ofi\" or \"udp,ofi\" allows only "         \
-      "those, \"^ofi\" all but those; empty: all built in. Of those that can run here, "      \
-      "the one with the highest exclusivity is used (verbs on an RDMA device or ofi on a "    \
-      "NIC's own provider, then udp, "                                                        \
-      "then libfabric's socket emulations); self always carries sends to the engine "         \
-      "itself. Peers must select the same transport. sink (no network: every packet is "      \
-      "acknowledged as posted, for measuring the engine alone; needs SX_CPC=implicit) "       \
-      "runs only when named.")                                                                \
-    X(OFI_PROVIDER, STRING, ofi_provider, "", 0, 0, NULL,                                     \
-      "libfabric provider for the ofi transport (fi_info -t FI_EP_DGRAM lists them); "        \
-      "empty: the first datagram provider libfabric prefers. Without a fabric device, "       \
-      "ofi is only considered when this is set or SX_TRANSPORTS is.")                         \
-    X(BIND_ADDR, STRING, bind_addr, "", 0, 0, NULL,                                           \
-      "Where the udp transport listens. Empty: every interface that is up, offering each "    \
-      "non-loopback IPv4 address to peers on other hosts and loopback to those on this one. " \
-      "Interface names and subnets separated by commas (\"eth0,10.1.0.0/16\"), all preceded " \
-      "by ^ to exclude them (\"^docker0\"): those addresses only. One IPv4 address, with an " \
-      "optional :port: that address alone (127.0.0.1 keeps a job on this host). ofi over a "  \
-      "sockets provider and the OOB bind one address: this one, else 127.0.0.1.")             \
-    X(NET_DEVICES, STRING, net_devices, "", 0, 0, NULL,                                       \
-      "Devices the network transport may use, as a comma-separated list of names: verbs "     \
-      "devices (\"mlx5_0,mlx5_1\") or network interfaces (\"eth0,eth1\"); empty: any. "       \
-      "Each shard takes the listed device nearest its NUMA node, spreading over equally "     \
-      "near ones (sx_info shows the choice). udp, which otherwise binds SX_BIND_ADDR, then "  \
-      "binds each shard to the IPv4 address of its interface; a name that is not an "         \
-      "interface here is an error. ofi takes the names as libfabric domains (interfaces "     \
-      "for its udp provider) and opens each shard on its own; a name that is no domain "      \
-      "here is an error.")                                                                    \
-    X(FAULT, STRING, fault, "", 0, 0, NULL,                                                   \
-      "Inject faults on the network transport, e.g. "                                         \
-      "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")   \
-    X(WINDOW, UINT, window, "4096", 16, 65536, NULL,                                          \
-      "Send window per channel, in packets (rounded up to a power of two).")                  \
-    X(MAX_INFLIGHT, SIZE, max_inflight, "4m", 65536, 1073741824, NULL,                        \
-      "Most unacknowledged bytes per channel. An engine whose receive sockets hold less "     \
-      "(SX_RCVBUF capped by net.core.rmem_max) uses half of what they hold instead, and "     \
-      "warns.")                                                                               \
-    X(RCVBUF, SIZE, rcvbuf, "16m", 0, 1073741824, NULL,                                       \
-      "Receive socket buffer to request (SO_RCVBUFFORCE, then SO_RCVBUF); 0: the "            \
-      "system default.")                                                                      \
-    X(SNDBUF, SIZE, sndbuf, "4m", 0, 1073741824, NULL,                                        \
-      "Send socket buffer to request; 0: the system default.")                                \
-    X(UDP_ACK_SOCKET, BOOL, udp_ack_socket, SX_UDP_ACK_SOCKET_DEFAULT, 0, 0, NULL,            \
-      "Give each shard's udp interface a second socket for pure ACKs, read before the data "  \
-      "socket, so ACKs do not queue behind data. Peers with and without it interoperate.")    \
-    X(UDP_CONNECT, UINT, udp_connect, "16", 0, 4096, NULL,                                    \
-      "Peers per udp interface that get their own connected send socket, which spares the "   \
-      "kernel a route lookup per datagram (the rest share the data socket); 0: none. Each "   \
-      "costs a file descriptor per shard.")                                                   \
-    X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                               \
-      "Delayed acknowledgement: longest wait before an ACK is sent on its own.")              \
-    X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                        \
-      "Send an ACK at once after this many message frames arrived unacknowledged (a "         \
-      "packet of aggregated small messages counts each).")                                    \
-    X(RTO_MIN_US, UINT, rto_min_us, "2000", 10, 60000000, NULL,                               \
-      "Floor of the retransmission timeout (RFC 6298); high enough that a peer "              \
-      "descheduled for a scheduler slice causes a spurious retransmit, not a failure.")       \
-    X(RTO_MAX_US, UINT, rto_max_us, "1000000", 100, 600000000, NULL,                          \
-      "Ceiling of the retransmission timeout after exponential back-off.")                    \
-    X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                            \
-      "Retransmission timeout before the first round-trip sample.")                           \
-    X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                    \
-      "A peer that answers none of the retransmissions and probes sent to it for this long "  \
-      "fails: its operations complete with SX_ERR_PEER_UNREACHABLE and the error callback "   \
-      "runs. Time this process did not run does not count, and a busy peer still answers "    \
-      "(SX_SERVICE_US).")                                                                     \
-    X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                            \
-      "CRC32C over every payload (the header checksum is always on).")                        \
-    X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                          \
-      "Pack several small messages queued for one peer into one datagram; no: one "           \
-      "message frame per datagram (for measuring what aggregation buys).")                    \
-    X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                           \
-      "Largest active message accepted, sent or received; bounds reassembly memory.")         \
-    X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                  \
-      "poll: callers progress the engine with sx_progress. thread: one progress thread "      \
-      "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                           \
-    X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                         \
-      "How long an idle progress thread polls before it sleeps; a sleep and wake-up "         \
-      "costs tens of microseconds on a VM.")                                                  \
-    X(SERVICE_US, UINT, service_us, "10000", 0, 10000000, NULL,                               \
-      "How long an engine may go without an sx_progress call before its service thread "      \
-      "serves the shards itself: it acknowledges, retransmits, answers connection "           \
-      "requests and probes, and keeps what arrives for the next caller; it never runs a "     \
-      "callback. 0 turns it off (a busy rank then stops answering). Not used with "           \
-      "SX_PROGRESS=thread.")                                                                  \
-    X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                   \
-      "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "      \
-      "programs pin their own threads.")                                                      \
-    X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                     \
-      "Print the engine's counters to standard error when it is destroyed.")                  \
-    X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                   \
-      "First sequence number of every channel; for testing wrap-around. Every process "       \
-      "of a job must use the same value with the implicit connection method; the "            \
-      "handshake exchanges it.")                                                              \
-    X(CPC, STRING, cpc, "", 0, 0, NULL,                                                       \
-      "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "       \
-      "drops one; empty: all that can run (handshake, implicit, oob when the engine has an "  \
-      "OOB endpoint, rdmacm when it runs verbs and librdmacm works). A peer uses the "        \
-      "highest-priority method both sides offer.")                                            \
-    X(RDMACM_PORT, UINT, rdmacm_port, "0", 0, 65535, NULL,                                    \
-      "Port of the rdmacm connection method's listener (RDMA_PS_UDP) on the RDMA device's "   \
-      "IPv4 address (SX_BIND_ADDR, or the RoCE GID's); 0: one the kernel chooses, which the " \
-      "business card carries.")                                                               \
-    X(CONNECT_TIMEOUT_MS, UINT, connect_timeout_ms, "10000", 10, 3600000, NULL,               \
-      "How long a channel may take to connect before it fails with a diagnosis "              \
-      "(SX_ERR_PEER_UNREACHABLE, or SX_ERR_PATH_MTU when only small datagrams get "           \
-      "through).")                                                                            \
-    X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                             \
-      "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "    \
-      "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "     \
-      "picks the launcher that started the process.")                                         \
-    X(DUMP_SIGNAL, UINT, dump_signal, "0", 0, 64, NULL,                                       \
-      "Signal number (e.g. 10, SIGUSR1 on Linux) on which every engine of the process "       \
-      "writes its state (sx_dump: shards, channels, pending operations) to the log; 0: "      \
-      "off.")                                                                                 \
-    X(WATCHDOG_S, UINT, watchdog_s, "0", 0, 86400, NULL,                                      \
-      "Progress watchdog: report operations pending longer than this many seconds, with "     \
-      "their age, peer and kind, and the state of their channels; 0: off.")                   \
-    X(WATCHDOG_ABORT, BOOL, watchdog_abort, "no", 0, 0, NULL,                                 \
-      "Abort the process after the watchdog's first report (MPICH's progress timeout), "      \
+#define SX_CONFIG_TABLE(X)                                                                     \
+    X(SHARDS, UINT, shards, "0", 0, 1024, NULL,                                                \
+      "Number of shards; 0 means one per core of the process's cpuset. More shards than "      \
+      "cores is allowed (and warned about).")                                                  \
+    X(THREAD_MODE, ENUM, thread_mode, "sharded", 0, 0, "sharded|global",                       \
+      "sharded: one shard per core, each with its own token and inbox. global: one shard "     \
+      "behind one recursive lock, the usnic-style baseline kept for comparison.")              \
+    X(LOG_LEVEL, ENUM, log_level, "warn", 0, 0, "error|warn|info|debug|trace",                 \
+      "Lowest severity written to the log.")                                                   \
+    X(LOG_FILE, STRING, log_file, "", 0, 0, NULL,                                              \
+      "Append log lines to this file instead of standard error.")                              \
+    X(HOTEL_ROOMS, UINT, hotel_rooms, "16384", 16, 1048576, NULL,                              \
+      "Rooms in each shard's hotel: the most packets a shard keeps waiting for an "            \
+      "acknowledgement.")                                                                      \
+    X(TIMER_TICK_US, UINT, timer_tick_us, "10", 1, 100000, NULL,                               \
+      "Granularity of each shard's timer wheel in microseconds; timers fire up to one "        \
+      "tick late, never early.")                                                               \
+    X(TRANSPORTS, STRING, transports, "", 0, 0, NULL,                                          \
+      "Network transports the engine may select: \"ofi\" or \"udp,ofi\" allows only "          \
+      "those, \"^ofi\" all but those; empty: all built in. Of those that can run here, "       \
+      "the one with the highest exclusivity is used (verbs on an RDMA device or ofi on a "     \
+      "NIC's own provider, then udp, "                                                         \
+      "then libfabric's socket emulations); self always carries sends to the engine "          \
+      "itself. Peers must select the same transport. sink (no network: every packet is "       \
+      "acknowledged as posted, for measuring the engine alone; needs SX_CPC=implicit) "        \
+      "runs only when named.")                                                                 \
+    X(OFI_PROVIDER, STRING, ofi_provider, "", 0, 0, NULL,                                      \
+      "libfabric provider for the ofi transport (fi_info -t FI_EP_DGRAM lists them); "         \
+      "empty: the first datagram provider libfabric prefers. Without a fabric device, "        \
+      "ofi is only considered when this is set or SX_TRANSPORTS is.")                          \
+    X(BIND_ADDR, STRING, bind_addr, "", 0, 0, NULL,                                            \
+      "Where the udp transport listens. Empty: every interface that is up, offering each "     \
+      "non-loopback IPv4 address to peers on other hosts and loopback to those on this one. "  \
+      "Interface names and subnets separated by commas (\"eth0,10.1.0.0/16\"), all preceded "  \
+      "by ^ to exclude them (\"^docker0\"): those addresses only. One IPv4 address, with an "  \
+      "optional :port: that address alone (127.0.0.1 keeps a job on this host). ofi over a "   \
+      "sockets provider and the OOB bind one address: this one, else 127.0.0.1.")              \
+    X(NET_DEVICES, STRING, net_devices, "", 0, 0, NULL,                                        \
+      "Devices the network transport may use, as a comma-separated list of names: verbs "      \
+      "devices (\"mlx5_0,mlx5_1\") or network interfaces (\"eth0,eth1\"); for udp also IPv4 "  \
+      "subnets (\"10.1.0.0/16\": the interfaces with an address there); all after ^ to use "   \
+      "every device but those; empty: any. Each shard takes the listed device nearest its "    \
+      "NUMA node, spreading over equally near ones (sx_info shows the choice). udp, which "    \
+      "otherwise listens on every interface (SX_BIND_ADDR), then binds each shard to the "     \
+      "IPv4 address of its interface; a name that is not an interface here is an error. ofi "  \
+      "takes the names as libfabric domains (interfaces for its udp provider) and opens each " \
+      "shard on its own; a name that is no domain here is an error.")                          \
+    X(FAULT, STRING, fault, "", 0, 0, NULL,                                                    \
+      "Inject faults on the network transport, e.g. "                                          \
+      "\"loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7\"; empty: off.")    \
+    X(WINDOW, UINT, window, "4096", 16, 65536, NULL,                                           \
+      "Send window per channel, in packets (rounded up to a power of two).")                   \
+    X(MAX_INFLIGHT, SIZE, max_inflight, "4m", 65536, 1073741824, NULL,                         \
+      "Most unacknowledged bytes per channel. An engine whose receive sockets hold less "      \
+      "(SX_RCVBUF capped by net.core.rmem_max) uses half of what they hold instead, and "      \
+      "warns.")                                                                                \
+    X(RCVBUF, SIZE, rcvbuf, "16m", 0, 1073741824, NULL,                                        \
+      "Receive socket buffer to request (SO_RCVBUFFORCE, then SO_RCVBUF); 0: the "             \
+      "system default.")                                                                       \
+    X(SNDBUF, SIZE, sndbuf, "4m", 0, 1073741824, NULL,                                         \
+      "Send socket buffer to request; 0: the system default.")                                 \
+    X(UDP_ACK_SOCKET, BOOL, udp_ack_socket, SX_UDP_ACK_SOCKET_DEFAULT, 0, 0, NULL,             \
+      "Give each shard's udp interface a second socket for pure ACKs, read before the data "   \
+      "socket, so ACKs do not queue behind data. Peers with and without it interoperate.")     \
+    X(UDP_CONNECT, UINT, udp_connect, "16", 0, 4096, NULL,                                     \
+      "Peers per udp interface that get their own connected send socket, which spares the "    \
+      "kernel a route lookup per datagram (the rest share the data socket); 0: none. Each "    \
+      "costs a file descriptor per shard.")                                                    \
+    X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                                \
+      "Delayed acknowledgement: longest wait before an ACK is sent on its own.")               \
+    X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                         \
+      "Send an ACK at once after this many message frames arrived unacknowledged (a "          \
+      "packet of aggregated small messages counts each).")                                     \
+    X(RTO_MIN_US, UINT, rto_min_us, "2000", 10, 60000000, NULL,                                \
+      "Floor of the retransmission timeout (RFC 6298); high enough that a peer "               \
+      "descheduled for a scheduler slice causes a spurious retransmit, not a failure.")        \
+    X(RTO_MAX_US, UINT, rto_max_us, "1000000", 100, 600000000, NULL,                           \
+      "Ceiling of the retransmission timeout after exponential back-off.")                     \
+    X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                             \
+      "Retransmission timeout before the first round-trip sample.")                            \
+    X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                     \
+      "A peer that answers none of the retransmissions and probes sent to it for this long "   \
+      "fails: its operations complete with SX_ERR_PEER_UNREACHABLE and the error callback "    \
+      "runs. Time this process did not run does not count, and a busy peer still answers "     \
+      "(SX_SERVICE_US).")                                                                      \
+    X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                             \
+      "CRC32C over every payload (the header checksum is always on).")                         \
+    X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                           \
+      "Pack several small messages queued for one peer into one datagram; no: one "            \
+      "message frame per datagram (for measuring what aggregation buys).")                     \
+    X(MAX_MSG_SIZE, SIZE, max_msg_size, "64m", 0, 4294967295, NULL,                            \
+      "Largest active message accepted, sent or received; bounds reassembly memory.")          \
+    X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                   \
+      "poll: callers progress the engine with sx_progress. thread: one progress thread "       \
+      "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                            \
+    X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                          \
+      "How long an idle progress thread polls before it sleeps; a sleep and wake-up "          \
+      "costs tens of microseconds on a VM.")                                                   \
+    X(SERVICE_US, UINT, service_us, "10000", 0, 10000000, NULL,                                \
+      "How long an engine may go without an sx_progress call before its service thread "       \
+      "serves the shards itself: it acknowledges, retransmits, answers connection "            \
+      "requests and probes, and keeps what arrives for the next caller; it never runs a "      \
+      "callback. 0 turns it off (a busy rank then stops answering). Not used with "            \
+      "SX_PROGRESS=thread.")                                                                   \
+    X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                    \
+      "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "       \
+      "programs pin their own threads.")                                                       \
+    X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                      \
+      "Print the engine's counters to standard error when it is destroyed.")                   \
+    X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                    \
+      "First sequence number of every channel; for testing wrap-around. Every process "        \
+      "of a job must use the same value with the implicit connection method; the "             \
+      "handshake exchanges it.")                                                               \
+    X(CPC, STRING, cpc, "", 0, 0, NULL,                                                        \
+      "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "        \
+      "drops one; empty: all that can run (handshake, implicit, oob when the engine has an "   \
+      "OOB endpoint, rdmacm when it runs verbs and librdmacm works). A peer uses the "         \
+      "highest-priority method both sides offer.")                                             \
+    X(RDMACM_PORT, UINT, rdmacm_port, "0", 0, 65535, NULL,                                     \
+      "Port of the rdmacm connection method's listener (RDMA_PS_UDP) on the RDMA device's "    \
+      "IPv4 address (SX_BIND_ADDR, or the RoCE GID's); 0: one the kernel chooses, which the "  \
+      "business card carries.")                                                                \
+    X(CONNECT_TIMEOUT_MS, UINT, connect_timeout_ms, "10000", 10, 3600000, NULL,                \
+      "How long a channel may take to connect before it fails with a diagnosis "               \
+      "(SX_ERR_PEER_UNREACHABLE, or SX_ERR_PATH_MTU when only small datagrams get "            \
+      "through).")                                                                             \
+    X(MODEX, ENUM, modex, "auto", 0, 0, "auto|pmix|sxrun|manual",                              \
+      "How sx_engine_join exchanges business cards: pmix under a PMIx launcher (mpirun), "     \
+      "sxrun under sx_run, manual (the caller runs sx_engine_address/sx_peer_add); auto "      \
+      "picks the launcher that started the process.")                                          \
+    X(DUMP_SIGNAL, UINT, dump_signal, "0", 0, 64, NULL,                                        \
+      "Signal number (e.g. 10, SIGUSR1 on Linux) on which every engine of the process "        \
+      "writes its state (sx_dump: shards, channels, pending operations) to the log; 0: "       \
+      "off.")                                                                                  \
+    X(WATCHDOG_S, UINT, watchdog_s, "0", 0, 86400, NULL,                                       \
+      "Progress watchdog: report operations pending longer than this many seconds, with "      \
+      "their age, peer and kind, and the state of their channels; 0: off.")                    \
+    X(WATCHDOG_ABORT, BOOL, watchdog_abort, "no", 0, 0, NULL,                                  \
+      "Abort the process after the watchdog's first report (MPICH's progress timeout), "       \
       "for a core file or a job that must not hang.")
 
 /* Word indices of the ENUM parameters; they follow the word lists above. */

@@ -2,6 +2,7 @@
 #include "common/namelist.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,13 +11,15 @@
 /* Device and interface names in practice: mlx5_0, hfi1_0, enp65s0f1np1,
  * eth0:1. White space is refused rather than trimmed, as everywhere in
  * the configuration, so "mlx5_0, mlx5_1" is reported instead of guessed. */
-static int sx_namelist_char_ok(char c)
+static int sx_namelist_char_ok(char c, bool subnets)
 {
-    return isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.' || c == ':';
+    return isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.' || c == ':' ||
+           (subnets && c == '/');
 }
 
-int sx_namelist_parse(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], unsigned max,
-                      unsigned *count_p, char *why, size_t why_len)
+static int sx_namelist_parse_any(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX],
+                                 unsigned max, unsigned *count_p, bool subnets, char *why,
+                                 size_t why_len)
 {
     char parsed[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
     unsigned n = 0;
@@ -45,7 +48,7 @@ int sx_namelist_parse(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], uns
             return SX_ERR_INVALID_PARAM;
         }
         for (size_t i = 0; i < len; i++) {
-            if (!sx_namelist_char_ok(p[i])) {
+            if (!sx_namelist_char_ok(p[i], subnets)) {
                 unsigned char c = (unsigned char)p[i];
                 if (isgraph(c))
                     snprintf(why, why_len, "'%c' in '%.*s' is not allowed in a device name", c,
@@ -76,6 +79,30 @@ int sx_namelist_parse(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], uns
     memcpy(names, parsed, n * sizeof(parsed[0]));
     *count_p = n;
     return SX_OK;
+}
+
+int sx_namelist_parse(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], unsigned max,
+                      unsigned *count_p, char *why, size_t why_len)
+{
+    return sx_namelist_parse_any(spec, names, max, count_p, false, why, why_len);
+}
+
+int sx_namelist_parse_filter(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], unsigned max,
+                             unsigned *count_p, bool *exclude_p, char *why, size_t why_len)
+{
+    *exclude_p = spec != NULL && spec[0] == '^';
+    if (*exclude_p) {
+        spec++;
+        if (spec[0] == '\0') {
+            snprintf(why, why_len, "'^' with nothing to exclude");
+            return SX_ERR_INVALID_PARAM;
+        }
+        if (spec[0] == '^') {
+            snprintf(why, why_len, "'^' twice");
+            return SX_ERR_INVALID_PARAM;
+        }
+    }
+    return sx_namelist_parse_any(spec, names, max, count_p, true, why, why_len);
 }
 
 int sx_namelist_find(const char (*names)[SX_NAMELIST_NAME_MAX], unsigned count, const char *name)

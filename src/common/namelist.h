@@ -8,12 +8,17 @@
  * SX_NAMELIST_NAME_MAX - 1 bytes of letters, digits, '_', '-', '.' and
  * ':' (an interface alias such as "eth0:1"); no white space, no empty
  * name, no name twice, at most SX_NAMELIST_MAX names. The empty list
- * means "any device". There is no exclusion form ('^'): a transport has
- * few devices, and naming those to use is clearer.
+ * means "any device". sx_namelist_parse takes exactly that;
+ * sx_namelist_parse_filter, what SX_NET_DEVICES is read with, also takes
+ * a leading '^' (the list names what to leave out, as Open MPI's
+ * btl_tcp_if_exclude and MCA component lists read it) and IPv4 subnets
+ * "a.b.c.d/len" among the names, which only the udp transport gives a
+ * meaning (its interfaces with an address there); no device is named so.
  */
 #ifndef SX_COMMON_NAMELIST_H
 #define SX_COMMON_NAMELIST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define SX_NAMELIST_NAME_MAX 64 /* bytes of one name, with the NUL */
@@ -29,6 +34,14 @@
  */
 int sx_namelist_parse(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], unsigned max,
                       unsigned *count_p, char *why, size_t why_len);
+
+/**
+ * Parses SX_NET_DEVICES (see the top): as sx_namelist_parse, after a
+ * leading '^' (*exclude_p says whether there was one), with '/' allowed in
+ * a name for subnets. Any thread.
+ */
+int sx_namelist_parse_filter(const char *spec, char (*names)[SX_NAMELIST_NAME_MAX], unsigned max,
+                             unsigned *count_p, bool *exclude_p, char *why, size_t why_len);
 
 /** Index of @p name among the first @p count of @p names, or -1. */
 int sx_namelist_find(const char (*names)[SX_NAMELIST_NAME_MAX], unsigned count, const char *name);

@@ -107,12 +107,15 @@ static int sx_engine_check_net_devices(const sx_config_t *cfg)
     char names[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
     char why[160];
     unsigned n;
+    bool exclude;
 
-    if (sx_namelist_parse(cfg->net_devices, names, SX_NAMELIST_MAX, &n, why, sizeof(why)) == SX_OK)
+    if (sx_namelist_parse_filter(cfg->net_devices, names, SX_NAMELIST_MAX, &n, &exclude, why,
+                                 sizeof(why)) == SX_OK)
         return SX_OK;
     sx_error("config",
              "invalid value SX_NET_DEVICES='%s': %s; allowed: device names separated by commas, "
-             "such as \"mlx5_0,mlx5_1\" or \"eth0\"",
+             "such as \"mlx5_0,mlx5_1\" or \"eth0\" (for udp also subnets \"10.1.0.0/16\"), "
+             "all after '^' to exclude them",
              cfg->net_devices, why);
     return SX_ERR_INVALID_PARAM;
 }

@@ -217,6 +217,8 @@ typedef struct sx_chan {
     size_t dgram_max;                    /* datagram size: the smaller of both ends' */
     size_t pmtu_ceiling;                 /* ours: the route's MTU, lowered by unanswered probes */
     unsigned conn_rung_tries;            /* probes sent at this datagram size */
+    uint32_t peer_conn_nonce;            /* the peer's latest CONNECT ... */
+    unsigned peer_conn_repeats;          /* ... and how often it came */
     uint32_t conn_nonce;
     unsigned conn_tries;
     uint64_t conn_start_ns;

@@ -196,11 +196,12 @@ static void conn_transmit(sx_chan_t *c)
 }
 
 /*
- * No answer yet to SX_CONN_TRIES_PER_ADDR CONNECTs: the next of the
- * peer's addresses, if its card offered more than one (the tcp BTL and
- * usnic try each pair the same way). The log line names both ends.
+ * No answer yet to SX_CONN_TRIES_PER_ADDR CONNECTs (or the peer's CONNECT
+ * came that often: our ACCEPTs are lost): the next of the peer's
+ * addresses, if its card offered more than one (the tcp BTL and usnic try
+ * each pair the same way). The log line names both ends and @p cause.
  */
-static void conn_next_addr(sx_chan_t *c)
+static void conn_next_addr(sx_chan_t *c, const char *cause)
 {
     sx_tl_iface_t *iface = conn_iface(c);
     char why[160] = "";
@@ -212,12 +213,9 @@ static void conn_next_addr(sx_chan_t *c)
         return;
     if (rc == SX_ERR_NOT_FOUND && strstr(why, "->") == NULL)
         return; /* one address only */
-    sx_info(
-        "cpc",
-        "shard %u: no answer from peer %llu shard %u to %u connection requests; trying its next "
-        "address: %s%s",
-        c->shard->index, (unsigned long long)c->peer->id, c->lane, c->conn_tries, why,
-        rc == SX_ERR_NOT_FOUND ? " (all tried: starting over)" : "");
+    sx_warn("cpc", "shard %u: peer %llu shard %u: %s; trying its next address: %s%s",
+            c->shard->index, (unsigned long long)c->peer->id, c->lane, cause, why,
+            rc == SX_ERR_NOT_FOUND ? " (all tried: starting over)" : "");
     size_t mtu = iface->ops->dest_mtu != NULL ? iface->ops->dest_mtu(iface, c->dest) : 0;
     if (mtu != 0 && mtu <= iface->caps.mtu)
         c->pmtu_ceiling = c->dgram_max = mtu;
@@ -311,7 +309,7 @@ static void conn_timer_fire(sx_timer_t *timer, void *arg)
         return;
     }
     if (!c->conn_small_ok && c->conn_tries % SX_CONN_TRIES_PER_ADDR == 0)
-        conn_next_addr(c);
+        conn_next_addr(c, "no answer to our connection requests");
     else if (c->conn_small_ok && !c->conn_probe_ok && c->conn_rung_tries >= SX_CONN_PROBES_PER_SIZE)
         (void)conn_step_down(c);
     conn_transmit(c);
@@ -394,6 +392,16 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         if (!conn_learn(c, &m))
             return;
         sx_stat_add(&c->shard->stats.ctrl_received, 1);
+        /* The same CONNECT again and again: our ACCEPTs do not arrive, so
+         * the address we answer to does not reach the peer (its CONNECTs
+         * came by another path). Move to its next address as a connector
+         * does, or only the side that connects would ever find a path. */
+        if (m.nonce != c->peer_conn_nonce) {
+            c->peer_conn_nonce = m.nonce;
+            c->peer_conn_repeats = 0;
+        } else if (c->conn != SX_CONN_UP && ++c->peer_conn_repeats % SX_CONN_TRIES_PER_ADDR == 0) {
+            conn_next_addr(c, "repeated connection requests (our answers do not arrive)");
+        }
         conn_send_op(c, SX_CTRL_ACCEPT, m.nonce, 0);
         break;
     case SX_CTRL_ACCEPT:

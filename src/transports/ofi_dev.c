@@ -352,7 +352,9 @@ static int ofi_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DE
 
     if (sx_namelist_parse(config->net_devices, wanted, SX_TL_DEVICES, &nwanted, why, sizeof(why)) !=
         SX_OK) {
-        snprintf(text, text_len, "invalid SX_NET_DEVICES: %s", why);
+        /* Exclusions and subnets are udp's (namelist.h). */
+        snprintf(text, text_len,
+                 "invalid SX_NET_DEVICES for ofi, which takes domain names only: %s", why);
         return SX_ERR_INVALID_PARAM;
     }
     int rc = ofi_list_entries(config, &list, &prov, text, text_len);

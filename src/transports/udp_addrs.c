@@ -303,6 +303,14 @@ size_t sx_udp_route_mtu(udp_iface_t *u, const struct sockaddr_in *sa, int connec
     socklen_t len = sizeof(mtu);
 
     if (fd < 0) {
+        /* A socket is made in the calling thread's network namespace: from
+         * another one than the interface's (test_nic drives engines made
+         * in namespaces from outside) the route would be the wrong one. */
+        dev_t dev;
+        ino_t ino;
+        sx_udp_netns(&dev, &ino);
+        if (dev != u->netns_dev || ino != u->netns_ino)
+            return u->base.caps.mtu;
         fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return u->base.caps.mtu;

@@ -209,6 +209,83 @@ static void udp_if_names(const struct ifaddrs *list, char *buf, size_t cap)
  * here, or no named interface has an IPv4 address. With @p warn, logs a
  * warning for each named interface skipped for want of an address.
  */
+/*
+ * SX_NET_DEVICES with subnets or '^' (udp_addrs.c reads it as a filter):
+ * the interfaces that are up, with an IPv4 address the filter allows, in
+ * the kernel's order, each once; loopback only when named.
+ */
+static int udp_scan_filtered(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX],
+                             unsigned max, char *text, size_t text_len)
+{
+    udp_filter_t f;
+    udp_laddr_t found[SX_TL_DEVICES];
+    char why[128];
+    unsigned n = 0;
+    struct ifaddrs *list = NULL;
+
+    int rc = sx_udp_filter_parse(config->net_devices, &f, why, sizeof(why));
+    if (rc != SX_OK) {
+        snprintf(text, text_len, "invalid SX_NET_DEVICES: %s", why);
+        return rc;
+    }
+    if (getifaddrs(&list) != 0) {
+        snprintf(text, text_len, "cannot list the network interfaces (getifaddrs: %s)",
+                 strerror(errno));
+        return SX_ERR_NO_DEVICE;
+    }
+    for (unsigned i = 0; i < f.n && !f.exclude; i++) {
+        if (!f.item[i].is_net && udp_if_lookup(list, f.item[i].name, &found[0].ip) < 0) {
+            char have[128];
+            udp_if_names(list, have, sizeof(have));
+            snprintf(text, text_len,
+                     "SX_NET_DEVICES names '%s', which is not a network interface here "
+                     "(interfaces: %s)",
+                     f.item[i].name, have);
+            freeifaddrs(list);
+            return SX_ERR_NO_DEVICE;
+        }
+    }
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != AF_INET ||
+            (ifa->ifa_flags & IFF_UP) == 0)
+            continue;
+        struct in_addr ip = ((const struct sockaddr_in *)(const void *)ifa->ifa_addr)->sin_addr;
+        bool named = false;
+        for (unsigned i = 0; i < f.n && !named; i++)
+            named = !f.exclude && !f.item[i].is_net && strcmp(f.item[i].name, ifa->ifa_name) == 0;
+        if (((ifa->ifa_flags & IFF_LOOPBACK) != 0 && !named) ||
+            !sx_udp_filter_allows(&f, ifa->ifa_name, ip))
+            continue;
+        bool seen = false;
+        for (unsigned k = 0; k < n && !seen; k++)
+            seen = strcmp(found[k].ifname, ifa->ifa_name) == 0;
+        if (seen || n == SX_TL_DEVICES)
+            continue;
+        found[n] = (udp_laddr_t){.ip = ip};
+        snprintf(found[n].ifname, sizeof(found[n].ifname), "%s", ifa->ifa_name);
+        n++;
+    }
+    freeifaddrs(list);
+    if (n == 0) {
+        snprintf(text, text_len,
+                 "no interface that is up has an IPv4 address that SX_NET_DEVICES='%s' allows",
+                 config->net_devices);
+        return SX_ERR_NO_DEVICE;
+    }
+    size_t off = 0;
+    text[0] = '\0';
+    for (unsigned k = 0; k < n; k++) {
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &found[k].ip, ip, sizeof(ip));
+        if (off < text_len)
+            off += (size_t)snprintf(text + off, text_len - off, "%s%s %s", k != 0 ? ", " : "",
+                                    found[k].ifname, ip);
+        if (k < max)
+            snprintf(names[k], SX_TL_DEVICE_MAX, "%s", found[k].ifname);
+    }
+    return (int)(n < max ? n : max);
+}
+
 int sx_udp_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX], unsigned max,
                         char *text, size_t text_len, bool warn)
 {
@@ -217,12 +294,18 @@ int sx_udp_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE
     unsigned nwanted = 0, n = 0;
     struct ifaddrs *list = NULL;
     size_t off = 0;
+    bool exclude = false;
 
-    if (sx_namelist_parse(config->net_devices, wanted, SX_TL_DEVICES, &nwanted, why, sizeof(why)) !=
-        SX_OK) {
+    if (sx_namelist_parse_filter(config->net_devices, wanted, SX_TL_DEVICES, &nwanted, &exclude,
+                                 why, sizeof(why)) != SX_OK) {
         snprintf(text, text_len, "invalid SX_NET_DEVICES: %s", why);
         return SX_ERR_INVALID_PARAM;
     }
+    bool subnets = false;
+    for (unsigned i = 0; i < nwanted; i++)
+        subnets = subnets || strchr(wanted[i], '/') != NULL;
+    if (exclude || subnets)
+        return udp_scan_filtered(config, names, max, text, text_len);
     if (getifaddrs(&list) != 0) {
         snprintf(text, text_len, "cannot list the network interfaces (getifaddrs: %s)",
                  strerror(errno));

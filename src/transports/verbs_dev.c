@@ -44,13 +44,16 @@ static bool verbs_name_listed(const char *filter, const char *name)
 {
     char names[SX_NAMELIST_MAX][SX_NAMELIST_NAME_MAX];
     unsigned n = 0;
+    bool exclude = false;
     char why[64];
 
     if (filter == NULL || filter[0] == '\0')
         return true;
-    if (sx_namelist_parse(filter, names, SX_NAMELIST_MAX, &n, why, sizeof(why)) != SX_OK)
+    if (sx_namelist_parse_filter(filter, names, SX_NAMELIST_MAX, &n, &exclude, why, sizeof(why)) !=
+        SX_OK)
         return false;
-    return sx_namelist_find((const char(*)[SX_NAMELIST_NAME_MAX])names, n, name) >= 0;
+    /* A subnet names no RDMA device: it never matches. */
+    return (sx_namelist_find((const char(*)[SX_NAMELIST_NAME_MAX])names, n, name) >= 0) != exclude;
 }
 
 const char *sx_verbs_link_name(uint8_t link_layer)

@@ -918,6 +918,125 @@ static void test_netns_interface_without_ipv4(void **state)
     sx_engine_destroy(e);
 }
 
+/* The addresses shard 0's kind 5 card address (udp's default) offers,
+ * "a.b.c.d/len" separated by spaces. */
+static void card_addrs(sx_engine_h e, char *out, size_t cap)
+{
+    sx_tl_iface_t *iface = e->shards[0]->ifaces[SX_SHARD_TL_NET];
+    uint8_t addr[SX_TL_ADDR_MAX];
+    size_t len = sizeof(addr), off = 0;
+
+    assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
+    assert_int_equal(addr[0], 5);
+    out[0] = '\0';
+    for (unsigned i = 0; i < addr[1] && off < cap; i++) {
+        char ip[INET_ADDRSTRLEN];
+        assert_non_null(inet_ntop(AF_INET, addr + 14 + 5 * i, ip, sizeof(ip)));
+        off += (size_t)snprintf(out + off, cap - off, "%s%s/%u", i ? " " : "", ip,
+                                addr[14 + 5 * i + 4]);
+    }
+}
+
+/*
+ * SX_NET_DEVICES and SX_BIND_ADDR read as filters (names, subnets, '^'):
+ * a subnet picks the interface with an address in it, an exclusion every
+ * other one (lo, down and without an address, never); a subnet nothing
+ * has is SX_ERR_NO_DEVICE; by default the card offers both veths'
+ * addresses, and "^vethA" leaves vethB's.
+ */
+static void test_netns_filters(void **state)
+{
+    (void)state;
+    if (netns_skip()) {
+        skip();
+        return;
+    }
+    static const struct {
+        const char *devices, *dev, *ip;
+    } pick[] = {{"10.77.2.0/24", "vethB", "10.77.2.1"},
+                {"^vethA", "vethB", "10.77.2.1"},
+                {"10.77.1.1/32,vethB", "vethA", "10.77.1.1"}};
+    for (size_t k = 0; k < sizeof(pick) / sizeof(pick[0]); k++) {
+        const sx_config_kv_t kv[] = {{"NET_DEVICES", pick[k].devices}, {"SHARDS", "2"}};
+        int rc;
+        sx_engine_h e = engine_in(ns.a, kv, 2, &rc);
+        assert_int_equal(rc, SX_OK);
+        sx_shard_info_t info;
+        char ip[INET_ADDRSTRLEN];
+        assert_int_equal(sx_engine_shard_info(e, 0, &info), SX_OK);
+        assert_string_equal(info.device, pick[k].dev);
+        shard_ip(e, 0, ip, sizeof(ip));
+        assert_string_equal(ip, pick[k].ip);
+        sx_engine_destroy(e);
+    }
+    const sx_config_kv_t none[] = {{"NET_DEVICES", "10.99.0.0/16"}};
+    int rc;
+    capture_start();
+    sx_engine_h e = engine_in(ns.a, none, 1, &rc);
+    char *log = capture_stop();
+    assert_int_equal(rc, SX_ERR_NO_DEVICE);
+    assert_null(e);
+    assert_contains(log, "no interface that is up has an IPv4 address that "
+                         "SX_NET_DEVICES='10.99.0.0/16' allows");
+    free(log);
+
+    static const struct {
+        const char *bind, *offers;
+    } offer[] = {{"", "10.77.1.1/24 10.77.2.1/24"},
+                 {"^vethA", "10.77.2.1/24"},
+                 {"10.77.1.0/24", "10.77.1.1/24"},
+                 {"vethB,vethA", "10.77.1.1/24 10.77.2.1/24"}};
+    for (size_t k = 0; k < sizeof(offer) / sizeof(offer[0]); k++) {
+        const sx_config_kv_t kv[] = {{"BIND_ADDR", offer[k].bind}};
+        e = engine_in(ns.a, kv, 1, &rc);
+        assert_int_equal(rc, SX_OK);
+        char got[128];
+        card_addrs(e, got, sizeof(got));
+        assert_string_equal(got, offer[k].offers);
+        sx_engine_destroy(e);
+    }
+}
+
+/*
+ * The defaults across hosts: engines in A and B offer both veths'
+ * addresses and each picks the peer's on its first shared subnet (vethA).
+ * With vethA taken down after the engines were made, that pair never
+ * answers: after three CONNECTs each side moves to the next pair (vethB),
+ * says so naming both ends, and messages cross in both directions.
+ */
+static void test_netns_default_fallback(void **state)
+{
+    (void)state;
+    if (netns_skip()) {
+        skip();
+        return;
+    }
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    int rc_a, rc_b;
+    sx_engine_h a = engine_in(ns.a, kv, 1, &rc_a);
+    sx_engine_h b = engine_in(ns.b, kv, 1, &rc_b);
+    assert_int_equal(rc_a, SX_OK);
+    assert_int_equal(rc_b, SX_OK);
+    assert_int_equal(run(NULL, 0, "ip -n %s link set vethA down", ns.a), 0);
+    if (getenv("DBG") == NULL)
+        capture_start();
+    sx_peer_h a_to_b = am_connect(a, b, 2);
+    sx_peer_h b_to_a = am_connect(b, a, 1);
+    exchange(a, b, a_to_b, 1, 20);
+    exchange(b, a, b_to_a, 1, 20);
+    char *log = capture_stop();
+    assert_int_equal(run(NULL, 0, "ip -n %s link set vethA up", ns.a), 0);
+    assert_contains(log, "no answer to our connection requests; trying its next address: udp "
+                         "10.77.1.2:");
+    assert_contains(log, "-> udp 10.77.2.2:");
+    free(log);
+    uint64_t failures = 0;
+    assert_int_equal(sx_stats_value(a, "chan_failures", &failures), SX_OK);
+    assert_int_equal(failures, 0);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest rule[] = {
@@ -938,6 +1057,8 @@ int main(void)
     const struct CMUnitTest netns[] = {
         cmocka_unit_test(test_netns_two_veths),
         cmocka_unit_test(test_netns_interface_without_ipv4),
+        cmocka_unit_test(test_netns_filters),
+        cmocka_unit_test(test_netns_default_fallback),
     };
     int failed = cmocka_run_group_tests(rule, NULL, NULL);
     failed += cmocka_run_group_tests(netns, netns_setup, netns_teardown);
