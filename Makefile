@@ -68,6 +68,7 @@ bench-readme:
 # as a table, build/bench-results/mpi.json and mpi.png.
 bench-mpi: build
 	bench/bench_mpi.sh build
+	bench/bench_mpi_hosts.sh build
 
 build-asan: deps
 	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null

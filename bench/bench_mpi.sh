@@ -5,7 +5,13 @@
 # ping-pong, a windowed 8-byte message rate and an 8-byte latency with 1
 # and 2 threads per rank (MPI_THREAD_MULTIPLE, each thread its own tag).
 #
-#   bench/bench_mpi.sh [BUILD_DIR]      (default: build)
+#   bench/bench_mpi.sh [BUILD_DIR [RESULTS_DIR]]   (default: build, BUILD_DIR/bench-results)
+#
+# Across hosts (bench/bench_mpi_hosts.sh runs it so on two hosts of the
+# namespace cluster, tests/cluster/): with BENCH_MPI_HOSTS=h1,h2,
+# BENCH_MPI_AGENT (mpirun's plm_rsh_agent) and BENCH_MPI_IF (the interface
+# tcp and UCX are told to use; shardx is given nothing), one rank runs on
+# each host and the raw-UDP floor, a local measurement, is left out.
 #
 # The raw-UDP floor of the same machine (sx_bench floor: one send() per
 # 8-byte datagram, busy-polled recv(), no MPI, no reliability) runs first,
@@ -21,14 +27,15 @@ build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/bench/mpi_bench
 sxbench=$build/bench/sx_bench
-results=$build/bench-results
+results=${2:-$build/bench-results}
 [[ -x $bench ]] || { echo "bench_mpi: $bench not built (needs SX_OPENMPI_BTL)" >&2; exit 1; }
 sysdir=$(sed -n 's/^SX_OMPI_COMPONENT_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
 [[ -n $sysdir && -f $build/openmpi/mca_btl_shardx.so ]] ||
     { echo "bench_mpi: the shardx BTL is not built in $build" >&2; exit 1; }
 mkdir -p "$results"
 
-export OMPI_MCA_mca_base_component_path="$sysdir:$(cd "$build/openmpi" && pwd)"
+ourdir=$(cd "$build/openmpi" && pwd)
+export OMPI_MCA_mca_base_component_path="$sysdir:$ourdir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 declare -A args=(
@@ -39,12 +46,31 @@ declare -A args=(
 )
 transports=(shardx tcp ucx_tcp)
 tests=("pingpong" "rate" "mt 1" "mt 2")
+where=(-np 2)
+title="two ranks, one machine"
+if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
+    : "${BENCH_MPI_AGENT:?BENCH_MPI_AGENT: the launcher agent for the hosts}"
+    : "${BENCH_MPI_IF:?BENCH_MPI_IF: the interface between the hosts}"
+    # Every host of the namespace cluster sees both cores: spinning ranks
+    # would take them from each other (tests/cluster/README.md).
+    where=(-np 2 -H "$BENCH_MPI_HOSTS" --mca plm_rsh_agent "$BENCH_MPI_AGENT"
+        --mca oob_tcp_if_include "$BENCH_MPI_IF" --mca mpi_yield_when_idle 1)
+    args[tcp]+=" --mca btl_tcp_if_include $BENCH_MPI_IF"
+    args[ucx_tcp]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=$BENCH_MPI_IF"
+    title="two hosts ($BENCH_MPI_HOSTS), ${BENCH_MPI_TITLE:-one rank each}"
+fi
+export BENCH_MPI_PLOT_TITLE="$title"
 
 raw=$(mktemp)
 floor=$(mktemp)
 trap 'rm -f "$raw" "$floor"' EXIT
-echo "bench_mpi: raw-UDP floor (sx_bench floor --size 8)" >&2
-if ! timeout 300 "$sxbench" floor --size 8 --json >"$floor" 2>/dev/null; then
+if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
+    : >"$floor"
+else
+    echo "bench_mpi: raw-UDP floor (sx_bench floor --size 8)" >&2
+fi
+if [[ -z ${BENCH_MPI_HOSTS:-} ]] &&
+    ! timeout 300 "$sxbench" floor --size 8 --json >"$floor" 2>/dev/null; then
     echo "bench_mpi: the raw-UDP floor failed; left out" >&2
     : >"$floor"
 fi
@@ -56,7 +82,7 @@ for test in "${tests[@]}"; do
         # A run that fails or hangs (a busy machine, a transport that is
         # missing) leaves its figure out instead of stopping the comparison.
         # shellcheck disable=SC2086
-        if line=$(timeout 300 mpirun -np 2 ${args[$t]} "$bench" $test 2>/dev/null | grep '^{' | tail -n 1) &&
+        if line=$(timeout 300 mpirun "${where[@]}" ${args[$t]} "$bench" $test 2>/dev/null | grep '^{' | tail -n 1) &&
             [[ -n $line ]]; then
             echo "{\"transport\": \"$t\", \"result\": $line}" >>"$raw"
         else
@@ -65,9 +91,9 @@ for test in "${tests[@]}"; do
     done
 done
 
-python3 - "$raw" "$results" "$floor" <<'PY'
+python3 - "$raw" "$results" "$floor" "${BENCH_MPI_HOSTS:-}" <<'PY'
 import json, os, sys
-raw, outdir, floorfile = sys.argv[1], sys.argv[2], sys.argv[3]
+raw, outdir, floorfile, hosts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [json.loads(l) for l in open(raw) if l.strip()]
 floor = {}
 try:
@@ -99,11 +125,24 @@ def ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
 sx, tcp = res.get("shardx", {}), res.get("tcp", {})
+def bw(t, size):
+    for p in res.get(t, {}).get("pingpong", []):
+        if p["size"] == size:
+            return p["bandwidth_MBps"]
+    return None
+
 ratios = {
     "latency_8B_shardx_over_tcp": ratio(lat8("shardx"), lat8("tcp")),
     "rate_8B_shardx_over_tcp": ratio(sx.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
     "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8("shardx")),
 }
+if hosts:
+    # Issue 20's targets, two hosts: no mt ratio, a bandwidth one.
+    ratios = {
+        "latency_8B_shardx_over_tcp": ratios["latency_8B_shardx_over_tcp"],
+        "rate_8B_shardx_over_tcp": ratios["rate_8B_shardx_over_tcp"],
+        "bandwidth_1MiB_shardx_over_tcp": ratio(bw("shardx", 1048576), bw("tcp", 1048576)),
+    }
 # What the raw-UDP floor itself scores on the two tcp ratios: the best a
 # transport sending one datagram per message could reach here.
 # The same 2-thread figure over the 1-thread run of the same test
@@ -119,8 +158,15 @@ targets = {
     "rate_8B_shardx_over_tcp": ">= 2",
     "mt2_latency_over_shardx_1thread": "<= 3",
 }
+if hosts:
+    targets = {
+        "latency_8B_shardx_over_tcp": "<= 0.9",
+        "rate_8B_shardx_over_tcp": ">= 1",
+        "bandwidth_1MiB_shardx_over_tcp": ">= 0.8",
+    }
 load = os.getloadavg()
 doc = {"machine": {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2)},
+       "hosts": hosts.split(",") if hosts else None,
        "raw_udp_floor": floor, "results": res, "ratios": ratios,
        "other_ratios": other, "floor_ratios": floor_ratios, "targets": targets}
 json.dump(doc, open(os.path.join(outdir, "mpi.json"), "w"), indent=2)
@@ -148,26 +194,29 @@ with open(os.path.join(outdir, "mpi_bars.dat"), "w") as f:
 
 def fmt(v, f="%.1f"):
     return f % v if v is not None else "-"
-print("\n%-9s %12s %14s %14s %14s %14s" % ("transport", "8 B lat us", "1 MiB MB/s",
-                                           "8 B msgs/s", "mt1 lat us", "mt2 lat us"))
+print("\n%-9s %12s %14s %14s %14s %14s %14s" % ("transport", "8 B lat us", "1 MiB MB/s",
+                                                "16 MiB MB/s", "8 B msgs/s", "mt1 lat us",
+                                                "mt2 lat us"))
 for t in res:
     d = res[t]
-    bw = [p["bandwidth_MBps"] for p in d.get("pingpong", []) if p["size"] == 1048576]
-    print("%-9s %12s %14s %14s %14s %14s" % (t, fmt(lat8(t)), fmt(bw[0] if bw else None),
+    print("%-9s %12s %14s %14s %14s %14s %14s" % (t, fmt(lat8(t)), fmt(bw(t, 1048576)),
+                                             fmt(bw(t, 16777216)),
                                              fmt(d.get("rate_msgs_per_s"), "%.0f"),
                                              fmt(d.get("mt1_latency_us")),
                                              fmt(d.get("mt2_latency_us"))))
 if floor:
-    print("%-9s %12s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
-                                             fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-", "-"))
+    print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
+                                             "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
+                                             "-"))
 print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
 for k, v in other.items():
     print("  %-34s %8s   (for reference: mt 1 runs under MPI_THREAD_MULTIPLE)" % (k, fmt(v, "%.2f")))
-print("the raw-UDP floor on the same scale (one datagram per message, no MPI):")
-for k, v in floor_ratios.items():
-    print("  %-34s %8s" % (k, fmt(v, "%.2f")))
+if floor:
+    print("the raw-UDP floor on the same scale (one datagram per message, no MPI):")
+    for k, v in floor_ratios.items():
+        print("  %-34s %8s" % (k, fmt(v, "%.2f")))
 print("\nbench_mpi: JSON in %s" % os.path.join(outdir, "mpi.json"))
 PY
 

@@ -17,7 +17,7 @@ names=$(awk 'NR==1{for(i=3;i<=NF;i++) printf "%s ", $i}' "$lat")
 gnuplot <<GP
 set terminal pngcairo size 1400,560 font ",11" noenhanced
 set output "$dir/mpi.png"
-set multiplot layout 1,3 title "shardx BTL vs tcp BTL vs UCX (tcp): two ranks, one machine"
+set multiplot layout 1,3 title "shardx BTL vs tcp BTL vs UCX (tcp): ${BENCH_MPI_PLOT_TITLE:-two ranks, one machine}"
 set logscale xy
 set xlabel "message size (bytes)"
 set format x "%.0s%c"
