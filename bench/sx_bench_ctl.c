@@ -4,9 +4,11 @@
  * Started by a launcher (`sx_run -n 2 sx_bench ...`, `mpirun -np 2
  * sx_bench ...`), each process learns its rank from the launcher and the
  * two meet through the job's modex (src/bootstrap/modex.h: the sx_run
- * rendezvous or PMIx): rank 1 listens on a loopback TCP port and publishes
- * it, rank 0 connects, and that one stream is the control channel. Both
- * ranks must be on one host: every benchmark here runs over loopback.
+ * rendezvous or PMIx): rank 1 listens on a TCP port of every interface
+ * and publishes it with its address (the one towards sx_run's rendezvous,
+ * else its first interface's: sx_oob_pick_host), rank 0 connects, and that
+ * one stream is the control channel. The ranks may be on two hosts (the
+ * engines then find each other with their defaults, SX_BIND_ADDR).
  *
  * Started on its own, sx_bench forks its peer: once, before any engine or
  * thread exists (a fork copies only the calling thread, so forking later
@@ -220,10 +222,10 @@ bool sxb_launched(void)
     return sx_modex_sxrun_ops.detect() || sx_modex_pmix_ops.detect();
 }
 
-/* Rank 1's listener: loopback, any port. */
+/* Rank 1's listener: every interface, any port. */
 static int sxb_listen(uint16_t *port_p)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t sl = sizeof(sa);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
@@ -231,7 +233,7 @@ static int sxb_listen(uint16_t *port_p)
         return sxb_fail("control channel socket: %s", strerror(errno));
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-        sxb_fail("control channel listener on 127.0.0.1: %s", strerror(errno));
+        sxb_fail("control channel listener: %s", strerror(errno));
         close(fd);
         return -1;
     }
@@ -255,33 +257,33 @@ static int sxb_accept(int lfd)
     return fd;
 }
 
-static int sxb_connect(uint16_t port)
+static int sxb_connect(uint32_t ip, uint16_t port)
 {
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(port)};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = ip, .sin_port = htons(port)};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char text[INET_ADDRSTRLEN] = "?";
 
     if (fd < 0)
         return sxb_fail("control channel socket: %s", strerror(errno));
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        sxb_fail("cannot connect to rank 1's control channel at 127.0.0.1:%u: %s (sx_bench's "
-                 "two ranks must run on one host)",
-                 port, strerror(errno));
+        inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
+        sxb_fail("cannot connect to rank 1's control channel at %s:%u: %s", text, port,
+                 strerror(errno));
         close(fd);
         return -1;
     }
     return fd;
 }
 
-/* The blob each rank publishes. Ranks on two hosts are caught by rank 0's
- * connect to its own loopback, which then fails and says so. */
+/* The blob each rank publishes. */
 typedef struct sxb_meet {
     uint32_t magic; /* SXB_MEET_MAGIC: the job really is sx_bench's */
     uint16_t port;  /* rank 1's control-channel port; 0 from rank 0 */
     uint16_t pad;
+    uint32_t ip; /* rank 1's address, network order */
 } sxb_meet_t;
 
-#define SXB_MEET_MAGIC 0x53584231u /* "SXB1" */
+#define SXB_MEET_MAGIC 0x53584232u /* "SXB2" */
 
 static int sxb_ctl_meet(sxb_ctl_t *ctl)
 {
@@ -293,8 +295,10 @@ static int sxb_ctl_meet(sxb_ctl_t *ctl)
 
     /* The sx_run rendezvous talks over an OOB endpoint; PMIx needs none.
      * Any id but the launcher's (0) will do: nobody else addresses us. */
+    char host[64];
+    sx_oob_pick_host(getenv("SX_RUN_ADDR"), host, sizeof(host));
     if (sx_modex_sxrun_ops.detect() && !sx_modex_pmix_ops.detect() &&
-        (rc = sx_oob_open(((uint64_t)getpid() << 1) | 1u, "127.0.0.1", 0, &oob)) != SX_OK)
+        (rc = sx_oob_open(((uint64_t)getpid() << 1) | 1u, host, 0, &oob)) != SX_OK)
         return sxb_fail("cannot open an OOB endpoint for the sx_run rendezvous: %s",
                         sx_strerror(rc));
     rc = sx_modex_open(SX_MODEX_AUTO, oob, &m);
@@ -312,6 +316,8 @@ static int sxb_ctl_meet(sxb_ctl_t *ctl)
     g_rank = ctl->rank;
     if (ctl->rank == 1 && (lfd = sxb_listen(&mine.port)) < 0)
         goto out;
+    struct in_addr me;
+    mine.ip = inet_pton(AF_INET, host, &me) == 1 ? me.s_addr : htonl(INADDR_LOOPBACK);
     if ((rc = m->ops->exchange(m, &mine, sizeof(mine))) != SX_OK ||
         (rc = m->ops->get(m, (uint32_t)(1 - ctl->rank), &theirs, &len)) != SX_OK) {
         sxb_fail("modex exchange with rank %d: %s", 1 - ctl->rank, sx_strerror(rc));
@@ -324,7 +330,7 @@ static int sxb_ctl_meet(sxb_ctl_t *ctl)
                  1 - ctl->rank, len);
         goto out;
     }
-    fd = ctl->rank == 1 ? sxb_accept(lfd) : sxb_connect(theirs.port);
+    fd = ctl->rank == 1 ? sxb_accept(lfd) : sxb_connect(theirs.ip, theirs.port);
 out:
     if (lfd >= 0)
         close(lfd);
