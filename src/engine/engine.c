@@ -265,6 +265,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .sndbuf = e->cfg.sndbuf,
                     .ack_socket = e->cfg.udp_ack_socket,
                     .udp_connect = (unsigned)e->cfg.udp_connect,
+                    .udp_gso = e->cfg.udp_gso,
                     .ofi_provider = e->cfg.ofi_provider,
                     .net_devices = e->cfg.net_devices,
                     .device = e->devices != NULL ? e->devices[i].name : NULL,

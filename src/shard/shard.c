@@ -427,6 +427,8 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
     sx_stat_set(&shard->stats.tl_tx_refused, iface->stats.tx_refused);
     sx_stat_set(&shard->stats.tl_tx_ack_path, iface->stats.tx_ack_path);
     sx_stat_set(&shard->stats.tl_rx_ack_socket, iface->stats.rx_ack_socket);
+    sx_stat_set(&shard->stats.tl_tx_gso, iface->stats.tx_gso);
+    sx_stat_set(&shard->stats.tl_rx_gro, iface->stats.rx_gro);
 }
 
 /* One progress pass; -1 (and nothing done) if another thread holds the

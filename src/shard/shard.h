@@ -92,6 +92,8 @@ struct sx_shard_guest {
     X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")                \
     X(tl_tx_ack_path, "ACKs sent through the udp ACK socket (ours or the peer's)")         \
     X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")                        \
+    X(tl_tx_gso, "udp sends that carried several datagrams at once (UDP GSO)")             \
+    X(tl_rx_gro, "udp reads that returned several datagrams at once (UDP GRO)")            \
     X(svc_passes, "passes the engine's service made over a shard no caller progressed")    \
     X(svc_rx_packets, "datagrams the service received for a shard no caller progressed")   \
     X(svc_deferred, "callbacks the service left for the next sx_progress caller")          \

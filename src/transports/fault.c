@@ -690,6 +690,8 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
      * the decorator's tx_datagrams counts datagrams it handed down. */
     f->base.stats.tx_ack_path = in->tx_ack_path;
     f->base.stats.rx_ack_socket = in->rx_ack_socket;
+    f->base.stats.tx_gso = in->tx_gso;
+    f->base.stats.rx_gro = in->rx_gro;
     return rc;
 }
 

@@ -79,6 +79,7 @@ typedef struct sx_tl_config {
     size_t sndbuf;                /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
     int ack_socket;               /* udp: 1 = open a second socket for control datagrams */
     unsigned udp_connect;         /* udp: destinations given a connected send socket */
+    bool udp_gso;                 /* udp: UDP GSO on send and GRO on receive, if the kernel can */
     const char *fault;            /* fault: the SX_FAULT specification */
     const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
     void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
@@ -144,6 +145,8 @@ typedef struct sx_tl_stats {
                                * the peer's (counted in tx_datagrams too) */
     uint64_t rx_ack_socket;   /* udp: datagrams received on the ACK socket (counted in
                                * rx_datagrams too) */
+    uint64_t tx_gso;          /* udp: sends that carried several datagrams (UDP GSO) */
+    uint64_t rx_gro;          /* udp: reads that returned several datagrams (UDP GRO) */
 } sx_tl_stats_t;
 
 /** What a transport's query found (see sx_tl_ops_t.query). */

@@ -12,6 +12,13 @@
  * (sx_udp_connect_dest); it sends from another port, which receivers
  * ignore.
  *
+ * With SX_UDP_GSO (the default), a run of equal data datagrams to one
+ * destination goes out as one message with a UDP_SEGMENT control message,
+ * which the kernel cuts back into those datagrams (udp_gso_merge), and the
+ * data socket has UDP_GRO: a read may return several datagrams of one
+ * flow coalesced, which poll cuts at the size the kernel reports
+ * (udp_rx_hand_up). docs/tuning.md, "UDP GSO and GRO", has the figures.
+ *
  * This file is the interface, its card address and its data path;
  * udp_sock.c binds, makes and sizes the sockets, and udp_int.h is what the
  * two files share.
@@ -83,6 +90,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,17 +102,33 @@
 
 #include "common/log.h"
 
-#define UDP_ADDR_LEN        8
-#define UDP_ADDR_LEN_ACK    10 /* with the ACK socket's port */
-#define UDP_ADDR_IPV4       4
-#define UDP_ADDR_LIST       5
-#define UDP_LIST_HDR        14
-#define UDP_LIST_ENTRY      5
-#define UDP_MTU_WILDCARD    65000 /* receive buffers: the largest route's (loopback) */
+#define UDP_ADDR_LEN     8
+#define UDP_ADDR_LEN_ACK 10 /* with the ACK socket's port */
+#define UDP_ADDR_IPV4    4
+#define UDP_ADDR_LIST    5
+#define UDP_LIST_HDR     14
+#define UDP_LIST_ENTRY   5
+#define UDP_MTU_WILDCARD 65000 /* receive buffers: the largest route's (loopback) */
+#define UDP_GRO_BUF      65536 /* receive buffers with GRO: a coalesced read */
+#define UDP_GSO_BYTES    64000 /* payload of one GSO message, at most (IPv4: 65507) */
+#define UDP_GSO_SEGS     64    /* datagrams of one GSO message (UDP_MAX_SEGMENTS) */
+#define UDP_GSO_IOVS     (UDP_GSO_SEGS * SX_TL_IOV_MAX)
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* linux/udp.h, Linux 4.18 */
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
+#endif
 #define UDP_TX_CREDITS      256
 #define UDP_TX_BATCH        64 /* mmsghdrs per sendmmsg call */
 #define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
 #define UDP_DEST_FREE_END   UINT32_MAX
+
+/* Room for one UDP_SEGMENT control message (a u16), aligned. */
+typedef union udp_gso_cmsg {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(uint16_t))];
+} udp_gso_cmsg_t;
 
 /* ------------------------------------------------------------------ */
 /* Ops                                                                 */
@@ -198,13 +222,25 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         .sync_send = 1,
         .rx_buffer = (size_t)rcv,
     };
-    status = sx_udp_rx_init(&u->rx, u->fd, mtu);
+    /* UDP GSO and GRO (udp_int.h): asked of the kernel, used when it has
+     * them. With GRO a read may hold up to 64 KiB of datagrams, whatever
+     * the mtu, so the data socket's buffers grow to that. */
+    if (config->udp_gso) {
+        int one = 1, seg = 0;
+        socklen_t sl = sizeof(seg);
+        u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &seg, &sl) == 0;
+        u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+    }
+    status = sx_udp_rx_init(&u->rx, u->fd, u->gro && mtu < UDP_GRO_BUF ? UDP_GRO_BUF : mtu);
+    u->rx.limit = mtu;
     if (status == SX_OK && config->ack_socket)
         status = sx_udp_open_ack(u, config);
     if (status != SX_OK)
         goto fail;
-    sx_debug("udp", "shard %u: bound to port %u, ACK socket on port %u (0: none), mtu %zu",
-             config->shard, ntohs(u->local.sin_port), u->ack_port, mtu);
+    sx_debug("udp",
+             "shard %u: bound to port %u, ACK socket on port %u (0: none), mtu %zu, GSO %s, GRO %s",
+             config->shard, ntohs(u->local.sin_port), u->ack_port, mtu, u->gso ? "on" : "off",
+             u->gro ? "on" : "off");
     *iface_p = &u->base;
     return SX_OK;
 fail:
@@ -643,7 +679,7 @@ static int udp_send_errno(int err)
 /* Sends msgs[0..n) through @p fd (@p connected: a destination's own
  * socket); sets *sent_p to how many the kernel took. */
 static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *msgs, unsigned n,
-                        unsigned *sent_p)
+                        unsigned *sent_p, int *err_p)
 {
     unsigned sent = 0, refused = 0;
     bool retried = false; /* msgs[sent] already met one stale error */
@@ -670,6 +706,7 @@ static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *
             u->base.stats.tx_refused++;
             continue;
         }
+        *err_p = err;
         status = err == ECONNREFUSED ? SX_ERR_AGAIN : udp_send_errno(err);
         break;
     }
@@ -677,11 +714,84 @@ static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *
     return status;
 }
 
+/*
+ * UDP GSO: merges runs of msgs[0..n) into single messages that carry a
+ * UDP_SEGMENT control message: a run is two or more data datagrams (not
+ * the ACK path) to one destination whose lengths are all L but the last,
+ * which is at most L; the kernel cuts the message back into those
+ * datagrams, in order, as late as the device allows (udp(7), UDP_SEGMENT;
+ * a bulk flush is a run of full packets). Writes the merged messages to
+ * out[] (their iovecs into iov[], control into cm[]), how many txs each
+ * carries to per[], and returns how many messages. A merged message takes
+ * two datagrams at least, so cm[] needs room for n / 2.
+ */
+static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsigned n,
+                              struct mmsghdr *out, unsigned *per, struct iovec *iov,
+                              udp_gso_cmsg_t *cm)
+{
+    unsigned m = 0, used = 0, nc = 0;
+
+    for (unsigned i = 0; i < n;) {
+        const struct msghdr *h = &msgs[i].msg_hdr;
+        size_t seg = 0;
+        for (size_t k = 0; k < h->msg_iovlen; k++)
+            seg += h->msg_iov[k].iov_len;
+        unsigned j = i + 1;
+        size_t total = seg, iovs = h->msg_iovlen;
+        while (!ctrl[i] && j < n && j - i < UDP_GSO_SEGS && !ctrl[j] &&
+               msgs[j].msg_hdr.msg_name == h->msg_name) {
+            size_t len = 0;
+            for (size_t k = 0; k < msgs[j].msg_hdr.msg_iovlen; k++)
+                len += msgs[j].msg_hdr.msg_iov[k].iov_len;
+            if (len > seg || total + len > UDP_GSO_BYTES ||
+                iovs + msgs[j].msg_hdr.msg_iovlen > UDP_GSO_IOVS - used)
+                break;
+            total += len;
+            iovs += msgs[j].msg_hdr.msg_iovlen;
+            j++;
+            if (len < seg)
+                break; /* a shorter one ends the run */
+        }
+        if (j - i < 2 || seg == 0) {
+            out[m] = msgs[i];
+            per[m++] = 1;
+            i++;
+            continue;
+        }
+        struct iovec *dst = iov + used;
+        for (unsigned k = i; k < j; k++) {
+            memcpy(iov + used, msgs[k].msg_hdr.msg_iov,
+                   msgs[k].msg_hdr.msg_iovlen * sizeof(struct iovec));
+            used += (unsigned)msgs[k].msg_hdr.msg_iovlen;
+        }
+        udp_gso_cmsg_t *c = &cm[nc++];
+        memset(c, 0, sizeof(*c));
+        struct cmsghdr *ch = &c->align;
+        ch->cmsg_level = SOL_UDP;
+        ch->cmsg_type = UDP_SEGMENT;
+        ch->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t s16 = (uint16_t)seg;
+        memcpy(CMSG_DATA(ch), &s16, sizeof(s16));
+        out[m] = (struct mmsghdr){.msg_hdr = {.msg_name = h->msg_name,
+                                              .msg_namelen = h->msg_namelen,
+                                              .msg_iov = dst,
+                                              .msg_iovlen = iovs,
+                                              .msg_control = c->buf,
+                                              .msg_controllen = sizeof(c->buf)}};
+        per[m++] = j - i;
+        i = j;
+    }
+    return m;
+}
+
 static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
                          unsigned *posted_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
-    struct mmsghdr msgs[UDP_TX_BATCH];
+    struct mmsghdr msgs[UDP_TX_BATCH], merged[UDP_TX_BATCH];
+    struct iovec iov[UDP_GSO_IOVS];
+    udp_gso_cmsg_t cm[UDP_TX_BATCH / 2];
+    unsigned per[UDP_TX_BATCH];
     bool ctrl[UDP_TX_BATCH];
     unsigned done = 0;
     int status = SX_OK;
@@ -708,8 +818,29 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
             fd = this_fd;
             n++;
         }
+        if (n > 0 && u->gso && n > 1) {
+            /* At most one GSO message per two datagrams: cm[] has room. */
+            unsigned m = udp_gso_merge(msgs, ctrl, n, merged, per, iov, cm), msent = 0;
+            int err = 0;
+            status = udp_sendmmsg(u, fd, fd != u->fd && fd != u->ack_fd, merged, m, &msent, &err);
+            for (unsigned k = 0; k < msent; k++) {
+                sent += per[k];
+                u->base.stats.tx_gso += per[k] > 1;
+            }
+            if (status != SX_OK && status != SX_ERR_AGAIN && msent < m && per[msent] > 1 &&
+                (err == EINVAL || err == EIO || err == EOPNOTSUPP)) {
+                /* The path refuses segmentation (a device or a kernel
+                 * without it): datagram by datagram from now on. */
+                sx_warn("udp", "UDP GSO refused (%s); sending datagram by datagram (SX_UDP_GSO)",
+                        strerror(err));
+                u->gso = false;
+                status = SX_OK;
+            }
+        } else if (n > 0) {
+            int err = 0;
+            status = udp_sendmmsg(u, fd, fd != u->fd && fd != u->ack_fd, msgs, n, &sent, &err);
+        }
         if (n > 0) {
-            status = udp_sendmmsg(u, fd, fd != u->fd && fd != u->ack_fd, msgs, n, &sent);
             done += sent;
             u->base.stats.tx_datagrams += sent;
             for (unsigned i = 0; i < sent; i++)
@@ -725,10 +856,21 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
     return status;
 }
 
-/* Reads the SO_RXQ_OVFL counter from one received datagram, if present. */
-static void udp_read_ovfl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h)
+/* Reads the SO_RXQ_OVFL counter from one received buffer, if present,
+ * and returns the datagram size a UDP_GRO control message gives (0: the
+ * buffer is one datagram). */
+static uint32_t udp_read_ctrl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h)
 {
+    uint32_t seg = 0;
+
     for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int s;
+            memcpy(&s, CMSG_DATA(c), sizeof(s));
+            seg = s > 0 ? (uint32_t)s : 0;
+            continue;
+        }
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_RXQ_OVFL ||
             c->cmsg_len < CMSG_LEN(sizeof(uint32_t)))
             continue;
@@ -739,6 +881,67 @@ static void udp_read_ovfl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h)
         u->base.stats.rx_kernel_drops += (uint32_t)(drops - rx->last_ovfl);
         rx->last_ovfl = drops;
     }
+    return seg;
+}
+
+/*
+ * Hands up what the last read left (rx->pend_*), one event per datagram:
+ * a buffer GRO filled is cut at its datagram size, the last datagram
+ * possibly shorter (udp(7), UDP_GRO). Stops when @p max events are
+ * written; the rest waits for the next poll, which reads nothing new
+ * before it is out (the buffers must stay as they are).
+ */
+static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+{
+    unsigned n = 0;
+
+    while (rx->pend_i < rx->pend_n && n < max) {
+        unsigned i = rx->pend_i;
+        struct msghdr *h = &rx->msgs[i].msg_hdr;
+        size_t len = rx->msgs[i].msg_len;
+        if (h->msg_flags & MSG_TRUNC) {
+            /* Longer than the buffer (the mtu, or UDP_CTRL_MAX on the ACK
+             * socket): a peer with another idea of the mtu, or garbage.
+             * Never hand up a cut datagram. */
+            u->base.stats.rx_truncated++;
+            rx->pend_i++;
+            continue;
+        }
+        size_t seg = rx->seg[i] != 0 && rx->seg[i] < len ? rx->seg[i] : len;
+        if (seg > rx->limit) {
+            /* A buffer larger than the mtu holds one when GRO is on: the
+             * same verdict as a truncated read. */
+            u->base.stats.rx_truncated++;
+            rx->pend_i++;
+            continue;
+        }
+        if (len == 0) {
+            events[n++] = (sx_tl_event_t){
+                .type = SX_TL_EV_RECV, .status = SX_OK, .data = rx->iov[i].iov_base, .len = 0};
+            rx->pend_i++;
+            continue;
+        }
+        if (rx->pend_off == 0 && seg < len)
+            u->base.stats.rx_gro++;
+        while (rx->pend_off < len && n < max) {
+            size_t part = len - rx->pend_off < seg ? len - rx->pend_off : seg;
+            events[n++] = (sx_tl_event_t){
+                .type = SX_TL_EV_RECV,
+                .status = SX_OK,
+                .data = (const uint8_t *)rx->iov[i].iov_base + rx->pend_off,
+                .len = part,
+            };
+            rx->pend_off += part;
+        }
+        if (rx->pend_off >= len) {
+            rx->pend_i++;
+            rx->pend_off = 0;
+        }
+    }
+    if (rx->pend_i >= rx->pend_n)
+        rx->pend_i = rx->pend_n = 0;
+    u->base.stats.rx_datagrams += n;
+    return n;
 }
 
 /* Reads up to @p max datagrams from one socket into @p events; returns how
@@ -751,6 +954,8 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
 
     if (want == 0)
         return 0;
+    if (rx->pend_n != 0)
+        return (int)udp_rx_hand_up(u, rx, events, max);
     for (unsigned i = 0; i < want; i++) {
         struct msghdr *h = &rx->msgs[i].msg_hdr;
         /* recvmmsg writes these back; reset them for the next read. */
@@ -798,26 +1003,12 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
     }
     rx->batch = batch ? rc > 1 : true;
 
-    unsigned n = 0;
-    for (int i = 0; i < rc; i++) {
-        struct msghdr *h = &rx->msgs[i].msg_hdr;
-        udp_read_ovfl(u, rx, h);
-        if (h->msg_flags & MSG_TRUNC) {
-            /* Longer than the buffer (the mtu, or UDP_CTRL_MAX on the ACK
-             * socket): a peer with another idea of the mtu, or garbage.
-             * Never hand up a cut datagram. */
-            u->base.stats.rx_truncated++;
-            continue;
-        }
-        events[n++] = (sx_tl_event_t){
-            .type = SX_TL_EV_RECV,
-            .status = SX_OK,
-            .data = rx->iov[i].iov_base,
-            .len = rx->msgs[i].msg_len,
-        };
-    }
-    u->base.stats.rx_datagrams += n;
-    return (int)n;
+    for (int i = 0; i < rc; i++)
+        rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr);
+    rx->pend_i = 0;
+    rx->pend_n = (unsigned)rc;
+    rx->pend_off = 0;
+    return (int)udp_rx_hand_up(u, rx, events, max);
 }
 
 static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)

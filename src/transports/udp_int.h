@@ -68,10 +68,11 @@ typedef struct udp_peer_addr {
     uint8_t prefix[UDP_ADDRS_MAX];
 } udp_peer_addr_t;
 
-/* Room for the SO_RXQ_OVFL control message, aligned for struct cmsghdr. */
+/* Room for the SO_RXQ_OVFL and UDP_GRO control messages, aligned for
+ * struct cmsghdr. */
 typedef union udp_ctrl {
     struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(uint32_t))];
+    char buf[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int))];
 } udp_ctrl_t;
 
 /* One socket's receive side: UDP_RX_BATCH buffers of buflen bytes; the
@@ -79,12 +80,20 @@ typedef union udp_ctrl {
 typedef struct udp_rx {
     int fd;
     size_t buflen;
+    size_t limit; /* the longest datagram handed up: buflen, or the mtu under GRO */
     uint8_t *mem;
     struct mmsghdr msgs[UDP_RX_BATCH];
     struct iovec iov[UDP_RX_BATCH];
     udp_ctrl_t ctrl[UDP_RX_BATCH];
     uint32_t last_ovfl; /* the socket's drop counter as last reported */
     bool batch;         /* the last poll found datagrams back to back: use recvmmsg */
+    /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
+     * buffer that GRO filled with several datagrams can hold more than a
+     * poll's room), from offset pend_off in buffer pend_i; seg[i] is the
+     * datagram size in buffer i (UDP_GRO), 0 for one datagram. */
+    unsigned pend_i, pend_n;
+    size_t pend_off;
+    uint32_t seg[UDP_RX_BATCH];
 } udp_rx_t;
 
 typedef struct udp_iface {
@@ -105,6 +114,13 @@ typedef struct udp_iface {
     int ack_fd;
     int ep_fd;
     uint16_t ack_port; /* host order */
+
+    /* UDP GSO on send (UDP_SEGMENT: a run of equal datagrams to one
+     * destination in one message, cut by the kernel) and GRO on the data
+     * socket's receive side (UDP_GRO); false where the kernel lacks them.
+     * bench/gso_bench.c has why (docs/tuning.md, "UDP GSO and GRO"). */
+    bool gso;
+    bool gro;
 
     /* Connected send sockets: destinations that have one, and how many
      * may (config->udp_connect); sndbuf is what each asks for. */

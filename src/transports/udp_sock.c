@@ -447,6 +447,7 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
 {
     rx->fd = fd;
     rx->buflen = buflen;
+    rx->limit = buflen;
     rx->mem = malloc(buflen * UDP_RX_BATCH);
     if (rx->mem == NULL)
         return SX_ERR_NO_MEMORY;
