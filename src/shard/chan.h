@@ -105,8 +105,8 @@ typedef struct sx_txpkt {
     sx_hotel_key_t key;
     uint32_t seq;
     uint32_t len; /* datagram bytes in data[] */
-    uint32_t cap; /* bytes data[] holds; from SX_TXPKT_POOL_MIN up, the
-                   * packet goes back to its shard's pool (chan.c) */
+    uint32_t cap; /* bytes data[] holds; a large or a full-size packet goes
+                   * back to its shard's pool (chan_tx.c, chan_pkt_pooled) */
     uint64_t first_sent_ns;
     uint64_t last_sent_ns;
     uint64_t deadline_ns; /* when its hotel room evicts it (a retransmission) */

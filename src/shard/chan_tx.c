@@ -25,9 +25,22 @@
  * with the pool). So packets from SX_TXPKT_POOL_MIN bytes up are made as
  * large as the channel's datagram and kept for the next one, up to one
  * channel's SX_MAX_INFLIGHT bytes per shard: what a single channel may
- * have in flight anyway. Token holder only, like everything in a shard.
+ * have in flight anyway. On a 1500-byte path a bulk packet is 1,472
+ * bytes, and 713 of them make a MiB: there a packet of half the channel's
+ * datagram or more is pooled too (SX_TXPKT_POOL_SMALL up), which took the
+ * page faults and malloc out of a 1 MiB ping-pong across two namespace
+ * hosts (docs/tuning.md, "UDP GSO and GRO"). Token holder only, like
+ * everything in a shard.
  */
-#define SX_TXPKT_POOL_MIN (16u * 1024u)
+#define SX_TXPKT_POOL_MIN   (16u * 1024u)
+#define SX_TXPKT_POOL_SMALL 1024u
+
+/* Whether a packet of @p need bytes on @p c comes from, and goes back to,
+ * the pool. */
+static bool chan_pkt_pooled(const sx_chan_t *c, size_t need)
+{
+    return need >= SX_TXPKT_POOL_MIN || (need >= SX_TXPKT_POOL_SMALL && 2 * need >= c->dgram_max);
+}
 
 /* Under ASan a pooled packet's bytes stay poisoned until it is reused, so
  * a stale pointer into one is still reported as it was when it was freed. */
@@ -46,7 +59,7 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
     size_t cap = need;
     sx_txpkt_t *pkt = NULL;
 
-    if (need >= SX_TXPKT_POOL_MIN) {
+    if (chan_pkt_pooled(c, need)) {
         if (c->dgram_max > cap)
             cap = c->dgram_max;
         if (s->pkt_pool != NULL && s->pkt_pool->cap >= need) {
@@ -68,8 +81,7 @@ void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     sx_shard_t *s = c->shard;
 
-    if (pkt->cap >= SX_TXPKT_POOL_MIN &&
-        s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
+    if (chan_pkt_pooled(c, pkt->cap) && s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
         pkt->rtx_next = s->pkt_pool;
         s->pkt_pool = pkt;
         s->pkt_pool_bytes += pkt->cap;
