@@ -38,6 +38,11 @@ if ((rc != 0)); then
     echo "btl_job: FAILED: run_mpi.sh exited with status $rc" >&2
     exit 1
 fi
+# A job meant to fail (EXPECT "fail:..."): run_mpi.sh checked what it said.
+if [[ $expect == fail:* ]]; then
+    echo "btl_job: OK: failed as expected across $CLUSTER_HOSTS"
+    exit 0
+fi
 # "[host:pid] btl shardx: operations: ..." once per rank, from each host.
 ran_on=$(sed -n 's/^\[\([^:]*\):[0-9]*\] btl shardx: operations:.*/\1/p' "$out" | sort | paste -sd,)
 want=$(printf '%s\n' "${hosts[@]}" | sort | paste -sd,)

@@ -980,6 +980,29 @@ static void test_netns_filters(void **state)
                          "SX_NET_DEVICES='10.99.0.0/16' allows");
     free(log);
 
+    /* An engine that offers nothing outside its host (SX_BIND_ADDR=lo)
+     * cannot be reached from another one: sx_peer_add says so, naming
+     * what each side offers. */
+    const sx_config_kv_t lo_only[] = {{"BIND_ADDR", "lo"}};
+    sx_engine_h hidden = engine_in(ns.b, lo_only, 1, &rc);
+    assert_int_equal(rc, SX_OK);
+    e = engine_in(ns.a, NULL, 0, &rc);
+    assert_int_equal(rc, SX_OK);
+    uint8_t card[4096];
+    size_t clen = sizeof(card);
+    assert_int_equal(sx_engine_address(hidden, card, &clen), SX_OK);
+    sx_peer_h peer = NULL;
+    capture_start();
+    assert_int_equal(sx_peer_add(e, 7, card, clen, &peer), SX_ERR_PEER_UNREACHABLE);
+    log = capture_stop();
+    assert_contains(log, "peer 7's shard 0 has an unreachable address");
+    assert_contains(log, "loopback only");
+    assert_contains(log, "ours: udp port");
+    assert_contains(log, "10.77.1.1/24 10.77.2.1/24");
+    free(log);
+    sx_engine_destroy(e);
+    sx_engine_destroy(hidden);
+
     static const struct {
         const char *bind, *offers;
     } offer[] = {{"", "10.77.1.1/24 10.77.2.1/24"},
