@@ -1038,6 +1038,15 @@ static int udp_wait_fd(sx_tl_iface_t *iface)
     return u->ep_fd >= 0 ? u->ep_fd : u->fd;
 }
 
+static int udp_arm(sx_tl_iface_t *iface)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    /* Datagrams of a GRO read that did not fit the last poll's events are
+     * in our buffers, not the socket's: the fd will not announce them. */
+    return u->rx.pend_n != 0 || u->ack_rx.pend_n != 0 ? SX_ERR_AGAIN : SX_OK;
+}
+
 const sx_tl_ops_t sx_tl_udp_ops = {
     .name = "udp",
     .exclusivity = SX_TL_EXCL_SOCKETS,
@@ -1097,4 +1106,7 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     /* The data socket, or with an ACK socket an epoll fd over both:
      * readable when a datagram is queued on either; any thread. */
     .wait_fd = udp_wait_fd,
+    /* SX_ERR_AGAIN while a GRO read left datagrams for the next poll;
+     * token holder; never blocks. */
+    .arm = udp_arm,
 };
