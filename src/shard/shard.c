@@ -62,8 +62,16 @@ static void sx_shard_flush_hook(void *owner)
      * just have armed (a retransmission deadline). */
     if (shard->serving && sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
         next = UINT64_MAX;
-    if (shard->serving)
+    /* ... or at once, when an interface holds what its fd will not
+     * announce (udp: the rest of a GRO read). */
+    if (shard->serving) {
+        for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+            sx_tl_iface_t *iface = shard->ifaces[t];
+            if (iface != NULL && iface->ops->arm != NULL && iface->ops->arm(iface) != SX_OK)
+                next = 0;
+        }
         shard->svc_next_ns = next;
+    }
     /* A sleeping progress thread computed its wake-up before we armed our
      * timers: wake it if one of ours is due earlier. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
