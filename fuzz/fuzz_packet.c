@@ -5,9 +5,10 @@
  * The first byte of an input selects the mode:
  *
  *   even: parser only. The rest is one datagram, fed to
- *         sx_wire_parse_packet; if accepted, every frame is walked with
- *         sx_wire_next_frame and every byte of its data read, so ASan
- *         reports any frame that points outside the datagram.
+ *         sx_wire_parse_packet; if accepted, a fragment's header is read
+ *         with sx_wire_parse_frag and every frame is walked with
+ *         sx_wire_next_frame, every byte of their data read, so ASan
+ *         reports any slice or frame that points outside the datagram.
  *
  *   odd:  a live engine's receive path. The rest is a list of records,
  *         each [u8 ctl][u16 len, little-endian][len bytes] (a short last
@@ -275,6 +276,14 @@ static void run_parser(const uint8_t *data, size_t size)
         return;
     if (h.payload_len != size - SX_WIRE_HDR_LEN)
         abort(); /* the parser accepted a length it should have refused */
+    sx_wire_frag_t frag;
+    if ((h.flags & SX_PKTF_FRAG) && sx_wire_parse_frag(data, size, &frag)) {
+        /* A fragment's slice lies inside the datagram and inside the
+         * packet it claims to be part of. */
+        if (frag.data + frag.len != data + size || (size_t)frag.offset + frag.len > frag.total)
+            abort();
+        touch(frag.data, frag.len);
+    }
     const uint8_t *payload = data + SX_WIRE_HDR_LEN;
     size_t off = 0, prev = 0;
     sx_wire_frame_t f;

@@ -150,12 +150,37 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         return SX_DROP_LENGTH;
     if (hdr->type == SX_PKT_ACK && !(hdr->flags & SX_PKTF_ACK))
         return SX_DROP_FLAGS; /* an ACK that acknowledges nothing */
+    if ((hdr->flags & SX_PKTF_FRAG) && hdr->type != SX_PKT_DATA)
+        return SX_DROP_FLAGS; /* only data packets are fragmented */
     if (hdr->flags & SX_PKTF_CRC) {
         uint32_t want = sx_get32(data + 44);
         if (sx_crc32c(0, data + SX_WIRE_HDR_LEN, hdr->payload_len) != want)
             return SX_DROP_PAYLOAD_CRC;
     }
     return SX_DROP_NONE;
+}
+
+bool sx_wire_parse_frag(const uint8_t *data, size_t len, sx_wire_frag_t *frag)
+{
+    if (len < SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN)
+        return false;
+    const uint8_t *p = data + SX_WIRE_HDR_LEN;
+    frag->index = sx_get16(p);
+    frag->count = sx_get16(p + 2);
+    frag->offset = sx_get16(p + 4);
+    frag->total = sx_get16(p + 6);
+    frag->data = p + SX_WIRE_FRAG_LEN;
+    frag->len = len - SX_WIRE_HDR_LEN - SX_WIRE_FRAG_LEN;
+    return frag->count >= 2 && frag->count <= SX_WIRE_FRAG_MAX && frag->index < frag->count &&
+           frag->len > 0 && (size_t)frag->offset + frag->len <= frag->total;
+}
+
+void sx_wire_write_frag(uint8_t *out, const sx_wire_frag_t *frag)
+{
+    sx_put16(out, frag->index);
+    sx_put16(out + 2, frag->count);
+    sx_put16(out + 4, frag->offset);
+    sx_put16(out + 6, frag->total);
 }
 
 int sx_wire_is_control(const void *data, size_t len)

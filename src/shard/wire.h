@@ -38,6 +38,21 @@
  * latest ACK advertised. SX_PKTF_PROBE asks for an ACK at once: a closed
  * window's probe (the persist timer) and a liveness probe both use it.
  *
+ * SX_PKTF_FRAG marks a piece of a DATA packet too large for the path as it
+ * is now (shard/chan_pmtu.c): a packet built before the channel's datagram
+ * size stepped down is retransmitted as fragments, each a full header
+ * (the packet's own, with the current acknowledgement) followed by a
+ * fragment header and a slice of the packet's payload; payload_len and
+ * payload_crc describe the fragment. The receiver puts the payload back
+ * together and handles the packet as if it had arrived whole. Sequence
+ * numbers stay per packet, so nothing else in the protocol changes.
+ *
+ *   fragment header (8 bytes), at the start of the payload
+ *     0  u16  index              this fragment's number, from 0
+ *     2  u16  count              fragments of the packet (2..SX_WIRE_FRAG_MAX)
+ *     4  u16  offset             where its slice goes in the packet's payload
+ *     6  u16  total              the packet's payload length
+ *
  * Epochs play the part of connection epochs: an engine draws a fresh one
  * when it starts, so packets of a previous incarnation of either side
  * (wrong src_epoch for the peer, or a dst_epoch that is not ours) are
@@ -68,6 +83,8 @@
 #define SX_WIRE_HDR_LEN   56
 #define SX_WIRE_FRAME_LEN 8
 #define SX_WIRE_SACK_BITS 64
+#define SX_WIRE_FRAG_LEN  8
+#define SX_WIRE_FRAG_MAX  256 /* fragments of one packet at most */
 
 enum sx_pkt_type {
     SX_PKT_DATA = 1, /* carries frames; sequenced and acknowledged */
@@ -79,8 +96,9 @@ enum sx_pkt_flags {
     SX_PKTF_ACK = 1u << 0,   /* ack, sack and the receive window are valid */
     SX_PKTF_CRC = 1u << 1,   /* payload_crc is valid */
     SX_PKTF_PROBE = 1u << 2, /* answer with an ACK at once (window or liveness probe) */
+    SX_PKTF_FRAG = 1u << 3,  /* DATA only: a fragment of a packet (fragment header first) */
 };
-#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE)
+#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE | SX_PKTF_FRAG)
 
 enum sx_frame_kind {
     SX_FRAME_AM = 1,       /* a whole active message */
@@ -115,7 +133,8 @@ enum sx_frame_flags {
     X(SX_DROP_NO_BUFFER, "no_buffer", "no memory to hold the packet")                        \
     X(SX_DROP_CHANNEL_FAILED, "channel_failed", "channel has failed")                        \
     X(SX_DROP_NOT_CONNECTED, "not_connected", "data before the connection was set up")       \
-    X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")
+    X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")            \
+    X(SX_DROP_FRAGMENT, "fragment", "malformed fragment, or one of a packet not kept")
 
 /* SX_DROP_NONE means "not dropped" (a well-formed packet, a packet kept
  * aside) and has no counter; SX_DROP_COUNT is how many reasons there are,
@@ -148,6 +167,13 @@ typedef struct sx_wire_hdr {
     uint32_t rwnd_pkts;
     uint32_t rwnd_bytes;
 } sx_wire_hdr_t;
+
+/** A decoded fragment header (SX_PKTF_FRAG); data points at its slice. */
+typedef struct sx_wire_frag {
+    uint16_t index, count, offset, total;
+    const uint8_t *data;
+    size_t len; /* bytes of the slice */
+} sx_wire_frag_t;
 
 /** Extension of PUT and GET_REQ frames (40 bytes on the wire). */
 typedef struct sx_wire_rma {
@@ -207,6 +233,17 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
  * the packet is well formed, else the reason to drop it.
  */
 sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr);
+
+/**
+ * Decodes the fragment header of a parsed SX_PKTF_FRAG packet (@p data,
+ * @p len: the whole datagram) and checks it against itself: index below
+ * count, count within 2..SX_WIRE_FRAG_MAX, the slice non-empty and inside
+ * total. Returns false for a malformed one.
+ */
+bool sx_wire_parse_frag(const uint8_t *data, size_t len, sx_wire_frag_t *frag);
+
+/** Writes a fragment header. */
+void sx_wire_write_frag(uint8_t *out, const sx_wire_frag_t *frag);
 
 /**
  * Decodes the frame at *offset of a payload of @p payload_len bytes and

@@ -361,6 +361,68 @@ static void test_parse_drop_reasons(void **state)
     assert_int_equal(sx_wire_parse_packet(bad, len, &h), SX_DROP_NONE);
 }
 
+/* Fragments (SX_PKTF_FRAG): the header's layout, a round trip, and every
+ * way a fragment header can lie about itself. */
+static void test_fragments(void **state)
+{
+    (void)state;
+    uint8_t pkt[SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN + 100];
+    size_t len = sizeof(pkt);
+    sx_wire_hdr_t in = sample_hdr(SX_WIRE_FRAG_LEN + 100), h;
+    sx_wire_frag_t f = {.index = 2, .count = 5, .offset = 300, .total = 420}, out;
+
+    in.flags |= SX_PKTF_FRAG;
+    memset(pkt, 0x33, sizeof(pkt));
+    sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &f);
+    sx_wire_write_hdr(pkt, &in, NULL);
+    const uint8_t *fh = pkt + SX_WIRE_HDR_LEN;
+    assert_int_equal(fh[0] | fh[1] << 8, 2);
+    assert_int_equal(fh[2] | fh[3] << 8, 5);
+    assert_int_equal(fh[4] | fh[5] << 8, 300);
+    assert_int_equal(fh[6] | fh[7] << 8, 420);
+    assert_int_equal(sx_wire_parse_packet(pkt, len, &h), SX_DROP_NONE);
+    assert_true(h.flags & SX_PKTF_FRAG);
+    assert_true(sx_wire_parse_frag(pkt, len, &out));
+    assert_int_equal(out.index, 2);
+    assert_int_equal(out.count, 5);
+    assert_int_equal(out.offset, 300);
+    assert_int_equal(out.total, 420);
+    assert_int_equal(out.len, 100);
+    assert_ptr_equal(out.data, pkt + SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN);
+
+    /* The slice ends exactly at total: fine; one byte past it is not. */
+    f.offset = 320;
+    sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &f);
+    assert_true(sx_wire_parse_frag(pkt, len, &out));
+    static const sx_wire_frag_t bad[] = {
+        {.index = 0, .count = 1, .offset = 0, .total = 420},   /* one fragment is no fragment */
+        {.index = 0, .count = 0, .offset = 0, .total = 420},   /* none */
+        {.index = 5, .count = 5, .offset = 0, .total = 420},   /* index past count */
+        {.index = 0, .count = 257, .offset = 0, .total = 420}, /* above SX_WIRE_FRAG_MAX */
+        {.index = 0, .count = 2, .offset = 321, .total = 420}, /* slice past total */
+        {.index = 0, .count = 2, .offset = 0, .total = 99},    /* total below the slice */
+        {.index = 1, .count = 2, .offset = 65535, .total = 65535},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &bad[i]);
+        if (sx_wire_parse_frag(pkt, len, &out))
+            fail_msg("fragment header %zu was taken", i);
+    }
+    /* No slice, or not even a whole fragment header. */
+    sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &(sx_wire_frag_t){0, 2, 0, 420, NULL, 0});
+    assert_false(sx_wire_parse_frag(pkt, SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN, &out));
+    assert_false(sx_wire_parse_frag(pkt, SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN - 1, &out));
+    assert_false(sx_wire_parse_frag(pkt, SX_WIRE_HDR_LEN, &out));
+
+    /* Only data packets are cut into fragments. */
+    sx_wire_hdr_t ack = {.type = SX_PKT_ACK, .flags = SX_PKTF_ACK | SX_PKTF_FRAG};
+    sx_wire_write_hdr(pkt, &ack, NULL);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &h), SX_DROP_FLAGS);
+    sx_wire_hdr_t ctrl = {.type = SX_PKT_CTRL, .flags = SX_PKTF_FRAG, .payload_len = 16};
+    sx_wire_write_hdr(pkt, &ctrl, NULL);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN + 16, &h), SX_DROP_FLAGS);
+}
+
 static void test_drop_reason_names(void **state)
 {
     (void)state;
@@ -674,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_csum16),
         cmocka_unit_test(test_header_layout_and_round_trip),
         cmocka_unit_test(test_parse_drop_reasons),
+        cmocka_unit_test(test_fragments),
         cmocka_unit_test(test_drop_reason_names),
         cmocka_unit_test(test_csum16_reference),
         cmocka_unit_test(test_update_ack),
