@@ -19,6 +19,8 @@
  *   ctrl_blackout=S+D   drop control datagrams sent in that window
  *   path_mtu=N          drop every datagram longer than N bytes, as a link
  *                       with a smaller MTU on the path would (no PRNG draw)
+ *   path_mtu_after=N    ... only after the first N datagrams: a path that
+ *                       shrinks under an established channel (needs path_mtu)
  *   tx_credits=N        advertise N send credits (fewer than the inner
  *                       transport's), so the layer above must ration them
  *
@@ -78,8 +80,9 @@ typedef struct fault_spec {
     uint64_t delay_ns;
     uint64_t seed;
     bool blackhole, ctrl_blackout;
-    uint64_t path_mtu;   /* 0: off */
-    uint64_t tx_credits; /* 0: the inner transport's */
+    uint64_t path_mtu;       /* 0: off */
+    uint64_t path_mtu_after; /* datagrams that pass before path_mtu applies */
+    uint64_t tx_credits;     /* 0: the inner transport's */
     uint64_t blackhole_start_ns, blackhole_end_ns;
     uint64_t ctrl_blackout_start_ns, ctrl_blackout_end_ns;
 } fault_spec_t;
@@ -203,9 +206,9 @@ static int fault_parse_window(const char *key, const char *value, uint64_t *star
 /* Parses one key=value item. @p seen has one bit per key, for duplicates. */
 static int fault_parse_item(const char *key, const char *value, fault_spec_t *spec, unsigned *seen)
 {
-    static const char *const keys[] = {"loss",          "ctrl_loss", "dup",       "reorder",
-                                       "corrupt",       "delay_us",  "seed",      "blackhole",
-                                       "ctrl_blackout", "path_mtu",  "tx_credits"};
+    static const char *const keys[] = {
+        "loss", "ctrl_loss", "dup",           "reorder",  "corrupt",    "delay_us",
+        "seed", "blackhole", "ctrl_blackout", "path_mtu", "tx_credits", "path_mtu_after"};
     unsigned k;
     uint64_t v;
 
@@ -216,7 +219,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     if (k == sizeof(keys) / sizeof(keys[0]))
         return fault_bad(key, value,
                          "the keys loss, ctrl_loss, dup, reorder, corrupt, delay_us, seed, "
-                         "blackhole, ctrl_blackout, path_mtu, tx_credits");
+                         "blackhole, ctrl_blackout, path_mtu, tx_credits, path_mtu_after");
     if (*seen & (1u << k))
         return fault_bad(key, value, "each key at most once");
     *seen |= 1u << k;
@@ -253,6 +256,10 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         if (fault_parse_uint(value, '\0', 65536, &spec->tx_credits, NULL) != SX_OK ||
             spec->tx_credits == 0)
             return fault_bad(key, value, "credits, an integer from 1 to 65536");
+        return SX_OK;
+    case 11:
+        if (fault_parse_uint(value, '\0', UINT64_MAX, &spec->path_mtu_after, NULL) != SX_OK)
+            return fault_bad(key, value, "datagrams, an unsigned 64-bit integer");
         return SX_OK;
     default:
         spec->ctrl_blackout = true;
@@ -293,6 +300,11 @@ static int fault_parse(const char *text, fault_spec_t *spec)
         item = comma + 1;
     }
     free(copy);
+    if (status == SX_OK && (seen & (1u << 11)) && spec->path_mtu == 0) {
+        sx_error("fault", "SX_FAULT: path_mtu_after in '%s' needs path_mtu (the size it applies)",
+                 text);
+        status = SX_ERR_INVALID_PARAM;
+    }
     return status;
 }
 
@@ -457,7 +469,7 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
     if (ctrl && sp->ctrl_blackout &&
         fault_in_window(elapsed, sp->ctrl_blackout_start_ns, sp->ctrl_blackout_end_ns))
         lost = true;
-    if (sp->path_mtu != 0 && len > sp->path_mtu)
+    if (sp->path_mtu != 0 && len > sp->path_mtu && f->base.stats.tx_datagrams >= sp->path_mtu_after)
         lost = true;
     if (lost || ctrl_lost) {
         f->fstats.dropped++;

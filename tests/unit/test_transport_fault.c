@@ -123,6 +123,9 @@ static void test_bad_specs_rejected(void **state)
         "blackhole=a+b",
         "blackhole=1+2+3",
         "ctrl_blackout=1",
+        "path_mtu_after=5",
+        "path_mtu=100,path_mtu_after=x",
+        "path_mtu=100,path_mtu_after=-1",
         "LOSS=0.1",
         "loss=0.1 ",
     };
@@ -142,8 +145,12 @@ static void test_bad_specs_rejected(void **state)
     assert_int_equal(sx_tl_fault_ops.open(&cfg, &iface), SX_ERR_INVALID_PARAM);
 
     static const char *const good[] = {
-        "", "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7",
-        "loss=1,seed=0xffffffffffffffff", "ctrl_loss=.5", "blackhole=0+0,ctrl_blackout=10+20"};
+        "",
+        "loss=0.05,dup=0.01,reorder=0.05,corrupt=0.001,delay_us=200,seed=7",
+        "loss=1,seed=0xffffffffffffffff",
+        "ctrl_loss=.5",
+        "blackhole=0+0,ctrl_blackout=10+20",
+        "path_mtu=1500,path_mtu_after=0"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         sx_tl_iface_t *f = open_fault(&sx_tl_udp_ops, NULL, 0, good[i]);
         f->ops->close(f);
@@ -401,6 +408,21 @@ static void test_windows(void **state)
     for (unsigned k = 0; k < 5; k++)
         assert_int_equal(rxlog.data[k][1], 2 * k + 1);
     assert_int_equal(fstats(f).ctrl_dropped, 5);
+    f->ops->close(f);
+
+    /* A path MTU that shrinks after 4 datagrams: those pass, then what is
+     * longer than it (2 bytes > 1) is dropped, and only that. */
+    rx_log_free(&rxlog);
+    f = open_fault(&sx_tl_udp_ops, NULL, 0, "path_mtu=1,path_mtu_after=4");
+    to_rx = connect_to(f, rx);
+    for (unsigned i = 0; i < 10; i++)
+        assert_int_equal(send_id(f, to_rx, (uint8_t)i, false), SX_OK);
+    assert_int_equal(send_one(f, to_rx, (const uint8_t *)"x", 1), SX_OK);
+    rx_until_also(rx, f, &rxlog, 5);
+    for (unsigned k = 0; k < 4; k++)
+        assert_int_equal(rxlog.data[k][1], k);
+    assert_int_equal(rxlog.len[4], 1);
+    assert_int_equal(fstats(f).dropped, 6);
     f->ops->close(f);
     rx->ops->close(rx);
 }
