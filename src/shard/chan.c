@@ -183,6 +183,7 @@ static void chan_free_rx(sx_chan_t *c)
     c->rcv_sack = 0;
     free(c->asm_buf);
     c->asm_buf = NULL;
+    sx_chan_frags_free_locked(c);
 }
 
 void sx_chan_fail_locked(sx_chan_t *c, int status)

@@ -20,7 +20,8 @@
  * operation queue), chan_tx.c (framing, aggregation, chunking, the
  * flush), chan_rx.c (reordering, reassembly, delivery),
  * chan_retransmit.c (ACK/SACK, RFC 6298 timers, RACK) and chan_rma.c (the
- * RMA target); chan_int.h is what they share. The connection exchange is
+ * RMA target) and chan_pmtu.c (the path MTU after connect: black holes
+ * and fragments); chan_int.h is what they share. The connection exchange is
  * conn.c.
  *
  * Synchronization: a channel belongs to its local shard; every function
@@ -175,6 +176,12 @@ typedef struct sx_chan {
      * retransmissions and probes went out unanswered since. */
     uint64_t alive_ns;
     unsigned probes;
+    /* Path MTU black holes after connect (chan_pmtu.c, RFC 8899 section
+     * 4.3): the oldest packet whose timeouts are being counted, and how
+     * many of them in a row the peer outlived by answering our probe. */
+    bool pmtu_watch;
+    uint32_t pmtu_seq;
+    unsigned pmtu_lost;
 
     /* Receiver. The ring, indexed by seq & (window - 1), holds the
      * backlog (rcv_dlv .. rcv_nxt: received and acknowledged, not yet
@@ -198,7 +205,8 @@ typedef struct sx_chan {
     unsigned ack_pending; /* message frames received since we last acknowledged */
     bool ack_now;
     sx_timer_t ack_timer;
-    uint8_t *asm_buf; /* reassembly of a chunked message */
+    struct sx_chan_frags *frags; /* packets arriving in fragments (chan_pmtu.c) */
+    uint8_t *asm_buf;            /* reassembly of a chunked message */
     uint64_t asm_total, asm_got;
     uint8_t asm_tag;
     bool asm_drop;      /* the message is being discarded (too large, no memory) */
@@ -254,6 +262,11 @@ void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
 /** Handles a validated packet addressed to this channel. */
 void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_t *data,
                          size_t len);
+
+/** Handles a validated fragment (SX_PKTF_FRAG) addressed to this channel:
+ *  keeps it, and hands the packet to sx_chan_recv_locked once whole. */
+void sx_chan_recv_frag_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_t *data,
+                              size_t len);
 
 /** Sends what the window allows: retransmissions first, then new packets,
  *  then a standalone ACK if one is owed. Returns datagrams posted. */

@@ -2,8 +2,9 @@
  * What the channel's own files share, and nothing else may use: chan.c
  * (lifetime, operation queue), chan_tx.c (framing, aggregation, chunking,
  * the flush), chan_rx.c (reordering, reassembly, delivery),
- * chan_retransmit.c (ACK and SACK processing, RFC 6298 timers, RACK) and
- * chan_rma.c (the RMA target, and the initiator's matching of answers).
+ * chan_retransmit.c (ACK and SACK processing, RFC 6298 timers, RACK),
+ * chan_rma.c (the RMA target, and the initiator's matching of answers) and
+ * chan_pmtu.c (the path MTU after connect).
  * The layer check (tests/checks/check-layers.sh) keeps it private to src/shard/.
  *
  * Synchronization: as chan.h; every function here is called by the holder
@@ -59,6 +60,10 @@ void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 /** Sends a probe: a standalone ACK asking for an ACK at once. */
 void sx_chan_send_probe_locked(sx_chan_t *c);
 
+/** Fills @p h's acknowledgement fields (ack, sack, the receive window) and
+ *  records the window as advertised. */
+void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h);
+
 /* chan_retransmit.c */
 
 /** The persist timer's callback, and arming it (with back-off) while the
@@ -69,6 +74,10 @@ void sx_chan_arm_persist_locked(sx_chan_t *c, uint64_t now);
 /** Arms (or re-arms) @p pkt's retransmission deadline in the hotel; an
  *  error when no room is free. */
 int sx_chan_arm_locked(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now);
+
+/** Drops the retransmission timer's back-off: the RTO from the RTT
+ *  estimate again (RFC 6298 section 2), or the initial one. */
+void sx_chan_rto_restart_locked(sx_chan_t *c);
 
 /** Queues @p pkt to be sent again at the next flush (once). */
 void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt);
@@ -98,6 +107,22 @@ static inline void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uin
     *pkts_p = sx_chan_window(c) - (c->rcv_nxt - c->rcv_dlv);
     *bytes_p = c->backlog_bytes < budget ? (uint32_t)(budget - c->backlog_bytes) : 0;
 }
+
+/* chan_pmtu.c */
+
+/** The oldest unacknowledged packet @p pkt timed out; @p heard: the peer
+ *  sent something since its previous timeout. Counts black-hole evidence,
+ *  steps the datagram size down on enough of it, and probes the peer. */
+void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard);
+
+/** Sends @p pkt, larger than the channel's datagram size, as fragments,
+ *  at once (after what is staged); false when the interface cannot carry
+ *  them (then it goes whole). A fragment the interface refuses is lost
+ *  and resent with the packet's next retransmission. */
+bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt);
+
+/** Frees the packets in reassembly. */
+void sx_chan_frags_free_locked(sx_chan_t *c);
 
 /* chan_rma.c */
 

@@ -72,6 +72,15 @@ static void chan_rto_compute(sx_chan_t *c)
     c->rto_ns = rto;
 }
 
+void sx_chan_rto_restart_locked(sx_chan_t *c)
+{
+    if (c->srtt_ns != 0)
+        chan_rto_compute(c);
+    else
+        c->rto_ns = c->shard->env->conf.rto_init_ns;
+    c->backoff = 0;
+}
+
 /* RFC 6298 section 2: SRTT and RTTVAR from a sample R. */
 static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
 {
@@ -122,6 +131,7 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     pkt->key = 0; /* the hotel already vacated the room */
     if (c->failed)
         return;
+    bool heard = c->probes == 0; /* from the peer since the last timeout */
     if (chan_peer_silent(c, pkt->deadline_ns, now)) {
         sx_chan_fail_locked(c, SX_ERR_PEER_UNREACHABLE);
         return;
@@ -153,6 +163,7 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     c->rto_at_ns = now;
     c->rto_burst = 1;
     sx_stat_add(&shard->stats.rtx_timeout, 1);
+    sx_chan_pmtu_timeout_locked(c, pkt, heard);
     sx_debug("chan", "peer %llu: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
              (unsigned long long)c->peer->id, pkt->seq,
              (unsigned long long)((now - pkt->first_sent_ns) / 1000),

@@ -210,7 +210,7 @@ static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan,
 
 /* The acknowledgement every packet carries: ack, SACK and the receive
  * window, which is remembered as advertised (chan_rx.c's window update). */
-static void chan_ack_fields(sx_chan_t *c, sx_wire_hdr_t *h)
+void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h)
 {
     h->ack = c->rcv_nxt;
     h->sack = c->rcv_sack;
@@ -232,7 +232,7 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
         .seq = seq,
         .payload_len = payload_len,
     };
-    chan_ack_fields(c, &h);
+    sx_chan_ack_fields_locked(c, &h);
     uint32_t crc;
     const uint32_t *crcp = NULL;
     if (payload_len > 0 && c->shard->env->conf.checksum) {
@@ -377,11 +377,13 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             break;
         }
         sx_wire_hdr_t ack;
-        chan_ack_fields(c, &ack);
+        sx_chan_ack_fields_locked(c, &ack);
         sx_wire_update_ack(pkt->data, &ack, SX_PKTF_ACK);
         c->ack_pending = 0;
         c->ack_now = false;
-        chan_stage(c, pkt->data, pkt->len, pkt);
+        /* Built before the path's MTU was found smaller (chan_pmtu.c). */
+        if (pkt->len <= c->dgram_max || !sx_chan_send_frags_locked(c, pkt))
+            chan_stage(c, pkt->data, pkt->len, pkt);
         c->rtx = pkt->rtx_next;
         if (c->rtx == NULL)
             c->rtx_tail = NULL;

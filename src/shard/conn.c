@@ -30,6 +30,14 @@
  * less 28 bytes of IPv4 and UDP headers. */
 static const size_t conn_rungs[] = {8972, 1472, 1252, 548};
 
+size_t sx_conn_size_below(size_t size)
+{
+    for (size_t i = 0; i < sizeof(conn_rungs) / sizeof(conn_rungs[0]); i++)
+        if (conn_rungs[i] < size)
+            return conn_rungs[i];
+    return 0;
+}
+
 void sx_ctrl_write(uint8_t *out, const sx_ctrl_t *c)
 {
     memset(out, 0, SX_CTRL_LEN);
@@ -232,10 +240,7 @@ static void conn_next_addr(sx_chan_t *c, const char *cause)
  */
 static bool conn_step_down(sx_chan_t *c)
 {
-    size_t next = 0;
-    for (size_t i = 0; i < sizeof(conn_rungs) / sizeof(conn_rungs[0]) && next == 0; i++)
-        if (conn_rungs[i] < c->dgram_max)
-            next = conn_rungs[i];
+    size_t next = sx_conn_size_below(c->dgram_max);
     if (next == 0)
         return false;
     char addr[96];

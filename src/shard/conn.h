@@ -188,4 +188,10 @@ void sx_conn_stale_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr);
  *  (and the channel is now up). */
 bool sx_conn_data_ok_locked(struct sx_chan *chan);
 
+/** The largest datagram size the handshake steps down through (the
+ *  payloads of 9000-, 1500- and 1280-byte IPv4 paths, then 576 bytes)
+ *  below @p size; 0 when there is none. The path MTU's search after
+ *  connect (chan_pmtu.c) steps through the same sizes. */
+size_t sx_conn_size_below(size_t size);
+
 #endif /* SX_SHARD_CONN_H */

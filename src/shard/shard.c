@@ -379,6 +379,8 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
     }
     if (h.type == SX_PKT_CTRL)
         sx_conn_recv_ctrl_locked(c, &h, data, len);
+    else if (h.flags & SX_PKTF_FRAG)
+        sx_chan_recv_frag_locked(c, &h, data, len);
     else
         sx_chan_recv_locked(c, &h, data, len);
 }

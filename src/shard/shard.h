@@ -62,45 +62,48 @@ struct sx_shard_guest {
 };
 
 /* Per-shard counters; summed over shards by the engine. */
-#define SX_SHARD_STATS_TABLE(X)                                                            \
-    X(progress_calls, "progress passes that held the token")                               \
-    X(timers_fired, "timer callbacks, evictions included")                                 \
-    X(data_sent, "data packets sent for the first time")                                   \
-    X(frames_sent, "message frames put into data packets")                                 \
-    X(acks_sent, "standalone ACK packets")                                                 \
-    X(rx_packets, "datagrams received")                                                    \
-    X(rx_out_of_order, "packets kept aside ahead of a gap")                                \
-    X(rtx_timeout, "retransmissions after a timeout")                                      \
-    X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                       \
-    X(rtx_sack, "fast retransmissions of SACK holes")                                      \
-    X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)") \
-    X(window_stalls, "flushes stopped by a full window or byte budget")                    \
-    X(hotel_full, "packets that waited for a hotel room")                                  \
-    X(tx_again, "sends refused by a full interface")                                       \
-    X(tx_no_credits, "datagrams held back for want of send credits")                       \
-    X(ops_completed, "operations completed successfully")                                  \
-    X(am_delivered, "active messages delivered to handlers")                               \
-    X(am_no_handler, "active messages dropped for want of a handler")                      \
-    X(chan_failures, "channels failed")                                                    \
-    X(ctrl_sent, "connection control messages sent")                                       \
-    X(ctrl_received, "connection control messages accepted")                               \
-    X(tl_tx_datagrams, "datagrams the network interface sent")                             \
-    X(tl_rx_datagrams, "datagrams the network interface received")                         \
-    X(tl_tx_again, "sends the network interface refused for lack of room")                 \
-    X(tl_rx_truncated, "datagrams longer than the MTU, dropped")                           \
-    X(tl_rx_kernel_drops, "datagrams the kernel dropped for a full socket buffer")         \
-    X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")                \
-    X(tl_tx_ack_path, "ACKs sent through the udp ACK socket (ours or the peer's)")         \
-    X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")                        \
-    X(tl_tx_gso, "udp sends that carried several datagrams at once (UDP GSO)")             \
-    X(tl_rx_gro, "udp reads that returned several datagrams at once (UDP GRO)")            \
-    X(svc_passes, "passes the engine's service made over a shard no caller progressed")    \
-    X(svc_rx_packets, "datagrams the service received for a shard no caller progressed")   \
-    X(svc_deferred, "callbacks the service left for the next sx_progress caller")          \
-    X(rwnd_stalls, "flushes stopped by the peer's receive window (flow control)")          \
-    X(peer_probes, "probes of a closed window or of a peer that owes answers (persist)")   \
-    X(own_stalls, "timeouts that found this process had not run: not held against a peer") \
-    X(pmtu_steps, "datagram sizes given up at connect: probes of them went unanswered")
+#define SX_SHARD_STATS_TABLE(X)                                                                  \
+    X(progress_calls, "progress passes that held the token")                                     \
+    X(timers_fired, "timer callbacks, evictions included")                                       \
+    X(data_sent, "data packets sent for the first time")                                         \
+    X(frames_sent, "message frames put into data packets")                                       \
+    X(acks_sent, "standalone ACK packets")                                                       \
+    X(rx_packets, "datagrams received")                                                          \
+    X(rx_out_of_order, "packets kept aside ahead of a gap")                                      \
+    X(rtx_timeout, "retransmissions after a timeout")                                            \
+    X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                             \
+    X(rtx_sack, "fast retransmissions of SACK holes")                                            \
+    X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)")       \
+    X(window_stalls, "flushes stopped by a full window or byte budget")                          \
+    X(hotel_full, "packets that waited for a hotel room")                                        \
+    X(tx_again, "sends refused by a full interface")                                             \
+    X(tx_no_credits, "datagrams held back for want of send credits")                             \
+    X(ops_completed, "operations completed successfully")                                        \
+    X(am_delivered, "active messages delivered to handlers")                                     \
+    X(am_no_handler, "active messages dropped for want of a handler")                            \
+    X(chan_failures, "channels failed")                                                          \
+    X(ctrl_sent, "connection control messages sent")                                             \
+    X(ctrl_received, "connection control messages accepted")                                     \
+    X(tl_tx_datagrams, "datagrams the network interface sent")                                   \
+    X(tl_rx_datagrams, "datagrams the network interface received")                               \
+    X(tl_tx_again, "sends the network interface refused for lack of room")                       \
+    X(tl_rx_truncated, "datagrams longer than the MTU, dropped")                                 \
+    X(tl_rx_kernel_drops, "datagrams the kernel dropped for a full socket buffer")               \
+    X(tl_tx_refused, "sends refused by the destination (ICMP unreachable)")                      \
+    X(tl_tx_ack_path, "ACKs sent through the udp ACK socket (ours or the peer's)")               \
+    X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")                              \
+    X(tl_tx_gso, "udp sends that carried several datagrams at once (UDP GSO)")                   \
+    X(tl_rx_gro, "udp reads that returned several datagrams at once (UDP GRO)")                  \
+    X(svc_passes, "passes the engine's service made over a shard no caller progressed")          \
+    X(svc_rx_packets, "datagrams the service received for a shard no caller progressed")         \
+    X(svc_deferred, "callbacks the service left for the next sx_progress caller")                \
+    X(rwnd_stalls, "flushes stopped by the peer's receive window (flow control)")                \
+    X(peer_probes, "probes of a closed window or of a peer that owes answers (persist)")         \
+    X(own_stalls, "timeouts that found this process had not run: not held against a peer")       \
+    X(pmtu_steps, "datagram sizes given up at connect: probes of them went unanswered")          \
+    X(pmtu_blackholes, "datagram sizes given up later: large packets lost, small ones answered") \
+    X(frags_sent, "fragments of packets built before a smaller datagram size was found")         \
+    X(frags_assembled, "packets put back together from fragments")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;

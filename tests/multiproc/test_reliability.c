@@ -71,7 +71,8 @@ typedef struct rl_plan {
 static const char *const rl_ctr_names[] = {
     "rtx_timeout",      "rtx_sack",      "rtx_dupack",      "drop_duplicate", "drop_hdr_csum",
     "drop_payload_crc", "drop_version",  "rx_out_of_order", "data_sent",      "tl_rx_kernel_drops",
-    "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket"};
+    "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket",
+    "pmtu_blackholes",  "frags_sent",    "frags_assembled"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -708,6 +709,7 @@ enum {
     EXP_OOO = 8,      /* the receiver kept packets aside ahead of a gap */
     EXP_CSUM = 16,    /* the receiver caught corruption */
     EXP_CREDITS = 32, /* the sender held datagrams back for want of send credits */
+    EXP_PMTU = 64,    /* the sender found a black hole and resent in fragments */
 };
 
 typedef struct rl_case {
@@ -759,6 +761,11 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
         assert_true(ctr(rr, "rx_out_of_order") > 0);
     if (c->expect & EXP_CREDITS)
         assert_true(ctr(sr, "tx_no_credits") > 0);
+    if (c->expect & EXP_PMTU) {
+        assert_true(ctr(sr, "pmtu_blackholes") > 0);
+        assert_true(ctr(sr, "frags_sent") > 0);
+        assert_true(ctr(rr, "frags_assembled") > 0);
+    }
     /* A flipped bit fails the header checksum or the payload CRC (or, in
      * the first byte, the version check). */
     if (c->expect & EXP_CSUM)
@@ -801,6 +808,17 @@ static const rl_case_t rl_cases[] = {
     /* An interface with 2 send credits: batches are rationed, nothing is
      * lost or reordered by it. */
     {"2 send credits", "tx_credits=2", NULL, NULL, 250, 32, 0, 0, false, EXP_CREDITS, NULL},
+    /* The path's MTU shrinks to 1000 bytes under the established channel
+     * (after the sender's first 50 datagrams: the handshake and its probe
+     * passed at full size, and some data): its large datagrams vanish,
+     * its small ones and the ACKs pass, as behind a link with a smaller
+     * MTU that sends no ICMP. The sender must find the black hole, step
+     * down through the sizes that are still too large (udp: 8972, 1472,
+     * 1252; ofi's udp provider: 1252) to 548 and resend what was in
+     * flight in fragments; the base stream's large messages come after
+     * the change. */
+    {"path MTU shrinks to 1000", "path_mtu=1000,path_mtu_after=50", NULL, NULL, 300, 16, 0, 0,
+     false, EXP_PMTU, NULL},
     /* Both directions at once from 296 below 2^32, clean and lossy. */
     {"sequence wrap", NULL, NULL, "4294967000", 200, 8, 0, 800, true, 0, NULL},
     {"sequence wrap, lossy", "loss=0.02,reorder=0.05,seed=19", "loss=0.02,reorder=0.05,seed=20",
