@@ -2,9 +2,12 @@
 # A cluster of hosts made of network namespaces, for the tests (issue 20).
 #
 #   cluster.sh up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...
+#                        [--loss HOST:PERCENT]...
 #   cluster.sh down NAME
 #   cluster.sh exec NAME HOST [CMD...]
 #   cluster.sh hosts NAME
+#   cluster.sh mtu NAME M
+#   cluster.sh loss NAME HOST PERCENT
 #
 # `up` makes hosts NAME1..NAMEN. Each is a network namespace with `lo` and
 # one interface `sx0` (the same name on every host) carrying A.B.C.i/24,
@@ -38,6 +41,26 @@
 # that was started IS the command in the end: killing it leaves nothing
 # behind. The machine's /etc/hosts is never written.
 #
+# `mtu` changes the MTU of the switch (the bridge and every port) while
+# the hosts keep theirs: the path shrinks (or grows back) under running
+# jobs. A frame larger than the port's MTU is dropped there without a
+# word, as a switch port without jumbo frames drops it: no ICMP reaches
+# the sender, and only what the sender notices itself tells it. veth and
+# the bridge let a GSO super-frame through whatever its size (the kernel
+# takes it for one that a NIC will cut up later), so `mtu` also sets
+# every host's interface to cut GSO sends into frames itself
+# (gso_max_segs 1), as a NIC does on the wire: the switch then sees the
+# real frames, passes those that fit and drops the others.
+#
+# `loss` (and `up --loss`) drops PERCENT of the frames the switch forwards
+# to HOST (0 to 100, two decimals; 0 removes it): an nftables rule with
+# `numgen random` on the port, since this kernel has no netem. Loss,
+# like shaping, is of what HOST receives.
+#
+# `loss` needs the nft command (Debian's nftables, which
+# scripts/install-deps.sh installs) and the kernel's nf_tables for
+# bridges; the switch's rules live in its namespace, in table `bridge sx`.
+#
 # `down` kills what still runs in the cluster's namespaces, deletes them,
 # the state directory and the session directories that a killed Open MPI
 # leaves in /tmp (ompi.HOST.UID); it does nothing for a cluster that is not
@@ -68,9 +91,12 @@ die() {
 usage() {
     cat >&2 <<EOF
 usage: $PROG up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...
+                      [--loss HOST:PERCENT]...
        $PROG down NAME
        $PROG exec NAME HOST [CMD...]
        $PROG hosts NAME
+       $PROG mtu NAME M
+       $PROG loss NAME HOST PERCENT
 EOF
     exit 2
 }
@@ -261,7 +287,7 @@ cmd_up() {
         die 2 "bad host count '$n' (1..250)"
     fi
     N=$((10#$n)) MTU=1500 SUBNET=10.77.0
-    local -a shapes=()
+    local -a shapes=() losses=()
     while (($#)); do
         case $1 in
         --mtu)
@@ -285,6 +311,12 @@ cmd_up() {
             (($# >= 2)) || usage
             [[ $2 =~ ^[^:]+:[^:]+:[^:]+(:[^:]+)?$ ]] || die 2 "bad shape '$2' (HOST:RATE:QUEUE[:BURST])"
             shapes+=("$2")
+            shift 2
+            ;;
+        --loss)
+            (($# >= 2)) || usage
+            [[ $2 =~ ^[^:]+:[^:]+$ ]] || die 2 "bad loss '$2' (HOST:PERCENT)"
+            losses+=("$2")
             shift 2
             ;;
         *) usage ;;
@@ -375,6 +407,11 @@ cmd_up() {
         fi
     done
 
+    for spec in "${losses[@]}"; do
+        set_loss "$name" "${spec%%:*}" "${spec#*:}"
+    done
+    ((${#losses[@]} == 0)) || switch_rules "$name"
+
     poll 100 links_ready "$name" || die 1 "the links of cluster $name did not come up in 5 s"
     trap - EXIT INT TERM HUP
     say "cluster $name up: $(hosts_line "$name") on $SUBNET.0/24, MTU $MTU"
@@ -423,6 +460,82 @@ cmd_exec() {
         /bin/sh -c "$ENTER_SCRIPT" sx-enter "$state/hosts" "$@"
 }
 
+# --- mtu, loss: the switch's nftables rules ------------------------------
+
+# Rewrites the switch's chain from the state directory's `loss.pI` files
+# (frames in 10000 dropped towards host I), in one nft transaction: the
+# old rules go and the new ones come at once.
+switch_rules() {
+    local name=$1 state=$STATE_ROOT/$1 f rules= err
+    command -v nft >/dev/null ||
+        die 1 "nft not found: loss needs nftables (scripts/install-deps.sh installs it)"
+    for f in "$state"/loss.p*; do
+        [[ -f $f ]] || continue
+        rules+="add rule bridge sx path oifname \"${f##*/loss.}\" numgen random mod 10000 < $(<"$f") counter drop"$'\n'
+    done
+    if ! err=$(nsenter --net="$NETNS_DIR/${name}sw" nft -f - 2>&1 <<EOF
+add table bridge sx
+add chain bridge sx path { type filter hook forward priority 0; policy accept; }
+flush chain bridge sx path
+$rules
+EOF
+    ); then
+        die 1 "cluster $name: nft refused the switch's rules: ${err%%$'\n'*}"
+    fi
+}
+
+# A percentage with two decimals at most, in frames per 10000.
+loss_per_10k() {
+    [[ $1 =~ ^([0-9]{1,3})(\.([0-9]{1,2}))?$ ]] || return 1
+    local frac=${BASH_REMATCH[3]}00
+    local v=$((10#${BASH_REMATCH[1]} * 100 + 10#${frac:0:2}))
+    ((v <= 10000)) || return 1
+    echo "$v"
+}
+
+# Records loss $3 (percent) towards host $2 of cluster $1 in its state.
+set_loss() {
+    local name=$1 h v
+    h=$(resolve_host "$name" "$2") || exit 2
+    v=$(loss_per_10k "$3") || die 2 "bad loss '$3' for $h: a percentage from 0 to 100, two decimals at most"
+    if ((v == 0)); then
+        rm -f "$STATE_ROOT/$name/loss.p${h#"$name"}"
+    else
+        echo "$v" >"$STATE_ROOT/$name/loss.p${h#"$name"}"
+    fi
+}
+
+cmd_mtu() {
+    (($# == 2)) || usage
+    local name=$1 mtu=$2 sw=${1}sw i
+    check_name "$name"
+    [[ $mtu =~ ^[0-9]+$ ]] && ((mtu >= 576 && mtu <= 65535)) || die 2 "bad MTU '$mtu': 576 to 65535"
+    load_info "$name"
+    [[ -e $NETNS_DIR/$sw ]] || die 1 "cluster $name has no switch ($sw)"
+    # Ports first: the bridge's MTU cannot exceed its smallest port's.
+    for ((i = 1; i <= N; i++)); do
+        ip -n "$sw" link set "p$i" mtu "$mtu" || die 1 "cannot set the MTU of port p$i"
+    done
+    ip -n "$sw" link set br0 mtu "$mtu" || die 1 "cannot set the MTU of br0"
+    for ((i = 1; i <= N; i++)); do
+        ip -n "$name$i" link set "$IFNAME" gso_max_segs 1 ||
+            die 1 "cannot make $name$i cut its GSO sends into frames"
+    done
+    say "cluster $name: the switch now carries frames of at most $mtu bytes (hosts keep MTU $MTU)"
+}
+
+cmd_loss() {
+    (($# == 3)) || usage
+    local name=$1 h
+    check_name "$name"
+    load_info "$name"
+    [[ -e $NETNS_DIR/${name}sw ]] || die 1 "cluster $name has no switch (${name}sw)"
+    h=$(resolve_host "$name" "$2") || exit 2
+    set_loss "$name" "$h" "$3"
+    switch_rules "$name"
+    say "cluster $name: $3 % of the frames towards $h are dropped"
+}
+
 (($#)) || usage
 sub=$1
 shift
@@ -431,5 +544,7 @@ up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
 exec) cmd_exec "$@" ;;
 hosts) cmd_hosts "$@" ;;
+mtu) cmd_mtu "$@" ;;
+loss) cmd_loss "$@" ;;
 *) usage ;;
 esac
