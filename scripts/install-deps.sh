@@ -12,8 +12,11 @@ packages=(
     libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev
     # launchers for the multi-process tests (mpirun runs the pmix modex test)
     openmpi-bin libopenmpi-dev
-    # ip: test_nic joins network namespaces of its own with veth pairs
-    iproute2
+    # ip: test_nic joins network namespaces of its own with veth pairs, and
+    # the namespace cluster (tests/cluster) is made of them; nft drops a
+    # share of a cluster port's frames (cluster.sh loss), this kernel
+    # having no netem
+    iproute2 nftables
     # make bench: plots (bench/plot.sh) and summaries read the JSON with jq
     gnuplot-nox jq
     # make docs: the API reference; man pages are checked with groff, and
