@@ -177,11 +177,15 @@ typedef struct sx_chan {
     uint64_t alive_ns;
     unsigned probes;
     /* Path MTU black holes after connect (chan_pmtu.c, RFC 8899 section
-     * 4.3): the oldest packet whose timeouts are being counted, and how
-     * many of them in a row the peer outlived by answering our probe. */
+     * 4.3): the oldest packet whose timeouts are being counted, how many
+     * of them in a row the peer outlived by answering our probe (and
+     * since when), and the largest datagram it acknowledged since the
+     * last of them. */
     bool pmtu_watch;
     uint32_t pmtu_seq;
     unsigned pmtu_lost;
+    uint64_t pmtu_since_ns; /* the first of them */
+    uint32_t pmtu_acked_len;
 
     /* Receiver. The ring, indexed by seq & (window - 1), holds the
      * backlog (rcv_dlv .. rcv_nxt: received and acknowledged, not yet
@@ -224,7 +228,8 @@ typedef struct sx_chan {
     uint32_t snd_window;                 /* packets in flight: the smaller of both windows */
     size_t dgram_max;                    /* datagram size: the smaller of both ends' */
     size_t pmtu_ceiling;                 /* ours: the route's MTU, lowered by unanswered probes */
-    unsigned conn_rung_tries;            /* probes sent at this datagram size */
+    unsigned conn_rung_tries;            /* probes sent at this datagram size ... */
+    uint64_t conn_rung_ns;               /* ... since then */
     uint32_t peer_conn_nonce;            /* the peer's latest CONNECT ... */
     unsigned peer_conn_repeats;          /* ... and how often it came */
     uint32_t conn_nonce;

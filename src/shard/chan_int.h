@@ -110,10 +110,10 @@ static inline void sx_chan_rwnd_locked(const sx_chan_t *c, uint32_t *pkts_p, uin
 
 /* chan_pmtu.c */
 
-/** The oldest unacknowledged packet @p pkt timed out; @p heard: the peer
- *  sent something since its previous timeout. Counts black-hole evidence,
+/** The oldest unacknowledged packet @p pkt timed out at @p now; @p heard:
+ *  the peer sent something since its previous timeout. Counts black-hole evidence,
  *  steps the datagram size down on enough of it, and probes the peer. */
-void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard);
+void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard, uint64_t now);
 
 /** Sends @p pkt, larger than the channel's datagram size, as fragments,
  *  at once (after what is staged); false when the interface cannot carry

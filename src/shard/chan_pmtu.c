@@ -15,13 +15,16 @@
  * probe (a header-only ACK that asks for an answer at once) goes out with
  * its retransmission. If the peer has sent anything by the packet's next
  * timeout, small datagrams reach it and answers come back, yet the packet
- * did not arrive: one piece of evidence. SX_PMTU_BLACKHOLE_LOSSES of them
- * in a row for the same packet step the channel's datagram size down to
- * the next of conn.c's sizes below the one that was lost (RFC 8899
- * section 5.2: a black hole sends the search back down). A packet lost at
- * random fakes this with the loss rate to that power; the cost of a false
- * step is throughput, never data. A peer that answers nothing is not
- * evidence: that is the peer timeout's business (chan_retransmit.c).
+ * did not arrive, and no datagram as large was acknowledged meanwhile:
+ * one piece of evidence. SX_PMTU_BLACKHOLE_LOSSES of them in a row for
+ * the same packet, over at least SX_PMTU_PERSIST_NS, step the channel's
+ * datagram size down to the next of conn.c's sizes below the one that
+ * was lost (RFC 8899 section 5.2: a black hole sends the search back
+ * down). The time is what tells a path's MTU, which stays, from a
+ * receiver's socket that overflows, which also takes small datagrams and
+ * drops large ones but drains. The cost of a false step is throughput,
+ * never data. A peer that answers nothing is not evidence: that is the
+ * peer timeout's business (chan_retransmit.c).
  *
  * Fragments. Packets built before the step keep their sequence numbers,
  * so each is retransmitted as fragments that fit the new size (wire.h,
@@ -55,7 +58,8 @@
 #include "shard/peer.h"
 
 /* Timeouts of one packet in a row, each after the peer was heard from,
- * that make a black hole: RFC 8899 section 5.1.2's MAX_PROBES. */
+ * that make a black hole (RFC 8899 section 5.1.2's MAX_PROBES), if they
+ * span SX_PMTU_PERSIST_NS (conn.h). */
 #define SX_PMTU_BLACKHOLE_LOSSES 3
 /* Packets a channel puts back together at once. */
 #define SX_CHAN_FRAG_SLOTS 4
@@ -79,7 +83,7 @@ struct sx_chan_frags {
 
 /* ------------------------------------------------------------ the sender */
 
-void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard)
+void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard, uint64_t now)
 {
     size_t sent = pkt->len > c->dgram_max ? c->dgram_max : pkt->len;
     size_t next = sx_conn_size_below(sent);
@@ -92,18 +96,24 @@ void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard
         c->pmtu_watch = true;
         c->pmtu_seq = pkt->seq;
         c->pmtu_lost = 0;
-    } else if (heard) {
-        c->pmtu_lost++;
+    } else if (heard && c->pmtu_acked_len < sent) {
+        if (c->pmtu_lost++ == 0)
+            c->pmtu_since_ns = now;
     } else {
-        c->pmtu_lost = 0; /* the peer is silent, not only to large datagrams */
+        /* The peer is silent (dead, descheduled: not only to large
+         * datagrams), or datagrams as large got through: congestion or a
+         * slow receiver lost this one, not the path's MTU. */
+        c->pmtu_lost = 0;
     }
-    if (c->pmtu_lost >= SX_PMTU_BLACKHOLE_LOSSES) {
-        sx_warn("chan",
-                "shard %u: peer %llu shard %u: %zu-byte datagrams went unanswered %u times while "
-                "smaller ones got through: a link on the path now has a smaller MTU; sending "
-                "%zu-byte datagrams from now on (what is in flight goes again in fragments)",
-                c->shard->index, (unsigned long long)c->peer->id, c->lane, sent, c->pmtu_lost,
-                next);
+    c->pmtu_acked_len = 0;
+    if (c->pmtu_lost >= SX_PMTU_BLACKHOLE_LOSSES && now - c->pmtu_since_ns >= SX_PMTU_PERSIST_NS) {
+        sx_warn(
+            "chan",
+            "shard %u: peer %llu shard %u: %zu-byte datagrams went unanswered %u times while "
+            "smaller ones got through, for %llu ms: a link on the path now has a smaller MTU; "
+            "sending %zu-byte datagrams from now on (what is in flight goes again in fragments)",
+            c->shard->index, (unsigned long long)c->peer->id, c->lane, sent, c->pmtu_lost,
+            (unsigned long long)((now - c->pmtu_since_ns) / 1000000), next);
         sx_stat_add(&c->shard->stats.pmtu_blackholes, 1);
         c->pmtu_ceiling = c->dgram_max = next;
         c->pmtu_lost = 0;

@@ -163,12 +163,22 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     c->rto_at_ns = now;
     c->rto_burst = 1;
     sx_stat_add(&shard->stats.rtx_timeout, 1);
-    sx_chan_pmtu_timeout_locked(c, pkt, heard);
+    sx_chan_pmtu_timeout_locked(c, pkt, heard, now);
     sx_debug("chan", "peer %llu: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
              (unsigned long long)c->peer->id, pkt->seq,
              (unsigned long long)((now - pkt->first_sent_ns) / 1000),
              (unsigned long long)(c->rto_ns / 1000), c->snd_una, c->snd_nxt);
     sx_chan_queue_rtx_locked(c, pkt);
+}
+
+/* The largest datagram the peer acknowledged since the path MTU's check
+ * last looked (chan_pmtu.c): a path that carries it is no black hole for
+ * that size. A packet resent in fragments went as datagrams of dgram_max. */
+static inline void chan_pmtu_acked(sx_chan_t *c, const sx_txpkt_t *pkt)
+{
+    uint32_t len = pkt->len < c->dgram_max ? pkt->len : (uint32_t)c->dgram_max;
+    if (len > c->pmtu_acked_len)
+        c->pmtu_acked_len = len;
 }
 
 static void chan_complete_acked(sx_chan_t *c)
@@ -328,6 +338,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             sx_txpkt_t *pkt = c->win[c->snd_una & mask];
             c->win[c->snd_una & mask] = NULL;
             if (pkt != NULL) {
+                chan_pmtu_acked(c, pkt);
                 if (pkt->last_sent_ns > c->rack_ns)
                     c->rack_ns = pkt->last_sent_ns;
                 if (pkt->transmissions == 1 && pkt->first_sent_ns <= c->rto_at_ns)
@@ -424,6 +435,8 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                 continue;
             sx_txpkt_t *pkt = c->win[s & mask];
             if (pkt != NULL) {
+                if (!pkt->sacked)
+                    chan_pmtu_acked(c, pkt);
                 if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
                     sack_sample = now - pkt->first_sent_ns; /* newest wins */
                 pkt->sacked = true;

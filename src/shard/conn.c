@@ -20,7 +20,7 @@
  * tried (sx_tl_ops_t.addr_next). */
 #define SX_CONN_TRIES_PER_ADDR 3
 /* Unanswered probes of one size before a smaller one is tried: RFC 8899
- * section 5.1.2's MAX_PROBES. */
+ * section 5.1.2's MAX_PROBES, over conn_rung_min_ns at least. */
 #define SX_CONN_PROBES_PER_SIZE 3
 
 /* Datagram sizes to step down through when probes go unanswered: the
@@ -195,7 +195,8 @@ static void conn_transmit(sx_chan_t *c)
 {
     c->conn_tries++;
     if (c->conn_small_ok) {
-        c->conn_rung_tries++;
+        if (c->conn_rung_tries++ == 0)
+            c->conn_rung_ns = sx_time_ns();
         if (c->conn_probe_start_ns == 0)
             c->conn_probe_start_ns = sx_time_ns();
         conn_send_op(c, SX_CTRL_PROBE, c->conn_nonce, (uint32_t)c->dgram_max);
@@ -257,6 +258,16 @@ static bool conn_step_down(sx_chan_t *c)
     return true;
 }
 
+/* How long probes of one size go unanswered before the next is tried
+ * (SX_PMTU_PERSIST_NS, conn.h): time for a receiver's overflowing socket
+ * to drain, within what lets every size have its turn before the
+ * connect timeout. */
+static uint64_t conn_rung_min_ns(const sx_chan_conf_t *p)
+{
+    uint64_t share = p->connect_timeout_ns / 16;
+    return share < SX_PMTU_PERSIST_NS ? share : SX_PMTU_PERSIST_NS;
+}
+
 static void conn_fail(sx_chan_t *c)
 {
     char addr[96], why[320];
@@ -315,7 +326,9 @@ static void conn_timer_fire(sx_timer_t *timer, void *arg)
     }
     if (!c->conn_small_ok && c->conn_tries % SX_CONN_TRIES_PER_ADDR == 0)
         conn_next_addr(c, "no answer to our connection requests");
-    else if (c->conn_small_ok && !c->conn_probe_ok && c->conn_rung_tries >= SX_CONN_PROBES_PER_SIZE)
+    else if (c->conn_small_ok && !c->conn_probe_ok &&
+             c->conn_rung_tries >= SX_CONN_PROBES_PER_SIZE &&
+             now - c->conn_rung_ns >= conn_rung_min_ns(p))
         (void)conn_step_down(c);
     conn_transmit(c);
     c->conn_retry_ns *= 2;

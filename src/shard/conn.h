@@ -188,6 +188,21 @@ void sx_conn_stale_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr);
  *  (and the channel is now up). */
 bool sx_conn_data_ok_locked(struct sx_chan *chan);
 
+/*
+ * How long datagrams of one size must go unanswered, while small ones are
+ * answered, before a smaller size is tried: at connect (at most a
+ * sixteenth of SX_CONNECT_TIMEOUT_MS, so that every size fits in it) and
+ * on an established channel (chan_pmtu.c). A receiver's socket buffer
+ * that overflows (a burst into a process that is behind, on an
+ * oversubscribed machine) also drops large datagrams and takes small ones,
+ * since the kernel counts it in bytes; but it drains in milliseconds to a
+ * few hundred, where a path's MTU stays. Seen on the namespace cluster
+ * with six ranks on two cores and 2 % loss on every port: three probes of
+ * 65000 bytes on loopback, and an established channel's first packet
+ * three times, lost within 100-200 ms.
+ */
+#define SX_PMTU_PERSIST_NS 1000000000ull
+
 /** The largest datagram size the handshake steps down through (the
  *  payloads of 9000-, 1500- and 1280-byte IPv4 paths, then 576 bytes)
  *  below @p size; 0 when there is none. The path MTU's search after
