@@ -8,6 +8,7 @@
 #   cluster.sh hosts NAME
 #   cluster.sh mtu NAME M
 #   cluster.sh loss NAME HOST PERCENT
+#   cluster.sh dropped NAME
 #
 # `up` makes hosts NAME1..NAMEN. Each is a network namespace with `lo` and
 # one interface `sx0` (the same name on every host) carrying A.B.C.i/24,
@@ -57,6 +58,9 @@
 # `numgen random` on the port, since this kernel has no netem. Loss,
 # like shaping, is of what HOST receives.
 #
+# `dropped` prints how many frames the loss rules have dropped so far, so
+# that a test can tell that its loss happened.
+#
 # `loss` needs the nft command (Debian's nftables, which
 # scripts/install-deps.sh installs) and the kernel's nf_tables for
 # bridges; the switch's rules live in its namespace, in table `bridge sx`.
@@ -97,6 +101,7 @@ usage: $PROG up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURS
        $PROG hosts NAME
        $PROG mtu NAME M
        $PROG loss NAME HOST PERCENT
+       $PROG dropped NAME
 EOF
     exit 2
 }
@@ -536,6 +541,21 @@ cmd_loss() {
     say "cluster $name: $3 % of the frames towards $h are dropped"
 }
 
+cmd_dropped() {
+    (($# == 1)) || usage
+    local name=$1 out total=0 n
+    check_name "$name"
+    [[ -e $NETNS_DIR/${name}sw ]] || die 1 "cluster $name has no switch (${name}sw)"
+    if ! out=$(nsenter --net="$NETNS_DIR/${name}sw" nft list chain bridge sx path 2>/dev/null); then
+        echo 0
+        return
+    fi
+    for n in $(grep -o 'counter packets [0-9]*' <<<"$out" | awk '{print $3}'); do
+        total=$((total + n))
+    done
+    echo "$total"
+}
+
 (($#)) || usage
 sub=$1
 shift
@@ -546,5 +566,6 @@ exec) cmd_exec "$@" ;;
 hosts) cmd_hosts "$@" ;;
 mtu) cmd_mtu "$@" ;;
 loss) cmd_loss "$@" ;;
+dropped) cmd_dropped "$@" ;;
 *) usage ;;
 esac

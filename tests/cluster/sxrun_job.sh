@@ -9,13 +9,14 @@
 # `sx_run --remote-child` in each host; every SX_* variable of this
 # environment goes along (SX_FAULT for the loss runs). No shardx
 # parameter is set: the defaults must find the other hosts. The job
-# passes when sx_run exits 0 and a rank ran on every host.
+# passes when sx_run exits 0 and a rank ran on every host (and, with
+# SXRUN_JOB_LOSS set, the switch's loss rules dropped frames).
 set -euo pipefail
 
 sx_run=$1 np=$2
 shift 2
 [[ ${1:-} == -- ]] && shift
-for v in CLUSTER_HOSTS CLUSTER_AGENT; do
+for v in CLUSTER_NAME CLUSTER_HOSTS CLUSTER_AGENT CLUSTER_TOOL; do
     if [[ -z ${!v:-} ]]; then
         echo "sxrun_job: $v is not set: run me through with_cluster.sh" >&2
         exit 2
@@ -41,4 +42,14 @@ for h in "${hosts[@]}"; do
         exit 1
     fi
 done
+# A job run with loss on the switch's ports (with_cluster.sh --loss) must
+# have met it: the switch counts what its rules dropped.
+if [[ -n ${SXRUN_JOB_LOSS:-} ]]; then
+    dropped=$("$CLUSTER_TOOL" dropped "$CLUSTER_NAME")
+    if ((dropped == 0)); then
+        echo "sxrun_job: FAILED: the switch dropped no frame (no loss rule met?)" >&2
+        exit 1
+    fi
+    echo "sxrun_job: the switch dropped $dropped frames on the way"
+fi
 echo "sxrun_job: OK: $np ranks on $CLUSTER_HOSTS, MTU ${CLUSTER_MTU:-?}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command on a namespace cluster made for it (cluster.sh), for ctest:
 #
-#   with_cluster.sh N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--subnet A.B.C] -- CMD...
+#   with_cluster.sh N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]...
+#                   [--subnet A.B.C] -- CMD...
 #
 # brings up N hosts with MTU M under a name of its own (sx<pid><letter>,
 # so that concurrent runs never meet), runs CMD inside host 1 (its own
@@ -28,7 +29,7 @@ cluster=$here/cluster.sh
 state_root=${CLUSTER_STATE_DIR:-/run/sxcluster}
 
 usage() {
-    echo "usage: ${0##*/} N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--subnet A.B.C] -- CMD..." >&2
+    echo "usage: ${0##*/} N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]... [--subnet A.B.C] -- CMD..." >&2
     exit 2
 }
 
@@ -38,7 +39,7 @@ shift 2
 up_args=(--mtu "$mtu")
 while (($#)) && [[ $1 != -- ]]; do
     case $1 in
-    --shape | --subnet)
+    --shape | --subnet | --loss)
         (($# >= 2)) || usage
         up_args+=("$1" "$2")
         shift 2

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -207,16 +208,80 @@ static inline int mp_recv_card(sx_engine_h engine, int fd, int timeout_ms, uint6
 }
 
 /*
+ * Where children start: MP_CHILD_EXEC, when set, is a list of command
+ * prefixes separated by ';' (words separated by spaces), and the k-th
+ * child this process starts runs as "PREFIX[k % n] BINARY --mp-child RFD
+ * WFD": the namespace cluster (tests/cluster) puts the children on other
+ * hosts with "cluster.sh exec NAME 2;cluster.sh exec NAME 3", so that a
+ * suite's engines talk across a network. A prefix must exec what it is
+ * given (the child's pid is then the suite's to signal) and pass open
+ * file descriptors on. Read before fork: between fork and exec only
+ * async-signal-safe calls are made.
+ */
+#define MP_EXEC_WORDS 16
+typedef struct mp_exec {
+    char buf[1024];
+    char *argv[MP_EXEC_WORDS + 5];
+    bool prefixed; /* argv[0] is the prefix's program, else this binary */
+} mp_exec_t;
+
+static unsigned mp_spawned;
+
+/* Fills @p x with the argument vector of child @p k: the prefix's words,
+ * this binary (its path: /proc/self/exe would name the prefix's program
+ * after the first exec), then the child's own arguments. */
+static inline void mp_exec_argv(mp_exec_t *x, unsigned k, char *rfd, char *wfd)
+{
+    const char *list = getenv("MP_CHILD_EXEC");
+    static char self[4096];
+    unsigned n = 0, w = 0;
+
+    x->buf[0] = '\0';
+    x->prefixed = false;
+    if (list != NULL && list[0] != '\0') {
+        unsigned entries = 1;
+        for (const char *p = list; *p != '\0'; p++)
+            entries += *p == ';';
+        const char *p = list;
+        for (unsigned i = 0; i < k % entries; i++)
+            p = strchr(p, ';') + 1;
+        size_t len = strcspn(p, ";");
+        if (len >= sizeof(x->buf))
+            len = sizeof(x->buf) - 1;
+        memcpy(x->buf, p, len);
+        x->buf[len] = '\0';
+        for (char *save = NULL, *word = strtok_r(x->buf, " ", &save);
+             word != NULL && w < MP_EXEC_WORDS; word = strtok_r(NULL, " ", &save))
+            x->argv[w++] = word;
+    }
+    if (w == 0) {
+        x->argv[n++] = "mp-child";
+    } else {
+        ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[len > 0 ? len : 0] = '\0';
+        n = w;
+        x->argv[n++] = self;
+        x->prefixed = true;
+    }
+    x->argv[n++] = MP_CHILD_FLAG;
+    x->argv[n++] = rfd;
+    x->argv[n++] = wfd;
+    x->argv[n] = NULL;
+}
+
+/*
  * Starts this binary again as a child: "argv0 --mp-child RFD WFD", where
- * the child reads from RFD and writes to WFD. Every pipe end is
- * close-on-exec except the child's own two, so a child never holds another
- * child's pipe open (which would hide that child's end of file).
+ * the child reads from RFD and writes to WFD (through MP_CHILD_EXEC's
+ * prefix, when set). Every pipe end is close-on-exec except the child's
+ * own two, so a child never holds another child's pipe open (which would
+ * hide that child's end of file).
  */
 static inline bool mp_spawn(mp_child_t *c)
 {
     int down[2], up[2];
     char rfd[16], wfd[16];
     pid_t parent = getpid();
+    mp_exec_t x;
 
     if (pipe2(down, O_CLOEXEC) != 0)
         return false;
@@ -227,17 +292,21 @@ static inline bool mp_spawn(mp_child_t *c)
     }
     snprintf(rfd, sizeof(rfd), "%d", down[0]);
     snprintf(wfd, sizeof(wfd), "%d", up[1]);
+    mp_exec_argv(&x, mp_spawned++, rfd, wfd);
     pid_t pid = fork();
     if (pid == 0) {
         /* Async-signal-safe calls only between fork() and exec(). The
-         * death signal makes the kernel kill the child if the test dies. */
-        char *argv[] = {"mp-child", MP_CHILD_FLAG, rfd, wfd, NULL};
+         * death signal makes the kernel kill the child if the test dies;
+         * it survives the prefix's execs (none is set-user-ID). */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
         fcntl(down[0], F_SETFD, 0);
         fcntl(up[1], F_SETFD, 0);
-        execv("/proc/self/exe", argv);
+        if (x.prefixed)
+            execvp(x.argv[0], x.argv);
+        else
+            execv("/proc/self/exe", x.argv);
         _exit(127);
     }
     close(down[0]);

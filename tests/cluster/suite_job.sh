@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A multi-process cmocka suite (tests/multiproc) across the hosts of a
+# namespace cluster (ctest cluster_suite_*). Run it on host 1 through
+# with_cluster.sh:
+#
+#   with_cluster.sh 3 1500 -- suite_job.sh MIN_MB PROG [ARGS...]
+#
+# The suite's parent process runs here, on host 1; every child it starts
+# (mp_spawn, tests/lib/mp_util.h) goes to the other hosts in turn through
+# MP_CHILD_EXEC ("cluster.sh exec NAME 2", then 3, ...), so each engine
+# pair talks across the cluster's network with every shardx default: the
+# addresses each card offers, the route's MTU, the handshake's probe.
+# The job passes when the suite passes and at least MIN_MB megabytes
+# crossed host 1's interface (what its children sent it and it sent
+# them), which a suite whose children stayed on host 1 could not do.
+set -euo pipefail
+
+min_mb=$1
+shift
+for v in CLUSTER_NAME CLUSTER_HOSTS CLUSTER_TOOL CLUSTER_IF; do
+    if [[ -z ${!v:-} ]]; then
+        echo "suite_job: $v is not set: run me through with_cluster.sh" >&2
+        exit 2
+    fi
+done
+IFS=, read -ra hosts <<<"$CLUSTER_HOSTS"
+if ((${#hosts[@]} < 2)); then
+    echo "suite_job: needs 2 hosts or more" >&2
+    exit 2
+fi
+prefixes=
+for h in "${hosts[@]:1}"; do
+    prefixes+=${prefixes:+;}"$CLUSTER_TOOL exec $CLUSTER_NAME $h"
+done
+stats=/sys/class/net/$CLUSTER_IF/statistics
+bytes() { echo $(($(<"$stats/tx_bytes") + $(<"$stats/rx_bytes"))); }
+
+before=$(bytes)
+rc=0
+MP_CHILD_EXEC=$prefixes "$@" || rc=$?
+crossed=$((($(bytes) - before) / 1000000))
+echo "suite_job: ${crossed} MB crossed $(hostname)'s $CLUSTER_IF (children on ${hosts[*]:1})"
+if ((rc != 0)); then
+    echo "suite_job: FAILED: ${1##*/} exited with status $rc" >&2
+    exit 1
+fi
+if ((crossed < min_mb)); then
+    echo "suite_job: FAILED: only ${crossed} MB crossed the network, expected ${min_mb} MB or more" >&2
+    exit 1
+fi
+echo "suite_job: OK: ${1##*/} across ${CLUSTER_HOSTS}, MTU ${CLUSTER_MTU:-?}"
