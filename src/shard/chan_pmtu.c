@@ -69,9 +69,9 @@
 typedef struct sx_chan_frag {
     uint8_t *buf; /* header + payload; NULL: the slot is free */
     uint32_t seq;
-    uint16_t count, total; /* as the fragments say */
+    uint16_t count, total; /* as the fragments say ... */
+    uint32_t stride;       /* ... and the cut they imply (wire.h) */
     unsigned got;          /* distinct fragments in */
-    size_t bytes;          /* payload bytes they brought */
     uint64_t used;         /* the clock when last touched */
     uint64_t bits[SX_WIRE_FRAG_MAX / 64];
 } sx_chan_frag_t;
@@ -226,7 +226,7 @@ static sx_chan_frag_t *frag_slot(sx_chan_t *c, uint32_t seq, const sx_wire_frag_
             continue;
         }
         if (s->seq == seq) {
-            if (s->count == f->count && s->total == f->total)
+            if (s->count == f->count && s->total == f->total && s->stride == f->stride)
                 return s;
             /* Cut again at another size (the sender stepped down once
              * more): what came at the old size does not fit the new. */
@@ -242,13 +242,15 @@ static sx_chan_frag_t *frag_slot(sx_chan_t *c, uint32_t seq, const sx_wire_frag_
         s = oldest;
         frag_release(c, s, true);
     }
-    /* Zeroed, so that a sender whose slices leave a hole cannot make us
-     * hand up bytes nobody wrote. */
-    if ((s->buf = calloc(1, SX_WIRE_HDR_LEN + (size_t)f->total)) == NULL)
+    /* Fragments of one count, total and stride cover the packet exactly
+     * once (sx_wire_parse_frag checks each against the cut), so every
+     * byte handed up was written by one of them. */
+    if ((s->buf = malloc(SX_WIRE_HDR_LEN + (size_t)f->total)) == NULL)
         return NULL;
     s->seq = seq;
     s->count = f->count;
     s->total = f->total;
+    s->stride = f->stride;
     return s;
 }
 
@@ -296,15 +298,9 @@ void sx_chan_recv_frag_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
     }
     s->bits[f.index / 64] |= bit;
     s->got++;
-    s->bytes += f.len;
     memcpy(s->buf + SX_WIRE_HDR_LEN + f.offset, f.data, f.len);
     if (s->got < s->count)
         return;
-    if (s->bytes != s->total) {
-        /* Slices that overlap or leave a hole: not a packet we sent. */
-        frag_release(c, s, true);
-        return;
-    }
     /* Whole: the packet as it was sent, with the latest fragment's
      * acknowledgement, goes the way of any other. */
     sx_wire_hdr_t whole = *h;

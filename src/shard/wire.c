@@ -171,8 +171,21 @@ bool sx_wire_parse_frag(const uint8_t *data, size_t len, sx_wire_frag_t *frag)
     frag->total = sx_get16(p + 6);
     frag->data = p + SX_WIRE_FRAG_LEN;
     frag->len = len - SX_WIRE_HDR_LEN - SX_WIRE_FRAG_LEN;
-    return frag->count >= 2 && frag->count <= SX_WIRE_FRAG_MAX && frag->index < frag->count &&
-           frag->len > 0 && (size_t)frag->offset + frag->len <= frag->total;
+    if (frag->count < 2 || frag->count > SX_WIRE_FRAG_MAX || frag->index >= frag->count ||
+        frag->len == 0 || (size_t)frag->offset + frag->len > frag->total)
+        return false;
+    uint32_t before_last = frag->count - 1u;
+    if (frag->index == before_last) {
+        /* The last: the rest of the packet, after count - 1 strides. */
+        if ((size_t)frag->offset + frag->len != frag->total || frag->offset % before_last != 0)
+            return false;
+        frag->stride = frag->offset / before_last;
+        return frag->stride >= frag->len;
+    }
+    frag->stride = (uint32_t)frag->len;
+    uint32_t last_at = before_last * frag->stride; /* at most 255 * 65535 */
+    return frag->offset == frag->index * frag->stride && last_at < frag->total &&
+           frag->total - last_at <= frag->stride;
 }
 
 void sx_wire_write_frag(uint8_t *out, const sx_wire_frag_t *frag)

@@ -172,7 +172,8 @@ typedef struct sx_wire_hdr {
 typedef struct sx_wire_frag {
     uint16_t index, count, offset, total;
     const uint8_t *data;
-    size_t len; /* bytes of the slice */
+    size_t len;      /* bytes of the slice */
+    uint32_t stride; /* the slice of every fragment but the last, as this one implies */
 } sx_wire_frag_t;
 
 /** Extension of PUT and GET_REQ frames (40 bytes on the wire). */
@@ -237,8 +238,12 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
 /**
  * Decodes the fragment header of a parsed SX_PKTF_FRAG packet (@p data,
  * @p len: the whole datagram) and checks it against itself: index below
- * count, count within 2..SX_WIRE_FRAG_MAX, the slice non-empty and inside
- * total. Returns false for a malformed one.
+ * count, count within 2..SX_WIRE_FRAG_MAX, the slice non-empty, and the
+ * cut a sender makes: every fragment but the last one slice of `stride`
+ * bytes at index * stride, the last the rest, from (count - 1) * stride
+ * to total, no longer than stride. So fragments with the same count,
+ * total and stride and every index cover the packet exactly once.
+ * Returns false for a malformed one.
  */
 bool sx_wire_parse_frag(const uint8_t *data, size_t len, sx_wire_frag_t *frag);
 

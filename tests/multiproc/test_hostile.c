@@ -637,6 +637,90 @@ static void test_sequence_numbers(void **state)
     expect(&before, 1, OOW);
 }
 
+/* Fragments (SX_PKTF_FRAG) of the packet @p p, cut into slices of
+ * @p stride bytes: sends fragment @p index of them as packet @p seq, and
+ * checks that only the counters in @p moved moved. @p count and @p offset
+ * override the header's (0: what the cut says), to lie. */
+static void send_frag(const pkt_t *p, uint32_t seq, unsigned stride, unsigned index, unsigned count,
+                      unsigned offset, const unsigned *moved)
+{
+    size_t total = p->len - SX_WIRE_HDR_LEN;
+    size_t real_off = (size_t)index * stride;
+    size_t len = total - real_off < stride ? total - real_off : stride;
+    sx_wire_frag_t f = {.index = (uint16_t)index,
+                        .count = (uint16_t)(count ? count : (total + stride - 1) / stride),
+                        .offset = (uint16_t)(offset ? offset : real_off),
+                        .total = (uint16_t)total};
+    pkt_t q;
+    pkt_begin(&q);
+    sx_wire_write_frag(q.buf + SX_WIRE_HDR_LEN, &f);
+    memcpy(q.buf + SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN, p->buf + SX_WIRE_HDR_LEN + real_off, len);
+    q.len = SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN + len;
+    snap_t before = take_snap();
+    sx_wire_hdr_t h = pkt_hdr(&q, seq);
+    h.flags |= SX_PKTF_FRAG;
+    pkt_seal(&q, &h);
+    send_raw(q.buf, q.len);
+    expect(&before, 1, moved);
+}
+
+static void test_fragments(void **state)
+{
+    (void)state;
+    static const unsigned FRAG[] = {SX_DROP_FRAGMENT, 1, C_N};
+    pkt_t p;
+
+    /* One message of 1000 bytes (1008 of payload): 3 fragments of 400,
+     * 400 and 208 bytes, out of order; delivered once, when whole. */
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 1000, 0, 1000);
+    uint32_t seq = fx.next_seq++;
+    send_frag(&p, seq, 400, 2, 0, 0, NONE);
+    send_frag(&p, seq, 400, 0, 0, 0, NONE);
+    send_frag(&p, seq, 400, 0, 0, 0, DUP); /* the same piece again */
+    send_frag(&p, seq, 400, 1, 0, 0, ONE);
+    assert_int_equal(fx.last_len, 1000);
+    /* A piece of it again, now that it was delivered. */
+    send_frag(&p, seq, 400, 1, 0, 0, DUP);
+
+    /* Fragment headers that lie about the cut: a count that does not
+     * match the stride, an offset that is not index x stride. */
+    seq = fx.next_seq;
+    send_frag(&p, seq, 400, 0, 1, 0, FRAG);
+    send_frag(&p, seq, 400, 1, 2, 0, FRAG);
+    send_frag(&p, seq, 400, 1, 0, 401, FRAG);
+    send_frag(&p, seq, 400, 2, 0, 808, FRAG);
+    /* Cut once at 400, then again at 600 (a sender that stepped down in
+     * between would, the other way round): the piece of the old cut is
+     * given up and counted, the new cut completes the packet. */
+    send_frag(&p, seq, 400, 0, 0, 0, NONE);
+    send_frag(&p, seq, 600, 1, 0, 0, FRAG);
+    send_frag(&p, seq, 600, 0, 0, 0, ONE);
+    fx.next_seq++;
+
+    /* Outside the receive window. */
+    send_frag(&p, fx.next_seq + 4096, 400, 0, 0, 0, OOW);
+    /* Pieces of five packets ahead (N is the next expected): the channel
+     * keeps four in reassembly, and the fifth takes the slot touched
+     * longest ago, N + 1's, whose piece is counted. The others complete
+     * and are kept aside, whole, ahead of the gap; N and N + 1 (whole,
+     * this time) fill it, and all five messages go up in order. */
+    uint32_t n = fx.next_seq;
+    for (unsigned k = 1; k <= 4; k++)
+        send_frag(&p, n + k, 400, 0, 0, 0, NONE);
+    send_frag(&p, n + 5, 400, 0, 0, 0, FRAG);
+    for (unsigned k = 2; k <= 5; k++) {
+        send_frag(&p, n + k, 400, 1, 0, 0, NONE);
+        send_frag(&p, n + k, 400, 2, 0, 0, KEPT);
+    }
+    static const unsigned FIVE[] = {C_DELIVERED, 5, C_N};
+    pkt_t empty;
+    pkt_begin(&empty);
+    send_next(&empty, NONE);
+    send_next(&p, FIVE);
+    fx.next_seq = n + 6;
+    assert_int_equal(fx.last_len, 1000);
+}
+
 /* After all that, the channel from A still works: real traffic from A is
  * delivered exactly once. */
 static void test_channel_still_works(void **state)
@@ -680,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_rma_puts),
         cmocka_unit_test(test_rma_gets_and_responses),
         cmocka_unit_test(test_sequence_numbers),
+        cmocka_unit_test(test_fragments),
         cmocka_unit_test(test_channel_still_works),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -369,29 +369,36 @@ static void test_fragments(void **state)
     uint8_t pkt[SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN + 100];
     size_t len = sizeof(pkt);
     sx_wire_hdr_t in = sample_hdr(SX_WIRE_FRAG_LEN + 100), h;
-    sx_wire_frag_t f = {.index = 2, .count = 5, .offset = 300, .total = 420}, out;
+    /* Fragment 3 of 5 of a 420-byte payload cut into 100-byte slices. */
+    sx_wire_frag_t f = {.index = 3, .count = 5, .offset = 300, .total = 420}, out;
 
     in.flags |= SX_PKTF_FRAG;
     memset(pkt, 0x33, sizeof(pkt));
     sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &f);
     sx_wire_write_hdr(pkt, &in, NULL);
     const uint8_t *fh = pkt + SX_WIRE_HDR_LEN;
-    assert_int_equal(fh[0] | fh[1] << 8, 2);
+    assert_int_equal(fh[0] | fh[1] << 8, 3);
     assert_int_equal(fh[2] | fh[3] << 8, 5);
     assert_int_equal(fh[4] | fh[5] << 8, 300);
     assert_int_equal(fh[6] | fh[7] << 8, 420);
     assert_int_equal(sx_wire_parse_packet(pkt, len, &h), SX_DROP_NONE);
     assert_true(h.flags & SX_PKTF_FRAG);
     assert_true(sx_wire_parse_frag(pkt, len, &out));
-    assert_int_equal(out.index, 2);
+    assert_int_equal(out.index, 3);
     assert_int_equal(out.count, 5);
     assert_int_equal(out.offset, 300);
     assert_int_equal(out.total, 420);
     assert_int_equal(out.len, 100);
+    assert_int_equal(out.stride, 100);
     assert_ptr_equal(out.data, pkt + SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN);
 
-    /* The slice ends exactly at total: fine; one byte past it is not. */
-    f.offset = 320;
+    /* The last fragment: the rest, after count - 1 strides (a 500-byte
+     * payload in 5 slices of 100), and one of a single byte (401 bytes). */
+    f = (sx_wire_frag_t){.index = 4, .count = 5, .offset = 400, .total = 500};
+    sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &f);
+    assert_true(sx_wire_parse_frag(pkt, len, &out));
+    assert_int_equal(out.stride, 100);
+    f = (sx_wire_frag_t){.index = 0, .count = 5, .offset = 0, .total = 401};
     sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &f);
     assert_true(sx_wire_parse_frag(pkt, len, &out));
     static const sx_wire_frag_t bad[] = {
@@ -402,6 +409,11 @@ static void test_fragments(void **state)
         {.index = 0, .count = 2, .offset = 321, .total = 420}, /* slice past total */
         {.index = 0, .count = 2, .offset = 0, .total = 99},    /* total below the slice */
         {.index = 1, .count = 2, .offset = 65535, .total = 65535},
+        {.index = 2, .count = 5, .offset = 300, .total = 420}, /* not at index x stride */
+        {.index = 2, .count = 4, .offset = 200, .total = 520}, /* the last would be 220 of 100 */
+        {.index = 4, .count = 5, .offset = 320, .total = 420}, /* last: not 4 strides in */
+        {.index = 4, .count = 5, .offset = 400, .total = 420}, /* last: not to the end */
+        {.index = 4, .count = 5, .offset = 80, .total = 180},  /* last longer than a stride */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &bad[i]);
@@ -409,7 +421,8 @@ static void test_fragments(void **state)
             fail_msg("fragment header %zu was taken", i);
     }
     /* No slice, or not even a whole fragment header. */
-    sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN, &(sx_wire_frag_t){0, 2, 0, 420, NULL, 0});
+    sx_wire_write_frag(pkt + SX_WIRE_HDR_LEN,
+                       &(sx_wire_frag_t){.index = 0, .count = 2, .offset = 0, .total = 420});
     assert_false(sx_wire_parse_frag(pkt, SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN, &out));
     assert_false(sx_wire_parse_frag(pkt, SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN - 1, &out));
     assert_false(sx_wire_parse_frag(pkt, SX_WIRE_HDR_LEN, &out));
