@@ -10,6 +10,8 @@ packages=(
     libhwloc-dev liburcu-dev libck-dev libcmocka-dev
     # optional parts: compiled when present (sx_info says which)
     libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev
+    # CRC32C with ISA-L (src/common/crc32c.c), optional too
+    libisal-dev
     # launchers for the multi-process tests (mpirun runs the pmix modex test)
     openmpi-bin libopenmpi-dev
     # ip: test_nic joins network namespaces of its own with veth pairs, and
