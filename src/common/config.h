@@ -60,9 +60,10 @@
       "ofi is only considered when this is set or SX_TRANSPORTS is.")                          \
     X(BIND_ADDR, STRING, bind_addr, "", 0, 0, NULL,                                            \
       "Where the udp transport listens. Empty: every interface that is up, offering each "     \
-      "non-loopback IPv4 address to peers on other hosts and loopback to those on this one. "  \
-      "Interface names and subnets separated by commas (\"eth0,10.1.0.0/16\"), all preceded "  \
-      "by ^ to exclude them (\"^docker0\"): those addresses only. One IPv4 address, with an "  \
+      "non-loopback IPv4 and global IPv6 address to peers on other hosts and loopback to "     \
+      "those on this one. Interface names and IPv4 or IPv6 subnets separated by commas "       \
+      "(\"eth0,10.1.0.0/16,fd00::/8\"), all preceded by ^ to exclude them (\"^docker0\"): "    \
+      "those addresses only. One IPv4 address, with an "                                       \
       "optional :port: that address alone (127.0.0.1 keeps a job on this host). ofi over a "   \
       "sockets provider binds this address, else 127.0.0.1; the OOB this address, else the "   \
       "one towards sx_run's rendezvous, else the first interface's.")                          \

@@ -1,8 +1,9 @@
 /*
  * udp: the embedded default transport (DESIGN.md sections 2 and 4).
  *
- * One nonblocking IPv4 UDP socket per interface, and optionally a second
- * one for acknowledgements (below). Sends go out in batches through
+ * One nonblocking IPv4 UDP socket per interface, an IPv6 one beside it
+ * when the interface offers IPv6 addresses (below), and optionally one
+ * for acknowledgements (below). Sends go out in batches through
  * sendmmsg(2) and, while datagrams arrive back to back, receives come in
  * batches through recvmmsg(2), so a busy shard pays one system call per
  * batch, not per datagram; an idle one polls with recvmsg(2), which
@@ -23,32 +24,13 @@
  * udp_sock.c binds, makes and sizes the sockets, and udp_int.h is what the
  * two files share.
  *
- * Address (the business-card bytes). An interface bound to one address
- * (SX_BIND_ADDR "a.b.c.d", or an SX_NET_DEVICES interface) writes kind 4,
- * 8 or 10 bytes, fixed layout:
- *
- *   offset  size  field
- *   0       1     family: 4 = IPv4 (no other value is accepted yet)
- *   1       1     reserved, must be 0
- *   2       2     UDP port, little-endian, never 0
- *   4       4     IPv4 address in network byte order (a.b.c.d as a, b, c, d),
- *                 never 0.0.0.0
- *   8       2     optional: the ACK socket's UDP port, little-endian, never 0
- *                 and never the data port; absent (an 8-byte address) when
- *                 the interface has no ACK socket
- *
- * One bound to the wildcard address (the default; udp_addrs.c says how
- * its addresses are chosen and used) writes kind 5, 14 + 5n bytes:
- *
- *   0       1     kind: 5 = a list of IPv4 addresses
- *   1       1     n, 0 to 8: how many addresses follow
- *   2       2     UDP port, little-endian, never 0 (every address's)
- *   4       2     the ACK socket's port, little-endian; 0: none
- *   6       8     host key, little-endian, never 0: equal for engines that
- *                 share a boot and a network namespace (loopback then
- *                 reaches, at the same port)
- *   14      5n    per address: IPv4 in network byte order, prefix length
- *                 (0 to 32); never 0.0.0.0 nor in 127.0.0.0/8
+ * Address (the business-card bytes): udp_card.c writes and reads it. An
+ * interface bound to the wildcard address that offers IPv6 addresses has
+ * a second data socket, IPv6 only (IPV6_V6ONLY), bound to the same port;
+ * IPv4 stays on the first, so that nothing changes for a host without
+ * IPv6 or a peer without it, and an IPv6 destination is reached through
+ * the second (the ACK socket, when on, serves IPv4 peers only). poll
+ * reads both, and wait_fd is an epoll fd over them.
  *
  * ACK socket (config->ack_socket, SX_UDP_ACK_SOCKET): the seeds' usnic BTL
  * gives each module a priority channel for ACKs and tiny messages beside
@@ -102,12 +84,6 @@
 
 #include "common/log.h"
 
-#define UDP_ADDR_LEN     8
-#define UDP_ADDR_LEN_ACK 10 /* with the ACK socket's port */
-#define UDP_ADDR_IPV4    4
-#define UDP_ADDR_LIST    5
-#define UDP_LIST_HDR     14
-#define UDP_LIST_ENTRY   5
 #define UDP_MTU_WILDCARD 65000 /* receive buffers: the largest route's (loopback) */
 #define UDP_GRO_BUF      65536 /* receive buffers with GRO: a coalesced read */
 #define UDP_GSO_BYTES    64000 /* payload of one GSO message, at most (IPv4: 65507) */
@@ -134,6 +110,7 @@ typedef union udp_gso_cmsg {
 /* Ops                                                                 */
 
 static void udp_close(sx_tl_iface_t *iface);
+static int udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config, size_t mtu);
 
 static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
 {
@@ -185,7 +162,8 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->base.ops = &sx_tl_udp_ops;
     u->free_head = UDP_DEST_FREE_END;
     u->is_control = config->is_control;
-    u->ack_fd = u->ep_fd = -1;
+    u->ack_fd = u->ep_fd = u->fd6 = -1;
+    u->rx6.fd = -1;
     u->connect_max = sx_udp_connect_budget(config);
     u->sndbuf = config->sndbuf;
     sx_udp_netns(&u->netns_dev, &u->netns_ino);
@@ -235,6 +213,10 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->rx.limit = mtu;
     if (status == SX_OK && config->ack_socket)
         status = sx_udp_open_ack(u, config);
+    if (status == SX_OK && wildcard)
+        status = udp_open_v6(u, config, mtu);
+    if (status == SX_OK && (u->ack_fd >= 0 || u->fd6 >= 0))
+        status = sx_udp_open_epoll(u);
     if (status != SX_OK)
         goto fail;
     sx_debug("udp",
@@ -245,6 +227,50 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     return SX_OK;
 fail:
     udp_close(&u->base);
+    return status;
+}
+
+/*
+ * An interface bound to the wildcard address that offers IPv6 addresses
+ * gets its IPv6 data socket (udp_sock.c), with GRO when the IPv4 one has
+ * it. Where IPv6 sockets cannot be made (a kernel without IPv6, the port
+ * taken), the interface offers its IPv4 addresses only, and says so.
+ */
+static int udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config, size_t mtu)
+{
+    unsigned v4 = 0;
+    for (unsigned i = 0; i < u->nladdrs; i++)
+        v4 += u->laddrs[i].ip.family == AF_INET;
+    /* As many IPv6 addresses as the card address has room for. */
+    unsigned n6 = u->nladdrs - v4;
+    while (n6 > 0 && sx_udp_card_list_len(v4, n6) > SX_TL_ADDR_MAX)
+        n6--;
+    if (n6 < u->nladdrs - v4) {
+        char left[INET6_ADDRSTRLEN];
+        sx_udp_ip_str(&u->laddrs[v4 + n6].ip, left, sizeof(left));
+        sx_info("udp",
+                "shard %u: %u IPv6 address(es) from %s on not offered: a card address holds %u "
+                "bytes (SX_BIND_ADDR can choose which)",
+                config->shard, u->nladdrs - v4 - n6, left, SX_TL_ADDR_MAX);
+        u->nladdrs = v4 + n6;
+    }
+    if (n6 == 0)
+        return SX_OK;
+    if (sx_udp_open_v6(u, config) != SX_OK) {
+        if (u->fd6 >= 0)
+            close(u->fd6);
+        u->fd6 = -1;
+        sx_warn("udp", "shard %u: no IPv6 socket here: offering the IPv4 addresses only",
+                config->shard);
+        u->nladdrs = v4; /* scan_local lists IPv4 first */
+        return SX_OK;
+    }
+    if (u->gro) {
+        int one = 1;
+        (void)setsockopt(u->fd6, SOL_UDP, UDP_GRO, &one, sizeof(one));
+    }
+    int status = sx_udp_rx_init(&u->rx6, u->fd6, u->rx.buflen);
+    u->rx6.limit = mtu;
     return status;
 }
 
@@ -260,149 +286,29 @@ static void udp_close(sx_tl_iface_t *iface)
         close(u->ack_fd);
     if (u->fd >= 0)
         close(u->fd);
+    if (u->fd6 >= 0)
+        close(u->fd6);
     for (uint32_t i = 0; i < u->ndests; i++)
         if (u->dests[i].live && u->dests[i].tx_fd >= 0)
             close(u->dests[i].tx_fd);
     free(u->rx.mem);
     free(u->ack_rx.mem);
+    free(u->rx6.mem);
     free(u->dests);
     free(u);
 }
 
 static int udp_local_addr(sx_tl_iface_t *iface, void *buf, size_t *len_p)
 {
-    udp_iface_t *u = (udp_iface_t *)iface;
-    uint8_t *out = buf;
-    uint16_t port = ntohs(u->local.sin_port);
-    size_t len = u->ack_fd >= 0 ? UDP_ADDR_LEN_ACK : UDP_ADDR_LEN;
-
     if (buf == NULL || len_p == NULL)
         return SX_ERR_INVALID_PARAM;
-    if (u->wildcard) {
-        len = UDP_LIST_HDR + UDP_LIST_ENTRY * (size_t)u->nladdrs;
-        if (*len_p < len)
-            return SX_ERR_TRUNCATED;
-        uint16_t ack = u->ack_fd >= 0 ? u->ack_port : 0;
-        out[0] = UDP_ADDR_LIST;
-        out[1] = (uint8_t)u->nladdrs;
-        out[2] = (uint8_t)(port & 0xff);
-        out[3] = (uint8_t)(port >> 8);
-        out[4] = (uint8_t)(ack & 0xff);
-        out[5] = (uint8_t)(ack >> 8);
-        for (unsigned i = 0; i < 8; i++)
-            out[6 + i] = (uint8_t)(u->host_key >> (8 * i));
-        for (unsigned i = 0; i < u->nladdrs; i++) {
-            uint8_t *e = out + UDP_LIST_HDR + UDP_LIST_ENTRY * i;
-            memcpy(e, &u->laddrs[i].ip.s_addr, 4);
-            e[4] = u->laddrs[i].prefix;
-        }
-        *len_p = len;
-        return SX_OK;
-    }
-    if (*len_p < len)
-        return SX_ERR_TRUNCATED;
-    out[0] = UDP_ADDR_IPV4;
-    out[1] = 0;
-    out[2] = (uint8_t)(port & 0xff);
-    out[3] = (uint8_t)(port >> 8);
-    memcpy(out + 4, &u->local.sin_addr.s_addr, 4); /* already network order */
-    if (u->ack_fd >= 0) {
-        out[8] = (uint8_t)(u->ack_port & 0xff);
-        out[9] = (uint8_t)(u->ack_port >> 8);
-    }
-    *len_p = len;
-    return SX_OK;
-}
-
-/*
- * Decodes and checks card bytes (layouts above) into @p pa. Returns NULL
- * when they are a valid address, else why not, for the message.
- */
-static const char *udp_addr_decode(const void *addr, size_t len, udp_peer_addr_t *pa)
-{
-    const uint8_t *in = addr;
-
-    if (addr == NULL || len < 1)
-        return "no address";
-    memset(pa, 0, sizeof(*pa));
-    if (in[0] == UDP_ADDR_LIST) {
-        if (len < UDP_LIST_HDR || in[1] > UDP_ADDRS_MAX ||
-            len != UDP_LIST_HDR + UDP_LIST_ENTRY * (size_t)in[1])
-            return "wrong length for a list of addresses (allowed: 14 + 5 per address, at most 8)";
-        pa->n = in[1];
-        pa->port = (uint16_t)(in[2] | (unsigned)in[3] << 8);
-        pa->ack_port = (uint16_t)(in[4] | (unsigned)in[5] << 8);
-        for (unsigned i = 0; i < 8; i++)
-            pa->host_key |= (uint64_t)in[6 + i] << (8 * i);
-        if (pa->port == 0)
-            return "port 0";
-        if (pa->ack_port == pa->port)
-            return "ACK port equal to the data port";
-        if (pa->host_key == 0)
-            return "host key 0";
-        for (unsigned i = 0; i < pa->n; i++) {
-            const uint8_t *e = in + UDP_LIST_HDR + UDP_LIST_ENTRY * i;
-            memcpy(&pa->ip[i].s_addr, e, 4);
-            pa->prefix[i] = e[4];
-            uint32_t h = ntohl(pa->ip[i].s_addr);
-            if (h == INADDR_ANY || (h >> 24) == 127)
-                return "a listed address is 0.0.0.0 or loopback";
-            if (pa->prefix[i] > 32)
-                return "a prefix length over 32";
-        }
-        return NULL;
-    }
-    if (len != UDP_ADDR_LEN && len != UDP_ADDR_LEN_ACK)
-        return "wrong length (allowed: 8, or 10 with an ACK port)";
-    if (in[0] != UDP_ADDR_IPV4)
-        return "unknown address kind (allowed: 4, one IPv4 address; 5, a list)";
-    if (in[1] != 0)
-        return "reserved byte is not 0";
-    pa->n = 1;
-    pa->prefix[0] = 32;
-    pa->port = (uint16_t)(in[2] | (unsigned)in[3] << 8);
-    memcpy(&pa->ip[0].s_addr, in + 4, 4);
-    if (pa->port == 0)
-        return "port 0";
-    if (pa->ip[0].s_addr == htonl(INADDR_ANY))
-        return "address 0.0.0.0";
-    if (len == UDP_ADDR_LEN_ACK) {
-        pa->ack_port = (uint16_t)(in[8] | (unsigned)in[9] << 8);
-        if (pa->ack_port == 0)
-            return "ACK port 0";
-        if (pa->ack_port == pa->port)
-            return "ACK port equal to the data port";
-    }
-    return NULL;
+    return sx_udp_card_write((const udp_iface_t *)iface, buf, len_p);
 }
 
 static void udp_addr_str(sx_tl_iface_t *iface, const void *addr, size_t len, char *buf, size_t cap)
 {
     (void)iface;
-    udp_peer_addr_t pa;
-    char ip[INET_ADDRSTRLEN];
-
-    const char *bad = udp_addr_decode(addr, len, &pa);
-    if (bad != NULL) {
-        snprintf(buf, cap, "(malformed udp address of %zu bytes: %s)", len, bad);
-        return;
-    }
-    size_t off;
-    if (((const uint8_t *)addr)[0] == UDP_ADDR_LIST) {
-        off = (size_t)snprintf(buf, cap, "udp port %u on host %016llx:", pa.port,
-                               (unsigned long long)pa.host_key);
-        for (unsigned i = 0; i < pa.n && off < cap; i++) {
-            inet_ntop(AF_INET, &pa.ip[i], ip, sizeof(ip));
-            off += (size_t)snprintf(buf + off, cap - off, " %s/%u", ip, pa.prefix[i]);
-        }
-        if (pa.n == 0 && off < cap)
-            off += (size_t)snprintf(buf + off, cap - off, " loopback only");
-    } else {
-        inet_ntop(AF_INET, &pa.ip[0], ip, sizeof(ip));
-        off = (size_t)snprintf(buf, cap, "udp %s:%u", ip, pa.port);
-    }
-    if (pa.ack_port != 0 && off < cap)
-        snprintf(buf + off, cap - off, " (ACKs to port %u)", pa.ack_port);
+    sx_udp_card_str(addr, len, buf, cap);
 }
 
 /* Whether card bytes are a well-formed udp address, without a log line
@@ -411,9 +317,9 @@ static int udp_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     udp_peer_addr_t pa;
-    struct sockaddr_in cand[UDP_CAND_MAX];
+    udp_sa_t cand[UDP_CAND_MAX];
 
-    if (udp_addr_decode(addr, len, &pa) != NULL)
+    if (sx_udp_card_decode(addr, len, &pa) != NULL)
         return SX_ERR_INVALID_PARAM;
     return sx_udp_candidates(u, &pa, cand, UDP_CAND_MAX) != 0 ? SX_OK : SX_ERR_PEER_UNREACHABLE;
 }
@@ -482,8 +388,8 @@ static void udp_dest_use(udp_iface_t *u, udp_dest_t *d, unsigned k, uint16_t ack
     }
     d->cur = (uint8_t)k;
     d->sa = d->ack_sa = d->cand[k];
-    if (ack_port != 0)
-        d->ack_sa.sin_port = htons(ack_port);
+    if (ack_port != 0 && d->sa.sa.sa_family == AF_INET)
+        d->ack_sa.in4.sin_port = htons(ack_port);
     if (u->connected < u->connect_max)
         sx_udp_connect_dest(u, d);
     d->mtu = sx_udp_route_mtu(u, &d->sa, d->tx_fd);
@@ -493,13 +399,13 @@ static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, s
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     udp_peer_addr_t pa;
-    struct sockaddr_in cand[UDP_CAND_MAX];
+    udp_sa_t cand[UDP_CAND_MAX];
     uint32_t slot;
 
     if (dest_p == NULL)
         return SX_ERR_INVALID_PARAM;
     /* The bytes come from a peer's business card: check every field. */
-    const char *bad = udp_addr_decode(addr, len, &pa);
+    const char *bad = sx_udp_card_decode(addr, len, &pa);
     if (bad != NULL) {
         sx_error("udp", "malformed peer address of %zu bytes: %s", len, bad);
         return SX_ERR_INVALID_PARAM;
@@ -537,6 +443,7 @@ static int udp_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len, s
                       .tx_fd = -1,
                       .live = true,
                       .has_ack = pa.ack_port != 0,
+                      .ack_port = pa.ack_port,
                       .ncand = (uint8_t)ncand};
     memcpy(d->cand, cand, ncand * sizeof(cand[0]));
     udp_dest_use(u, d, 0, pa.ack_port);
@@ -553,14 +460,6 @@ static size_t udp_dest_mtu(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     return u->dests[dest].mtu;
 }
 
-static void udp_sa_str(const struct sockaddr_in *sa, char *buf, size_t cap)
-{
-    char ip[INET_ADDRSTRLEN];
-
-    inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
-    snprintf(buf, cap, "udp %s:%u", ip, ntohs(sa->sin_port));
-}
-
 static void udp_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, size_t cap)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -569,13 +468,13 @@ static void udp_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, siz
         snprintf(buf, cap, "(no udp destination %u)", (unsigned)dest);
         return;
     }
-    udp_sa_str(&u->dests[dest].sa, buf, cap);
+    sx_udp_sa_str(&u->dests[dest].sa, buf, cap);
 }
 
 static int udp_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
-    char from[48], to[48];
+    char from[64], to[64];
 
     if (dest >= u->ndests || !u->dests[dest].live)
         return SX_ERR_INVALID_PARAM;
@@ -583,10 +482,10 @@ static int udp_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, siz
     if (d->ncand < 2)
         return SX_ERR_NOT_FOUND;
     unsigned next = (d->cur + 1u) % d->ncand;
-    uint16_t ack_port = d->has_ack ? ntohs(d->ack_sa.sin_port) : 0;
-    udp_sa_str(&d->sa, from, sizeof(from));
+    uint16_t ack_port = d->has_ack ? d->ack_port : 0;
+    sx_udp_sa_str(&d->sa, from, sizeof(from));
     udp_dest_use(u, d, next, ack_port);
-    udp_sa_str(&d->sa, to, sizeof(to));
+    sx_udp_sa_str(&d->sa, to, sizeof(to));
     snprintf(why, cap, "%s -> %s", from, to);
     return next == 0 ? SX_ERR_NOT_FOUND : SX_OK;
 }
@@ -625,9 +524,11 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
         len += tx->iov[i].iov_len;
     }
     const udp_dest_t *d = &u->dests[tx->dest];
+    bool v6 = d->sa.sa.sa_family == AF_INET6;
     /* is_control is asked only when an ACK path exists, so an interface
-     * and a peer without ACK sockets pay nothing for the feature. */
-    bool ctrl = (u->ack_fd >= 0 || d->has_ack) && u->is_control != NULL && tx->iovcnt > 0 &&
+     * and a peer without ACK sockets pay nothing for the feature; it
+     * serves IPv4 destinations only. */
+    bool ctrl = !v6 && (u->ack_fd >= 0 || d->has_ack) && u->is_control != NULL && tx->iovcnt > 0 &&
                 len <= UDP_CTRL_MAX && u->is_control(tx->iov[0].iov_base, tx->iov[0].iov_len);
     memset(m, 0, sizeof(*m));
     /* sendmsg(2) only reads the iovec; the cast drops a const it keeps. */
@@ -640,10 +541,10 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
         *fd_p = d->tx_fd; /* connected: no address */
         return SX_OK;
     } else {
-        *fd_p = u->fd;
+        *fd_p = v6 ? u->fd6 : u->fd;
     }
     m->msg_hdr.msg_name = (void *)(ctrl ? &d->ack_sa : &d->sa);
-    m->msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+    m->msg_hdr.msg_namelen = udp_sa_len(&d->sa);
     return SX_OK;
 }
 
@@ -784,6 +685,12 @@ static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsi
     return m;
 }
 
+/* Whether @p fd is a destination's connected send socket. */
+static bool udp_fd_connected(const udp_iface_t *u, int fd)
+{
+    return fd != u->fd && fd != u->ack_fd && fd != u->fd6;
+}
+
 static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
                          unsigned *posted_p)
 {
@@ -822,7 +729,7 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
             /* At most one GSO message per two datagrams: cm[] has room. */
             unsigned m = udp_gso_merge(msgs, ctrl, n, merged, per, iov, cm), msent = 0;
             int err = 0;
-            status = udp_sendmmsg(u, fd, fd != u->fd && fd != u->ack_fd, merged, m, &msent, &err);
+            status = udp_sendmmsg(u, fd, udp_fd_connected(u, fd), merged, m, &msent, &err);
             for (unsigned k = 0; k < msent; k++) {
                 sent += per[k];
                 u->base.stats.tx_gso += per[k] > 1;
@@ -838,7 +745,7 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
             }
         } else if (n > 0) {
             int err = 0;
-            status = udp_sendmmsg(u, fd, fd != u->fd && fd != u->ack_fd, msgs, n, &sent, &err);
+            status = udp_sendmmsg(u, fd, udp_fd_connected(u, fd), msgs, n, &sent, &err);
         }
         if (n > 0) {
             done += sent;
@@ -1028,7 +935,18 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         u->base.stats.rx_ack_socket += (unsigned)got;
     }
     int n = udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
-    return n < 0 ? n : got + n;
+    if (n < 0)
+        return n;
+    got += n;
+    if (u->fd6 >= 0 && (unsigned)got < max) {
+        /* Each socket has buffers of its own: the events of all stay
+         * valid until the next poll. */
+        n = udp_rx_poll(u, &u->rx6, events + got, max - (unsigned)got);
+        if (n < 0)
+            return n;
+        got += n;
+    }
+    return got;
 }
 
 static int udp_wait_fd(sx_tl_iface_t *iface)
@@ -1044,7 +962,7 @@ static int udp_arm(sx_tl_iface_t *iface)
 
     /* Datagrams of a GRO read that did not fit the last poll's events are
      * in our buffers, not the socket's: the fd will not announce them. */
-    return u->rx.pend_n != 0 || u->ack_rx.pend_n != 0 ? SX_ERR_AGAIN : SX_OK;
+    return u->rx.pend_n != 0 || u->ack_rx.pend_n != 0 || u->rx6.pend_n != 0 ? SX_ERR_AGAIN : SX_OK;
 }
 
 const sx_tl_ops_t sx_tl_udp_ops = {
@@ -1103,8 +1021,8 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * until the next poll, the ACK socket first; token holder; never
      * blocks. */
     .poll = udp_poll,
-    /* The data socket, or with an ACK socket an epoll fd over both:
-     * readable when a datagram is queued on either; any thread. */
+    /* The data socket, or with an ACK or IPv6 socket an epoll fd over
+     * them: readable when a datagram is queued on any; any thread. */
     .wait_fd = udp_wait_fd,
     /* SX_ERR_AGAIN while a GRO read left datagrams for the next poll;
      * token holder; never blocks. */

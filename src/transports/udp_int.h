@@ -1,7 +1,8 @@
 /*
- * Private to the udp transport: what udp.c (the interface, its card address
- * and its data path) and udp_sock.c (binding, the mtu, creating and sizing
- * the sockets, the connected per-peer send sockets) share. Nothing else
+ * Private to the udp transport: what udp.c (the interface and its data
+ * path), udp_card.c (its card address), udp_addrs.c (which addresses are
+ * offered and chosen) and udp_sock.c (binding, the mtu, creating and
+ * sizing the sockets, the connected per-peer send sockets) share. Nothing else
  * includes it; the rest of the library sees udp only through sx_tl_udp_ops
  * (transport.h).
  */
@@ -25,22 +26,43 @@
 #define UDP_CAND_MAX   (UDP_ADDRS_MAX + 1) /* a peer's, and loopback on this host */
 #define UDP_FILTER_MAX 16                  /* items in an SX_BIND_ADDR filter */
 
+/* An IPv4 or IPv6 socket address: sa.sa_family says which. */
+typedef union udp_sa {
+    struct sockaddr sa;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
+} udp_sa_t;
+
+static inline socklen_t udp_sa_len(const udp_sa_t *a)
+{
+    return a->sa.sa_family == AF_INET6 ? (socklen_t)sizeof(a->in6) : (socklen_t)sizeof(a->in4);
+}
+
 typedef struct udp_dest {
-    struct sockaddr_in sa;     /* the peer's data socket */
-    struct sockaddr_in ack_sa; /* where control datagrams go: its ACK socket, or sa */
-    uint32_t next_free;        /* link in the free list while !live */
-    int tx_fd;                 /* a socket connected to sa, or -1: data goes out on u->fd */
+    udp_sa_t sa;        /* the peer's data socket */
+    udp_sa_t ack_sa;    /* where control datagrams go: its ACK socket, or sa */
+    uint32_t next_free; /* link in the free list while !live */
+    int tx_fd;          /* a socket connected to sa, or -1: data goes out on u->fd */
     bool live;
-    bool has_ack;       /* the peer's address named an ACK port */
+    bool has_ack;       /* the peer's address named an ACK port ... */
+    uint16_t ack_port;  /* ... this one (host order) */
     uint8_t ncand, cur; /* the peer's addresses we could use; sa is cand[cur] */
     size_t mtu;         /* the route's, for dest_mtu */
-    struct sockaddr_in cand[UDP_CAND_MAX];
+    udp_sa_t cand[UDP_CAND_MAX];
 } udp_dest_t;
+
+/* An IPv4 or IPv6 address; IPv4 kept in the low four bytes' place of
+ * v4 (network order), family says which. */
+typedef struct udp_ip {
+    sa_family_t family;
+    struct in_addr v4;
+    struct in6_addr v6;
+} udp_ip_t;
 
 /* One item of an SX_BIND_ADDR filter: an interface name or a subnet. */
 typedef struct udp_filter_item {
     char name[IFNAMSIZ];
-    struct in_addr net;
+    udp_ip_t net;
     uint8_t prefix;
     bool is_net;
 } udp_filter_item_t;
@@ -53,18 +75,19 @@ typedef struct udp_filter {
 
 /* One address this interface offers. */
 typedef struct udp_laddr {
-    struct in_addr ip;
+    udp_ip_t ip;
     uint8_t prefix;
     char ifname[IFNAMSIZ];
 } udp_laddr_t;
 
 /* A peer's card address, decoded: one address (kind 4, host_key 0) or
- * the list of a wildcard-bound interface (kind 5). */
+ * the list of a wildcard-bound interface (kind 5: IPv4; kind 6: IPv4 and
+ * IPv6). */
 typedef struct udp_peer_addr {
     uint64_t host_key;
     uint16_t port, ack_port; /* host order; ack_port 0: none */
     unsigned n;
-    struct in_addr ip[UDP_ADDRS_MAX];
+    udp_ip_t ip[UDP_ADDRS_MAX];
     uint8_t prefix[UDP_ADDRS_MAX];
 } udp_peer_addr_t;
 
@@ -100,6 +123,11 @@ typedef struct udp_iface {
     sx_tl_iface_t base;
     int fd;
     struct sockaddr_in local;
+    /* Bound to the wildcard address and offering IPv6 addresses: an IPv6
+     * socket (IPV6_V6ONLY) on the same port, for IPv6 peers; -1 when
+     * none. IPv4 stays on fd, so that a host without IPv6 runs as it
+     * did. */
+    int fd6;
 
     /* Bound to the wildcard address: the card offers laddrs and the host
      * key (udp_addrs.c); otherwise local's address alone. */
@@ -138,6 +166,7 @@ typedef struct udp_iface {
 
     udp_rx_t rx;     /* the data socket */
     udp_rx_t ack_rx; /* the ACK socket, when there is one */
+    udp_rx_t rx6;    /* the IPv6 data socket, when there is one */
 } udp_iface_t;
 
 /* ------------------------------------------------------------ udp_sock.c */
@@ -167,8 +196,15 @@ int sx_udp_socket_open(const char *what, const struct sockaddr_in *sa, size_t rc
 /** Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);
 
-/** Opens the ACK socket and the epoll fd over both sockets. */
+/** Opens the ACK socket. */
 int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config);
+
+/** Opens the IPv6 data socket on the data socket's port. */
+int sx_udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config);
+
+/** With more than one socket to read, the epoll fd over them that
+ *  wait_fd hands out. */
+int sx_udp_open_epoll(udp_iface_t *u);
 
 /** The calling thread's network namespace; zeros when unknown. */
 void sx_udp_netns(dev_t *dev_p, ino_t *ino_p);
@@ -180,6 +216,23 @@ unsigned sx_udp_connect_budget(const sx_tl_config_t *config);
  *  else it keeps the shared data socket. Token holder. */
 void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d);
 
+/* ------------------------------------------------------------ udp_card.c */
+
+/** Writes @p u's card address (udp_card.c has the layouts); at most
+ *  *len_p bytes, SX_ERR_TRUNCATED when they do not fit. */
+int sx_udp_card_write(const udp_iface_t *u, void *buf, size_t *len_p);
+
+/** Decodes and checks card bytes into @p pa: NULL when they are a valid
+ *  address, else why not, for a message. */
+const char *sx_udp_card_decode(const void *addr, size_t len, udp_peer_addr_t *pa);
+
+/** "udp a.b.c.d:port", "udp port P on host K: a.b.c.d/len ...", or why
+ *  the bytes are malformed. */
+void sx_udp_card_str(const void *addr, size_t len, char *buf, size_t cap);
+
+/** Bytes of a list address with @p n4 IPv4 and @p n6 IPv6 addresses. */
+size_t sx_udp_card_list_len(unsigned n4, unsigned n6);
+
 /* ----------------------------------------------------------- udp_addrs.c */
 
 /** Whether SX_BIND_ADDR text is one address ("a.b.c.d[:port]") rather
@@ -190,11 +243,11 @@ bool sx_udp_bind_is_single(const char *text);
 int sx_udp_filter_parse(const char *text, udp_filter_t *f, char *why, size_t cap);
 
 /** Whether the filter lets address @p ip of interface @p ifname be used. */
-bool sx_udp_filter_allows(const udp_filter_t *f, const char *ifname, struct in_addr ip);
+bool sx_udp_filter_allows(const udp_filter_t *f, const char *ifname, const udp_ip_t *ip);
 
-/** The IPv4 addresses of the up, non-loopback interfaces that @p f
- *  allows, at most @p max; SX_ERR_NO_DEVICE, logged, when the
- *  interfaces cannot be listed. */
+/** The IPv4 and global IPv6 addresses of the up, non-loopback interfaces
+ *  that @p f allows (IPv4 first), at most @p max; SX_ERR_NO_DEVICE,
+ *  logged, when the interfaces cannot be listed. */
 int sx_udp_scan_local(const udp_filter_t *f, udp_laddr_t *out, unsigned max, unsigned *n_p);
 
 /** A key equal for two engines exactly when they share a boot and a
@@ -202,18 +255,24 @@ int sx_udp_scan_local(const udp_filter_t *f, udp_laddr_t *out, unsigned max, uns
 uint64_t sx_udp_host_key(dev_t netns_dev, ino_t netns_ino);
 
 /** Whether @p ip lies in the subnet of one of @p mine. */
-bool sx_udp_same_subnet(const udp_laddr_t *mine, unsigned n, struct in_addr ip);
+bool sx_udp_same_subnet(const udp_laddr_t *mine, unsigned n, const udp_ip_t *ip);
 
 /** The peer's addresses this interface could send to, best first (see
  *  udp_addrs.c); how many. */
-unsigned sx_udp_candidates(const udp_iface_t *u, const udp_peer_addr_t *pa,
-                           struct sockaddr_in *cand, unsigned max);
+unsigned sx_udp_candidates(const udp_iface_t *u, const udp_peer_addr_t *pa, udp_sa_t *cand,
+                           unsigned max);
 
-/** The largest payload on the route to @p sa (IP_MTU), at most caps.mtu;
- *  @p connected_fd: a socket already connected there, or -1. */
-size_t sx_udp_route_mtu(udp_iface_t *u, const struct sockaddr_in *sa, int connected_fd);
+/** The largest payload on the route to @p sa (IP_MTU, IPV6_MTU), at most
+ *  caps.mtu; @p connected_fd: a socket already connected there, or -1. */
+size_t sx_udp_route_mtu(udp_iface_t *u, const udp_sa_t *sa, int connected_fd);
 
-/** "eth0 10.1.0.1/24, eth1 10.2.0.1/24", or "none". */
+/** "a.b.c.d" or "x:y::z" into @p buf. */
+void sx_udp_ip_str(const udp_ip_t *ip, char *buf, size_t cap);
+
+/** "udp a.b.c.d:port" or "udp [x:y::z]:port". */
+void sx_udp_sa_str(const udp_sa_t *sa, char *buf, size_t cap);
+
+/** "eth0 10.1.0.1/24, eth1 fd00::1/64", or "none". */
 void sx_udp_laddrs_str(const udp_laddr_t *a, unsigned n, char *buf, size_t cap);
 
 #endif /* SX_TRANSPORTS_UDP_INT_H */

@@ -234,7 +234,7 @@ static int udp_scan_filtered(const sx_tl_config_t *config, char (*names)[SX_TL_D
         return SX_ERR_NO_DEVICE;
     }
     for (unsigned i = 0; i < f.n && !f.exclude; i++) {
-        if (!f.item[i].is_net && udp_if_lookup(list, f.item[i].name, &found[0].ip) < 0) {
+        if (!f.item[i].is_net && udp_if_lookup(list, f.item[i].name, &found[0].ip.v4) < 0) {
             char have[128];
             udp_if_names(list, have, sizeof(have));
             snprintf(text, text_len,
@@ -249,12 +249,13 @@ static int udp_scan_filtered(const sx_tl_config_t *config, char (*names)[SX_TL_D
         if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != AF_INET ||
             (ifa->ifa_flags & IFF_UP) == 0)
             continue;
-        struct in_addr ip = ((const struct sockaddr_in *)(const void *)ifa->ifa_addr)->sin_addr;
+        udp_ip_t ip = {.family = AF_INET,
+                       .v4 = ((const struct sockaddr_in *)(const void *)ifa->ifa_addr)->sin_addr};
         bool named = false;
         for (unsigned i = 0; i < f.n && !named; i++)
             named = !f.exclude && !f.item[i].is_net && strcmp(f.item[i].name, ifa->ifa_name) == 0;
         if (((ifa->ifa_flags & IFF_LOOPBACK) != 0 && !named) ||
-            !sx_udp_filter_allows(&f, ifa->ifa_name, ip))
+            !sx_udp_filter_allows(&f, ifa->ifa_name, &ip))
             continue;
         bool seen = false;
         for (unsigned k = 0; k < n && !seen; k++)
@@ -276,7 +277,7 @@ static int udp_scan_filtered(const sx_tl_config_t *config, char (*names)[SX_TL_D
     text[0] = '\0';
     for (unsigned k = 0; k < n; k++) {
         char ip[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &found[k].ip, ip, sizeof(ip));
+        inet_ntop(AF_INET, &found[k].ip.v4, ip, sizeof(ip));
         if (off < text_len)
             off += (size_t)snprintf(text + off, text_len - off, "%s%s %s", k != 0 ? ", " : "",
                                     found[k].ifname, ip);
@@ -459,10 +460,8 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
     return SX_OK;
 }
 
-/*
- * Opens the ACK socket on the data socket's address (a kernel-chosen
- * port) and the epoll fd over both that wait_fd hands out.
- */
+/* Opens the ACK socket on the data socket's address (a kernel-chosen
+ * port). */
 int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
 {
     struct sockaddr_in sa = u->local, bound;
@@ -478,21 +477,57 @@ int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
     int prio = UDP_ACK_PRIORITY;
     if (setsockopt(u->ack_fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio)) != 0)
         sx_debug("udp", "SO_PRIORITY %d on the ACK socket: %s", prio, strerror(errno));
-    rc = sx_udp_rx_init(&u->ack_rx, u->ack_fd, UDP_CTRL_MAX);
-    if (rc != SX_OK)
-        return rc;
-    /* One fd for the owner to sleep on: an epoll set is itself pollable
-     * and readable while any socket in it is (epoll(7)), so the engine's
-     * epoll needs no change for a transport with two sockets. */
+    return sx_udp_rx_init(&u->ack_rx, u->ack_fd, UDP_CTRL_MAX);
+}
+
+/*
+ * The IPv6 data socket of a wildcard-bound interface: IPv6 only
+ * (IPV6_V6ONLY, so that IPv4 keeps arriving on the IPv4 socket), on the
+ * wildcard address and the IPv4 socket's port, sized like it. Fails
+ * quietly (debug) where IPv6 sockets cannot be made; the caller says
+ * what that means.
+ */
+int sx_udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config)
+{
+    struct sockaddr_in6 sa = {
+        .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT, .sin6_port = u->local.sin_port};
+    int one = 1;
+
+    u->fd6 = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (u->fd6 < 0) {
+        sx_debug("udp", "IPv6 socket: %s", strerror(errno));
+        return SX_ERR_UNSUPPORTED;
+    }
+    if (setsockopt(u->fd6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
+        sx_debug("udp", "IPV6_V6ONLY: %s", strerror(errno));
+        return SX_ERR_UNSUPPORTED;
+    }
+    udp_set_buf(u->fd6, config->rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
+    udp_set_buf(u->fd6, config->sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
+    if (setsockopt(u->fd6, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
+        sx_debug("udp", "SO_RXQ_OVFL on the IPv6 socket: %s", strerror(errno));
+    if (bind(u->fd6, (const struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        sx_debug("udp", "bind the IPv6 socket to [::]:%u: %s", ntohs(sa.sin6_port),
+                 strerror(errno));
+        return SX_ERR_UNSUPPORTED;
+    }
+    return SX_OK;
+}
+
+/* One fd for the owner to sleep on: an epoll set is itself pollable and
+ * readable while any socket in it is (epoll(7)), so the engine's epoll
+ * needs no change for a transport with two or three sockets. */
+int sx_udp_open_epoll(udp_iface_t *u)
+{
     u->ep_fd = epoll_create1(EPOLL_CLOEXEC);
     if (u->ep_fd < 0) {
         sx_error("udp", "epoll_create1: %s", strerror(errno));
         return SX_ERR_IO;
     }
-    int fds[2] = {u->fd, u->ack_fd};
-    for (unsigned i = 0; i < 2; i++) {
+    int fds[3] = {u->fd, u->ack_fd, u->fd6};
+    for (unsigned i = 0; i < 3; i++) {
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-        if (epoll_ctl(u->ep_fd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+        if (fds[i] >= 0 && epoll_ctl(u->ep_fd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
             sx_error("udp", "epoll_ctl: %s", strerror(errno));
             return SX_ERR_IO;
         }
@@ -548,9 +583,10 @@ unsigned sx_udp_connect_budget(const sx_tl_config_t *config)
  */
 void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
 {
-    struct sockaddr_in local = u->local;
+    udp_sa_t local = {.in4 = u->local};
     dev_t dev;
     ino_t ino;
+    bool v6 = d->sa.sa.sa_family == AF_INET6;
 
     /* A socket is made in the calling thread's network namespace, and the
      * token holder inserting a peer need not be in the one the interface
@@ -563,7 +599,7 @@ void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
                         "than the interface; using the shared one");
         return;
     }
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         int err = errno;
         if (err == EMFILE || err == ENFILE) {
@@ -578,15 +614,20 @@ void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
         }
         return;
     }
-    local.sin_port = 0;
+    /* Bound to the data socket's IPv4 address (any port), or for IPv6 to
+     * the wildcard, as the IPv6 data socket is. */
+    if (v6)
+        local = (udp_sa_t){.in6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT}};
+    else
+        local.in4.sin_port = 0;
     udp_set_buf(fd, u->sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
     /* Nothing is read from it: the smallest receive buffer bounds what a
      * stray datagram to its port can hold (socket(7) doubles the value
      * and enforces a floor). */
     int small = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    if (bind(fd, (const struct sockaddr *)&local, sizeof(local)) != 0 ||
-        connect(fd, (const struct sockaddr *)&d->sa, sizeof(d->sa)) != 0) {
+    if (bind(fd, &local.sa, udp_sa_len(&local)) != 0 ||
+        connect(fd, &d->sa.sa, udp_sa_len(&d->sa)) != 0) {
         sx_debug("udp", "connected send socket: %s; using the shared one", strerror(errno));
         close(fd);
         return;

@@ -386,12 +386,17 @@ static void card_set_epoch(uint8_t *card, uint64_t epoch)
 /* Shard 0's udp address: kind 4 (length 8, 10 with an ACK socket's port
  * after it; reserved 0, port little-endian, IPv4 in network order) or, by
  * default, kind 5 (length 14 + 5 per address; the count, then the port at
- * the same place). Engines of one host reach kind 5 on loopback. */
+ * the same place), or kind 6 where the host has IPv6 addresses (then a
+ * count and 17 bytes per IPv6 address). Engines of one host reach kinds
+ * 5 and 6 on loopback. */
 static uint16_t card_port(const uint8_t *card, size_t len)
 {
     assert_true(len >= 16 + 1 + 8);
     if (card[17] == 5) {
         assert_int_equal(card[16], 14 + 5 * card[18]);
+    } else if (card[17] == 6) {
+        size_t at6 = 17 + 14 + 5 * (size_t)card[18];
+        assert_int_equal(card[16], 14 + 5 * card[18] + 1 + 17 * card[at6]);
     } else {
         assert_true(card[16] == 8 || card[16] == 10);
         assert_int_equal(card[17], 4);
@@ -410,7 +415,7 @@ static struct sockaddr_in card_sockaddr(const uint8_t *card, size_t len)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET};
     sa.sin_port = htons(card_port(card, len));
-    if (card[17] == 5)
+    if (card[17] == 5 || card[17] == 6)
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* an engine of this host */
     else
         memcpy(&sa.sin_addr.s_addr, card + 21, 4);

@@ -133,12 +133,14 @@ static int group_setup(void **state)
     /* B's card: shard 0's address after a length byte. Kind 4 (8 bytes:
      * reserved 0, port little-endian, IPv4 in network order, and 2 more,
      * the ACK port, with SX_UDP_ACK_SOCKET on) or by default kind 5 (the
-     * port at the same place; this host reaches it on loopback). */
+     * port at the same place; this host reaches it on loopback), kind 6
+     * where the host has IPv6 addresses. */
     assert_true(len >= 16 + 1 + 8);
     fx.b_addr.sin_family = AF_INET;
     fx.b_addr.sin_port = htons((uint16_t)(card[19] | card[20] << 8));
-    if (card[17] == 5) {
-        assert_int_equal(card[16], 14 + 5 * card[18]);
+    if (card[17] == 5 || card[17] == 6) {
+        size_t at6 = 17 + 14 + 5 * (size_t)card[18];
+        assert_int_equal(card[16], 14 + 5 * card[18] + (card[17] == 6 ? 1 + 17 * card[at6] : 0));
         fx.b_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     } else {
         assert_true(card[16] == 8 || card[16] == 10);

@@ -96,15 +96,15 @@ static unsigned nopened;
 
 /* udp's card address: kind 4 (a reserved byte, port little endian, IPv4
  * in network order) or, bound to every interface as by default, kind 5
- * (port at the same place; this host reaches it on loopback). The fault
- * decorator hands out its inner one's. */
+ * or 6 (port at the same place; this host reaches it on loopback). The
+ * fault decorator hands out its inner one's. */
 static void udp_sockaddr(sx_tl_iface_t *iface, struct sockaddr_in *sa)
 {
     uint8_t addr[SX_TL_ADDR_MAX];
     size_t len = sizeof(addr);
 
     assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
-    assert_true((len >= 8 && addr[0] == 4) || (len >= 14 && addr[0] == 5));
+    assert_true((len >= 8 && addr[0] == 4) || (len >= 14 && (addr[0] == 5 || addr[0] == 6)));
     *sa = (struct sockaddr_in){.sin_family = AF_INET,
                                .sin_port = htons((uint16_t)(addr[2] | addr[3] << 8))};
     if (addr[0] == 4)

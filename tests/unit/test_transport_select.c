@@ -266,11 +266,11 @@ static void test_cards_name_the_transport(void **state)
     bad[name] = 0;
     memmove(bad + name + 1, bad + name + 4, len - name - 4);
     assert_int_equal(sx_peer_add(a, 2, bad, len - 3, &peer), SX_ERR_INVALID_PARAM);
-    /* An address udp cannot read (kind 6 is neither one IPv4 address nor
+    /* An address udp cannot read (kind 7 is neither one IPv4 address nor
      * a list): malformed. */
     memcpy(bad, card, len);
-    assert_int_equal(bad[17], 5);
-    bad[17] = 6;
+    assert_true(bad[17] == 5 || bad[17] == 6);
+    bad[17] = 7;
     assert_int_equal(sx_peer_add(a, 2, bad, len, &peer), SX_ERR_INVALID_PARAM);
     /* A version 2 card is refused. */
     memcpy(bad, card, len);

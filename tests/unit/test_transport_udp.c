@@ -71,11 +71,25 @@ static void test_open_caps_and_address(void **state)
     assert_int_equal(a->caps.mtu, 65000);
     assert_int_equal(a->caps.inline_limit, 65000);
     /* Kind 5: a count, the port, no ACK port, a host key, then each
-     * non-loopback address with its prefix length. */
+     * non-loopback IPv4 address with its prefix length; kind 6, where
+     * this host has global IPv6 addresses, the same followed by a count
+     * of IPv6 addresses and each with its prefix length. */
     assert_int_equal(a->ops->local_addr(a, addr, &len), SX_OK);
-    assert_int_equal(addr[0], 5);
+    assert_true(addr[0] == 5 || addr[0] == 6);
     assert_true(addr[1] <= 8);
-    assert_int_equal(len, 14 + 5 * (size_t)addr[1]);
+    size_t at6 = 14 + 5 * (size_t)addr[1];
+    if (addr[0] == 5) {
+        assert_int_equal(len, at6);
+    } else {
+        assert_true(addr[at6] >= 1 && addr[1] + addr[at6] <= 8);
+        assert_int_equal(len, at6 + 1 + 17 * (size_t)addr[at6]);
+        assert_true(len <= SX_TL_ADDR_MAX);
+        for (unsigned i = 0; i < addr[at6]; i++) {
+            const uint8_t *e = addr + at6 + 1 + 17 * i;
+            assert_false(e[0] == 0xfe && (e[1] & 0xc0) == 0x80); /* link-local */
+            assert_true(e[16] <= 128);
+        }
+    }
     assert_true((addr[2] | addr[3] << 8) != 0);
     assert_int_equal(addr[4] | addr[5], 0);
     uint64_t key = 0;
@@ -142,6 +156,28 @@ static size_t list_addr(uint8_t *out, uint16_t port, uint64_t key, const char *c
     return 14 + 5 * (size_t)n;
 }
 
+/* The first IPv4 address of a kind 5 or 6 card address, and its prefix;
+ * false when it has none. */
+static bool first_ipv4(const uint8_t *addr, uint8_t ip[4], unsigned *prefix)
+{
+    if (addr[1] == 0)
+        return false;
+    memcpy(ip, addr + 14, 4);
+    *prefix = addr[18];
+    return true;
+}
+
+/* How many IPv4 and IPv6 addresses a kind 5 or 6 card address lists. */
+static unsigned count_ipv4(const uint8_t *addr)
+{
+    return addr[1];
+}
+
+static unsigned count_ipv6(const uint8_t *addr)
+{
+    return addr[0] == 6 ? addr[14 + 5 * (size_t)addr[1]] : 0;
+}
+
 /*
  * The default interface offers every address and chooses among a peer's
  * (udp_addrs.c): loopback for an engine of this host, then an address in
@@ -173,14 +209,14 @@ static void test_addresses_offered_and_chosen(void **state)
      * one; ours is chosen first, the routed one next. */
     assert_int_equal(a->ops->local_addr(a, mine, &mlen), SX_OK);
     char near[32] = "";
-    if (mine[1] > 0) {
-        uint8_t ip[4];
-        memcpy(ip, mine + 14, 4);
+    uint8_t ip[4];
+    unsigned prefix = 32;
+    if (first_ipv4(mine, ip, &prefix)) {
         ip[3] ^= 1; /* a neighbour in the same subnet, /31 or wider */
-        snprintf(near, sizeof(near), "%u.%u.%u.%u/%u", ip[0], ip[1], ip[2], ip[3], mine[18]);
+        snprintf(near, sizeof(near), "%u.%u.%u.%u/%u", ip[0], ip[1], ip[2], ip[3], prefix);
     }
     const char *ips[2] = {"198.51.100.7/24", near};
-    unsigned n = near[0] != '\0' && mine[18] <= 30 ? 2 : 1;
+    unsigned n = near[0] != '\0' && prefix <= 30 ? 2 : 1;
     len = list_addr(addr, 4242, 0x1234, ips, n);
     assert_int_equal(a->ops->addr_check(a, addr, len), SX_OK);
     assert_int_equal(a->ops->addr_insert(a, addr, len, &d), SX_OK);
@@ -237,21 +273,152 @@ static void test_addresses_offered_and_chosen(void **state)
     a->ops->close(a);
 
     /* Filters: "lo" keeps only loopback, which is never offered (only
-     * this host reaches it); "0.0.0.0/0" and "^lo" keep every address. */
+     * this host reaches it); "0.0.0.0/0" every IPv4 address (kind 5),
+     * "::/0" every IPv6 one, "^lo" every address. */
+    unsigned v4 = count_ipv4(mine), all = v4 + count_ipv6(mine);
     static const struct {
         const char *filter;
-        bool all;
-    } f[] = {{"lo", false}, {"0.0.0.0/0", true}, {"^lo", true}, {"^lo,127.0.0.0/8", true}};
+        int which; /* 0: none, 4: the IPv4 ones, 6: the IPv6 ones, 10: all */
+    } f[] = {{"lo", 0},   {"0.0.0.0/0", 4}, {"^lo", 10}, {"^lo,127.0.0.0/8", 10},
+             {"::/0", 6}, {"^::/0", 4}};
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
         sx_tl_config_t cfg = {.bind_addr = f[i].filter};
         sx_tl_iface_t *iface = NULL;
         assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
         len = sizeof(addr);
         assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
-        assert_int_equal(addr[0], 5);
-        assert_int_equal(addr[1], f[i].all ? mine[1] : 0);
+        unsigned want_n = f[i].which == 0   ? 0
+                          : f[i].which == 4 ? v4
+                          : f[i].which == 6 ? all - v4
+                                            : all;
+        assert_int_equal(count_ipv4(addr) + count_ipv6(addr), want_n);
+        assert_int_equal(addr[0], count_ipv6(addr) > 0 ? 6 : 5);
         iface->ops->close(iface);
     }
+}
+
+/*
+ * IPv6 (kind 6): a card that lists IPv6 addresses is read, checked and
+ * shown; an interface that offers them has an IPv6 socket, and a datagram
+ * to a peer's IPv6 address arrives there. The last part needs a global
+ * IPv6 address on this host and is skipped, saying so, without one.
+ */
+/* A kind 6 address: the IPv4 addresses of @p ips ("a.b.c.d/len") as
+ * kind 5 has them, then a count and the IPv6 ones ("x::y/len"). */
+static size_t list6_addr(uint8_t *out, uint16_t port, uint64_t key, const char *const *ips,
+                         unsigned n)
+{
+    unsigned n4 = 0, n6 = 0;
+    char ip[64];
+    unsigned prefix = 0;
+
+    for (unsigned i = 0; i < n; i++)
+        n4 += strchr(ips[i], ':') == NULL;
+    out[0] = 6;
+    out[1] = (uint8_t)n4;
+    out[2] = (uint8_t)port;
+    out[3] = (uint8_t)(port >> 8);
+    out[4] = out[5] = 0;
+    for (unsigned i = 0; i < 8; i++)
+        out[6 + i] = (uint8_t)(key >> (8 * i));
+    uint8_t *e = out + 14, *count6 = out + 14 + 5 * n4;
+    for (unsigned i = 0; i < n; i++) {
+        if (strchr(ips[i], ':') != NULL)
+            continue;
+        assert_int_equal(sscanf(ips[i], "%63[0-9.]/%u", ip, &prefix), 2);
+        assert_int_equal(inet_pton(AF_INET, ip, e), 1);
+        e[4] = (uint8_t)prefix;
+        e += 5;
+    }
+    e = count6 + 1;
+    for (unsigned i = 0; i < n; i++) {
+        if (strchr(ips[i], ':') == NULL)
+            continue;
+        assert_int_equal(sscanf(ips[i], "%63[0-9a-fA-F:.]/%u", ip, &prefix), 2);
+        assert_int_equal(inet_pton(AF_INET6, ip, e), 1);
+        e[16] = (uint8_t)prefix;
+        e += 17;
+        n6++;
+    }
+    *count6 = (uint8_t)n6;
+    return (size_t)(e - out);
+}
+
+static void test_ipv6(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp(0);
+    uint8_t addr[SX_TL_ADDR_MAX];
+    char text[160];
+    size_t len;
+
+    /* Read and shown; a peer that offers only IPv6 is reachable only by
+     * an interface that has an IPv6 socket. */
+    const char *both[2] = {"198.51.100.7/24", "2001:db8::7/64"};
+    len = list6_addr(addr, 4242, 0x1234, both, 2);
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_OK);
+    a->ops->addr_str(a, addr, len, text, sizeof(text));
+    assert_non_null(strstr(text, "198.51.100.7/24"));
+    assert_non_null(strstr(text, "2001:db8::7/64"));
+    /* Malformed: link-local, loopback, IPv4-mapped, multicast, a prefix
+     * over 128; no IPv6 address at all, a count past the end, more than
+     * 8 in all, a byte short. */
+    static const char *const bad[] = {"fe80::1/64", "::1/128", "::ffff:10.0.0.1/96", "ff02::1/16",
+                                      "2001:db8::7/129"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        len = list6_addr(addr, 4242, 0x1234, &bad[i], 1);
+        if (a->ops->addr_check(a, addr, len) != SX_ERR_INVALID_PARAM)
+            fail_msg("kind 6 entry '%s' was taken", bad[i]);
+    }
+    len = list6_addr(addr, 4242, 0x1234, both, 1); /* kind 6 with no IPv6 address */
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_INVALID_PARAM);
+    len = list6_addr(addr, 4242, 0x1234, both, 2);
+    addr[14 + 5] = 2;
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_INVALID_PARAM);
+    addr[14 + 5] = 8;
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_INVALID_PARAM);
+    addr[14 + 5] = 1;
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_OK);
+    assert_int_equal(a->ops->addr_check(a, addr, len - 1), SX_ERR_INVALID_PARAM);
+
+    uint8_t mine[SX_TL_ADDR_MAX];
+    size_t mlen = sizeof(mine);
+    assert_int_equal(a->ops->local_addr(a, mine, &mlen), SX_OK);
+    const char *only6[1] = {"2001:db8::7/64"};
+    len = list6_addr(addr, 4242, 0x1234, only6, 1);
+    if (mine[0] != 6) {
+        assert_int_equal(a->ops->addr_check(a, addr, len), SX_ERR_PEER_UNREACHABLE);
+        a->ops->close(a);
+        print_message("[ test_ipv6 ] no global IPv6 address here: not sent over IPv6\n");
+        return;
+    }
+    assert_int_equal(a->ops->addr_check(a, addr, len), SX_OK);
+
+    /* b's card as another host would see it: its IPv6 addresses only,
+     * another host key, so that a goes over IPv6 rather than loopback. */
+    sx_tl_iface_t *b = open_udp(0);
+    uint8_t theirs[SX_TL_ADDR_MAX];
+    size_t tlen = sizeof(theirs);
+    assert_int_equal(b->ops->local_addr(b, theirs, &tlen), SX_OK);
+    assert_int_equal(theirs[0], 6);
+    size_t at6 = 14 + 5 * (size_t)theirs[1];
+    memmove(theirs + 14, theirs + at6, tlen - at6);
+    tlen -= at6 - 14;
+    theirs[1] = 0;
+    theirs[6] ^= 0x5a;
+    sx_tl_dest_t d;
+    assert_int_equal(a->ops->addr_insert(a, theirs, tlen, &d), SX_OK);
+    a->ops->dest_str(a, d, text, sizeof(text));
+    assert_non_null(strstr(text, "udp ["));
+    assert_true(a->ops->dest_mtu(a, d) > 1000);
+    rx_log_t log = {0};
+    assert_int_equal(send_one(a, d, "over six", 8), SX_OK);
+    rx_until(b, &log, 1);
+    assert_int_equal(log.len[0], 8);
+    assert_memory_equal(log.data[0], "over six", 8);
+    rx_log_free(&log);
+    a->ops->close(a);
+    b->ops->close(b);
 }
 
 /* Each field of an 8-byte address is checked (lengths and bytes that are
@@ -265,7 +432,8 @@ static void test_addr_insert_rejects_garbage(void **state)
         const char *bytes;
         size_t len;
     } bad[] = {
-        {"\x06\x00\x10\x27\x7f\x00\x00\x01", 8}, /* IPv6 family */
+        {"\x06\x00\x10\x27\x7f\x00\x00\x01", 8}, /* a list of IPv4 and IPv6, too short */
+        {"\x07\x00\x10\x27\x7f\x00\x00\x01", 8}, /* no such kind */
         {"\x00\x00\x10\x27\x7f\x00\x00\x01", 8}, /* no family */
         {"\x04\x01\x10\x27\x7f\x00\x00\x01", 8}, /* reserved byte set */
         {"\x04\x00\x00\x00\x7f\x00\x00\x01", 8}, /* port 0 */
@@ -554,7 +722,7 @@ static void test_ack_socket_rejects_garbage(void **state)
         {"\x04\x00\x10\x27\x7f\x00\x00\x01\x10\x27", 10, "equal to the data port"},
         {"\x04\x00\x00\x00\x7f\x00\x00\x01\x11\x27", 10, "port 0"},
         {"\x04\x02\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "reserved"},
-        {"\x06\x00\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "unknown address kind"},
+        {"\x07\x00\x10\x27\x7f\x00\x00\x01\x11\x27", 10, "unknown address kind"},
         {"\x04\x00\x10\x27\x00\x00\x00\x00\x11\x27", 10, "0.0.0.0"},
     };
 
@@ -860,6 +1028,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_caps_and_address),
         cmocka_unit_test(test_addresses_offered_and_chosen),
+        cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_gso_and_gro),
         cmocka_unit_test(test_addr_insert_rejects_garbage),
         cmocka_unit_test(test_closed_port_is_not_fatal),
