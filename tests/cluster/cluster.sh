@@ -2,7 +2,7 @@
 # A cluster of hosts made of network namespaces, for the tests (issue 20).
 #
 #   cluster.sh up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...
-#                        [--loss HOST:PERCENT]...
+#                        [--loss HOST:PERCENT]... [--ipv6]
 #   cluster.sh down NAME
 #   cluster.sh exec NAME HOST [CMD...]
 #   cluster.sh hosts NAME
@@ -20,7 +20,9 @@
 # (`tc qdisc ... tbf rate RATE limit QUEUE burst BURST`) on the switch port
 # towards HOST, so it shapes what that host receives; HOST is the host's
 # name or its number. IPv6 is off on the cluster network: one address per
-# host keeps what the tests see (and what a runtime picks) unambiguous.
+# host keeps what the tests see (and what a runtime picks) unambiguous;
+# `--ipv6` turns it on in the hosts and gives each sx0 fd77::i/64 too
+# (without duplicate address detection, so it is usable at once).
 #
 # Every cluster has its own namespaces, so all of them can use the same
 # subnet (default 10.77.0.0/24, `--subnet` to change it): their addresses
@@ -95,7 +97,7 @@ die() {
 usage() {
     cat >&2 <<EOF
 usage: $PROG up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...
-                      [--loss HOST:PERCENT]...
+                      [--loss HOST:PERCENT]... [--ipv6]
        $PROG down NAME
        $PROG exec NAME HOST [CMD...]
        $PROG hosts NAME
@@ -293,6 +295,7 @@ cmd_up() {
     fi
     N=$((10#$n)) MTU=1500 SUBNET=10.77.0
     local -a shapes=() losses=()
+    local ipv6=0
     while (($#)); do
         case $1 in
         --mtu)
@@ -323,6 +326,10 @@ cmd_up() {
             [[ $2 =~ ^[^:]+:[^:]+$ ]] || die 2 "bad loss '$2' (HOST:PERCENT)"
             losses+=("$2")
             shift 2
+            ;;
+        --ipv6)
+            ipv6=1
+            shift
             ;;
         *) usage ;;
         esac
@@ -383,8 +390,8 @@ cmd_up() {
     for ((i = 1; i <= N; i++)); do
         h=$name$i
         add_netns "$h"
-        ns_sysctl "$h" net/ipv6/conf/default/disable_ipv6 1
-        ns_sysctl "$h" net/ipv6/conf/all/disable_ipv6 1
+        ns_sysctl "$h" net/ipv6/conf/default/disable_ipv6 $((1 - ipv6))
+        ns_sysctl "$h" net/ipv6/conf/all/disable_ipv6 $((1 - ipv6))
         ip -n "$h" link set lo up
         : >"$state/uts/$h"
         if ! err=$(unshare --uts="$state/uts/$h" hostname "$h" 2>&1); then
@@ -395,6 +402,9 @@ cmd_up() {
         ip -n "$sw" link add "p$i" mtu "$MTU" type veth peer name "$IFNAME" mtu "$MTU" netns "$h"
         ip -n "$sw" link set "p$i" master br0 up
         ip -n "$h" addr add "$SUBNET.$i/24" dev "$IFNAME"
+        if ((ipv6)); then
+            ip -n "$h" addr add "fd77::$i/64" dev "$IFNAME" nodad
+        fi
         ip -n "$h" link set "$IFNAME" up
     done
     ip -n "$sw" link set br0 up

@@ -10,7 +10,8 @@
 # environment goes along (SX_FAULT for the loss runs). No shardx
 # parameter is set: the defaults must find the other hosts. The job
 # passes when sx_run exits 0 and a rank ran on every host (and, with
-# SXRUN_JOB_LOSS set, the switch's loss rules dropped frames).
+# SXRUN_JOB_LOSS set, the switch's loss rules dropped frames; with
+# SXRUN_JOB_IPV6 set, host 1 sent IPv6 datagrams).
 set -euo pipefail
 
 sx_run=$1 np=$2
@@ -24,6 +25,9 @@ for v in CLUSTER_NAME CLUSTER_HOSTS CLUSTER_AGENT CLUSTER_TOOL; do
 done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# IPv6 datagrams this host (host 1, where this script runs) sent so far.
+udp6_out() { awk '$1 == "Udp6OutDatagrams" {print $2}' /proc/net/snmp6 2>/dev/null || echo 0; }
+udp6_before=$(udp6_out)
 
 rc=0
 # shellcheck disable=SC2016 # expanded by the rank's shell, on its host
@@ -42,6 +46,16 @@ for h in "${hosts[@]}"; do
         exit 1
     fi
 done
+# A job told to use IPv6 addresses only (SX_BIND_ADDR=fd77::/64 on a
+# cluster made with --ipv6) must have sent IPv6 datagrams from here.
+if [[ -n ${SXRUN_JOB_IPV6:-} ]]; then
+    sent6=$(($(udp6_out) - udp6_before))
+    if ((sent6 <= 0)); then
+        echo "sxrun_job: FAILED: host 1 sent no IPv6 datagram" >&2
+        exit 1
+    fi
+    echo "sxrun_job: host 1 sent $sent6 IPv6 datagrams (a GSO message counts once)"
+fi
 # A job run with loss on the switch's ports (with_cluster.sh --loss) must
 # have met it: the switch counts what its rules dropped.
 if [[ -n ${SXRUN_JOB_LOSS:-} ]]; then

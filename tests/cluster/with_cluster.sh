@@ -2,7 +2,7 @@
 # Runs a command on a namespace cluster made for it (cluster.sh), for ctest:
 #
 #   with_cluster.sh N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]...
-#                   [--subnet A.B.C] -- CMD...
+#                   [--subnet A.B.C] [--ipv6] -- CMD...
 #
 # brings up N hosts with MTU M under a name of its own (sx<pid><letter>,
 # so that concurrent runs never meet), runs CMD inside host 1 (its own
@@ -29,7 +29,7 @@ cluster=$here/cluster.sh
 state_root=${CLUSTER_STATE_DIR:-/run/sxcluster}
 
 usage() {
-    echo "usage: ${0##*/} N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]... [--subnet A.B.C] -- CMD..." >&2
+    echo "usage: ${0##*/} N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]... [--subnet A.B.C] [--ipv6] -- CMD..." >&2
     exit 2
 }
 
@@ -43,6 +43,10 @@ while (($#)) && [[ $1 != -- ]]; do
         (($# >= 2)) || usage
         up_args+=("$1" "$2")
         shift 2
+        ;;
+    --ipv6)
+        up_args+=("$1")
+        shift
         ;;
     *) usage ;;
     esac
