@@ -154,11 +154,19 @@ static int shardx_component_close(void)
 
 /* The engine's settings: every btl_shardx_<name> that is set, then
  * SX_MODEX=manual, because Open MPI's modex carries the cards and the
- * engine must not open a PMIx connection of its own. */
+ * engine must not open a PMIx connection of its own, and SX_SENDI_HOLD_US
+ * at 50 unless the user set it: ob1 hands over one eager message at a
+ * time with no "more follows", so holding a burst of sendi's until the
+ * next progress call (at most 50 us) lets them share datagrams. Between
+ * two namespace hosts at MTU 1500 it took the 8-byte message rate from
+ * 431 k to 2.66 M messages/s with the 8-byte latency unchanged
+ * (bench/bench_mpi.sh's "rate" and "pingpong"). */
+#define SHARDX_SENDI_HOLD_US "50"
+
 static int shardx_engine_create(sx_engine_h *engine_p)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
-    sx_config_kv_t *kv = calloc(c->sx_value_count + 1, sizeof(*kv));
+    sx_config_kv_t *kv = calloc(c->sx_value_count + 2, sizeof(*kv));
     sx_param_info_t info;
     size_t n = 0;
 
@@ -176,6 +184,14 @@ static int shardx_engine_create(sx_engine_h *engine_p)
     kv[n].name = "MODEX";
     kv[n].value = "manual";
     n++;
+    bool hold_set = getenv("SX_SENDI_HOLD_US") != NULL;
+    for (size_t i = 0; i < n && !hold_set; i++)
+        hold_set = strcmp(kv[i].name, "SENDI_HOLD_US") == 0;
+    if (!hold_set) {
+        kv[n].name = "SENDI_HOLD_US";
+        kv[n].value = SHARDX_SENDI_HOLD_US;
+        n++;
+    }
 
     /* Which address the engine will bind: this BTL's parameter, else the
      * environment, else shardx's default (every interface, loopback for

@@ -139,6 +139,12 @@
       "requests and probes, and keeps what arrives for the next caller; it never runs a "      \
       "callback. 0 turns it off (a busy rank then stops answering). Not used with "            \
       "SX_PROGRESS=thread.")                                                                   \
+    X(SENDI_HOLD_US, UINT, sendi_hold_us, "0", 0, 10000, NULL,                                 \
+      "How long sx_sendi may hold a message back so that the next ones share its datagram: "   \
+      "the second and later sx_sendi of a caller between two of its sx_progress calls wait "   \
+      "for the next call, for 64 KiB of them, or for this many microseconds, when the "        \
+      "engine's service thread sends them. 0: every one at once. Needs the service "           \
+      "(SX_SERVICE_US > 0, SX_PROGRESS=poll); the Open MPI BTL sets 50.")                      \
     X(BIND_PROGRESS, BOOL, bind_progress, "no", 0, 0, NULL,                                    \
       "Pin each progress thread to its shard's core. Off by default: hybrid MPI+OpenMP "       \
       "programs pin their own threads.")                                                       \
@@ -212,6 +218,7 @@ typedef struct sx_config {
     uint64_t max_msg_size;
     int progress;
     uint64_t spin_us;
+    uint64_t sendi_hold_us;
     uint64_t service_us;
     bool bind_progress;
     int stats;

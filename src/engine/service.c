@@ -51,6 +51,30 @@ void sx_service_push(void *arg, uint64_t now)
         sx_service_arm(svc, until);
 }
 
+/* The earlier of `until` and a flush asked for, for the timer. */
+static uint64_t sx_service_next_wake(sx_service_t *svc)
+{
+    uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
+    uint64_t at = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
+    return at != 0 && sx_u64_before(at, until) ? at : until;
+}
+
+void sx_service_hold(void *arg, uint64_t at)
+{
+    sx_service_t *svc = arg;
+    uint64_t old = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
+
+    while (old == 0 || sx_u64_before(at, old)) {
+        if (atomic_compare_exchange_weak_explicit(&svc->flush_at, &old, at, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            /* The service arms its timer and then looks at flush_at again
+             * (sx_service_main), so one of the two arms sees the other. */
+            sx_service_arm(svc, sx_service_next_wake(svc));
+            return;
+        }
+    }
+}
+
 /* Reads what woke the thread: the timer's expirations, the stop signal. */
 static void sx_service_drain(sx_service_t *svc)
 {
@@ -125,15 +149,35 @@ static void *sx_service_main(void *arg)
     while (!atomic_load_explicit(&svc->stop, memory_order_acquire)) {
         uint64_t now = sx_time_ns();
         uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
+        uint64_t at = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
+        if (at != 0 && !sx_u64_before(now, at) && sx_u64_before(now, until)) {
+            /* Messages sx_sendi held back are due and their callers have
+             * not come back to progress: one pass sends them (each
+             * shard's leave flushes). A shard whose token a caller holds
+             * is flushed by that caller, unless it holds more back: then
+             * try again a hold later. */
+            atomic_store_explicit(&svc->flush_at, 0, memory_order_relaxed);
+            bool busy;
+            (void)sx_service_pass(e, &busy);
+            if (busy)
+                sx_service_hold(svc, sx_time_ns() + svc->hold_ns);
+            continue;
+        }
         if (sx_u64_before(now, until)) {
-            /* Callers are active: sleep on the timer they keep pushing. */
+            /* Callers are active: sleep on the timer they keep pushing, or
+             * until held messages are due. */
             sx_service_watch(svc, false);
             sx_service_arm(svc, until);
+            uint64_t wake = sx_service_next_wake(svc);
+            if (wake != until)
+                sx_service_arm(svc, wake);
             sx_service_wait(svc, UINT64_MAX);
             continue;
         }
         sx_stat_add(&svc->wakeups, 1);
         bool busy;
+        /* Serving: every pass flushes what was held. */
+        atomic_store_explicit(&svc->flush_at, 0, memory_order_relaxed);
         uint64_t next = sx_service_pass(e, &busy);
         now = sx_time_ns();
         if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed)))
@@ -174,6 +218,8 @@ int sx_service_start(struct sx_engine *e)
         return SX_ERR_NO_MEMORY;
     svc->engine = e;
     svc->idle_ns = e->cfg.service_us * 1000u;
+    svc->hold_ns = e->cfg.sendi_hold_us * 1000u;
+    atomic_init(&svc->flush_at, 0);
     svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     svc->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -207,6 +253,8 @@ int sx_service_start(struct sx_engine *e)
      * before the thread starts, and before any caller can progress. */
     e->env.svc_half_ns = svc->idle_ns / 2;
     e->env.svc_push = sx_service_push;
+    e->env.svc_hold = sx_service_hold;
+    e->env.sendi_hold_ns = svc->hold_ns;
     e->env.svc_arg = svc;
     e->env.svc_until = &svc->until;
     /* The thread takes no signals; they belong to the application. */
@@ -218,6 +266,7 @@ int sx_service_start(struct sx_engine *e)
     if (err != 0) {
         sx_error("service", "cannot start the engine's service thread: %s", strerror(err));
         e->env.svc_until = NULL;
+        e->env.sendi_hold_ns = 0;
         e->service = NULL;
         sx_service_free(svc);
         return SX_ERR_NO_MEMORY;
@@ -239,6 +288,7 @@ void sx_service_stop(struct sx_engine *e)
     if (svc->started)
         pthread_join(svc->tid, NULL);
     e->env.svc_until = NULL; /* no caller pushes a service that is gone */
+    e->env.sendi_hold_ns = 0;
     e->service = NULL;
     sx_service_free(svc);
 }

@@ -32,6 +32,8 @@
  *   field / function       | written or called by   | how
  *   -----------------------+------------------------+------------------------------
  *   until                  | callers (push), any    | relaxed load; CAS to move it
+ *   flush_at               | callers (hold), the    | relaxed; CAS to move it earlier,
+ *                          | service thread         | exchange to take it
  *   timerfd                | callers (push) and the | timerfd_settime, any thread
  *                          | service thread         |
  *   epfd, watching         | the service thread     | epoll_ctl (start: creation)
@@ -53,10 +55,15 @@ struct sx_engine;
 typedef struct sx_service {
     _Atomic uint64_t until; /* callers keep the service away until then (ns) */
     uint64_t idle_ns;       /* SX_SERVICE_US */
-    int timerfd;            /* fires at `until` */
-    int stopfd;             /* eventfd: destruction */
-    int epfd;               /* timerfd, stopfd; the shards' interfaces while serving */
-    bool watching;          /* the shards' interfaces are in epfd (service thread) */
+    /* Held sx_sendi messages (SX_SENDI_HOLD_US) must leave by then (ns;
+     * 0: nothing asked): the service flushes the shards at that time,
+     * callers or not. */
+    _Atomic uint64_t flush_at;
+    uint64_t hold_ns; /* SX_SENDI_HOLD_US */
+    int timerfd;      /* fires at `until` */
+    int stopfd;       /* eventfd: destruction */
+    int epfd;         /* timerfd, stopfd; the shards' interfaces while serving */
+    bool watching;    /* the shards' interfaces are in epfd (service thread) */
     pthread_t tid;
     bool started;
     atomic_bool stop;
@@ -75,5 +82,9 @@ void sx_service_stop(struct sx_engine *engine);
  *  (the shards' env svc_push, with the service as its argument). Any
  *  thread. */
 void sx_service_push(void *svc, uint64_t now);
+
+/** Asks the service to flush every shard at @p at at the latest (the
+ *  shards' env svc_hold: messages sx_sendi held back). Any thread. */
+void sx_service_hold(void *svc, uint64_t at);
 
 #endif /* SX_ENGINE_SERVICE_H */

@@ -309,6 +309,8 @@ bool sx_chan_would_wait_locked(const sx_chan_t *c)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
 
-    return c->sendq != NULL || c->rtx != NULL || (uint32_t)(c->snd_nxt - c->snd_una) >= p->window ||
-           c->inflight_bytes >= p->max_inflight;
+    /* Messages sx_sendi held back only wait for the flush: one more may
+     * join them. */
+    return (c->sendq != NULL && !c->held) || c->rtx != NULL ||
+           (uint32_t)(c->snd_nxt - c->snd_una) >= p->window || c->inflight_bytes >= p->max_inflight;
 }

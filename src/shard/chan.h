@@ -138,8 +138,9 @@ typedef struct sx_chan {
     sx_txpkt_t **win; /* [window], indexed by seq & (window - 1) */
     size_t inflight_bytes;
     sx_op_t *sendq, *sendq_tail; /* not yet fully cut into packets */
-    sx_op_t *ackq, *ackq_tail;   /* fully sent, waiting for the cumulative ACK */
-    sx_op_t *rmaq, *rmaq_tail;   /* PUT and GET sent, waiting for the target's answer */
+    bool held; /* sendq holds what sx_sendi held back (SX_SENDI_HOLD_US) until the flush */
+    sx_op_t *ackq, *ackq_tail; /* fully sent, waiting for the cumulative ACK */
+    sx_op_t *rmaq, *rmaq_tail; /* PUT and GET sent, waiting for the target's answer */
     uint32_t next_op_id;
     unsigned rma_outstanding;   /* our PUT and GET not yet answered */
     unsigned resp_queued;       /* answers we owe the peer, not yet sent */

@@ -356,6 +356,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
     unsigned sent = 0;
     uint64_t now = sx_time_ns();
 
+    c->held = false;
     if (c->failed)
         return 0;
     if (c->conn != SX_CONN_UP) {

@@ -62,6 +62,11 @@ typedef struct sx_shard_env {
     uint64_t svc_half_ns;
     void (*svc_push)(void *svc_arg, uint64_t now);
     void *svc_arg;
+    /* SX_SENDI_HOLD_US, when the service runs (0: off): how long sx_sendi
+     * may hold messages back; svc_hold asks the service to flush the
+     * shards by the given time. */
+    uint64_t sendi_hold_ns;
+    void (*svc_hold)(void *svc_arg, uint64_t at);
 } sx_shard_env_t;
 
 #endif /* SX_SHARD_ENV_H */

@@ -217,6 +217,8 @@ void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan)
 
 void sx_shard_flush_locked(sx_shard_t *shard)
 {
+    shard->held_bytes = 0;
+    shard->hold_armed = false;
     /* Take the whole list: channels that become ready again while we flush
      * (a new ACK owed, the interface full) go on a fresh list for the next
      * pass instead of spinning here. */
@@ -454,6 +456,8 @@ static int sx_shard_pass(sx_shard_t *shard)
      * load and a compare; the push itself at most twice per
      * SX_SERVICE_US. */
     const sx_shard_env_t *env = shard->env;
+    if (!shard->serving)
+        shard->sendi_since_progress = false; /* a caller returned to progress */
     if (!shard->serving && env != NULL && env->svc_until != NULL &&
         now + env->svc_half_ns > atomic_load_explicit(env->svc_until, memory_order_relaxed))
         env->svc_push(env->svc_arg, now);

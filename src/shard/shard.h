@@ -103,7 +103,8 @@ struct sx_shard_guest {
     X(pmtu_steps, "datagram sizes given up at connect: probes of them went unanswered")          \
     X(pmtu_blackholes, "datagram sizes given up later: large packets lost, small ones answered") \
     X(frags_sent, "fragments of packets built before a smaller datagram size was found")         \
-    X(frags_assembled, "packets put back together from fragments")
+    X(frags_assembled, "packets put back together from fragments")                               \
+    X(sendi_held, "sx_sendi messages held back to share a datagram (SX_SENDI_HOLD_US)")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;
@@ -140,6 +141,13 @@ struct sx_shard {
      * says more sends follow at once, and only until its next send
      * without the flag or its next progress call. */
     bool hold_flush;
+    /* SX_SENDI_HOLD_US (send.c): an sx_sendi ran since the last caller's
+     * progress pass, so the next ones may be held; what is held, and
+     * whether the service was asked to flush it by the deadline. Cleared
+     * by the flush. */
+    bool sendi_since_progress;
+    bool hold_armed;
+    size_t held_bytes;
     sx_shard_txq_t txq;
     /* Large data packets kept for reuse (chan.c, chan_pkt_alloc). */
     struct sx_txpkt *pkt_pool;

@@ -360,6 +360,60 @@ static void test_send_more(void **state)
     pair_free(&p);
 }
 
+/*
+ * SX_SENDI_HOLD_US: a burst of 64 sx_sendi with no progress call between
+ * them; the first goes at once, the others are held back and share a
+ * datagram. The sender then makes no call at all (an application that
+ * computes): its service thread must send what is held by the deadline,
+ * so the receiver, progressed alone, gets every message. Returns the
+ * data packets the burst took; @p held_p the messages held.
+ */
+static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p)
+{
+    sx_config_kv_t kv[] = {{.name = "SENDI_HOLD_US", .value = hold_us}};
+    pair_t p = pair_new_cfg(kv, 1);
+    ctx_t rx = {0}, tx = {0};
+    uint8_t buf[8];
+
+    /* Connected first, so the burst is not held back by the handshake. */
+    assert_int_equal(sx_am_register(p.b, 5, on_am, &rx), SX_OK);
+    am_fill(buf, sizeof(buf), 0);
+    struct iovec iov = {buf, sizeof(buf)};
+    assert_int_equal(sx_send(p.a_to_b, 5, &iov, 1, on_done, &tx), SX_INPROGRESS);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 1));
+    uint64_t before = stat_of(p.a, "data_sent");
+
+    for (uint64_t i = 1; i <= 64; i++) {
+        am_fill(buf, sizeof(buf), i);
+        /* Held messages do not make sx_sendi refuse the next one. */
+        assert_int_equal(sx_sendi(p.a_to_b, 5, &iov, 1), SX_OK);
+    }
+    /* The sender computes: only the receiver is progressed. */
+    uint64_t start = sx_time_ns();
+    while (rx.rx.received < 65 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        sx_progress(p.b);
+    assert_int_equal(rx.rx.received, 65);
+    assert_int_equal(rx.rx.errors, 0);
+    uint64_t packets = stat_of(p.a, "data_sent") - before;
+    *held_p = stat_of(p.a, "sendi_held");
+    pair_free(&p);
+    return packets;
+}
+
+static void test_sendi_hold(void **state)
+{
+    (void)state;
+    uint64_t held;
+
+    /* Held: the first alone, the other 63 together (8-byte messages). */
+    assert_true(sendi_burst("200", &held) <= 3);
+    assert_int_equal(held, 63);
+    /* Off (the library's default): one datagram each, nothing held. */
+    assert_int_equal(sendi_burst("0", &held), 64);
+    assert_int_equal(held, 0);
+}
+
 /* A child forked after engines came and went can use shardx: the RCU
  * machinery's worker threads are re-created in it. */
 static void round_trip_once(void)
@@ -444,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_other_shards_are_progressed),
         cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_send_more),
+        cmocka_unit_test(test_sendi_hold),
         cmocka_unit_test(test_fork_after_engines),
         cmocka_unit_test(test_bad_arguments),
     };

@@ -22,6 +22,14 @@
  *                               sends eager and rendezvous messages (RGET or
  *                               the put pipeline) to it; nothing may fail,
  *                               every byte checked
+ *   btl_suite isend_compute MS  rank 0 posts 16 small MPI_Isends, then
+ *                               computes for MS milliseconds without an MPI
+ *                               call; rank 1 must have received them all
+ *                               before that computation ended (the BTL lets
+ *                               shardx hold a burst of eager sends back to
+ *                               share datagrams, SX_SENDI_HOLD_US: the
+ *                               engine's service must send them by the
+ *                               deadline)
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -30,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int rank, nranks;
 
@@ -479,6 +488,61 @@ static void test_busy(unsigned ms, unsigned mid_ms)
         free(buf[i]);
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Eager sends the BTL held back (SX_SENDI_HOLD_US, 50 us) must leave
+ * while their sender computes: rank 1 notes when the last one arrived
+ * (CLOCK_MONOTONIC, one clock for every process of this machine, the
+ * namespace cluster's hosts included) and tells rank 0, which checks it
+ * against its computation's end. The computation lasts seconds, the
+ * deadline microseconds: nothing here depends on timing but the order.
+ */
+static void test_isend_compute(unsigned ms)
+{
+    enum { N = 16 };
+    uint64_t msg[N];
+    MPI_Request req[N];
+    double arrived = 0;
+
+    if (rank > 1)
+        return;
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD)); /* both connected, both here */
+    if (rank == 1) {
+        for (int i = 0; i < N; i++) {
+            MPI_OK(
+                MPI_Recv(&msg[i], 1, MPI_UINT64_T, 0, 900 + i, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            CHECK(msg[i] == 0x5eed0000u + (uint64_t)i, "isend_compute: message %d is %llx", i,
+                  (unsigned long long)msg[i]);
+        }
+        arrived = mono_s();
+        MPI_OK(MPI_Send(&arrived, 1, MPI_DOUBLE, 0, 950, MPI_COMM_WORLD));
+        return;
+    }
+    for (int i = 0; i < N; i++) {
+        msg[i] = 0x5eed0000u + (uint64_t)i;
+        MPI_OK(MPI_Isend(&msg[i], 1, MPI_UINT64_T, 1, 900 + i, MPI_COMM_WORLD, &req[i]));
+    }
+    double start = mono_s(), until = start + ms / 1000.0;
+    volatile unsigned long x = 0;
+    while (mono_s() < until)
+        x++; /* no MPI call: only shardx's own threads run for us */
+    double end = mono_s();
+    MPI_OK(MPI_Waitall(N, req, MPI_STATUSES_IGNORE));
+    MPI_OK(MPI_Recv(&arrived, 1, MPI_DOUBLE, 1, 950, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(arrived < end,
+          "isend_compute: the messages arrived %.3f s after the computation began, which ended "
+          "at %.3f s: they waited for the sender's next MPI call",
+          arrived - start, end - start);
+    printf("isend_compute: all %d messages arrived %.1f ms into a %.1f ms computation\n", N,
+           (arrived - start) * 1e3, (end - start) * 1e3);
+}
+
 /* Rank 1 stops for good; rank 0's messages are never acknowledged, so
  * after SX_PEER_TIMEOUT_MS shardx fails the channel and reports the peer,
  * and the BTL hands that to ob1's error callback, which aborts the job.
@@ -529,8 +593,12 @@ int main(int argc, char **argv)
     else if (strcmp(test, "busy") == 0) {
         unsigned ms = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 5000u;
         test_busy(ms, argc > 3 ? (unsigned)strtoul(argv[3], NULL, 0) : ms);
-    } else
-        CHECK(0, "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail, busy)",
+    } else if (strcmp(test, "isend_compute") == 0)
+        test_isend_compute(argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 3000u);
+    else
+        CHECK(0,
+              "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail, busy, "
+              "isend_compute)",
               test);
 
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
