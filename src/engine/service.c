@@ -154,13 +154,15 @@ static void *sx_service_main(void *arg)
             /* Messages sx_sendi held back are due and their callers have
              * not come back to progress: one pass sends them (each
              * shard's leave flushes). A shard whose token a caller holds
-             * is flushed by that caller, unless it holds more back: then
-             * try again a hold later. */
+             * is flushed when that caller leaves, unless it holds more
+             * back: try again, less eagerly than the hold itself, so a
+             * callback that computes with the token is not polled at the
+             * hold's pace. */
             atomic_store_explicit(&svc->flush_at, 0, memory_order_relaxed);
             bool busy;
             (void)sx_service_pass(e, &busy);
             if (busy)
-                sx_service_hold(svc, sx_time_ns() + svc->hold_ns);
+                sx_service_hold(svc, sx_time_ns() + 8 * svc->hold_ns);
             continue;
         }
         if (sx_u64_before(now, until)) {
