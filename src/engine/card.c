@@ -32,10 +32,15 @@ int sx_card_build(struct sx_engine *e)
     size_t off = SX_CARD_HDR;
     for (unsigned i = 0; i < e->nshards; i++) {
         sx_tl_iface_t *iface = e->shards[i]->ifaces[SX_SHARD_TL_NET];
-        size_t len = SX_TL_ADDR_MAX;
-        if (off + 1 + SX_TL_ADDR_MAX > sizeof(e->card))
+        /* What is left, not the largest an address could be: the card
+         * fills with the addresses as they are. */
+        if (off + 1 >= sizeof(e->card))
             return SX_ERR_NO_MEMORY;
+        size_t room = sizeof(e->card) - off - 1;
+        size_t len = room < SX_TL_ADDR_MAX ? room : SX_TL_ADDR_MAX;
         int rc = iface->ops->local_addr(iface, e->card + off + 1, &len);
+        if (rc == SX_ERR_TRUNCATED)
+            return SX_ERR_NO_MEMORY;
         if (rc != SX_OK)
             return rc;
         e->card[off] = (uint8_t)len;

@@ -71,7 +71,11 @@ struct sx_engine {
      * interface opens and that device's NUMA node, [nshards]; NULL when
      * the transport chooses no device. */
     struct sx_nic_choice *devices;
-    uint8_t card[4096]; /* this engine's business card */
+    /* This engine's business card: its header, each shard's address (at
+     * most SX_TL_ADDR_MAX bytes; udp's is 15 to 59 with IPv6), the
+     * offers and the transport's names. 64 KiB holds SX_SHARDS' largest,
+     * 1024 shards, with room to spare. */
+    uint8_t card[64u * 1024u];
     size_t card_len;
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;

@@ -54,27 +54,34 @@ void sx_engine_bootstrap_fini(struct sx_engine *e)
 static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
 {
     sx_modex_t *m = NULL;
-    uint8_t card[sizeof(e->card)];
+    /* A peer's card can be as large as ours may be: not on the stack. */
+    uint8_t *card = malloc(sizeof(e->card));
 
+    if (card == NULL)
+        return SX_ERR_NO_MEMORY;
     if (e->modex != NULL) {
         sx_error("engine", "sx_engine_join: this engine already joined its job");
+        free(card);
         return SX_ERR_EXISTS;
     }
     int rc = sx_modex_open(e->cfg.modex, e->oob, &m);
-    if (rc != SX_OK)
+    if (rc != SX_OK) {
+        free(card);
         return rc;
+    }
     rc = m->ops->exchange(m, e->card, e->card_len);
     sx_peer_h *peers = rc == SX_OK ? calloc(m->size, sizeof(*peers)) : NULL;
     if (rc == SX_OK && peers == NULL)
         rc = SX_ERR_NO_MEMORY;
     for (uint32_t r = 0; rc == SX_OK && r < m->size; r++) {
-        size_t len = sizeof(card);
+        size_t len = sizeof(e->card);
         rc = m->ops->get(m, r, card, &len);
         if (rc == SX_OK)
             rc = sx_peer_add(e, r, card, len, &peers[r]);
         if (rc != SX_OK)
             sx_error("engine", "sx_engine_join: rank %u's card: %s", r, sx_strerror(rc));
     }
+    free(card);
     if (rc != SX_OK) {
         for (uint32_t r = 0; peers != NULL && r < m->size; r++) {
             if (peers[r] != NULL)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <shardx.h>
@@ -276,6 +277,36 @@ static void test_shards_parameter(void **state)
     assert_int_equal(shard_count(e), 2);
     sx_engine_destroy(e);
     unsetenv("SX_SHARDS");
+
+    /* The largest count SX_SHARDS allows: a card of every shard's address
+     * (IPv6 ones too, where the host has them) is far past 4096 bytes,
+     * and another engine takes it whole. Each shard has two or three
+     * sockets: the soft descriptor limit goes up to the hard one first. */
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4096) {
+        print_message("[ shards ] RLIMIT_NOFILE's hard limit %llu is too low for 1024 shards: "
+                      "not tried\n",
+                      (unsigned long long)rl.rlim_max);
+        return;
+    }
+    rl.rlim_cur = rl.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    e = create_with("SHARDS", "1024", NULL, NULL);
+    assert_int_equal(shard_count(e), 1024);
+    size_t len = 0;
+    assert_int_equal(sx_engine_address(e, NULL, &len), SX_ERR_TRUNCATED);
+    assert_true(len > 1024 * 16);
+    uint8_t *card = malloc(len);
+    assert_non_null(card);
+    assert_int_equal(sx_engine_address(e, card, &len), SX_OK);
+    sx_engine_h other = create_with("SHARDS", "1", NULL, NULL);
+    sx_peer_h peer = NULL;
+    assert_int_equal(sx_peer_add(other, 7, card, len, &peer), SX_OK);
+    assert_int_equal(sx_peer_remove(other, peer), SX_OK);
+    sx_engine_destroy(other);
+    free(card);
+    sx_engine_destroy(e);
 }
 
 static void test_shard_info(void **state)
