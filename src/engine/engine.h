@@ -72,7 +72,7 @@ struct sx_engine {
      * the transport chooses no device. */
     struct sx_nic_choice *devices;
     /* This engine's business card: its header, each shard's address (at
-     * most SX_TL_ADDR_MAX bytes; udp's is 15 to 59 with IPv6), the
+     * most SX_TL_ADDR_MAX bytes; udp's is 14 to 151), the
      * offers and the transport's names. 64 KiB holds SX_SHARDS' largest,
      * 1024 shards, with room to spare. */
     uint8_t card[64u * 1024u];

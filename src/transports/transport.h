@@ -27,7 +27,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define SX_TL_ADDR_MAX   64 /* bytes of a transport address in a business card */
+/* Bytes of a transport address in a business card: room for udp's list of
+ * eight addresses, IPv6 ones included (14 + 1 + 8 x 17 = 151, udp_card.c). */
+#define SX_TL_ADDR_MAX   160
 #define SX_TL_NAME_MAX   16
 #define SX_TL_IOV_MAX    4 /* iovec entries per datagram */
 #define SX_TL_DEST_NONE  UINT32_MAX

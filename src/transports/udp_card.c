@@ -40,10 +40,9 @@
  *                 (0 to 128); never ::, ::1, link-local (fe80::/10),
  *                 multicast or IPv4-mapped
  *
- * A card address holds SX_TL_ADDR_MAX (64) bytes: after its IPv4
- * addresses an interface offers as many IPv6 ones as fit (two beside
- * one or two IPv4 addresses), in the kernel's order, and logs those it
- * leaves out (udp.c, udp_open_v6).
+ * A card address holds SX_TL_ADDR_MAX (160) bytes, which the longest
+ * list (eight IPv6 addresses: 151 bytes) fits; udp_open_v6 (udp.c) would
+ * leave out, and log, IPv6 addresses that did not.
  */
 #include "transports/udp_int.h"
 

@@ -918,8 +918,8 @@ static void test_netns_interface_without_ipv4(void **state)
     sx_engine_destroy(e);
 }
 
-/* The addresses shard 0's kind 5 card address (udp's default) offers,
- * "a.b.c.d/len" separated by spaces. */
+/* The addresses shard 0's kind 5 or 6 card address (udp's default)
+ * offers, "a.b.c.d/len" then "x::y/len", separated by spaces. */
 static void card_addrs(sx_engine_h e, char *out, size_t cap)
 {
     sx_tl_iface_t *iface = e->shards[0]->ifaces[SX_SHARD_TL_NET];
@@ -927,14 +927,116 @@ static void card_addrs(sx_engine_h e, char *out, size_t cap)
     size_t len = sizeof(addr), off = 0;
 
     assert_int_equal(iface->ops->local_addr(iface, addr, &len), SX_OK);
-    assert_int_equal(addr[0], 5);
+    assert_true(addr[0] == 5 || addr[0] == 6);
     out[0] = '\0';
     for (unsigned i = 0; i < addr[1] && off < cap; i++) {
         char ip[INET_ADDRSTRLEN];
         assert_non_null(inet_ntop(AF_INET, addr + 14 + 5 * i, ip, sizeof(ip)));
-        off += (size_t)snprintf(out + off, cap - off, "%s%s/%u", i ? " " : "", ip,
+        off += (size_t)snprintf(out + off, cap - off, "%s%s/%u", off ? " " : "", ip,
                                 addr[14 + 5 * i + 4]);
     }
+    size_t at6 = 14 + 5 * (size_t)addr[1];
+    for (unsigned i = 0; addr[0] == 6 && i < addr[at6] && off < cap; i++) {
+        const uint8_t *entry = addr + at6 + 1 + 17 * i;
+        char ip[INET6_ADDRSTRLEN];
+        assert_non_null(inet_ntop(AF_INET6, entry, ip, sizeof(ip)));
+        off += (size_t)snprintf(out + off, cap - off, "%s%s/%u", off ? " " : "", ip, entry[16]);
+    }
+    assert_int_equal(len, addr[0] == 5 ? at6 : at6 + 1 + 17 * (size_t)addr[at6]);
+}
+
+/* UDP datagrams namespace @p name has sent over IPv6 so far. */
+static unsigned long long udp6_out(const char *name)
+{
+    char out[64];
+    assert_int_equal(run(out, sizeof(out),
+                         "ip netns exec %s awk '$1 == \"Udp6OutDatagrams\" {print $2}' "
+                         "/proc/net/snmp6",
+                         name),
+                     0);
+    return strtoull(out, NULL, 10);
+}
+
+/*
+ * IPv6 beside IPv4: with four global IPv6 addresses on the veths (and
+ * their link-local ones, which are never offered), the card lists the two
+ * IPv4 addresses and then all four IPv6 ones (kind 6, 93 bytes); an IPv6
+ * subnet filter keeps only what it holds, and an engine in the other
+ * namespace told to use IPv6 only reaches this one over it.
+ */
+static void test_netns_ipv6(void **state)
+{
+    (void)state;
+    if (netns_skip()) {
+        skip();
+        return;
+    }
+    static const char *const add[] = {
+        "ip netns exec %1$s sysctl -q -w net.ipv6.conf.all.disable_ipv6=0",
+        "ip netns exec %2$s sysctl -q -w net.ipv6.conf.all.disable_ipv6=0",
+        "ip -n %1$s addr add fd77:1::1/64 dev vethA nodad",
+        "ip -n %1$s addr add fd77:1::11/64 dev vethA nodad",
+        "ip -n %1$s addr add fd77:2::1/64 dev vethB nodad",
+        "ip -n %1$s addr add fd77:2::11/64 dev vethB nodad",
+        "ip -n %2$s addr add fd77:1::2/64 dev vethA nodad",
+    };
+    char out[256];
+    for (size_t i = 0; i < sizeof(add) / sizeof(add[0]); i++)
+        if (run(out, sizeof(out), add[i], ns.a, ns.b) != 0)
+            fail_msg("%s: %s", add[i], out);
+
+    int rc;
+    sx_engine_h e = engine_in(ns.a, NULL, 0, &rc);
+    assert_int_equal(rc, SX_OK);
+    char got[256];
+    card_addrs(e, got, sizeof(got));
+    /* IPv4 first; the IPv6 ones in the kernel's order. */
+    assert_int_equal(strncmp(got, "10.77.1.1/24 10.77.2.1/24 ", 26), 0);
+    static const char *const want6[] = {"fd77:1::1/64", "fd77:1::11/64", "fd77:2::1/64",
+                                        "fd77:2::11/64"};
+    for (size_t i = 0; i < 4; i++) {
+        char word[32];
+        snprintf(word, sizeof(word), " %s", want6[i]);
+        if (strstr(got, word) == NULL)
+            fail_msg("%s not offered: %s", want6[i], got);
+    }
+    unsigned words = 1;
+    for (const char *p = got; *p != '\0'; p++)
+        words += *p == ' ';
+    assert_int_equal(words, 6);
+    sx_engine_destroy(e);
+    const sx_config_kv_t only2[] = {{"BIND_ADDR", "fd77:2::/64"}};
+    e = engine_in(ns.a, only2, 1, &rc);
+    assert_int_equal(rc, SX_OK);
+    card_addrs(e, got, sizeof(got));
+    assert_true(strcmp(got, "fd77:2::1/64 fd77:2::11/64") == 0 ||
+                strcmp(got, "fd77:2::11/64 fd77:2::1/64") == 0);
+    sx_engine_destroy(e);
+
+    /* A (fd77:1::/64 only) and B (the same): messages both ways, every
+     * one over IPv6 (the namespaces' UDP6 counters grow; their lo is down
+     * and no IPv4 address is offered). */
+    const sx_config_kv_t six[] = {{"BIND_ADDR", "fd77:1::/64"}, {"SHARDS", "1"}};
+    sx_engine_h a = engine_in(ns.a, six, 2, &rc);
+    assert_int_equal(rc, SX_OK);
+    sx_engine_h b = engine_in(ns.b, six, 2, &rc);
+    assert_int_equal(rc, SX_OK);
+    unsigned long long before = udp6_out(ns.a);
+    sx_peer_h a_to_b = am_connect(a, b, 2);
+    sx_peer_h b_to_a = am_connect(b, a, 1);
+    exchange(a, b, a_to_b, 1, 20);
+    exchange(b, a, b_to_a, 1, 20);
+    assert_true(udp6_out(ns.a) > before);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+
+    static const char *const del[] = {
+        "ip -n %1$s addr del fd77:1::1/64 dev vethA", "ip -n %1$s addr del fd77:1::11/64 dev vethA",
+        "ip -n %1$s addr del fd77:2::1/64 dev vethB", "ip -n %1$s addr del fd77:2::11/64 dev vethB",
+        "ip -n %2$s addr del fd77:1::2/64 dev vethA",
+    };
+    for (size_t i = 0; i < sizeof(del) / sizeof(del[0]); i++)
+        (void)run(NULL, 0, del[i], ns.a, ns.b);
 }
 
 /*
@@ -1081,6 +1183,7 @@ int main(void)
         cmocka_unit_test(test_netns_two_veths),
         cmocka_unit_test(test_netns_interface_without_ipv4),
         cmocka_unit_test(test_netns_filters),
+        cmocka_unit_test(test_netns_ipv6),
         cmocka_unit_test(test_netns_default_fallback),
     };
     int failed = cmocka_run_group_tests(rule, NULL, NULL);
