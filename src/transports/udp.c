@@ -167,10 +167,11 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->connect_max = sx_udp_connect_budget(config);
     u->sndbuf = config->sndbuf;
     sx_udp_netns(&u->netns_dev, &u->netns_ino);
-    status =
-        sx_udp_socket_open("data", &bind_sa, config->rcvbuf, config->sndbuf, &u->fd, &u->local);
+    udp_sa_t bind_any = {.in4 = bind_sa}, bound;
+    status = sx_udp_socket_open("data", &bind_any, config->rcvbuf, config->sndbuf, &u->fd, &bound);
     if (status != SX_OK)
         goto fail;
+    u->local = bound.in4;
 
     u->wildcard = wildcard;
     u->host_key = sx_udp_host_key(u->netns_dev, u->netns_ino);

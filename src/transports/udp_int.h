@@ -190,8 +190,8 @@ int sx_udp_device_addr(const char *name, unsigned shard, struct sockaddr_in *sa)
 
 /** Creates, sizes and binds one nonblocking socket; *fd_p may hold a
  *  socket for the caller to close even on failure. */
-int sx_udp_socket_open(const char *what, const struct sockaddr_in *sa, size_t rcvbuf, size_t sndbuf,
-                       int *fd_p, struct sockaddr_in *bound_p);
+int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size_t sndbuf,
+                       int *fd_p, udp_sa_t *bound_p);
 
 /** Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);

@@ -400,43 +400,48 @@ static void udp_set_buf(int fd, size_t want, int force_opt, int opt, const char 
 /* Sockets                                                             */
 
 /*
- * Creates one nonblocking socket, sizes its buffers, asks for drop counts
- * and binds it to @p sa; the bound address goes to *bound_p. @p what names
- * it in messages ("data", "ACK"). On failure *fd_p may hold a socket for
- * the caller to close.
+ * Creates one nonblocking socket of @p sa's family (an IPv6 one IPv6 only,
+ * IPV6_V6ONLY, so that IPv4 keeps arriving on the IPv4 socket), sizes its
+ * buffers, asks for drop counts and binds it to @p sa; the bound address
+ * goes to *bound_p. @p what names it in messages ("data", "ACK"). On
+ * failure *fd_p may hold a socket for the caller to close.
  */
-int sx_udp_socket_open(const char *what, const struct sockaddr_in *sa, size_t rcvbuf, size_t sndbuf,
-                       int *fd_p, struct sockaddr_in *bound_p)
+int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size_t sndbuf,
+                       int *fd_p, udp_sa_t *bound_p)
 {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa->sa.sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
 
     *fd_p = fd;
     if (fd < 0) {
         sx_error("udp", "%s socket: %s", what, strerror(errno));
         return errno == ENOMEM || errno == ENOBUFS ? SX_ERR_NO_MEMORY : SX_ERR_IO;
     }
+    if (sa->sa.sa_family == AF_INET6 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
+        sx_error("udp", "%s socket: IPV6_V6ONLY: %s", what, strerror(errno));
+        return SX_ERR_IO;
+    }
     udp_set_buf(fd, rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
     udp_set_buf(fd, sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
 
     /* SO_RXQ_OVFL attaches the socket's drop count to every datagram read,
      * so loss in the network can be told from overflow here (socket(7)). */
-    int one = 1;
     if (setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
         sx_debug("udp", "SO_RXQ_OVFL unavailable (%s); kernel drops will not be counted",
                  strerror(errno));
 
-    if (bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0) {
+    if (bind(fd, &sa->sa, udp_sa_len(sa)) != 0) {
         int err = errno;
-        char ip[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
-        sx_error("udp", "bind %s socket to %s:%u: %s", what, ip, ntohs(sa->sin_port),
-                 strerror(err));
+        char where[80];
+        sx_udp_sa_str(sa, where, sizeof(where));
+        sx_error("udp", "bind %s socket to %s: %s", what, where, strerror(err));
         return err == EADDRINUSE      ? SX_ERR_EXISTS
                : err == EADDRNOTAVAIL ? SX_ERR_INVALID_PARAM
                                       : SX_ERR_IO;
     }
     socklen_t salen = sizeof(*bound_p);
-    if (getsockname(fd, (struct sockaddr *)bound_p, &salen) != 0) {
+    if (getsockname(fd, &bound_p->sa, &salen) != 0) {
         sx_error("udp", "getsockname of the %s socket: %s", what, strerror(errno));
         return SX_ERR_IO;
     }
@@ -464,54 +469,32 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
  * port). */
 int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
 {
-    struct sockaddr_in sa = u->local, bound;
+    udp_sa_t sa = {.in4 = u->local}, bound;
 
-    sa.sin_port = 0;
+    sa.in4.sin_port = 0;
     /* ACKs are a few dozen bytes: the default send buffer holds hundreds;
      * the receive buffer gets what the data socket gets, which costs
      * memory only while it is used. */
     int rc = sx_udp_socket_open("ACK", &sa, config->rcvbuf, 0, &u->ack_fd, &bound);
     if (rc != SX_OK)
         return rc;
-    u->ack_port = ntohs(bound.sin_port);
+    u->ack_port = ntohs(bound.in4.sin_port);
     int prio = UDP_ACK_PRIORITY;
     if (setsockopt(u->ack_fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio)) != 0)
         sx_debug("udp", "SO_PRIORITY %d on the ACK socket: %s", prio, strerror(errno));
     return sx_udp_rx_init(&u->ack_rx, u->ack_fd, UDP_CTRL_MAX);
 }
 
-/*
- * The IPv6 data socket of a wildcard-bound interface: IPv6 only
- * (IPV6_V6ONLY, so that IPv4 keeps arriving on the IPv4 socket), on the
- * wildcard address and the IPv4 socket's port, sized like it. Fails
- * quietly (debug) where IPv6 sockets cannot be made; the caller says
- * what that means.
- */
+/* The IPv6 data socket of a wildcard-bound interface: on the wildcard
+ * address and the IPv4 socket's port, sized like it. */
 int sx_udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config)
 {
-    struct sockaddr_in6 sa = {
-        .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT, .sin6_port = u->local.sin_port};
-    int one = 1;
+    udp_sa_t sa = {.in6 = {.sin6_family = AF_INET6,
+                           .sin6_addr = IN6ADDR_ANY_INIT,
+                           .sin6_port = u->local.sin_port}},
+             bound;
 
-    u->fd6 = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (u->fd6 < 0) {
-        sx_debug("udp", "IPv6 socket: %s", strerror(errno));
-        return SX_ERR_UNSUPPORTED;
-    }
-    if (setsockopt(u->fd6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
-        sx_debug("udp", "IPV6_V6ONLY: %s", strerror(errno));
-        return SX_ERR_UNSUPPORTED;
-    }
-    udp_set_buf(u->fd6, config->rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
-    udp_set_buf(u->fd6, config->sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
-    if (setsockopt(u->fd6, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
-        sx_debug("udp", "SO_RXQ_OVFL on the IPv6 socket: %s", strerror(errno));
-    if (bind(u->fd6, (const struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        sx_debug("udp", "bind the IPv6 socket to [::]:%u: %s", ntohs(sa.sin6_port),
-                 strerror(errno));
-        return SX_ERR_UNSUPPORTED;
-    }
-    return SX_OK;
+    return sx_udp_socket_open("IPv6 data", &sa, config->rcvbuf, config->sndbuf, &u->fd6, &bound);
 }
 
 /* One fd for the owner to sleep on: an epoll set is itself pollable and

@@ -308,28 +308,16 @@ static void test_addresses_offered_and_chosen(void **state)
 static size_t list6_addr(uint8_t *out, uint16_t port, uint64_t key, const char *const *ips,
                          unsigned n)
 {
+    const char *v4[8];
     unsigned n4 = 0, n6 = 0;
     char ip[64];
     unsigned prefix = 0;
 
-    for (unsigned i = 0; i < n; i++)
-        n4 += strchr(ips[i], ':') == NULL;
+    for (unsigned i = 0; i < n && n4 < 8; i++)
+        if (strchr(ips[i], ':') == NULL)
+            v4[n4++] = ips[i];
+    uint8_t *count6 = out + list_addr(out, port, key, v4, n4), *e;
     out[0] = 6;
-    out[1] = (uint8_t)n4;
-    out[2] = (uint8_t)port;
-    out[3] = (uint8_t)(port >> 8);
-    out[4] = out[5] = 0;
-    for (unsigned i = 0; i < 8; i++)
-        out[6 + i] = (uint8_t)(key >> (8 * i));
-    uint8_t *e = out + 14, *count6 = out + 14 + 5 * n4;
-    for (unsigned i = 0; i < n; i++) {
-        if (strchr(ips[i], ':') != NULL)
-            continue;
-        assert_int_equal(sscanf(ips[i], "%63[0-9.]/%u", ip, &prefix), 2);
-        assert_int_equal(inet_pton(AF_INET, ip, e), 1);
-        e[4] = (uint8_t)prefix;
-        e += 5;
-    }
     e = count6 + 1;
     for (unsigned i = 0; i < n; i++) {
         if (strchr(ips[i], ':') == NULL)
