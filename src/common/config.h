@@ -130,6 +130,11 @@
     X(PROGRESS, ENUM, progress, "poll", 0, 0, "poll|thread",                                   \
       "poll: callers progress the engine with sx_progress. thread: one progress thread "       \
       "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                            \
+    X(YIELD, ENUM, yield, "auto", 0, 0, "auto|always|never",                                    \
+      "What an sx_progress caller does after 32 empty calls in a row: yield its core "         \
+      "(sched_yield) on each further empty call. auto: only while the process or machine is "  \
+      "oversubscribed (OMPI_MCA_mpi_yield_when_idle set by mpirun, more calling threads than " \
+      "the cpuset's CPUs, or more runnable tasks than online CPUs); always; never: spin.")     \
     X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                          \
       "How long an idle progress thread polls before it sleeps; a sleep and wake-up "          \
       "costs tens of microseconds on a VM.")                                                   \
@@ -217,6 +222,7 @@ typedef struct sx_config {
     bool aggregate;
     uint64_t max_msg_size;
     int progress;
+    int yield;
     uint64_t spin_us;
     uint64_t sendi_hold_us;
     uint64_t service_us;

@@ -384,6 +384,8 @@ static void sx_engine_free(struct sx_engine *e)
     sx_handlers_fini(&e->handlers);
     if (e->home_key_created)
         pthread_key_delete(e->home_key);
+    if (e->yield_ready)
+        sx_yield_fini(&e->yield);
     if (e->global_lock_created)
         sx_rlock_destroy(&e->global_lock);
     free(e->devices);
@@ -448,6 +450,8 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     e->nshards = sx_engine_shard_target(e);
+    sx_yield_init(&e->yield, e->cfg.yield, (unsigned)hwloc_bitmap_weight(e->topo.process_set));
+    e->yield_ready = true;
 
     rc = sx_rlock_init(&e->global_lock);
     if (rc != SX_OK)
@@ -658,11 +662,12 @@ SX_API int sx_progress(sx_engine_h engine)
         sx_rlock_lock(&engine->global_lock);
         n = sx_shard_progress(engine->shards[0]);
         sx_rlock_unlock(&engine->global_lock);
-        return n;
+        return sx_yield_after(&engine->yield, n, false);
     }
     uintptr_t slot = sx_engine_slot(engine);
     unsigned home = (unsigned)(slot & SX_HOME_MASK) - 1u;
-    n = sx_shard_progress(engine->shards[home]);
+    int mine = sx_shard_try_progress(engine->shards[home]);
+    n = mine < 0 ? 0 : mine;
     /*
      * Peers send to shard (their home % our shard count), which no thread
      * of ours may call home when there are fewer active threads than
@@ -683,7 +688,9 @@ SX_API int sx_progress(sx_engine_h engine)
             n += sx_shard_progress(engine->shards[other]);
         }
     }
-    return n;
+    /* Nothing found: spin a little, then yield when threads outnumber
+     * cores (yield.h); at once if another thread holds our home shard. */
+    return sx_yield_after(&engine->yield, n, mine < 0);
 }
 
 static int am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)

@@ -28,6 +28,7 @@
 #include "common/config.h"
 #include "cpc/cpc.h"
 #include "engine/topo.h"
+#include "engine/yield.h"
 #include "locks/rlock.h"
 #include "shard/env.h"
 #include "shard/handlers.h"
@@ -93,6 +94,8 @@ struct sx_engine {
     sx_peer_h *job_peers;       /* [modex->size] */
     void *diag;                 /* SX_DUMP_SIGNAL, SX_WATCHDOG_S: the diagnostics thread (diag.h) */
     struct sx_service *service; /* the service thread (service.h), or NULL */
+    sx_yield_t yield;           /* SX_YIELD (yield.h) */
+    bool yield_ready;
 };
 
 /*

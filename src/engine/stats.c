@@ -24,7 +24,14 @@ static const sx_counter_desc_t sx_shard_counters[] = {
 #define SX_NSHARD_COUNTERS (sizeof(sx_shard_counters) / sizeof(sx_shard_counters[0]))
 
 /* Counters beyond the shard table: drops by reason, then these. */
-enum { SX_EXTRA_REQUESTS, SX_EXTRA_HOTEL_HIGH, SX_EXTRA_SERVICE_WAKEUPS, SX_EXTRA_COUNT };
+enum {
+    SX_EXTRA_REQUESTS,
+    SX_EXTRA_HOTEL_HIGH,
+    SX_EXTRA_SERVICE_WAKEUPS,
+    SX_EXTRA_YIELDS,
+    SX_EXTRA_OVERSUBSCRIBED,
+    SX_EXTRA_COUNT
+};
 #define SX_NCOUNTERS (SX_NSHARD_COUNTERS + SX_DROP_COUNT + SX_EXTRA_COUNT)
 
 /* "drop_<reason>" names, built once. */
@@ -64,6 +71,15 @@ static void sx_counter_at(struct sx_engine *e, size_t i, sx_counter_t *out)
         v = e->service != NULL ? sx_stat_read(&e->service->wakeups) : 0;
         out->name = "svc_wakeups";
         out->description = "passes of the engine's service thread, each after a wake-up";
+    } else if (i - SX_NSHARD_COUNTERS - SX_DROP_COUNT == SX_EXTRA_YIELDS) {
+        v = atomic_load_explicit(&e->yield.yields, memory_order_relaxed);
+        out->name = "progress_yields";
+        out->description = "cores given up by sx_progress callers that found nothing (SX_YIELD)";
+    } else if (i - SX_NSHARD_COUNTERS - SX_DROP_COUNT == SX_EXTRA_OVERSUBSCRIBED) {
+        v = atomic_load_explicit(&e->yield.over_checks, memory_order_relaxed);
+        out->name = "oversubscribed_checks";
+        out->description = "SX_YIELD=auto checks (at most 100 a second) that found threads "
+                           "outnumbering cores";
     } else {
         for (unsigned s = 0; s < e->nshards; s++) {
             sx_hotel_stats_t h;

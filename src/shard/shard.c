@@ -487,6 +487,11 @@ int sx_shard_progress(sx_shard_t *shard)
     return n < 0 ? 0 : n;
 }
 
+int sx_shard_try_progress(sx_shard_t *shard)
+{
+    return sx_shard_pass(shard);
+}
+
 int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
 {
     /* The calling thread is the service thread: the acquisition marks the

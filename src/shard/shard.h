@@ -18,6 +18,7 @@
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
  *   sx_shard_submit_mpsc      | any thread               | token-or-delegate
  *   sx_shard_progress         | any thread               | returns 0 if token busy
+ *   sx_shard_try_progress     | any thread               | returns -1 if token busy
  *   sx_shard_serve            | the service thread only  | returns 0 if token busy
  *   serving, deferred lists   | the token holder         | plain accesses
  *   *_locked functions        | the token holder only    |
@@ -214,6 +215,10 @@ bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req);
  * Returns the number of requests run and timers fired.
  */
 int sx_shard_progress(sx_shard_t *shard);
+
+/** sx_shard_progress that tells a busy token apart: -1 if another thread
+ *  holds it (sx_progress yields on that when oversubscribed). */
+int sx_shard_try_progress(sx_shard_t *shard);
 
 /**
  * The engine's service (DESIGN.md section 3, "liveness without the

@@ -1,0 +1,154 @@
+/*
+ * Yielding when threads outnumber cores: yield.h says what and why.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "engine/yield.h"
+
+/* Per thread, across engines: empty calls in a row, the caller slot and
+ * when this thread last marked it. */
+static _Thread_local unsigned sx_yield_streak;
+static _Thread_local unsigned sx_yield_slot; /* slot + 1; 0: none yet */
+static _Thread_local uint64_t sx_yield_marked_ns;
+static atomic_uint sx_yield_next_slot;
+
+/* Open MPI's bool MCA values. */
+static bool sx_yield_truthy(const char *v)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on", "enabled", "t", "y"};
+    if (v == NULL)
+        return false;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcasecmp(v, yes[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus)
+{
+    memset(y, 0, sizeof(*y));
+    y->mode = mode;
+    y->cpus = cpus ? cpus : 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    y->online = online > 0 ? (unsigned)online : 1;
+    /* mpirun exports it to every rank when it places more ranks than a
+     * node has slots (Open MPI's rmaps; also settable by the user). */
+    y->hint = sx_yield_truthy(getenv("OMPI_MCA_mpi_yield_when_idle"));
+    y->loadavg_fd = -1;
+    if (mode == SX_YIELD_AUTO) {
+        y->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        if (y->loadavg_fd < 0)
+            sx_debug("yield", "/proc/loadavg: %s; oversubscription judged from the cpuset alone",
+                     strerror(errno));
+    }
+    atomic_init(&y->over, y->hint);
+    atomic_init(&y->checked_ns, 0);
+}
+
+void sx_yield_fini(sx_yield_t *y)
+{
+    if (y->loadavg_fd >= 0)
+        close(y->loadavg_fd);
+    y->loadavg_fd = -1;
+}
+
+/* Runnable tasks on the machine now: the fourth field of /proc/loadavg is
+ * "running/total" (proc(5)). 0 when unreadable. */
+static unsigned sx_yield_runnable(const sx_yield_t *y)
+{
+    char buf[128];
+
+    if (y->loadavg_fd < 0)
+        return 0;
+    ssize_t n = pread(y->loadavg_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = buf;
+    for (int field = 0; field < 3 && p != NULL; field++) {
+        p = strchr(p, ' ');
+        if (p != NULL)
+            p++;
+    }
+    if (p == NULL)
+        return 0;
+    char *end;
+    unsigned long running = strtoul(p, &end, 10);
+    return (end != p && *end == '/') ? (unsigned)running : 0;
+}
+
+/* The auto verdict, re-made by one thread at most every SX_YIELD_CHECK_NS. */
+static bool sx_yield_verdict(sx_yield_t *y, uint64_t now)
+{
+    uint64_t last = atomic_load_explicit(&y->checked_ns, memory_order_relaxed);
+    if (now - last < SX_YIELD_CHECK_NS ||
+        !atomic_compare_exchange_strong_explicit(&y->checked_ns, &last, now, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return atomic_load_explicit(&y->over, memory_order_relaxed);
+    bool over = y->hint;
+    unsigned callers = 0;
+    for (unsigned i = 0; i < SX_YIELD_CALLERS; i++) {
+        uint64_t seen = atomic_load_explicit(&y->seen_ns[i], memory_order_relaxed);
+        if (seen != 0 && now - seen < SX_YIELD_CALLER_NS)
+            callers++;
+    }
+    if (callers > y->cpus)
+        over = true;
+    if (!over && sx_yield_runnable(y) > y->online)
+        over = true;
+    if (over)
+        atomic_fetch_add_explicit(&y->over_checks, 1, memory_order_relaxed);
+    atomic_store_explicit(&y->over, over, memory_order_relaxed);
+    return over;
+}
+
+bool sx_yield_oversubscribed(sx_yield_t *y)
+{
+    if (y->mode != SX_YIELD_AUTO)
+        return y->mode == SX_YIELD_ALWAYS;
+    return sx_yield_verdict(y, sx_time_coarse_ns());
+}
+
+int sx_yield_after(sx_yield_t *y, int n, bool busy)
+{
+    if (n != 0) {
+        sx_yield_streak = 0;
+        return n;
+    }
+    if (y->mode == SX_YIELD_NEVER)
+        return n;
+    unsigned s = sx_yield_streak;
+    if (s < SX_YIELD_SPINS)
+        sx_yield_streak = ++s;
+    if (s < SX_YIELD_SPINS && !busy)
+        return n;
+    bool yield = true;
+    if (y->mode == SX_YIELD_AUTO) {
+        uint64_t now = sx_time_coarse_ns();
+        /* This thread spins here: count it as a caller (once a millisecond). */
+        if (now - sx_yield_marked_ns >= 1000000u) {
+            if (sx_yield_slot == 0)
+                sx_yield_slot =
+                    atomic_fetch_add_explicit(&sx_yield_next_slot, 1, memory_order_relaxed) %
+                        SX_YIELD_CALLERS +
+                    1;
+            sx_yield_marked_ns = now;
+            atomic_store_explicit(&y->seen_ns[sx_yield_slot - 1], now, memory_order_relaxed);
+        }
+        yield = sx_yield_verdict(y, now);
+    }
+    if (yield) {
+        atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
+        (void)sched_yield();
+    }
+    return n;
+}

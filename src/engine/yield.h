@@ -1,0 +1,84 @@
+/*
+ * Yielding when threads outnumber cores (SX_YIELD; DESIGN.md section 3,
+ * "Oversubscription").
+ *
+ * A thread that calls sx_progress and keeps finding nothing spins: on a
+ * machine with a core per spinning thread that is the fastest way to see
+ * the next datagram. When threads outnumber cores, the spinner holds a
+ * core that a runnable thread needs (the peer's receiver, the token
+ * holder it waits for, the application's own work), and the work it waits
+ * for waits out its time slice. So after SX_YIELD_SPINS empty calls in a
+ * row a caller yields its core (sched_yield) on every further empty call,
+ * when SX_YIELD says so:
+ *
+ *   never   spin, as before;
+ *   always  yield after the bounded spin, oversubscribed or not;
+ *   auto    (default) yield only while the process or machine is found
+ *           oversubscribed: the launcher said so (OMPI_MCA_mpi_yield_when_idle,
+ *           which mpirun sets when it places more ranks than slots), more
+ *           threads call in than the engine's cpuset has CPUs, or more tasks
+ *           are runnable than the machine has online CPUs (/proc/loadavg).
+ *
+ * The anchors: Open MPI's mpi_yield_when_idle, UPC++'s UPCXX_OVERSUBSCRIBED
+ * (yield after N empty polls) and LLVM OpenMP's KMP_USE_YIELD=2 (yield only
+ * when oversubscription is detected). A caller whose home shard's token is
+ * held by another thread yields at once while oversubscribed: the holder
+ * may be descheduled on this very core.
+ *
+ * The verdict is re-made at most every SX_YIELD_CHECK_NS, by one spinning
+ * thread (a compare-and-swap on the check time): a pread of /proc/loadavg
+ * and a count of recent callers, a few microseconds spent by a thread
+ * that had nothing to do. A caller that finds work pays one thread-local
+ * store; non-oversubscribed callers in auto mode one relaxed load per
+ * empty call past the spin.
+ */
+#ifndef SX_ENGINE_YIELD_H
+#define SX_ENGINE_YIELD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Word indices of SX_YIELD (config.h). */
+enum { SX_YIELD_AUTO = 0, SX_YIELD_ALWAYS = 1, SX_YIELD_NEVER = 2 };
+
+/* Empty sx_progress calls in a row before a caller may yield (about 20-50
+ * us of polling on a VM: a ping-pong's answer usually comes sooner). */
+#define SX_YIELD_SPINS 32u
+/* How often the auto verdict is re-made. */
+#define SX_YIELD_CHECK_NS (10ull * 1000000ull)
+/* A caller counts as calling in if it spun within this long. */
+#define SX_YIELD_CALLER_NS (20ull * 1000000ull)
+/* Caller slots (a thread's slot is its arrival order modulo this). */
+#define SX_YIELD_CALLERS 64u
+
+typedef struct sx_yield {
+    int mode;        /* SX_YIELD_AUTO / ALWAYS / NEVER */
+    unsigned cpus;   /* CPUs in the creating thread's cpuset */
+    unsigned online; /* online CPUs of the machine */
+    bool hint;       /* the launcher said the node is oversubscribed */
+    int loadavg_fd;  /* /proc/loadavg, or -1 */
+    atomic_bool over;
+    atomic_uint_fast64_t checked_ns;
+    atomic_uint_fast64_t seen_ns[SX_YIELD_CALLERS]; /* a caller slot's last spin */
+    /* Multi-writer counters (any caller), read by sx_stats_get. */
+    atomic_uint_fast64_t yields;
+    atomic_uint_fast64_t over_checks; /* verdicts that found oversubscription */
+} sx_yield_t;
+
+/** Reads the launcher's hint and the machine's shape. @p cpus is the
+ *  number of CPUs the engine may run on. */
+void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus);
+void sx_yield_fini(sx_yield_t *y);
+
+/**
+ * Called by every sx_progress with what it handled (@p n) and whether the
+ * home shard's token was held by another thread (@p busy). Any thread.
+ * Returns @p n.
+ */
+int sx_yield_after(sx_yield_t *y, int n, bool busy);
+
+/** The current auto verdict (for sx_info and tests). Any thread. */
+bool sx_yield_oversubscribed(sx_yield_t *y);
+
+#endif /* SX_ENGINE_YIELD_H */
