@@ -203,5 +203,9 @@ int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 /* ---- multithreaded scaling (sx_bench_mt.c) -------------------------------- */
 
 int sxb_bench_mt(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+/* mt's one-process variant (sx_bench_mt_local.c): rank 0's T threads over
+ * two engines of its own, T at most the online CPUs; rank 1 waits. */
+int sxb_mt_local(const sxb_ctl_t *ctl, const sxb_opts_t *opts, bool human, unsigned modes,
+                 const unsigned *list, unsigned nlist, size_t size, const uint8_t *buf);
 
 #endif /* SX_BENCH_H */

@@ -968,6 +968,8 @@ int sxb_bench_mt(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     }
     if (rc == 0)
         rc = sxb_mt_inject(ctl, opts, human, modes, list, nlist, size, buf);
+    if (rc == 0)
+        rc = sxb_mt_local(ctl, opts, human, modes, list, nlist, size, buf);
     if (rc == 0 && human)
         sxb_counters_print(first_counters);
     for (unsigned i = 0; i < nres; i++)

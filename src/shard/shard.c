@@ -445,13 +445,15 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
 
 /* One progress pass; -1 (and nothing done) if another thread holds the
  * token. */
-static int sx_shard_pass(sx_shard_t *shard)
+static int sx_shard_pass(sx_shard_t *shard, bool home)
 {
     size_t ran = 0;
 
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, &ran))
         return -1;
     uint64_t now = sx_time_ns();
+    if (home)
+        atomic_store_explicit(&shard->home_seen_ns, now, memory_order_relaxed);
     /* A caller is here: the engine's service stays away (service.h). One
      * load and a compare; the push itself at most twice per
      * SX_SERVICE_US. */
@@ -483,13 +485,13 @@ static int sx_shard_pass(sx_shard_t *shard)
 
 int sx_shard_progress(sx_shard_t *shard)
 {
-    int n = sx_shard_pass(shard);
+    int n = sx_shard_pass(shard, false);
     return n < 0 ? 0 : n;
 }
 
-int sx_shard_try_progress(sx_shard_t *shard)
+int sx_shard_progress_home(sx_shard_t *shard)
 {
-    return sx_shard_pass(shard);
+    return sx_shard_pass(shard, true);
 }
 
 int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
@@ -498,7 +500,7 @@ int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
      * tenure as serving, and the flush hook notes the next timer there
      * (svc_next_ns is the token holder's, like every shard field). */
     *next_ns_p = UINT64_MAX;
-    int n = sx_shard_pass(shard);
+    int n = sx_shard_pass(shard, false);
     if (n >= 0)
         *next_ns_p = shard->svc_next_ns;
     return n;

@@ -18,7 +18,8 @@
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
  *   sx_shard_submit_mpsc      | any thread               | token-or-delegate
  *   sx_shard_progress         | any thread               | returns 0 if token busy
- *   sx_shard_try_progress     | any thread               | returns -1 if token busy
+ *   sx_shard_progress_home    | any thread               | returns -1 if token busy
+ *   home_seen_ns              | sx_shard_progress_home   | relaxed atomic
  *   sx_shard_serve            | the service thread only  | returns 0 if token busy
  *   serving, deferred lists   | the token holder         | plain accesses
  *   *_locked functions        | the token holder only    |
@@ -179,6 +180,11 @@ struct sx_shard {
     int first_pu;
     int numa_node;
     hwloc_bitmap_t cpuset;
+    /* When a thread whose home this shard is last progressed it
+     * (sx_shard_progress_home, the pass's own clock read): sx_progress
+     * visits only shards that no thread has called home lately. On a line
+     * of its own: the home caller writes it, visitors read it. */
+    _Atomic uint64_t home_seen_ns __attribute__((aligned(64)));
 };
 
 typedef struct sx_shard_conf {
@@ -216,9 +222,10 @@ bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req);
  */
 int sx_shard_progress(sx_shard_t *shard);
 
-/** sx_shard_progress that tells a busy token apart: -1 if another thread
+/** sx_shard_progress by a thread whose home the shard is: notes the time
+ *  (home_seen_ns) and tells a busy token apart: -1 if another thread
  *  holds it (sx_progress yields on that when oversubscribed). */
-int sx_shard_try_progress(sx_shard_t *shard);
+int sx_shard_progress_home(sx_shard_t *shard);
 
 /**
  * The engine's service (DESIGN.md section 3, "liveness without the
