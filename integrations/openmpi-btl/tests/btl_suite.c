@@ -10,7 +10,14 @@
  *   btl_suite wildcard          MPI_ANY_SOURCE / MPI_ANY_TAG, order kept
  *   btl_suite probe             Probe, Iprobe, Mprobe of every size class
  *   btl_suite storm             thousands of unexpected small messages
- *   btl_suite threads           MPI_THREAD_MULTIPLE, 4 threads per rank
+ *   btl_suite threads [T]       MPI_THREAD_MULTIPLE, T (4) threads per rank
+ *   btl_suite latency_mt [MAX]  what OSU's osu_latency_mt does, with every
+ *                               byte checked: with 1, 2, 4 and 8 threads
+ *                               per rank (MPI_THREAD_MULTIPLE), thread t of
+ *                               rank 0 ping-pongs with thread t of rank 1
+ *                               on MPI_COMM_WORLD and tag t, 0 B .. MAX
+ *                               (4 MiB); rank 0 prints each size's mean
+ *                               one-way latency over its threads
  *   btl_suite coll              barrier, bcast, allreduce, allgather, alltoall
  *   btl_suite peerfail          rank 1 stops (SIGSTOP); rank 0 keeps sending
  *                               until shardx declares the peer failed and the
@@ -327,8 +334,9 @@ static void test_storm(void)
 /* MPI_THREAD_MULTIPLE: THREADS threads per rank; thread t exchanges with
  * thread t of the neighbouring ranks on its own tag and communicator
  * duplicate, blocking and nonblocking, eager and rendezvous sizes. */
-#define THREADS      4
+#define THREADS_MAX  16
 #define THREAD_ITERS 150
+static int THREADS = 4;
 typedef struct thread_arg {
     int t;
     MPI_Comm comm;
@@ -370,10 +378,13 @@ static void *thread_main(void *p)
     return NULL;
 }
 
-static void test_threads(void)
+static void test_threads(int nthreads)
 {
-    pthread_t th[THREADS];
-    thread_arg_t args[THREADS];
+    THREADS = nthreads;
+    CHECK(THREADS >= 1 && THREADS <= THREADS_MAX, "threads: 1..%d threads, not %d", THREADS_MAX,
+          THREADS);
+    pthread_t th[THREADS_MAX];
+    thread_arg_t args[THREADS_MAX];
     for (int t = 0; t < THREADS; t++) {
         args[t].t = t;
         MPI_OK(MPI_Comm_dup(MPI_COMM_WORLD, &args[t].comm));
@@ -387,6 +398,94 @@ static void test_threads(void)
     if (rank == 0)
         printf("threads: %d threads per rank, %d exchanges each, MPI_THREAD_MULTIPLE: ok\n",
                THREADS, THREAD_ITERS);
+}
+
+/* latency_mt: thread t of rank 0 ping-pongs with thread t of rank 1 on
+ * tag 800 + t, every size from 0 B to max; ranks above 1 only take part in
+ * the barriers. */
+typedef struct lat_arg {
+    int t;
+    size_t max;
+    double *usec; /* [nsizes]: this thread's mean one-way latency per size */
+} lat_arg_t;
+
+static size_t lat_size(unsigned k)
+{
+    return k == 0 ? 0 : (size_t)1 << (k - 1);
+}
+
+static int lat_iters(size_t size)
+{
+    return size <= 16384 ? 40 : size <= 262144 ? 10 : 4;
+}
+
+static void *lat_thread(void *p)
+{
+    lat_arg_t *a = p;
+    int peer = 1 - rank, tag = 800 + a->t;
+    uint8_t *sb = xmalloc(a->max ? a->max : 1), *rb = xmalloc(a->max ? a->max : 1);
+
+    for (unsigned k = 0; lat_size(k) <= a->max; k++) {
+        size_t size = lat_size(k);
+        int iters = lat_iters(size);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; i++) {
+            unsigned seq = (unsigned)(k * 1000 + (unsigned)i) * THREADS_MAX + (unsigned)a->t;
+            fill(sb, rank, size, seq);
+            memset(rb, 0xee, size);
+            if (rank == 0) {
+                MPI_OK(MPI_Send(sb, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD));
+                MPI_OK(MPI_Recv(rb, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD,
+                                MPI_STATUS_IGNORE));
+            } else {
+                MPI_OK(MPI_Recv(rb, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD,
+                                MPI_STATUS_IGNORE));
+                MPI_OK(MPI_Send(sb, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD));
+            }
+            verify(rb, peer, size, seq, "latency_mt");
+        }
+        a->usec[k] = (MPI_Wtime() - t0) * 1e6 / iters / 2;
+    }
+    free(sb);
+    free(rb);
+    return NULL;
+}
+
+static void test_latency_mt(size_t max)
+{
+    static const int counts[] = {1, 2, 4, 8};
+    unsigned nsizes = 0;
+    while (lat_size(nsizes) <= max)
+        nsizes++;
+    for (unsigned c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        int n = counts[c];
+        pthread_t th[8];
+        lat_arg_t args[8];
+        MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+        if (rank > 1)
+            continue;
+        for (int t = 0; t < n; t++) {
+            args[t] = (lat_arg_t){.t = t, .max = max, .usec = xmalloc(nsizes * sizeof(double))};
+            CHECK(pthread_create(&th[t], NULL, lat_thread, &args[t]) == 0, "pthread_create");
+        }
+        for (int t = 0; t < n; t++)
+            pthread_join(th[t], NULL);
+        if (rank == 0) {
+            printf("latency_mt: %d thread%s per rank, mean one-way latency (us) over the threads:\n",
+                   n, n > 1 ? "s" : "");
+            for (unsigned k = 0; k < nsizes; k++) {
+                double sum = 0;
+                for (int t = 0; t < n; t++)
+                    sum += args[t].usec[k];
+                printf("  %9zu %10.1f\n", lat_size(k), sum / n);
+            }
+        }
+        for (int t = 0; t < n; t++)
+            free(args[t].usec);
+    }
+    if (rank == 0)
+        printf("latency_mt: 1, 2, 4 and 8 threads per rank, 0 B .. %zu B, every byte checked: ok\n",
+               max);
 }
 
 static void test_coll(void)
@@ -568,7 +667,9 @@ int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "";
     int provided = 0;
-    int want = strcmp(test, "threads") == 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE;
+    int want = (strcmp(test, "threads") == 0 || strcmp(test, "latency_mt") == 0)
+                   ? MPI_THREAD_MULTIPLE
+                   : MPI_THREAD_SINGLE;
 
     MPI_Init_thread(&argc, &argv, want, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -585,7 +686,9 @@ int main(int argc, char **argv)
     else if (strcmp(test, "storm") == 0)
         test_storm();
     else if (strcmp(test, "threads") == 0)
-        test_threads();
+        test_threads(argc > 2 ? atoi(argv[2]) : 4);
+    else if (strcmp(test, "latency_mt") == 0)
+        test_latency_mt(argc > 2 ? strtoull(argv[2], NULL, 0) : 4u << 20);
     else if (strcmp(test, "coll") == 0)
         test_coll();
     else if (strcmp(test, "peerfail") == 0)
@@ -597,8 +700,8 @@ int main(int argc, char **argv)
         test_isend_compute(argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 3000u);
     else
         CHECK(0,
-              "unknown test '%s' (p2p, wildcard, probe, storm, threads, coll, peerfail, busy, "
-              "isend_compute)",
+              "unknown test '%s' (p2p, wildcard, probe, storm, threads, latency_mt, coll, "
+              "peerfail, busy, isend_compute)",
               test);
 
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
