@@ -4,6 +4,7 @@
 #include "shard/shard.h"
 #include "engine/nic.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -648,6 +649,35 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
     return SX_OK;
 }
 
+/* An idle caller's turn to give its core up (yield.h): sched_yield, or a
+ * wait on shard @p home's sockets (no token held: whoever sends through
+ * the shard meanwhile runs its request itself) until a datagram comes or
+ * SX_YIELD_WAIT_NS pass. */
+static void sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_action_t act)
+{
+    struct pollfd pfd[SX_SHARD_TL_COUNT];
+    nfds_t n = 0;
+
+    if (act == SX_YIELD_SPIN)
+        return;
+    if (act == SX_YIELD_SCHED) {
+        (void)sched_yield();
+        return;
+    }
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = e->shards[home]->ifaces[t];
+        int fd = iface != NULL ? iface->ops->wait_fd(iface) : -1;
+        if (fd >= 0)
+            pfd[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    }
+    if (n == 0) {
+        (void)sched_yield();
+        return;
+    }
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)SX_YIELD_WAIT_NS};
+    (void)ppoll(pfd, n, &ts, NULL);
+}
+
 /* How often (a power of two) a progress call may visit another shard, and
  * how long that shard's home threads must have stayed away. */
 #define SX_PROGRESS_VISIT_EVERY   8u
@@ -664,7 +694,8 @@ SX_API int sx_progress(sx_engine_h engine)
         sx_rlock_lock(&engine->global_lock);
         n = sx_shard_progress(engine->shards[0]);
         sx_rlock_unlock(&engine->global_lock);
-        return sx_yield_after(&engine->yield, n, false);
+        sx_engine_idle(engine, 0, sx_yield_after(&engine->yield, n, false));
+        return n;
     }
     uintptr_t slot = sx_engine_slot(engine);
     unsigned home = (unsigned)(slot & SX_HOME_MASK) - 1u;
@@ -697,9 +728,10 @@ SX_API int sx_progress(sx_engine_h engine)
                 n += sx_shard_progress(other);
         }
     }
-    /* Nothing found: spin a little, then yield when threads outnumber
-     * cores (yield.h); at once if another thread holds our home shard. */
-    return sx_yield_after(&engine->yield, n, mine < 0);
+    /* Nothing found: spin a little, then give the core up while threads
+     * outnumber cores (yield.h). */
+    sx_engine_idle(engine, home, sx_yield_after(&engine->yield, n, mine < 0));
+    return n;
 }
 
 static int am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)

@@ -3,7 +3,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -118,20 +117,20 @@ bool sx_yield_oversubscribed(sx_yield_t *y)
     return sx_yield_verdict(y, sx_time_coarse_ns());
 }
 
-int sx_yield_after(sx_yield_t *y, int n, bool busy)
+sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
 {
     if (n != 0) {
         sx_yield_streak = 0;
-        return n;
+        return SX_YIELD_SPIN;
     }
     if (y->mode == SX_YIELD_NEVER)
-        return n;
+        return SX_YIELD_SPIN;
     unsigned s = sx_yield_streak;
     if (s < SX_YIELD_SPINS)
         sx_yield_streak = ++s;
     if (s < SX_YIELD_SPINS && !busy)
-        return n;
-    bool yield = true;
+        return SX_YIELD_SPIN;
+    bool give_up = true;
     if (y->mode == SX_YIELD_AUTO) {
         uint64_t now = sx_time_coarse_ns();
         /* This thread spins here: count it as a caller (once a millisecond). */
@@ -144,11 +143,10 @@ int sx_yield_after(sx_yield_t *y, int n, bool busy)
             sx_yield_marked_ns = now;
             atomic_store_explicit(&y->seen_ns[sx_yield_slot - 1], now, memory_order_relaxed);
         }
-        yield = sx_yield_verdict(y, now);
+        give_up = sx_yield_verdict(y, now);
     }
-    if (yield) {
-        atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
-        (void)sched_yield();
-    }
-    return n;
+    if (!give_up)
+        return SX_YIELD_SPIN;
+    atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
+    return busy ? SX_YIELD_SCHED : SX_YIELD_WAIT;
 }

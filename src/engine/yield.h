@@ -8,8 +8,15 @@
  * core that a runnable thread needs (the peer's receiver, the token
  * holder it waits for, the application's own work), and the work it waits
  * for waits out its time slice. So after SX_YIELD_SPINS empty calls in a
- * row a caller yields its core (sched_yield) on every further empty call,
- * when SX_YIELD says so:
+ * row a caller gives its core up on every further empty call, when
+ * SX_YIELD says so: it waits on its home shard's sockets for at most
+ * SX_YIELD_WAIT_NS (a datagram wakes it at once). It waits rather than
+ * calling sched_yield because the threads it competes with may be
+ * unrelated CPU-bound processes: sched_yield hands such a process the core
+ * for the rest of its slice (milliseconds: 3.3 ms per 8-byte MPI message,
+ * against tcp's 4-9 us, with two busy loops beside a 2-rank job on 2
+ * cores), while a thread that sleeps and is woken by its datagram
+ * preempts it (the scheduler credits sleepers). SX_YIELD decides when:
  *
  *   never   spin, as before;
  *   always  yield after the bounded spin, oversubscribed or not;
@@ -71,12 +78,24 @@ typedef struct sx_yield {
 void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus);
 void sx_yield_fini(sx_yield_t *y);
 
+/* What a caller that found nothing does now (sx_yield_after). */
+typedef enum sx_yield_action {
+    SX_YIELD_SPIN = 0,  /* call again at once */
+    SX_YIELD_WAIT = 1,  /* wait on the home shard's fds, at most SX_YIELD_WAIT_NS */
+    SX_YIELD_SCHED = 2, /* sched_yield: another thread holds the home shard */
+} sx_yield_action_t;
+
+/* The longest wait of an idle caller while oversubscribed: a datagram
+ * ends it at once; timers (delayed ACKs, retransmissions) of a shard
+ * whose callers all wait fire up to this late. */
+#define SX_YIELD_WAIT_NS (500ull * 1000ull)
+
 /**
  * Called by every sx_progress with what it handled (@p n) and whether the
- * home shard's token was held by another thread (@p busy). Any thread.
- * Returns @p n.
+ * home shard's token was held by another thread (@p busy); says what the
+ * caller should do before returning, and counts it. Any thread.
  */
-int sx_yield_after(sx_yield_t *y, int n, bool busy);
+sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy);
 
 /** The current auto verdict (for sx_info and tests). Any thread. */
 bool sx_yield_oversubscribed(sx_yield_t *y);
