@@ -291,10 +291,14 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
 /**
  * Progresses the calling thread's home shard: drains its request inbox,
  * receives, runs callbacks, fires due timers and sends what is ready.
- * Every few calls it also progresses one other shard whose token is free,
- * so that no shard starves when fewer threads than shards call in. Returns
- * the number of events handled (>= 0), or a negative status; a shard that
- * another thread is progressing is skipped, never waited for.
+ * Every few calls it also progresses one other shard whose token is free
+ * and that no thread has called home for a millisecond, so that no shard
+ * starves when fewer threads than shards call in. Returns the number of
+ * events handled (>= 0), or a negative status; a shard that another thread
+ * is progressing is skipped, never waited for. A call that finds nothing
+ * after 32 such calls in a row may give the core up before it returns
+ * while threads outnumber cores (SX_YIELD): it waits at most 500 us for
+ * a datagram, or calls sched_yield.
  */
 SX_API int sx_progress(sx_engine_h engine);
 
