@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # `make bench-mpi`: one run comparing the shardx BTL with Open MPI's tcp
 # BTL and with UCX on tcp, under ob1 (UCX: its own PML), two ranks on this
-# machine with mpirun's default binding. mpi_bench measures an 8 B .. 4 MiB
-# ping-pong, a windowed 8-byte message rate and an 8-byte latency with 1
-# and 2 threads per rank (MPI_THREAD_MULTIPLE, each thread its own tag).
+# machine with mpirun's default binding. mpi_bench measures an 8 B .. 16 MiB
+# ping-pong, a windowed 8-byte message rate, an 8-byte latency with 1
+# and 2 threads per rank and a windowed 8-byte rate with 1 and 2 threads
+# per rank (MPI_THREAD_MULTIPLE, each thread its own tag). On one machine,
+# the 2-thread latency runs again beside two CPU-burning processes (busy
+# loops), shardx against tcp: a job that shares its cores with others.
 #
 #   bench/bench_mpi.sh [BUILD_DIR [RESULTS_DIR]]   (default: build, BUILD_DIR/bench-results)
 #
@@ -45,7 +48,7 @@ declare -A args=(
     [ucx_tcp]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo"
 )
 transports=(shardx tcp ucx_tcp)
-tests=("pingpong" "rate" "mt 1" "mt 2")
+tests=("pingpong" "rate" "mt 1" "mt 2" "mtrate 1" "mtrate 2")
 where=(-np 2)
 title="two ranks, one machine"
 if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
@@ -91,6 +94,30 @@ for test in "${tests[@]}"; do
     done
 done
 
+# Beside two busy loops (one machine only): the 2-thread latency, shardx
+# and tcp alternating, the burners killed whatever happens.
+if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
+    burners=()
+    for _ in 1 2; do
+        bash -c 'while :; do :; done' &
+        burners+=($!)
+    done
+    for round in 1 2; do
+        for t in shardx tcp; do
+            echo "bench_mpi: $t: mt 2 beside two busy loops (round $round)" >&2
+            # shellcheck disable=SC2086
+            if line=$(timeout 300 mpirun "${where[@]}" ${args[$t]} "$bench" mt 2 200 2>/dev/null | grep '^{' | tail -n 1) &&
+                [[ -n $line ]]; then
+                echo "{\"transport\": \"$t\", \"busy\": true, \"result\": $line}" >>"$raw"
+            else
+                echo "bench_mpi: $t: mt 2 beside busy loops failed; left out" >&2
+            fi
+        done
+    done
+    kill "${burners[@]}" 2>/dev/null || true
+    wait "${burners[@]}" 2>/dev/null || true
+fi
+
 python3 - "$raw" "$results" "$floor" "${BENCH_MPI_HOSTS:-}" <<'PY'
 import json, os, sys
 raw, outdir, floorfile, hosts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
@@ -112,8 +139,17 @@ for r in rows:
         d["pingpong"] = x["results"]
     elif x["test"] == "rate":
         d["rate_msgs_per_s"] = x["messages_per_s"]
+    elif x["test"] == "mt" and r.get("busy"):
+        # The median of the rounds.
+        d.setdefault("_busy", []).append(x["latency_us"])
+        v = sorted(d["_busy"])
+        d["mt%d_busy_latency_us" % x["threads"]] = v[len(v) // 2]
     elif x["test"] == "mt":
         d["mt%d_latency_us" % x["threads"]] = x["latency_us"]
+    elif x["test"] == "mtrate":
+        d["mtrate%d_msgs_per_s" % x["threads"]] = x["messages_per_s"]
+for d in res.values():
+    d.pop("_busy", None)
 
 def lat8(t):
     for p in res.get(t, {}).get("pingpong", []):
@@ -148,7 +184,13 @@ if hosts:
 # The same 2-thread figure over the 1-thread run of the same test
 # (MPI_THREAD_MULTIPLE, one thread), which carries ob1's own multithreaded
 # costs; the target above is held against the plain ping-pong instead.
-other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("mt1_latency_us"))}
+other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("mt1_latency_us")),
+         "mtrate2_shardx_over_tcp": ratio(sx.get("mtrate2_msgs_per_s"), tcp.get("mtrate2_msgs_per_s")),
+         "mtrate2_over_mtrate1_shardx": ratio(sx.get("mtrate2_msgs_per_s"),
+                                              sx.get("mtrate1_msgs_per_s"))}
+if not hosts:
+    ratios["mt2_busy_latency_shardx_over_tcp"] = ratio(sx.get("mt2_busy_latency_us"),
+                                                       tcp.get("mt2_busy_latency_us"))
 floor_ratios = {
     "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
     "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
@@ -157,6 +199,7 @@ targets = {
     "latency_8B_shardx_over_tcp": "<= 0.8",
     "rate_8B_shardx_over_tcp": ">= 2",
     "mt2_latency_over_shardx_1thread": "<= 3",
+    "mt2_busy_latency_shardx_over_tcp": "<= 1",
 }
 if hosts:
     targets = {
@@ -204,6 +247,13 @@ for t in res:
                                              fmt(d.get("rate_msgs_per_s"), "%.0f"),
                                              fmt(d.get("mt1_latency_us")),
                                              fmt(d.get("mt2_latency_us"))))
+print("\n%-9s %16s %16s %22s" % ("transport", "mtrate1 msgs/s", "mtrate2 msgs/s",
+                                   "mt2 lat us, busy loops"))
+for t in res:
+    d = res[t]
+    print("%-9s %16s %16s %22s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
+                                   fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
+                                   fmt(d.get("mt2_busy_latency_us"))))
 if floor:
     print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
                                              "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
@@ -212,7 +262,7 @@ print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_cou
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
 for k, v in other.items():
-    print("  %-34s %8s   (for reference: mt 1 runs under MPI_THREAD_MULTIPLE)" % (k, fmt(v, "%.2f")))
+    print("  %-34s %8s   (for reference)" % (k, fmt(v, "%.2f")))
 if floor:
     print("the raw-UDP floor on the same scale (one datagram per message, no MPI):")
     for k, v in floor_ratios.items():

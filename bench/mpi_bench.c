@@ -7,6 +7,9 @@
  *   mpi_bench mt N [I]   8-byte latency with N threads per rank, each
  *                        ping-ponging on its own tag (MPI_THREAD_MULTIPLE),
  *                        I round trips per thread and batch (500)
+ *   mpi_bench mtrate N   8-byte messages per second with N threads per
+ *                        rank (MPI_THREAD_MULTIPLE), each streaming windows
+ *                        of 64 Isends on its own tag; all threads together
  *
  * Each figure is the median of several batches, so one batch slowed by
  * a busy machine does not set it. The program prints figures; it never
@@ -158,10 +161,77 @@ static void bench_mt(int nthreads, int iters)
                median(lat, BATCHES));
 }
 
+/* mtrate: thread t streams windows on tag 20 + t; the receiver's thread t
+ * answers each window with a zero-byte message, as in bench_rate. */
+typedef struct mtrate_arg {
+    int t;
+    int windows;
+    pthread_barrier_t *start;
+    double t0, t1;
+} mtrate_arg_t;
+
+static void *mtrate_thread(void *p)
+{
+    mtrate_arg_t *a = p;
+    char buf[WINDOW][8];
+    MPI_Request req[WINDOW];
+    int peer = 1 - rank, tag = 20 + a->t;
+
+    memset(buf, 1, sizeof(buf));
+    pthread_barrier_wait(a->start);
+    a->t0 = MPI_Wtime();
+    for (int w = 0; w < a->windows; w++) {
+        for (int i = 0; i < WINDOW; i++) {
+            if (rank == 0)
+                MPI_Isend(buf[i], 8, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &req[i]);
+            else
+                MPI_Irecv(buf[i], 8, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &req[i]);
+        }
+        MPI_Waitall(WINDOW, req, MPI_STATUSES_IGNORE);
+        if (rank == 0)
+            MPI_Recv(NULL, 0, MPI_BYTE, peer, tag + 1000, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        else
+            MPI_Send(NULL, 0, MPI_BYTE, peer, tag + 1000, MPI_COMM_WORLD);
+    }
+    a->t1 = MPI_Wtime();
+    return NULL;
+}
+
+static void bench_mtrate(int nthreads)
+{
+    const int windows = 800 / nthreads + 1;
+    double rate[BATCHES];
+    pthread_t th[64];
+    mtrate_arg_t args[64];
+    pthread_barrier_t start;
+
+    for (int b = -1; b < BATCHES; b++) { /* b = -1: warm-up */
+        pthread_barrier_init(&start, NULL, (unsigned)nthreads);
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int t = 0; t < nthreads; t++) {
+            args[t] = (mtrate_arg_t){.t = t, .windows = windows, .start = &start};
+            pthread_create(&th[t], NULL, mtrate_thread, &args[t]);
+        }
+        double t0 = 1e300, t1 = 0;
+        for (int t = 0; t < nthreads; t++) {
+            pthread_join(th[t], NULL);
+            t0 = args[t].t0 < t0 ? args[t].t0 : t0;
+            t1 = args[t].t1 > t1 ? args[t].t1 : t1;
+        }
+        pthread_barrier_destroy(&start);
+        if (b >= 0)
+            rate[b] = (double)windows * WINDOW * nthreads / (t1 - t0);
+    }
+    if (rank == 0)
+        printf("{\"test\": \"mtrate\", \"threads\": %d, \"size\": 8, \"window\": %d, "
+               "\"messages_per_s\": %.0f}\n",
+               nthreads, WINDOW, median(rate, BATCHES));
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "pingpong";
-    int mt = strcmp(test, "mt") == 0;
+    int mt = strcmp(test, "mt") == 0 || strcmp(test, "mtrate") == 0;
     int nthreads = argc > 2 ? atoi(argv[2]) : 2;
     int provided, size;
 
@@ -178,10 +248,12 @@ int main(int argc, char **argv)
         bench_pingpong();
     else if (strcmp(test, "rate") == 0)
         bench_rate();
-    else if (mt)
+    else if (strcmp(test, "mt") == 0)
         bench_mt(nthreads, argc > 3 ? atoi(argv[3]) : 500);
+    else if (mt)
+        bench_mtrate(nthreads);
     else if (rank == 0)
-        fprintf(stderr, "mpi_bench: unknown test '%s' (pingpong, rate, mt N)\n", test);
+        fprintf(stderr, "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N)\n", test);
     fflush(stdout);
     MPI_Finalize();
     return 0;
