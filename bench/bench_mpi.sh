@@ -247,6 +247,10 @@ for t in res:
                                              fmt(d.get("rate_msgs_per_s"), "%.0f"),
                                              fmt(d.get("mt1_latency_us")),
                                              fmt(d.get("mt2_latency_us"))))
+if floor:
+    print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
+                                             "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
+                                             "-"))
 print("\n%-9s %16s %16s %22s" % ("transport", "mtrate1 msgs/s", "mtrate2 msgs/s",
                                    "mt2 lat us, busy loops"))
 for t in res:
@@ -254,10 +258,6 @@ for t in res:
     print("%-9s %16s %16s %22s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
                                    fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
                                    fmt(d.get("mt2_busy_latency_us"))))
-if floor:
-    print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
-                                             "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
-                                             "-"))
 print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
