@@ -436,20 +436,24 @@ static void shardx_thread_to_batch(void)
  * MPI_THREAD_MULTIPLE, Open MPI 4.1's request wait
  * (opal/threads/wait_sync.c) lets one thread call opal_progress and parks
  * the others on condition variables, passing the progress role on as
- * requests complete. A parked thread woken by our progress, or promoted to
- * progress, needs the CPU that the progressing thread spins on (mpirun
- * binds them to the rank's core), so while the role moves between threads
- * (it changed hands within SHARDX_HANDOFF_NS) every call ends with
- * sched_yield, even one that found nothing; with nothing else runnable the
- * yield returns at once. ob1 signals a waiter while holding its mutex: a
+ * requests complete. ob1 signals a waiter while holding its mutex: a
  * woken SCHED_OTHER thread can preempt the signaller and block on that
- * mutex, a SCHED_BATCH one does not preempt on wake-up (sched(7)) and runs
- * at the next yield. So each thread in a hand-off moves from SCHED_OTHER
- * to SCHED_BATCH once (btl_shardx_sched_batch, on by default; other
- * policies are left alone, and the nice value's CPU share is kept). With
- * one waiting thread the role never moves and nothing yields.
- * docs/tuning.md, section "Open MPI BTL: threads that wait", has the
- * measurements.
+ * mutex, a SCHED_BATCH one does not preempt on wake-up (sched(7)). So each
+ * thread that takes part in a hand-off (the role changed hands within
+ * SHARDX_HANDOFF_NS) moves from SCHED_OTHER to SCHED_BATCH once
+ * (btl_shardx_sched_batch, on by default; other policies are left alone,
+ * and the nice value's CPU share is kept). With one waiting thread the
+ * role never moves and nothing changes.
+ *
+ * This call used to end with sched_yield while the role moved, so that a
+ * woken waiter got the CPU the progressing thread spins on. Beside
+ * CPU-bound processes that handed them the core for the rest of their
+ * slice at every hand-off: mpi_bench mt 2 beside two busy loops took
+ * 3.5-3.8 ms per message (tcp: 3-9 us). Without it, and with shardx's own
+ * SX_YIELD for callers that find nothing while threads outnumber cores:
+ * 3.0-3.2 us beside the busy loops, 3.2 us (against 6.8-7.0) alone; mt 4
+ * 8-10 us against 11.5-12 alone. docs/tuning.md, section "Open MPI BTL:
+ * threads that wait", has the measurements.
  */
 int mca_btl_shardx_progress(void)
 {
@@ -457,7 +461,7 @@ int mca_btl_shardx_progress(void)
     if (engine == NULL)
         return 0;
     int n = sx_progress(engine);
-    if (opal_using_threads()) {
+    if (opal_using_threads() && !shardx_progress_policy_checked) {
         const void *me = &shardx_progress_me;
         uint64_t now = shardx_coarse_ns();
         /* The first caller takes the role from nobody: not a hand-off. */
@@ -466,12 +470,9 @@ int mca_btl_shardx_progress(void)
             atomic_store_explicit(&shardx_progress_switch_ns, now, memory_order_relaxed);
         if (now - atomic_load_explicit(&shardx_progress_switch_ns, memory_order_relaxed) <
             SHARDX_HANDOFF_NS) {
-            if (!shardx_progress_policy_checked) {
-                shardx_progress_policy_checked = true;
-                if (mca_btl_shardx_component.sched_batch)
-                    shardx_thread_to_batch();
-            }
-            sched_yield();
+            shardx_progress_policy_checked = true;
+            if (mca_btl_shardx_component.sched_batch)
+                shardx_thread_to_batch();
         }
     }
     return n > 0 ? n : 0;

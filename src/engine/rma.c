@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "engine/engine.h"
+#include "shard/op_cache.h"
 #include "shard/chan.h"
 
 static int mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, sx_mem_h *mem_p)
@@ -54,7 +55,7 @@ static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, u
     int failed = atomic_load(&peer->failed);
     if (failed != 0)
         return failed;
-    sx_op_t *op = calloc(1, sizeof(*op));
+    sx_op_t *op = sx_op_alloc();
     if (op == NULL)
         return SX_ERR_NO_MEMORY;
     op->req.run = sx_op_push_run;

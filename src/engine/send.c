@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "shard/shard.h"
 #include "shard/chan.h"
+#include "shard/op_cache.h"
 
 void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
 {
@@ -75,10 +76,9 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
         return SX_ERR_INVALID_PARAM;
     }
     struct sx_engine *e = peer->engine;
-    sx_op_t *op = malloc(sizeof(*op));
+    sx_op_t *op = sx_op_alloc();
     if (op == NULL)
         return SX_ERR_NO_MEMORY;
-    memset(op, 0, sizeof(*op));
     op->req.run = sx_op_push_run;
     op->peer = peer;
     op->tag = tag;

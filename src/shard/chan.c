@@ -4,6 +4,7 @@
  * chan_retransmit.c and chan_rma.c.
  */
 #include "shard/chan.h"
+#include "shard/op_cache.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
     }
     if (op->cb != NULL)
         op->cb(op->ctx, status);
-    free(op);
+    sx_op_release(op);
 }
 
 /* Queues an internal op (a response) and marks the channel ready. */

@@ -71,6 +71,7 @@ typedef struct sx_op {
     uint8_t tag;
     uint8_t started; /* its first frame is on the wire */
     bool more;       /* AM: sent with SX_SEND_MORE; its push holds the shard's flush */
+    bool cached;     /* from sx_op_alloc: sx_op_release may keep it (op_cache.h) */
     uint16_t iovcnt;
     uint32_t last_seq; /* sequence number of the packet with its last byte */
     uint64_t len;      /* total bytes (PUT, GET: of the remote range) */
