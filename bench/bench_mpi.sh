@@ -48,7 +48,7 @@ declare -A args=(
     [ucx_tcp]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo"
 )
 transports=(shardx tcp ucx_tcp)
-tests=("pingpong" "rate" "mt 1" "mt 2" "mtrate 1" "mtrate 2")
+tests=("pingpong" "rate" "mt 1" "mt 2" "mt 2 200 4096" "mt 2 200 8192" "mtrate 1" "mtrate 2")
 where=(-np 2)
 title="two ranks, one machine"
 if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
@@ -144,6 +144,8 @@ for r in rows:
         d.setdefault("_busy", []).append(x["latency_us"])
         v = sorted(d["_busy"])
         d["mt%d_busy_latency_us" % x["threads"]] = v[len(v) // 2]
+    elif x["test"] == "mt" and x.get("size", 8) != 8:
+        d["mt%d_%dB_latency_us" % (x["threads"], x["size"])] = x["latency_us"]
     elif x["test"] == "mt":
         d["mt%d_latency_us" % x["threads"]] = x["latency_us"]
     elif x["test"] == "mtrate":
@@ -191,6 +193,8 @@ other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("
 if not hosts:
     ratios["mt2_busy_latency_shardx_over_tcp"] = ratio(sx.get("mt2_busy_latency_us"),
                                                        tcp.get("mt2_busy_latency_us"))
+    ratios["mt2_8KiB_over_mt2_4KiB"] = ratio(sx.get("mt2_8192B_latency_us"),
+                                             sx.get("mt2_4096B_latency_us"))
 floor_ratios = {
     "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
     "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
@@ -200,6 +204,7 @@ targets = {
     "rate_8B_shardx_over_tcp": ">= 2",
     "mt2_latency_over_shardx_1thread": "<= 3",
     "mt2_busy_latency_shardx_over_tcp": "<= 1",
+    "mt2_8KiB_over_mt2_4KiB": "<= 3",
 }
 if hosts:
     targets = {
@@ -251,13 +256,16 @@ if floor:
     print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
                                              "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
                                              "-"))
-print("\n%-9s %16s %16s %22s" % ("transport", "mtrate1 msgs/s", "mtrate2 msgs/s",
-                                   "mt2 lat us, busy loops"))
+print("\n%-9s %16s %16s %16s %16s %22s" % ("transport", "mtrate1 msgs/s", "mtrate2 msgs/s",
+                                             "mt2 4 KiB us", "mt2 8 KiB us",
+                                             "mt2 lat us, busy loops"))
 for t in res:
     d = res[t]
-    print("%-9s %16s %16s %22s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
-                                   fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
-                                   fmt(d.get("mt2_busy_latency_us"))))
+    print("%-9s %16s %16s %16s %16s %22s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
+                                             fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
+                                             fmt(d.get("mt2_4096B_latency_us")),
+                                             fmt(d.get("mt2_8192B_latency_us")),
+                                             fmt(d.get("mt2_busy_latency_us"))))
 print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))

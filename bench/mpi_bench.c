@@ -4,7 +4,7 @@
  *
  *   mpi_bench pingpong   one-way latency (half the round trip) per size
  *   mpi_bench rate       8-byte messages per second, windows of 64 Isends
- *   mpi_bench mt N [I]   8-byte latency with N threads per rank, each
+ *   mpi_bench mt N [I [S]]  S-byte (8) latency with N threads per rank, each
  *                        ping-ponging on its own tag (MPI_THREAD_MULTIPLE),
  *                        I round trips per thread and batch (500)
  *   mpi_bench mtrate N   8-byte messages per second with N threads per
@@ -120,6 +120,7 @@ static void bench_rate(void)
 typedef struct mt_arg {
     int t;
     int iters;
+    int size;
     pthread_barrier_t *start;
     double lat;
 } mt_arg_t;
@@ -127,14 +128,15 @@ typedef struct mt_arg {
 static void *mt_thread(void *p)
 {
     mt_arg_t *a = p;
-    char buf[8] = {0};
-    pingpong(MPI_COMM_WORLD, 10 + a->t, buf, 8, a->iters / 10 + 1); /* warm-up */
+    char *buf = calloc(1, (size_t)a->size + 1);
+    pingpong(MPI_COMM_WORLD, 10 + a->t, buf, a->size, a->iters / 10 + 1); /* warm-up */
     pthread_barrier_wait(a->start);
-    a->lat = pingpong(MPI_COMM_WORLD, 10 + a->t, buf, 8, a->iters);
+    a->lat = pingpong(MPI_COMM_WORLD, 10 + a->t, buf, a->size, a->iters);
+    free(buf);
     return NULL;
 }
 
-static void bench_mt(int nthreads, int iters)
+static void bench_mt(int nthreads, int iters, int size)
 {
     double lat[BATCHES];
     pthread_t th[64];
@@ -145,7 +147,7 @@ static void bench_mt(int nthreads, int iters)
         pthread_barrier_init(&start, NULL, (unsigned)nthreads);
         MPI_Barrier(MPI_COMM_WORLD);
         for (int t = 0; t < nthreads; t++) {
-            args[t] = (mt_arg_t){.t = t, .iters = iters, .start = &start};
+            args[t] = (mt_arg_t){.t = t, .iters = iters, .size = size, .start = &start};
             pthread_create(&th[t], NULL, mt_thread, &args[t]);
         }
         double sum = 0;
@@ -157,8 +159,8 @@ static void bench_mt(int nthreads, int iters)
         lat[b] = sum / nthreads; /* each thread's own latency, averaged */
     }
     if (rank == 0)
-        printf("{\"test\": \"mt\", \"threads\": %d, \"size\": 8, \"latency_us\": %.3f}\n", nthreads,
-               median(lat, BATCHES));
+        printf("{\"test\": \"mt\", \"threads\": %d, \"size\": %d, \"latency_us\": %.3f}\n",
+               nthreads, size, median(lat, BATCHES));
 }
 
 /* mtrate: thread t streams windows on tag 20 + t; the receiver's thread t
@@ -249,7 +251,7 @@ int main(int argc, char **argv)
     else if (strcmp(test, "rate") == 0)
         bench_rate();
     else if (strcmp(test, "mt") == 0)
-        bench_mt(nthreads, argc > 3 ? atoi(argv[3]) : 500);
+        bench_mt(nthreads, argc > 3 ? atoi(argv[3]) : 500, argc > 4 ? atoi(argv[4]) : 8);
     else if (mt)
         bench_mtrate(nthreads);
     else if (rank == 0)
