@@ -39,6 +39,22 @@ if [[ -n $(q 'select(.bench == "mt") | .bench') ]]; then
             "| $(cell mt_inject global msg_rate %.0f) | $(cell mt_inject global ratio_to_t1 %.2f) |"
     done
     echo
+    if [[ -n $(q 'select(.bench == "mt_local") | .bench') ]]; then
+        echo "**mt, one process** (no oversubscription: T threads on at most T CPUs, each the home of shard t of two engines in the process, streaming both ways over the network transport; messages/s, ratio to T=1 of the same mode):"
+        echo
+        echo "| T | sharded | ratio | global | ratio | sharded/global |"
+        echo "|---|---|---|---|---|---|"
+        for t in $(q 'select(.bench == "mt_local") | .threads' | sort -n | uniq); do
+            cell() { # bench mode metric format
+                q "select(.bench == \"$1\" and .mode == \"$2\" and .threads == $t) | .$3 // empty" |
+                    head -n 1 | { read -r v && printf "$4" "$v" || printf -- "-"; }
+            }
+            echo "| $t | $(cell mt_local sharded msg_rate %.0f) | $(cell mt_local sharded ratio_to_t1 %.2f)" \
+                "| $(cell mt_local global msg_rate %.0f) | $(cell mt_local global ratio_to_t1 %.2f)" \
+                "| $(cell mt_local sharded sharded_to_global %.2f) |"
+        done
+        echo
+    fi
 fi
 
 if [[ -n $(q 'select(.bench == "latency") | .bench') ]]; then
