@@ -55,15 +55,17 @@ static double pingpong(MPI_Comm comm, int tag, char *buf, int size, int iters)
 
 static void bench_pingpong(void)
 {
-    static const int sizes[] = {0,      8,       64,      512,     4096,
-                                32768,  262144,  1048576, 4194304, 16777216};
+    static const int sizes[] = {0, 8, 64, 512, 4096, 32768, 262144, 1048576, 4194304, 16777216};
     const int n = sizeof(sizes) / sizeof(sizes[0]);
     char *buf = calloc(1, 16777216);
 
     if (rank == 0)
         printf("{\"test\": \"pingpong\", \"results\": [");
     for (int k = 0; k < n; k++) {
-        int iters = sizes[k] <= 4096 ? 2000 : sizes[k] <= 262144 ? 200 : sizes[k] <= 4194304 ? 20 : 6;
+        int iters = sizes[k] <= 4096      ? 2000
+                    : sizes[k] <= 262144  ? 200
+                    : sizes[k] <= 4194304 ? 20
+                                          : 6;
         double lat[BATCHES];
         pingpong(MPI_COMM_WORLD, 1, buf, sizes[k], iters / 10 + 1); /* warm-up */
         for (int b = 0; b < BATCHES; b++) {

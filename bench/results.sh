@@ -44,11 +44,8 @@ if [[ -n $(q 'select(.bench == "mt") | .bench') ]]; then
         echo
         echo "| T | sharded | ratio | global | ratio | sharded/global |"
         echo "|---|---|---|---|---|---|"
+        # cell() is the one defined above; it reads $t.
         for t in $(q 'select(.bench == "mt_local") | .threads' | sort -n | uniq); do
-            cell() { # bench mode metric format
-                q "select(.bench == \"$1\" and .mode == \"$2\" and .threads == $t) | .$3 // empty" |
-                    head -n 1 | { read -r v && printf "$4" "$v" || printf -- "-"; }
-            }
             echo "| $t | $(cell mt_local sharded msg_rate %.0f) | $(cell mt_local sharded ratio_to_t1 %.2f)" \
                 "| $(cell mt_local global msg_rate %.0f) | $(cell mt_local global ratio_to_t1 %.2f)" \
                 "| $(cell mt_local sharded sharded_to_global %.2f) |"

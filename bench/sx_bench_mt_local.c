@@ -48,7 +48,7 @@ typedef struct sxb_ml sxb_ml_t;
  * direction that starts at engine d (A to B, B to A). */
 typedef struct sxb_ml_thr {
     _Alignas(SXB_ML_LINE) atomic_uint_fast64_t done[2]; /* completions */
-    atomic_uint_fast64_t rx[2];                          /* deliveries at the far engine */
+    atomic_uint_fast64_t rx[2];                         /* deliveries at the far engine */
     atomic_uint errors;
     atomic_int first_error;
     atomic_uint_fast64_t bad_len;
@@ -151,9 +151,9 @@ static void *sxb_ml_thread(void *arg)
             all = all && done >= thr->count &&
                   atomic_load_explicit(&thr->rx[d], memory_order_relaxed) >= thr->count;
             while (posted[d] < thr->count && posted[d] - done < ml->window) {
-                int rc = sx_send_ex(ml->peer[d], (uint8_t)thr->index, ml->size ? &iov : NULL,
-                                    ml->size ? 1 : 0, &sp, sxb_ml_on_done,
-                                    &ml->ctx[2 * thr->index + d]);
+                int rc =
+                    sx_send_ex(ml->peer[d], (uint8_t)thr->index, ml->size ? &iov : NULL,
+                               ml->size ? 1 : 0, &sp, sxb_ml_on_done, &ml->ctx[2 * thr->index + d]);
                 if (rc != SX_INPROGRESS) {
                     thr->rc = rc;
                     goto out;
@@ -238,9 +238,10 @@ static int sxb_ml_phase(sxb_ml_t *ml, uint64_t count, double *rate_p)
             seen = moved;
             deadline = now + SXB_WAIT_LIMIT_NS;
         } else if (now > deadline) {
-            rc = sxb_fail("one process: nothing moved for %llu s (%llu of %llu events)",
-                          (unsigned long long)(SXB_WAIT_LIMIT_NS / 1000000000ull),
-                          (unsigned long long)moved, (unsigned long long)(4 * count * ml->nthreads));
+            rc =
+                sxb_fail("one process: nothing moved for %llu s (%llu of %llu events)",
+                         (unsigned long long)(SXB_WAIT_LIMIT_NS / 1000000000ull),
+                         (unsigned long long)moved, (unsigned long long)(4 * count * ml->nthreads));
             atomic_store(&ml->abort, true);
         }
     }
@@ -271,8 +272,8 @@ static int sxb_ml_phase(sxb_ml_t *ml, uint64_t count, double *rate_p)
         first = thr->start_ns < first ? thr->start_ns : first;
         last = thr->end_ns > last ? thr->end_ns : last;
     }
-    *rate_p = last > first ? (double)(2 * count * ml->nthreads) / ((double)(last - first) / 1e9)
-                           : NAN;
+    *rate_p =
+        last > first ? (double)(2 * count * ml->nthreads) / ((double)(last - first) / 1e9) : NAN;
     return 0;
 }
 
@@ -394,8 +395,7 @@ int sxb_mt_local(const sxb_ctl_t *ctl, const sxb_opts_t *opts, bool human, unsig
             double t1 = rates[m][0];
             for (unsigned j = 0; j < nlist; j++)
                 t1 = list[j] == 1 ? rates[m][j] : t1;
-            snprintf(cell[2 * m], sizeof(cell[0]), isnan(rates[m][i]) ? "-" : "%.0f",
-                     rates[m][i]);
+            snprintf(cell[2 * m], sizeof(cell[0]), isnan(rates[m][i]) ? "-" : "%.0f", rates[m][i]);
             snprintf(cell[2 * m + 1], sizeof(cell[0]), isnan(rates[m][i] / t1) ? "-" : "%.3f",
                      rates[m][i] / t1);
             if ((modes & (1u << m)) == 0)

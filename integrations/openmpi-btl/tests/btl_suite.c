@@ -471,8 +471,9 @@ static void test_latency_mt(size_t max)
         for (int t = 0; t < n; t++)
             pthread_join(th[t], NULL);
         if (rank == 0) {
-            printf("latency_mt: %d thread%s per rank, mean one-way latency (us) over the threads:\n",
-                   n, n > 1 ? "s" : "");
+            printf(
+                "latency_mt: %d thread%s per rank, mean one-way latency (us) over the threads:\n",
+                n, n > 1 ? "s" : "");
             for (unsigned k = 0; k < nsizes; k++) {
                 double sum = 0;
                 for (int t = 0; t < n; t++)
