@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The top-level Makefile only orchestrates: CMake builds, ctest runs tests.
 #   make test        build into build/ and run every test
 #   make docs        the API reference (Doxygen) in build/docs/html

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ack_socket_bench: does the udp transport's ACK socket (SX_UDP_ACK_SOCKET,
  * src/transports/udp.c) pay off?

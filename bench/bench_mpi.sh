@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `make bench-mpi`: one run comparing the shardx BTL with Open MPI's tcp
 # BTL and with UCX on tcp, under ob1 (UCX: its own PML), two ranks on this
 # machine with mpirun's default binding. mpi_bench measures an 8 B .. 16 MiB

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `make bench-mpi`'s two-host case: bench_mpi.sh with one rank on each of
 # two hosts of the namespace cluster (tests/cluster/: network namespaces
 # joined by a bridge, their own hostnames), at MTU 1500 and 9000. shardx

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * gso_bench: on a path with a 1500-byte MTU, what should bulk data pay per
  * datagram? Issue 20 asks for UDP GSO (UDP_SEGMENT) on send and GRO

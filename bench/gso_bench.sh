@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs gso_bench (bench/gso_bench.c) between two hosts of the namespace
 # cluster (tests/cluster/) at MTU 1500: each sender mode (batch: sendmmsg,
 # gso: UDP_SEGMENT) against each receiver mode (batch: recvmmsg, gro:

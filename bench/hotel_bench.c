@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Micro-benchmark of the hotel on its timer wheel: nanoseconds per
  * check-in, per check-out and per eviction (a deadline expiring through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * inbox_bench: choose the shard inbox queue (DESIGN.md section 3).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * mpi_bench: the MPI figures behind `make bench-mpi` (bench/bench_mpi.sh
  * runs it over each transport). Two ranks; rank 0 prints one JSON object.

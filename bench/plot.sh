@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Turns sx_bench JSON (--json or --json-file output) into PNG plots with
 # gnuplot, reading the records with jq:
 #

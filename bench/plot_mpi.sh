@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Plots `make bench-mpi`'s results (bench_mpi.sh writes the data files):
 #   bench/plot_mpi.sh RESULTS_DIR    -> RESULTS_DIR/mpi.png
 # Left: ping-pong latency against message size per transport. Right: the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Writes the README's results section from sx_bench JSON: the machine, the
 # mt scaling table (network and injection-only), the 8 B latency against
 # the raw-UDP floor, the goodput under loss, and the rate and bw rows when

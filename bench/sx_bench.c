@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_bench: shardx's benchmark tool (first version, issue 6).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_bench: shared declarations of the benchmark driver (sx_bench.c), the
  * raw-UDP floor (sx_bench_udp.c), the shardx benchmarks (sx_bench_am.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The shardx benchmarks: latency (ping-pong), rate (windowed stream of
  * small messages) and loss (goodput under injected loss).

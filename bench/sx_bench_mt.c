@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * mt: the multithreaded scaling benchmark (issue 6, item 4).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * mt, one process (issue 21, item 3): scaling without oversubscription.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The raw-UDP floor: what this machine's loopback does with two plain
  * nonblocking UDP sockets, no reliability, no headers, busy-polling recv().

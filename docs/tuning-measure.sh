@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The measurements behind docs/tuning.md: run from anywhere after make build;
 # each block is one sx_bench run between two sx_run ranks.
 cd "$(dirname "$0")/../build"

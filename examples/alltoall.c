@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * alltoall: every process of a job sends a message to every process
  * (itself included) and checks what it receives. Start it with the

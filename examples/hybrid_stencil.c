@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * hybrid_stencil: a 2-D Jacobi stencil over MPI-style processes, each
  * running OpenMP threads, the hybrid MPI+OpenMP shape shardx is built for.

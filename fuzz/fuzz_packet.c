@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target for the packet parser and the receive path behind it
  * (DESIGN.md section 7). Run it with scripts/fuzz.sh.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Regenerates the seed corpus in fuzz/corpus/: a few well-formed packets
 # and engine scenarios (chunked messages, reordering, duplicates, ACKs and
 # SACKs for messages the engine sent), so the fuzzer starts from inputs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * shardx — a sharded communication progress engine for threaded MPI runtimes.
  *

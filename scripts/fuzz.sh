@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the packet fuzzer with clang (libFuzzer + ASan + UBSan) into
 # build-fuzz/ and runs it on fuzz/corpus/ for a bounded time. Exits
 # non-zero when the fuzzer finds a crash, a leak or undefined behaviour;

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the shardx-config(7) man page from `sx_info --json` on stdin.
 
 The parameter list comes from the library's own table (src/common/config.h,

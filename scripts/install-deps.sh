@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installs the Debian packages shardx needs, and only those that are missing.
 # Idempotent; prints nothing when everything is already present.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Replaces the text between "<!-- bench-results:begin -->" and
 # "<!-- bench-results:end -->" in FILE with the contents of NEW.
 # Usage: scripts/splice-readme.sh FILE NEW

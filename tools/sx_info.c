@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_info: what this shardx build contains, every configuration parameter,
  * the transports (built, available, selected), the topology the engine

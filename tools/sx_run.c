@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_run: the built-in launcher. `sx_run -n N [--timeout S] [--] prog args`
  * starts N local processes of prog with SX_RUN_RANK, SX_RUN_SIZE and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_run's command line: the options (see sx_run_usage), the program
  * found along PATH, and for -H the ranks' placement and what remote ranks

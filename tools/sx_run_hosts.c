@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_run -H: the host list, where the ranks go, the address other hosts
  * reach the rendezvous server at, and the launcher agent's words.

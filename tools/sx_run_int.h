@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What the parts of sx_run share: sx_run.c (options, the job, the main
  * loop), sx_run_hosts.c (-H: host lists, placement, the rendezvous

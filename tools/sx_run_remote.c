@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_run's ranks on other hosts (-H). For each, sx_run runs the launcher
  * agent (ssh by default) as

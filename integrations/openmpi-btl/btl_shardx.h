@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The shardx BTL: Open MPI's byte transfer layer over one shardx engine.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The shardx BTL component: parameters, start-up (engine, business card)
  * and progress. The module's operations are in btl_shardx_module.c.

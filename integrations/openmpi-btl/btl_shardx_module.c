@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The shardx BTL module: endpoints, descriptors, send, sendi, put, get,
  * registration, progress and failure reporting. btl_shardx.h has the map

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Choosing a modex backend (modex.h). */
 #include <stdlib.h>
 

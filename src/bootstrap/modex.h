@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The modex: every process of a job publishes a blob (its business card)
  * and reads everyone else's, as Open MPI's modex does

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The `pmix` modex backend: business cards through a PMIx server, the one
  * an Open MPI mpirun, prterun or srun runs for the processes it starts.

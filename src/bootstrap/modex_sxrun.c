@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The `sxrun` modex: a process started by sx_run finds the launcher's
  * rendezvous server at SX_RUN_ADDR and talks to it over the engine's OOB

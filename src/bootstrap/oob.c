@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The out-of-band channel over TCP: the API, matching and completions.
  * oob.h has the contract and the frame format; oob_int.h the structures

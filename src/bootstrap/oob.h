@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The out-of-band channel (OOB): tagged iovec messages between the
  * processes of a job over TCP, in the shape of Open MPI's mca_oob

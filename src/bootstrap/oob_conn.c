@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The OOB channel's connections and progress thread (see oob.c for the
  * whole picture and oob_int.h for the locking).

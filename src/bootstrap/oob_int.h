@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Internals of the OOB channel, shared by oob.c (the API, matching and
  * completions) and oob_conn.c (connections, frames and the progress

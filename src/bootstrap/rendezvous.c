@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The sx_run rendezvous server (rendezvous.h): collects every rank's blob
  * and sends each rank all of them, and counts fence rounds.

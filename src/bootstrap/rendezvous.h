@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The sx_run launcher's side of the `sxrun` modex: a rendezvous server on
  * the launcher's OOB endpoint (id SX_OOB_ID_LAUNCHER). Ranks send RDV_PUT

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What this build of shardx contains, for sx_info and for bug reports. */
 #include <shardx.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Configuration: parsing and precedence for the table in config.h. */
 #include "common/config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * CRC32C (Castagnoli); see crc32c.h.
  *

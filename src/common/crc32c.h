@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * CRC32C (Castagnoli, RFC 3720 appendix B.4): the payload checksum of the
  * wire format (src/shard/wire.h) and of OOB frames (src/bootstrap/). The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Little-endian loads and stores at any alignment, for the wire formats
  * (packets, control messages, OOB frames): memcpy plus endian.h, which the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Logging: one formatted line per call, written with a single fputs. */
 #include "common/log.h"
 

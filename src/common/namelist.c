@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Name lists (SX_NET_DEVICES); see namelist.h. */
 #include "common/namelist.h"
 

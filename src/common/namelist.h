@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Name lists: the comma-separated device names of SX_NET_DEVICES
  * ("mlx5_0,mlx5_1", "eth0"), parsed once by the engine to check them and

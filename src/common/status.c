@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Status messages and names, generated from SX_STATUS_TABLE in shardx.h. */
 #include <shardx.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Monotonic time in nanoseconds and wrap-safe comparisons. */
 #ifndef SX_COMMON_TIME_H
 #define SX_COMMON_TIME_H

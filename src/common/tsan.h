@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Happens-before annotations for ThreadSanitizer.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Hierarchical timer wheel; see wheel.h for the contract and the paper.
  *

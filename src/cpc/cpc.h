@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Connection pseudo-components (CPCs), in the shape of Open MPI's openib
  * CPCs (../shared/seeds/openib_cpc_connect.h.txt): a component is a way of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The CPC framework: which components run, their card offers, and the
  * choice per peer (cpc.h). */
 #include <stdbool.h>

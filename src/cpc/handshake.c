@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * handshake: the connection exchange of shard/conn.h carried as
  * SX_PKT_CTRL datagrams over the channel's own transport, with the path

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * implicit: nothing is exchanged. The card holds every address and both
  * ends start their sequence numbers at SX_SEQ_START, so the first data

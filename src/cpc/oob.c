@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * oob: the connection exchange of shard/conn.h carried over the OOB (TCP),
  * as Open MPI's openib `oob` CPC carries its QP information. Reliable, so

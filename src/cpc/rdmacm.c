@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * rdmacm: the connection manager resolves the path to a peer's verbs queue
  * pair (rdmacm.h says why and what goes on the wire), then the exchange of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * rdmacm: the connection manager's address resolution for the verbs
  * transport (issue 7), in the shape of Open MPI's openib `rdma_cm` CPC

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * rdmacm's wire formats (rdmacm.h): the card blob (the listener's
  * address), the private data of a SIDR request and answer, and the path

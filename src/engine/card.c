@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The business card; see card.h. */
 #include "engine/card.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The business card: what an engine tells its peers about itself, built
  * once at creation and handed out by sx_engine_address(); encoded, parsed

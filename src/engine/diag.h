@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Diagnostics: sx_dump (dump.c), and the thread that serves SX_DUMP_SIGNAL
  * and the progress watchdog SX_WATCHDOG_S (watchdog.c).

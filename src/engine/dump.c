@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_dump: the engine's state, shard by shard and channel by channel, for a
  * person debugging a hang or a loss (docs/debugging.md explains the

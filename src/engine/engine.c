@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Engine lifetime, shard map and home shards; see engine.h. */
 #include "engine/engine.h"
 #include "bootstrap/oob.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The engine: one per process (or per runtime instance), owning the shards,
  * the topology, the configuration and the peer table.

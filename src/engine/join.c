@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Start-up: the OOB endpoint, sx_engine_join and the job barrier. */
 #include <arpa/inet.h>
 #include <sched.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* NIC locality with hwloc; see nic.h. */
 #include "engine/nic.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * NIC locality: which of a transport's devices each shard uses.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Peers: sx_peer_add (a card made a peer, its connection method chosen)
  * and sx_peer_remove (the closing protocol); the table is shard/peer.c. */
 #include <endian.h>

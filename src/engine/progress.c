@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Progress threads (SX_PROGRESS=thread) and the engine's pollable fd.
  *

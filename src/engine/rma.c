@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Memory registration and emulated RMA (PUT and GET over the reliable
  * datagram channels). The target does the copy when the request arrives,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Active-message sends: the public entry points above the shards. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The engine's service: liveness without the caller (DESIGN.md section 3).
  *

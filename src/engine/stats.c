@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Engine counters: the shards' single-writer counters summed on demand.
  * Reading takes no lock and stops nobody (each counter is a relaxed

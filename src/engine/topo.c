@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Topology discovery with hwloc; see topo.h. */
 #include "engine/topo.h"
 

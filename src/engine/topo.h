@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Topology: which cores this process may run on, and their NUMA nodes.
  *

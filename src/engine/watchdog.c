@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The diagnostics thread: SX_DUMP_SIGNAL and the progress watchdog
  * SX_WATCHDOG_S. An engine starts it only when one of the two is set.

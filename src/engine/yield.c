@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Yielding when threads outnumber cores: yield.h says what and why.
  */

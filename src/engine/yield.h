@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Yielding when threads outnumber cores (SX_YIELD; DESIGN.md section 3,
  * "Oversubscription").

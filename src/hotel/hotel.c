@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Hotel rooms on a timer wheel; see hotel.h for the contract.
  *

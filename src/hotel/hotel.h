@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Hotel: a fixed number of rooms for un-ACKed packets, each room with a
  * deadline on the shard's timer wheel (common/wheel.h). Modelled on Open

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A fair lock for rare slow paths (peer add/remove, configuration changes).
  *

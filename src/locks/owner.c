@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The thread-local anchor behind sx_thread_self_id(). */
 #include "locks/owner.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A cheap identity for the calling thread, for ownership assertions in
  * debug builds. The address of a thread-local object is unique among live

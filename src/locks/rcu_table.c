@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The RCU-protected id table; see rcu_table.h. */
 #include "locks/rcu_table.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * An RCU-protected table of entries keyed by a 64-bit id. The engine keeps
  * its peers in one (keyed by the peer's id) and, with the memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Recursive lock set-up; the lock itself is inline in rlock.h. */
 #include "locks/rlock.h"
 

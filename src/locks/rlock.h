@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The recursive lock of the `global` baseline mode, and nothing else.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The shard token: an atomic try-lock that is never waited on.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels: lifetime and the operation queue (chan.h). Transmit, receive,
  * retransmission and the RMA target are chan_tx.c, chan_rx.c,

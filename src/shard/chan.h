@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels: the reliable, ordered stream between one local shard and one
  * shard of a peer (DESIGN.md section 4), over unreliable datagrams.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What the channel's own files share, and nothing else may use: chan.c
  * (lifetime, operation queue), chan_tx.c (framing, aggregation, chunking,

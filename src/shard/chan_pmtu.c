@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels, the path MTU after connect (chan.h): black-hole detection and
  * fragments.

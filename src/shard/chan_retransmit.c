@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels, retransmission (chan.h): the cumulative and selective ACKs
  * (RFC 2018), fast retransmit on duplicate ACKs (RFC 5681), RACK-style

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels, emulated RMA (chan.h): the target's side of PUT and GET
  * (key, access and range checked in shard/mem.c before a byte is

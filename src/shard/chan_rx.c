@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels, receive (chan.h): packets in sequence order, exactly once,
  * with those ahead of a gap kept aside; frames delivered to their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels, transmit: cutting queued operations into packets (framing,
  * aggregation of small messages, chunking of large ones), the packet

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The CONNECT / ACCEPT / ACK / PROBE / RESET exchange; see conn.h. */
 #include <endian.h>
 #include <stdatomic.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Connection set-up, the channel's side: the exchange that brings a
  * channel up (CONNECT / ACCEPT / ACK / PROBE / RESET), its control body on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What an engine gives its shards: the channel protocol's settings, the
  * engine's epoch, and the three tables its receive paths read (peers,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The handler registry; see handlers.h. */
 #include "shard/handlers.h"
 

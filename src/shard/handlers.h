@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The handler registry: the active-message handler of each tag and the
  * error handler, which sx_am_register and sx_error_register set and every

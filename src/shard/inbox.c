@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The shard inbox and the token-or-delegate protocol; see inbox.h. */
 #include "shard/inbox.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Registered memory; see mem.h. */
 #include "shard/mem.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Registered memory: the regions an engine exposes to its peers' PUT and
  * GET, each named by a random 64-bit remote key, and the check the RMA

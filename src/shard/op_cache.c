@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Operation records kept per thread for reuse: op_cache.h says why. */
 #include <pthread.h>
 #include <stdlib.h>

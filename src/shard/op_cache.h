@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Operation records kept per thread for reuse (sx_op_t, chan.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Peers and the peer table; see peer.h. */
 #include "shard/peer.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Peers and the peer table. A peer is another engine (another process, or
  * this engine itself), as its business card describes it, with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shard lifetime, progress, receive dispatch and flushing; see shard.h. */
 #include "shard/shard.h"
 

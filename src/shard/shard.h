@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A shard: one core's share of the engine. It owns its inbox, timer wheel,
  * hotel and counters (and, with the transports, its interfaces, channels,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Wire encoding, validation and checksums; see wire.h. */
 #include "common/le.h"
 #include "shard/wire.h"

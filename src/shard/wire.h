@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The wire format (DESIGN.md section 4). Everything is little-endian and
  * every field that comes off the wire is untrusted: sx_wire_parse_packet

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * fault: a decorator that injects loss, duplication, reordering, corruption
  * and delay into any other transport, for reliability tests (DESIGN.md

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ofi: datagrams over libfabric (issue 7).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ofi_dev: libfabric, opened on first use, and the choice of what an ofi
  * interface opens: the provider, its domain (the devices slot and

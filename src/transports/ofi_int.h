@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Private to the ofi transport: what ofi.c (the interface: open, close,
  * card address, destinations), ofi_dev.c (libfabric loading, provider,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ofi_io: the data path of an ofi interface: sends, receives and the wait
  * fd. ofi.c opens the interface, sizing its send slots and receive buffers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The transports built into this library, by name, and the engine's choice
  * of its network transport (SX_TRANSPORTS).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * self: in-process delivery between the shards of one engine.
  *

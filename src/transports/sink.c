@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sink: a network transport without a network, for measuring what the
  * engine itself costs (sx_bench mt's injection-only variant).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * udp: the embedded default transport (DESIGN.md sections 2 and 4).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * udp_addrs: which addresses a udp interface offers and which of a peer's
  * it sends to. udp.c is the interface and its data path, udp_sock.c makes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * udp_card: a udp interface's card address (the business-card bytes),
  * written for its own card and read from a peer's; udp.c is the interface

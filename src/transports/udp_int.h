@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Private to the udp transport: what udp.c (the interface and its data
  * path), udp_card.c (its card address), udp_addrs.c (which addresses are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * udp_sock: the sockets of the udp transport. udp.c is the interface, its
  * card address and its data path; udp_int.h is what the two files share.

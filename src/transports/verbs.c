@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * verbs: datagrams over libibverbs UD queue pairs (issue 7).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * verbs: the card address of a UD queue pair, the address-handle cache and
  * the sizing of queues (verbs_addr.h). Nothing here calls libibverbs, so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * verbs: the device-independent parts of the verbs transport (issue 7),
  * kept apart from verbs.c so that they are unit-tested on machines without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * verbs_dev: the RDMA devices the verbs transport may use: their list
  * (ibv_get_device_list), the first ACTIVE port of each, what SX_NET_DEVICES

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Private to the verbs transport: what verbs.c (the interface: open, close,
  * card address, destinations), verbs_dev.c (the devices, the query and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * verbs_io: the data path of a verbs interface: sends, receives, their
  * completions, the wait fd and arm, and the errors that stop an interface.

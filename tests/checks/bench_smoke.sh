@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sx_bench runs, and says something sensible, in each way it can be
 # started: alone (it forks its peer), under sx_run -n 2, under mpirun -np 2;
 # every benchmark with a few iterations, checking the JSON/CSV it prints

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The ABI check (CI runs it as the abi_symbols test):
 #  1. the dynamic symbols libshardx.so exports, with their versions, are
 #     exactly the committed list abi/shardx.symbols;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # docs/design.md is the contributors' map of the code; this keeps it in
 # step: every repository path it names must exist, and every directory
 # under src/ must be named in it.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The layer rule of docs/design.md section 2, checked on every include:
 #
 #   engine > cpc > bootstrap > shard > transports > hotel > locks > common

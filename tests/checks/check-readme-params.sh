@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Every configuration parameter that sx_info reports must be documented in
 # the README's configuration table, and the README must name no parameter
 # that does not exist.

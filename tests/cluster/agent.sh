@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A remote-shell agent for the namespace cluster (cluster.sh): what ssh is
 # to a real cluster, for Open MPI (`--mca plm_rsh_agent agent.sh`) and for
 # sx_run (`--agent`).

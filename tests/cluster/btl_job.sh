@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A shardx BTL job across the hosts of a namespace cluster (ctest:
 # cluster_btl_*). Run it on host 1 through with_cluster.sh, which sets
 # CLUSTER_*:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A cluster of hosts made of network namespaces, for the tests (issue 20).
 #
 #   cluster.sh up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...

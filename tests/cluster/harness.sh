@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The test of the namespace cluster itself (ctest: cluster_harness): brings
 # up 3 hosts with MTU 9000 and host 2 shaped to 8 Mbit/s, and checks the
 # hostnames, name resolution, /sys, the addresses, that every host reaches

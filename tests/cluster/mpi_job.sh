@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # An Open MPI job across the hosts of a namespace cluster, over the tcp BTL
 # (ctest: cluster_mpi_tcp_mtu1500, cluster_mpi_tcp_mtu9000). Run it on
 # host 1 of a cluster through with_cluster.sh, which sets CLUSTER_*:

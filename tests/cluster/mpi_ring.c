@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * An MPI job that shows it ran across the hosts of a namespace cluster
  * (tests/cluster): `mpi_ring [IFNAME]`, one rank per host.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Network probes for the cluster tests (tests/cluster), where iputils may
 be missing: run inside a host with `cluster.sh exec`.
 

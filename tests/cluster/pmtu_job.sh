@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A path whose MTU shrinks under running channels (ctest
 # cluster_pmtu_shrink; issue 20). Run it on host 1 of a 2-host cluster at
 # MTU 9000 through with_cluster.sh:

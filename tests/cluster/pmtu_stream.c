@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pmtu_stream: two ranks stream large messages to each other while the
  * path between their hosts shrinks under them (ctest cluster_pmtu_shrink,

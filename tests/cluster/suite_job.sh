@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A multi-process cmocka suite (tests/multiproc) across the hosts of a
 # namespace cluster (ctest cluster_suite_*). Run it on host 1 through
 # with_cluster.sh:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A job of shardx's own launcher across the hosts of a namespace cluster
 # (ctest: cluster_sxrun_*). Run it on host 1 through with_cluster.sh:
 #

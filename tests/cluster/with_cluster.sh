@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs a command on a namespace cluster made for it (cluster.sh), for ctest:
 #
 #   with_cluster.sh N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]...

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A fake librdmacm over fake_verbs.c's devices; see fake_rdmacm.h. */
 #include "fake_rdmacm.h"
 

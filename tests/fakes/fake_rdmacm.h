@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A fake librdmacm for the rdmacm connection method's tests on machines
  * without an RDMA device (test_cpc_rdmacm_fake), in the manner of

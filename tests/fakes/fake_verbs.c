@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The fake libibverbs of fake_verbs.h: the ibv_* functions verbs.c calls,
  * defined in the test program so that they take the place of libibverbs'

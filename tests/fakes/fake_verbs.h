@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A fake libibverbs for the verbs transport's tests on machines without an
  * RDMA device (test_transport_verbs_fake, the conformance suite's

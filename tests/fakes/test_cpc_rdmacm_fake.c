@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The rdmacm connection method end to end, over a fake librdmacm
  * (fake_rdmacm.c) on a fake libibverbs (fake_verbs.c): verbs engines of

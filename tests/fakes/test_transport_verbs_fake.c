@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The verbs transport over fake_verbs.c, a fake libibverbs in this
  * program, since the machines it is developed on have no RDMA device:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers for tests that move active messages between engines: connect
  * two engines, progress until a condition holds (bounded by a generous

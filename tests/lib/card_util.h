@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Tests that rewrite a business card's connection offers (test_cpc,
  * test_cpc_rdmacm) find the offers section with this: after the 16-byte

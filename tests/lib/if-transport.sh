@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs a test only where a transport can run: `if-transport.sh SX_INFO NAME
 # CMD ARGS...` asks sx_info whether transport NAME can run here (with
 # SX_TRANSPORTS=NAME, so a transport that only runs when named is asked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Capturing shardx's log lines in tests: capture_start() sends them to a
  * fresh temporary file, capture_stop() restores standard error and returns

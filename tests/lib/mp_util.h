@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers for tests that run shardx in several processes: start a peer
  * process, talk to it over a pair of pipes with small typed messages

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers of the transport tests (test_transport_conformance and the
  * test_transport_* of each transport): connecting two interfaces, a log of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The pmix modex under a real PMIx launcher. Every rank of an
  * `mpirun -np N` job runs this program (ctest does, see CMakeLists.txt):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The program test_sx_run starts under sx_run; what it does is chosen by
  * its arguments. SX_RUN_RANK and SX_RUN_SIZE come from sx_run.

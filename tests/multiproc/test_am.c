@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Active messages between two engines in one process, over real UDP
  * sockets on loopback: sizes from 0 B to 8 MiB (chunked and reassembled),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The connection pseudo-components (src/cpc, cpc.h and connect.h): which
  * method two engines choose (the cards' offers and SX_CPC), SX_CPC's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The rdmacm connection method (src/cpc/rdmacm.c, rdmacm.h): what it puts
  * on the wire and takes from it (the card blob, the SIDR private data, the

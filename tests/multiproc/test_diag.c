@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Diagnostics (issue 9): sx_dump, SX_DUMP_SIGNAL, the progress watchdog
  * (SX_WATCHDOG_S, SX_WATCHDOG_ABORT) and log rate limiting.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Hostile datagrams against a live engine. Engine B is the target; engine
  * A is a real peer of B (so B has a channel that crafted packets can reach)

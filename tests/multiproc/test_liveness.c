@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Liveness that does not depend on the application calling in, and flow
  * control (the engine's service, shard.h's deferred lists, the receive

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Multithreaded stress (DESIGN.md section 3). Everything runs in this one
  * process: several engines talk over real UDP sockets on loopback while

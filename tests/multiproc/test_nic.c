@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * NIC locality (src/engine/nic.c, SX_NET_DEVICES):
  *

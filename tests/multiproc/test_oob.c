@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The OOB channel (src/bootstrap/oob.h): endpoints in one process and in
  * two, blocking and nonblocking calls, matching (tags, wildcards, posting

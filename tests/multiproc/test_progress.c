@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Progress modes: SX_PROGRESS=thread moves messages with no caller ever
  * calling sx_progress, including after the threads went to sleep (no lost

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Reliability between processes (DESIGN.md sections 4 and 7). Every test
  * starts one or two children (this binary again, see mp_util.h) that talk

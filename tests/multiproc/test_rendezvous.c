@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The sx_run rendezvous server (rendezvous.c) and the `sxrun` modex client
  * (modex_sxrun.c), in one process: the server on its OOB endpoint, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Emulated RMA between two engines over UDP loopback: PUT and GET of 0 B
  * to 8 MiB with data checked byte for byte, and every remote-access error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_run end to end: it is started as a real process with its stdout and
  * stderr on pipes, running sx_run_child (tests/multiproc/sx_run_child.c)

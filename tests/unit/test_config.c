@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Configuration: the parsers of every parameter type in the table,
  * precedence (engine parameters > SX_* environment > default), the

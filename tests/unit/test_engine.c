@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Engine lifetime, parameters, home shards and progress through the public
  * API. Threads the tests start report problems through their own structs;

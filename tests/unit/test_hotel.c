@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of the hotel (src/hotel/hotel.c) on a timer wheel. Time is
  * driven by explicit `now` values; nothing sleeps or reads a clock.

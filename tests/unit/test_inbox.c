@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The shard inbox and the token-or-delegate protocol: every request runs
  * exactly once, each producer's requests run in its order, a request

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Locks: the shard token (try-lock only), the fair ticket lock and the
  * recursive lock of the global baseline. The multi-thread tests count with

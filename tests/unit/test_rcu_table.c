@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The RCU id table (the peer table and the memory-key table): insert, lookup and remove semantics,
  * every entry freed exactly once and only after a grace period, and readers that look entries up

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A shard's parts working together: requests submitted from several
  * threads run through the token-or-delegate protocol, and guests checked

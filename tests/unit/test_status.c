@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Status codes: SX_STATUS_TABLE generates the enum, sx_strerror() and
  * sx_status_name(); these tests check that the three agree and that the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Topology: the shards follow the process's cpuset (one per core), SX_SHARDS
  * overrides the count and spreads shards round-robin over the cores, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The transport conformance suite: what every transport must do through
  * the ops table of src/transports/transport.h, for the transport named on

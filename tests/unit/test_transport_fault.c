@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The faults of the fault decorator over real udp sockets (and once over
  * self): each fault at probability 1, delay as a lower bound on arrival,

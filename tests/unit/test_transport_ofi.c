@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What only the ofi transport does, over the real libfabric udp provider
  * on loopback (and over the sockets provider, whose small inject size

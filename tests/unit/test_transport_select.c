@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Transport selection (SX_TRANSPORTS) and reachability: the include and
  * exclude lists and their errors, the choice by exclusivity, what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What only the self transport does: domains and their shard slots, its
  * mtu and address, addresses of other domains or shards refused, a closed

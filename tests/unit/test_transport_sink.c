@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The sink transport (src/transports/sink.c), which sx_bench's
  * injection-only variant measures the engine against: every send through

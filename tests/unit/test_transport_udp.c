@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What only the udp transport does, over real loopback sockets: its mtu
  * and card address, the bind address, every field of an address checked,

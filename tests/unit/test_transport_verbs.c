@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The verbs transport: its device-independent parts (verbs_addr.c) on any
  * machine, namely the card address and every way a card can be malformed,

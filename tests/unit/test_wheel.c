@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Unit tests of the hierarchical timer wheel (src/common/wheel.c).
  *

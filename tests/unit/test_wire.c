@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The wire format (src/shard/wire.h): checksums against published vectors,
  * the header layout byte by byte, every reason sx_wire_parse_packet gives

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * btl_suite: MPI tests for the shardx BTL, one test per run, chosen by
  * name. Run under `mpirun --mca pml ob1 --mca btl shardx,self`, so every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs one run_mpi.sh job N times in a row and passes when every run
 # passed and none took more than 3 times the median run's time: a job
 # that sometimes hangs for a while, or collapses under oversubscription,

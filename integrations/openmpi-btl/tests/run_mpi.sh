@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs one btl_suite test over the shardx BTL and checks the result.
 #
 #   run_mpi.sh MPIRUN SYSTEM_COMPONENT_DIR OUR_COMPONENT_DIR NP EXPECT -- MPIRUN_ARGS...

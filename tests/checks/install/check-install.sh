@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installs the build in $1 into a scratch prefix under $2, then builds and
 # runs a small consumer twice: once with pkg-config (shardx.pc), once with
 # CMake's find_package(shardx). Fails on any error.

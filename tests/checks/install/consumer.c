@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program that uses an installed shardx through its public header only. */
 #include <shardx.h>
 #include <stdio.h>
