@@ -85,7 +85,8 @@ build-tsan: deps
 test-tsan: build-tsan
 	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-# libFuzzer over the packet parser and a live shard's receive path (clang).
+# libFuzzer over the packet parser and a live shard's receive path, and over
+# the business card parser (clang), FUZZ_SECONDS each; .ci/run runs it.
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh

@@ -109,12 +109,16 @@ static void die(const char *what, int rc)
  */
 static void engine_init(void)
 {
+    /* SERVICE_US=0: no service thread (src/engine/service.c), which would
+     * take the shard's token while the harness, never calling
+     * sx_progress, feeds it packets as its token holder. */
     const sx_config_kv_t kv[] = {
-        {"SHARDS", "1"},       {"LOG_LEVEL", "error"}, {"MAX_MSG_SIZE", "64k"},
-        {"ACK_DELAY_US", "0"}, {"WINDOW", "64"},       {"HOTEL_ROOMS", "1024"},
+        {"SHARDS", "1"},  {"LOG_LEVEL", "error"},  {"MAX_MSG_SIZE", "64k"}, {"ACK_DELAY_US", "0"},
+        {"WINDOW", "64"}, {"HOTEL_ROOMS", "1024"}, {"SERVICE_US", "0"},
     };
-    sx_engine_params_t params = {
-        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = 6};
+    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_CONFIG,
+                                 .config = kv,
+                                 .config_count = sizeof(kv) / sizeof(kv[0])};
     int rc = sx_engine_create(&params, &engine);
     if (rc != SX_OK)
         die("sx_engine_create", rc);
@@ -130,14 +134,15 @@ static void engine_init(void)
         die("dummy socket", SX_ERR_IO);
     /* The socket stays open (and unread) for the life of the process. */
 
-    /* Card version 2: the addresses, then the connection methods offered:
-     * implicit only, so data packets reach the channel without a
-     * handshake (the exchange's messages reach sx_conn_recv_reset_locked
-     * and the implicit channel's refusal). */
-    uint8_t card[16 + FAKE_SHARDS * 9 + 4];
+    /* Card version 3 (src/engine/card.c): the addresses, the connection
+     * methods offered (implicit only, so data packets reach the channel
+     * without a handshake; the exchange's messages reach
+     * sx_conn_recv_reset_locked and the implicit channel's refusal), then
+     * the network transport's name and variant (udp, none). */
+    uint8_t card[16 + FAKE_SHARDS * 9 + 4 + 5];
     uint16_t port = ntohs(sa.sin_port);
     memcpy(card, "SXC1", 4);
-    card[4] = 2;
+    card[4] = 3;
     card[5] = 0;
     card[6] = FAKE_SHARDS;
     card[7] = 0;
@@ -157,6 +162,10 @@ static void engine_init(void)
     offers[1] = SX_CPC_IMPLICIT; /* id */
     offers[2] = 50;              /* priority */
     offers[3] = 0;               /* no blob */
+    uint8_t *names = offers + 4;
+    names[0] = 3; /* the transport's name */
+    memcpy(names + 1, "udp", 3);
+    names[4] = 0; /* its variant: none */
     if ((rc = sx_peer_add(engine, 1, card, sizeof(card), &fake)) != SX_OK)
         die("sx_peer_add", rc);
     /* On the heap, so ASan's redzones bracket it exactly. */

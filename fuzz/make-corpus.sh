@@ -7,11 +7,20 @@
 # format is described at the top of fuzz/fuzz_packet.c; the generator is a
 # small C program that uses the library's own wire encoder.
 #
-#   fuzz/make-corpus.sh        (CC defaults to cc)
+#   fuzz/make-corpus.sh        (CC defaults to cc, BUILD to build)
 set -eu
 
 cd "$(dirname "$0")/.."
 cc=${CC:-cc}
+# The configured build whose generated headers (and, for the card seeds,
+# whose library) the generators use; make test or make build makes it.
+build=${BUILD:-build}
+[ -f "$build/generated/build_config.h" ] || {
+    echo "make-corpus.sh: no $build/generated/build_config.h; run make build first" >&2
+    exit 1
+}
+isal=""
+grep -q 'SX_HAVE_ISAL *1' "$build/generated/build_config.h" && isal="-lisal"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -197,8 +206,43 @@ int main(int argc, char **argv)
 }
 EOF
 
-"$cc" -std=c11 -O1 -D_GNU_SOURCE -Isrc -o "$tmp/gen" "$tmp/gen.c" src/shard/wire.c src/common/crc32c.c -lpthread
+"$cc" -std=c11 -O1 -D_GNU_SOURCE -Isrc -I"$build/generated" -o "$tmp/gen" "$tmp/gen.c" \
+    src/shard/wire.c src/common/crc32c.c -lpthread $isal
 rm -rf fuzz/corpus
 mkdir -p fuzz/corpus
 "$tmp/gen" fuzz/corpus
 ls -l fuzz/corpus
+
+# The card fuzzer's seeds (fuzz/corpus-card/): real cards of engines of the
+# library built in BUILD (default build/): the default (every interface,
+# IPv6 ones too where the host has them), one bound to 127.0.0.1, and one
+# with four shards.
+cat >"$tmp/card.c" <<'EOF'
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <shardx.h>
+
+int main(int argc, char **argv)
+{
+    sx_engine_h e;
+    uint8_t card[65536];
+    size_t len = sizeof(card);
+    sx_config_kv_t kv[] = {{"SERVICE_US", "0"}, {"SHARDS", argc > 2 ? argv[2] : "1"}};
+    sx_engine_params_t p = {.field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = 2};
+    if (sx_engine_create(&p, &e) != SX_OK || sx_engine_address(e, card, &len) != SX_OK)
+        return 1;
+    FILE *f = fopen(argv[1], "wb");
+    if (f == NULL || fwrite(card, 1, len, f) != len || fclose(f) != 0)
+        return 1;
+    sx_engine_destroy(e);
+    return 0;
+}
+EOF
+"$cc" -std=c11 -O1 -Iinclude -o "$tmp/card" "$tmp/card.c" -L"$build" -lshardx -Wl,-rpath,"$(cd "$build" && pwd)"
+rm -rf fuzz/corpus-card
+mkdir -p fuzz/corpus-card
+"$tmp/card" fuzz/corpus-card/default 1
+SX_BIND_ADDR=127.0.0.1 "$tmp/card" fuzz/corpus-card/bound-ipv4 1
+"$tmp/card" fuzz/corpus-card/four-shards 4
+ls -l fuzz/corpus-card
