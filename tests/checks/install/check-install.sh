@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Installs the build in $1 into a scratch prefix under $2, then builds and
-# runs a small consumer twice: once with pkg-config (shardx.pc), once with
-# CMake's find_package(shardx). Fails on any error.
+# runs a small consumer with pkg-config (shardx.pc, shardx-static.pc) and
+# with CMake's find_package(shardx), and runs the installed tools. Nothing
+# here sets LD_LIBRARY_PATH: the installed programs find the installed
+# library through their own RUNPATH. Fails on any error.
 set -euo pipefail
 build=$1
 work=$2
@@ -14,7 +16,7 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 libdir=$(find "$work/prefix" -name shardx.pc -printf '%h\n' | head -n 1)
 [ -n "$libdir" ] || { echo "shardx.pc was not installed" >&2; exit 1; }
 export PKG_CONFIG_PATH="$libdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$libdir/..${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unset LD_LIBRARY_PATH
 
 # pkg-config, shared library
 cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" \
@@ -22,26 +24,49 @@ cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" \
    -o "$work/consumer-pc"
 "$work/consumer-pc"
 
-# pkg-config, static library: the archive by path, its dependencies from
-# Requires.private / Libs.private.
-static_libs=$(pkg-config --static --libs shardx |
-              sed "s#-lshardx#$(pkg-config --variable=libdir shardx)/libshardx.a#")
-cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" $static_libs \
-   -o "$work/consumer-static"
-"$work/consumer-static" 2>/dev/null ||
-cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" \
-   "$(pkg-config --variable=libdir shardx)/libshardx.a" \
-   $(pkg-config --static --libs shardx | sed 's/-lshardx//') -o "$work/consumer-static"
+# pkg-config, static library: shardx-static.pc names the archive by path.
+cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx-static) "$here/consumer.c" \
+   $(pkg-config --libs shardx-static) -o "$work/consumer-static"
 "$work/consumer-static"
+if readelf -d "$work/consumer-static" | grep -q 'libshardx\.so'; then
+    echo "the shardx-static.pc consumer links libshardx.so" >&2
+    exit 1
+fi
 
-# CMake package
-cmake -S "$here" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/cmake-build" >/dev/null
-"$work/cmake-build/consumer"
-"$work/cmake-build/consumer_static"
+# CMake package, shared library, with every pkg-config module out of sight
+# (PKG_CONFIG_LIBDIR pointing nowhere): the shared library's private
+# dependencies (hwloc, PMIx, ...) must not be looked for.
+PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= \
+    cmake -S "$here" -B "$work/cmake-shared" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/cmake-shared" >/dev/null
+"$work/cmake-shared/consumer"
+# ... and asked for the static component there, it fails and says why.
+if out=$(PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here" -B "$work/cmake-nostatic" \
+        -DCMAKE_PREFIX_PATH="$work/prefix" -DSX_CONSUMER_STATIC=ON 2>&1); then
+    echo "find_package(shardx COMPONENTS static) passed without hwloc's pkg-config module" >&2
+    exit 1
+fi
+tr -s ' \n' ' ' <<<"$out" | grep -q "not found by pkg-config: hwloc, liburcu-bp" ||
+    { echo "$out"; echo "the static component's failure does not name hwloc" >&2; exit 1; }
 
-# The installed sx_info runs.
+# CMake package, static library, with the dependencies in sight.
+cmake -S "$here" -B "$work/cmake-static" -DCMAKE_PREFIX_PATH="$work/prefix" \
+    -DSX_CONSUMER_STATIC=ON >/dev/null
+cmake --build "$work/cmake-static" >/dev/null
+"$work/cmake-static/consumer"
+"$work/cmake-static/consumer_static"
+
+# The installed tools run, from their RUNPATH alone.
 "$work/prefix/bin/sx_info" >/dev/null
+for tool in "$work/prefix/bin/"*; do
+    # The tools that link libshardx.so (sx_run and sx_bench link the archive).
+    ldd "$tool" | grep -q "libshardx\.so" || continue
+    ldd "$tool" | grep -q "libshardx.so.* => $work/prefix/" ||
+        { ldd "$tool" >&2; echo "$tool does not find the installed libshardx" >&2; exit 1; }
+done
+ldd "$work/prefix/bin/sx_info" | grep -q "libshardx.so.* => $work/prefix/" ||
+    { echo "sx_info does not link the installed libshardx" >&2; exit 1; }
+"$work/prefix/bin/sx_run" --help >/dev/null 2>&1 || true
 
 # The man pages are installed, and the section 7 page lists every parameter.
 man=$(find "$work/prefix" -type d -name man -path '*/share/man' | head -n 1)
@@ -55,7 +80,7 @@ listed=$(awk 'prev == ".TP" && /^\.B SX_/ { n++ } { prev = $0 } END { print n }'
 # The Open MPI BTL, when built: installed under <libdir>/shardx/openmpi and
 # loadable from there by Open MPI, finding the installed libshardx through
 # its own RPATH (no LD_LIBRARY_PATH).
-what="pkg-config (shared, static), find_package(shardx), man pages"
+what="pkg-config (shardx, shardx-static), find_package(shardx) without pkg-config modules, find_package(shardx COMPONENTS static), tools without LD_LIBRARY_PATH, man pages"
 if [ -f "$build/openmpi/mca_btl_shardx.so" ]; then
     btl=$(find "$work/prefix" -path '*/shardx/openmpi/mca_btl_shardx.so' | head -n 1)
     [ -n "$btl" ] || { echo "mca_btl_shardx.so was not installed under lib*/shardx/openmpi" >&2; exit 1; }
