@@ -24,6 +24,7 @@
  * {"machine", "config", "results", "counters"}; errors go to stderr.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
@@ -40,6 +41,7 @@
 
 #include <shardx.h>
 
+#include "common/config.h"
 #include "sx_bench.h"
 
 bool sxb_human(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
@@ -372,46 +374,48 @@ static void sxb_print_csv(void)
 
 /* ---- command line --------------------------------------------------------- */
 
-static int sxb_usage(void)
+static void sxb_usage(FILE *out)
 {
-    fprintf(stderr, "usage: sx_bench <latency|bw|rate|mt|loss|floor> [--json|--csv]\n"
-                    "                [--json-file F] [--size N] [--iters N] [--window N] [--seed "
-                    "N] [--no-bind] [--mode M]\n"
-                    "                [--threads LIST] [--oversubscribe] [--transport NAME]\n"
-                    "Start it with `sx_run -n 2 sx_bench ...` or `mpirun -np 2 --bind-to none\n"
-                    "sx_bench ...`; run alone, it forks its second rank itself.\n"
-                    "  latency  ping-pong half round trip (median, p99), 0 B .. 4 MiB, beside\n"
-                    "           the raw-UDP floor measured in the same run\n"
-                    "  bw       unidirectional bandwidth with a window, 0 B .. 4 MiB, beside\n"
-                    "           the raw-UDP one-way stream\n"
-                    "  rate     windowed small-message rate (default 8 B), aggregation on and\n"
-                    "           off, window 64 and 256 (or --window), beside the raw-UDP floor\n"
-                    "  mt       scaling: T sender threads on rank 0, T receiver threads on\n"
-                    "           rank 1, one shard and one lane each (default 8 B, window 64\n"
-                    "           per thread), sharded and global mode side by side; then the\n"
-                    "           injection-only variant over the sink transport\n"
-                    "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
-                    "  floor    raw-UDP ping-pong and one-way message rate only\n"
-                    "  --json   one JSON object on stdout: machine, config, results, counters\n"
-                    "  --csv    the results as CSV on stdout, one record per line\n"
-                    "  --json-file FILE  also write the JSON object to FILE (the table still\n"
-                    "           goes to stdout)\n"
-                    "  --size   one message size instead of the default ladder or size\n"
-                    "  --iters  latency/floor: round trips per size; rate, bw: messages;\n"
-                    "           loss: messages per loss rate (default: 64 MiB worth);\n"
-                    "           mt: messages per configuration, split over the threads\n"
-                    "           (default 300000)\n"
-                    "  --window messages in flight (default 64; rate: 64 and 256)\n"
-                    "  --no-bind  leave both ranks unpinned (default: one CPU each; mt never\n"
-                    "           pins)\n"
-                    "  --mode   sharded|global (sets SX_THREAD_MODE); mt also takes both,\n"
-                    "           its default\n"
-                    "  --threads  mt: threads per rank, e.g. 1,2,4 (default 1, 2, 4, ...\n"
-                    "           and the number of online CPUs)\n"
-                    "  --oversubscribe  mt: allow more threads than online CPUs\n"
-                    "  --transport  the network transport (sets SX_TRANSPORTS; default: the best "
-                    "found, udp here)\n");
-    return 2;
+    fprintf(out, "usage: sx_bench <latency|bw|rate|mt|loss|floor> [--json|--csv]\n"
+                 "                [--json-file F] [--size N] [--iters N] [--window N] [--seed "
+                 "N] [--no-bind] [--mode M]\n"
+                 "                [--threads LIST] [--oversubscribe] [--transport NAME]\n"
+                 "Start it with `sx_run -n 2 sx_bench ...` or `mpirun -np 2 --bind-to none\n"
+                 "sx_bench ...`; run alone, it forks its second rank itself.\n"
+                 "  latency  ping-pong half round trip (median, p99), 0 B .. 4 MiB, beside\n"
+                 "           the raw-UDP floor measured in the same run\n"
+                 "  bw       unidirectional bandwidth with a window, 0 B .. 4 MiB, beside\n"
+                 "           the raw-UDP one-way stream\n"
+                 "  rate     windowed small-message rate (default 8 B), aggregation on and\n"
+                 "           off, window 64 and 256 (or --window), beside the raw-UDP floor\n"
+                 "  mt       scaling: T sender threads on rank 0, T receiver threads on\n"
+                 "           rank 1, one shard and one lane each (default 8 B, window 64\n"
+                 "           per thread), sharded and global mode side by side; then the\n"
+                 "           injection-only variant over the sink transport\n"
+                 "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
+                 "  floor    raw-UDP ping-pong and one-way message rate only\n"
+                 "  --json   one JSON object on stdout: machine, config, results, counters\n"
+                 "  --csv    the results as CSV on stdout, one record per line\n"
+                 "  --json-file FILE  also write the JSON object to FILE (the table still\n"
+                 "           goes to stdout)\n"
+                 "  --size   one message size instead of the default ladder or size\n"
+                 "  --iters  latency/floor: round trips per size; rate, bw: messages;\n"
+                 "           loss: messages per loss rate (default: 64 MiB worth);\n"
+                 "           mt: messages per configuration, split over the threads\n"
+                 "           (default 300000)\n"
+                 "  --window messages in flight (default 64; rate: 64 and 256)\n"
+                 "  --no-bind  leave both ranks unpinned (default: one CPU each; mt never\n"
+                 "           pins)\n"
+                 "  --mode   sharded|global (sets SX_THREAD_MODE); mt also takes both,\n"
+                 "           its default\n"
+                 "  --threads  mt: threads per rank, e.g. 1,2,4 (default 1, 2, 4, ...\n"
+                 "           and the number of online CPUs)\n"
+                 "  --oversubscribe  mt: allow more threads than online CPUs\n"
+                 "  --transport  the network transport (sets SX_TRANSPORTS; default: the best "
+                 "found, udp here)\n"
+                 "  -h, --help  this text;  --version  shardx's version\n"
+                 "Options take their value as --size 8 or --size=8; --size takes the\n"
+                 "suffixes SX_* sizes take (4k, 1m).\n");
 }
 
 static int sxb_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *v_p)
@@ -494,61 +498,157 @@ static int sxb_check_args(sxb_opts_t *o)
     return 0;
 }
 
+/* A value for --size: a number with the suffixes SX_* sizes take (4k, 1m). */
+static int sxb_parse_size(const char *text, uint64_t *v_p)
+{
+    uint64_t v;
+    if (text == NULL ||
+        sx_config_parse_typed(SX_PARAM_SIZE, NULL, 0, (double)(64ull << 20), text, &v) != 0)
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
+/* 0: run; 1: --help or --version printed, exit 0; -1: bad arguments, the
+ * error already named. */
 static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
 {
     static const char *const cmds[] = {"latency", "floor", "loss", "rate", "mt", "bw"};
+    enum {
+        OPT_JSON = 256,
+        OPT_CSV,
+        OPT_JSON_FILE,
+        OPT_TRANSPORT,
+        OPT_NO_BIND,
+        OPT_OVERSUB,
+        OPT_THREADS,
+        OPT_MODE,
+        OPT_SIZE,
+        OPT_ITERS,
+        OPT_WINDOW,
+        OPT_SEED,
+        OPT_VERSION,
+    };
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, OPT_JSON},
+        {"csv", no_argument, NULL, OPT_CSV},
+        {"json-file", required_argument, NULL, OPT_JSON_FILE},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
+        {"no-bind", no_argument, NULL, OPT_NO_BIND},
+        {"oversubscribe", no_argument, NULL, OPT_OVERSUB},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"mode", required_argument, NULL, OPT_MODE},
+        {"size", required_argument, NULL, OPT_SIZE},
+        {"iters", required_argument, NULL, OPT_ITERS},
+        {"window", required_argument, NULL, OPT_WINDOW},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
     uint64_t v;
+    const char *cmd = NULL;
 
     *o = (sxb_opts_t){.window = 64, .seed = 1, .bind = true};
-    if (argc < 2)
-        return -1;
-    size_t c = 0;
-    while (c < 6 && strcmp(argv[1], cmds[c]) != 0)
-        c++;
-    if (c == 6)
-        return -1;
-    o->cmd = (sxb_cmd_t)c;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = (i + 1 < argc) ? argv[i + 1] : NULL;
-        if (strcmp(a, "--json") == 0) {
+    /* The benchmark's name may come first or after the options. */
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int longi = -1;
+        int c = getopt_long(argc, argv, "-:h", longopts, &longi);
+        if (c == -1)
+            break;
+        const char *name = longi >= 0 ? longopts[longi].name : "";
+        bool bad = false;
+        switch (c) {
+        case 1: /* a word: the benchmark */
+            if (cmd != NULL) {
+                fprintf(stderr, "sx_bench: unexpected word '%s' after the benchmark '%s'\n", optarg,
+                        cmd);
+                return -1;
+            }
+            cmd = optarg;
+            break;
+        case 'h':
+            sxb_usage(stdout);
+            return 1;
+        case OPT_VERSION: {
+            sx_build_info_t b;
+            printf("sx_bench (shardx) %s\n", sx_build_info(&b) == SX_OK ? b.version : "unknown");
+            return 1;
+        }
+        case OPT_JSON:
             o->json = true;
-        } else if (strcmp(a, "--csv") == 0) {
+            break;
+        case OPT_CSV:
             o->csv = true;
-        } else if (strcmp(a, "--json-file") == 0 && val != NULL && val[0] != '\0') {
-            o->json_file = val;
-            i++;
-        } else if (strcmp(a, "--transport") == 0 && val != NULL && val[0] != '\0') {
-            o->transport = val;
-            i++;
-        } else if (strcmp(a, "--no-bind") == 0) {
+            break;
+        case OPT_JSON_FILE:
+            bad = optarg[0] == '\0';
+            o->json_file = optarg;
+            break;
+        case OPT_TRANSPORT:
+            bad = optarg[0] == '\0';
+            o->transport = optarg;
+            break;
+        case OPT_NO_BIND:
             o->bind = false;
-        } else if (strcmp(a, "--oversubscribe") == 0) {
+            break;
+        case OPT_OVERSUB:
             o->oversubscribe = true;
-        } else if (strcmp(a, "--threads") == 0 && sxb_parse_threads(val, o) == 0) {
-            i++;
-        } else if (strcmp(a, "--mode") == 0 && sxb_parse_mode(val, o) == 0) {
-            i++;
-        } else if (strcmp(a, "--size") == 0 && sxb_parse_u64(val, 0, 64ull << 20, &v) == 0) {
+            break;
+        case OPT_THREADS:
+            bad = sxb_parse_threads(optarg, o) != 0;
+            break;
+        case OPT_MODE:
+            bad = sxb_parse_mode(optarg, o) != 0;
+            break;
+        case OPT_SIZE:
+            bad = sxb_parse_size(optarg, &v) != 0;
             o->size = v;
             o->size_set = true;
-            i++;
-        } else if (strcmp(a, "--iters") == 0 && sxb_parse_u64(val, 1, 1ull << 32, &v) == 0) {
+            break;
+        case OPT_ITERS:
+            bad = sxb_parse_u64(optarg, 1, 1ull << 32, &v) != 0;
             o->iters = v;
             o->iters_set = true;
-            i++;
-        } else if (strcmp(a, "--window") == 0 && sxb_parse_u64(val, 1, 1u << 20, &v) == 0) {
+            break;
+        case OPT_WINDOW:
+            bad = sxb_parse_u64(optarg, 1, 1u << 20, &v) != 0;
             o->window = (unsigned)v;
             o->window_set = true;
-            i++;
-        } else if (strcmp(a, "--seed") == 0 && sxb_parse_u64(val, 0, UINT64_MAX, &v) == 0) {
+            break;
+        case OPT_SEED:
+            bad = sxb_parse_u64(optarg, 0, UINT64_MAX, &v) != 0;
             o->seed = v;
-            i++;
-        } else {
-            fprintf(stderr, "sx_bench: bad argument '%s'%s%s\n", a, val ? " " : "", val ? val : "");
+            break;
+        case ':':
+            fprintf(stderr, "sx_bench: %s needs a value (see sx_bench --help)\n", argv[optind - 1]);
+            return -1;
+        default: /* '?' */
+            fprintf(stderr, "sx_bench: unknown option '%s' (see sx_bench --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "sx_bench: --%s: bad value '%s' (see sx_bench --help)\n", name, optarg);
             return -1;
         }
     }
+    if (cmd == NULL) {
+        fprintf(stderr, "sx_bench: which benchmark? (latency, bw, rate, mt, loss, floor; see "
+                        "sx_bench --help)\n");
+        return -1;
+    }
+    size_t c = 0;
+    while (c < 6 && strcmp(cmd, cmds[c]) != 0)
+        c++;
+    if (c == 6) {
+        fprintf(stderr, "sx_bench: unknown benchmark '%s' (latency, bw, rate, mt, loss, floor)\n",
+                cmd);
+        return -1;
+    }
+    o->cmd = (sxb_cmd_t)c;
     if (o->json && o->csv) {
         fprintf(stderr, "sx_bench: --json and --csv: choose one\n");
         return -1;
@@ -605,8 +705,11 @@ int main(int argc, char **argv)
     sxb_opts_t opts;
     sxb_ctl_t ctl;
 
-    if (sxb_parse_args(argc, argv, &opts) != 0)
-        return sxb_usage();
+    int parsed = sxb_parse_args(argc, argv, &opts);
+    if (parsed > 0)
+        return 0;
+    if (parsed < 0)
+        return 2;
     if (sxb_ctl_start(&ctl) != 0)
         return 1;
     /* mt runs threads on several shards: see the comment at the top. */

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <getopt.h>
 #include <string.h>
 
 #include "engine/nic.h"
@@ -166,7 +167,17 @@ static void print_nics_json(const nic_view_t *v)
     printf("]}");
 }
 
-static void print_text(const sx_build_info_t *b, sx_engine_h engine, int engine_rc)
+/* Text sections, chosen on the command line (all by default). */
+enum {
+    SEC_BUILD = 1u << 0,
+    SEC_CONFIG = 1u << 1,
+    SEC_TRANSPORTS = 1u << 2,
+    SEC_TOPOLOGY = 1u << 3,
+    SEC_DEVICES = 1u << 4,
+    SEC_ALL = 0x1fu,
+};
+
+static void print_build_text(const sx_build_info_t *b)
 {
     printf("shardx %s\n", b->version);
     printf("  build type:    %s\n", b->build_type);
@@ -177,33 +188,56 @@ static void print_text(const sx_build_info_t *b, sx_engine_h engine, int engine_
     for (size_t i = 0; i < SX_INFO_NFEATURES; i++)
         printf(" %s=%s", sx_info_features[i].name,
                (b->features & sx_info_features[i].bit) ? "yes" : "no");
-    printf("\n\nParameters (environment SX_<NAME>; engine parameters take precedence):\n");
+    printf("\n");
+}
+
+/* Each parameter with the value an engine created here would use and
+ * where it comes from: sx_info passes no engine parameters, so that is
+ * the environment (SX_<NAME>) or the default. */
+static void print_config_text(void)
+{
+    printf("Parameters (effective value and its source; engine parameters, then the "
+           "environment SX_<NAME>, then the default):\n");
     for (size_t i = 0; i < sx_param_count(); i++) {
         sx_param_info_t p;
         if (sx_param_info(i, &p) != SX_OK)
             continue;
-        printf("  SX_%-16s %-7s default '%s', allowed %s\n      %s\n", p.name, p.type_name,
-               p.default_value, p.allowed, p.description);
+        char env[64];
+        snprintf(env, sizeof(env), "SX_%s", p.name);
+        const char *set = getenv(env);
+        const char *value = set != NULL ? set : p.default_value;
+        printf("  SX_%-16s %-7s '%s' (%s)%s%s%s, allowed %s\n      %s\n", p.name, p.type_name,
+               value, set != NULL ? "environment" : "default", set != NULL ? "; default '" : "",
+               set != NULL ? p.default_value : "", set != NULL ? "'" : "", p.allowed,
+               p.description);
     }
-    printf("\nTransports (SX_TRANSPORTS; the available network one with the highest "
+}
+
+static void print_transports_text(sx_engine_h engine, int engine_rc)
+{
+    printf("Transports (SX_TRANSPORTS; the available network one with the highest "
            "exclusivity is selected):\n");
     if (engine_rc != SX_OK) {
         printf("  unknown: %s\n", sx_strerror(engine_rc));
-    } else {
-        sx_transport_info_t t;
-        for (unsigned i = 0; sx_engine_transport_info(engine, i, &t) == SX_OK; i++) {
-            const char *state = t.selected    ? "selected"
-                                : !t.built    ? "not built"
-                                : !t.allowed  ? "excluded"
-                                : t.available ? "available"
-                                              : "unavailable";
-            char excl[24] = "";
-            if (t.available)
-                snprintf(excl, sizeof(excl), "exclusivity %u", t.exclusivity);
-            printf("  %-6s %-11s %-16s %s\n", t.name, state, excl, t.detail);
-        }
+        return;
     }
-    printf("\nTopology:\n");
+    sx_transport_info_t t;
+    for (unsigned i = 0; sx_engine_transport_info(engine, i, &t) == SX_OK; i++) {
+        const char *state = t.selected    ? "selected"
+                            : !t.built    ? "not built"
+                            : !t.allowed  ? "excluded"
+                            : t.available ? "available"
+                                          : "unavailable";
+        char excl[24] = "";
+        if (t.available)
+            snprintf(excl, sizeof(excl), "exclusivity %u", t.exclusivity);
+        printf("  %-6s %-11s %-16s %s\n", t.name, state, excl, t.detail);
+    }
+}
+
+static void print_topology_text(sx_engine_h engine, int engine_rc)
+{
+    printf("Topology:\n");
     if (engine_rc != SX_OK) {
         printf("  unavailable: %s\n", sx_strerror(engine_rc));
         return;
@@ -315,29 +349,75 @@ static void print_json(const sx_build_info_t *b, sx_engine_h engine, int engine_
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: sx_info [--json]\n"
-                 "Prints the shardx version, build options, configuration parameters, the\n"
-                 "transports (which are built, available and selected), the topology\n"
-                 "(shards, cores, NUMA nodes, each shard's device) an engine would use\n"
-                 "here, and the network devices hwloc sees with their NUMA locality.\n");
+    fprintf(out, "usage: sx_info [--json] [-b|--build] [-c|--config] [-t|--transports]\n"
+                 "               [-T|--topology] [-d|--devices] [--version] [-h|--help]\n"
+                 "Prints the shardx version and build options (-b), each configuration\n"
+                 "parameter with its effective value and where it comes from (-c), the\n"
+                 "transports: which are built, available and selected (-t), the topology\n"
+                 "an engine would use here: shards, cores, NUMA nodes, each shard's device\n"
+                 "(-T), and the network devices hwloc sees with their NUMA locality (-d).\n"
+                 "Without a section option, all of them; --json prints everything as one\n"
+                 "JSON object.\n");
 }
 
 int main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"build", no_argument, NULL, 'b'},
+        {"config", no_argument, NULL, 'c'},
+        {"transports", no_argument, NULL, 't'},
+        {"topology", no_argument, NULL, 'T'},
+        {"devices", no_argument, NULL, 'd'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     bool json = false;
+    unsigned sections = 0;
+    int c;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":bctTdh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
             json = true;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            break;
+        case 'b':
+            sections |= SEC_BUILD;
+            break;
+        case 'c':
+            sections |= SEC_CONFIG;
+            break;
+        case 't':
+            sections |= SEC_TRANSPORTS;
+            break;
+        case 'T':
+            sections |= SEC_TOPOLOGY;
+            break;
+        case 'd':
+            sections |= SEC_DEVICES;
+            break;
+        case 'V': {
+            sx_build_info_t b;
+            printf("sx_info (shardx) %s\n", sx_build_info(&b) == SX_OK ? b.version : "unknown");
+            return 0;
+        }
+        case 'h':
             usage(stdout);
             return 0;
-        } else {
-            fprintf(stderr, "sx_info: unknown option '%s'\n", argv[i]);
-            usage(stderr);
+        default:
+            fprintf(stderr, "sx_info: unknown option '%s' (see sx_info --help)\n",
+                    argv[optind - 1]);
             return 2;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "sx_info: unexpected argument '%s' (see sx_info --help)\n", argv[optind]);
+        return 2;
+    }
+    if (sections == 0)
+        sections = SEC_ALL;
 
     sx_build_info_t build;
     sx_build_info(&build);
@@ -351,8 +431,28 @@ int main(int argc, char **argv)
         print_nics_json(&nics);
         printf("}\n");
     } else {
-        print_text(&build, engine, rc);
-        print_nics_text(&nics);
+        bool first = true;
+        if (sections & SEC_BUILD) {
+            print_build_text(&build);
+            first = false;
+        }
+        if (sections & SEC_CONFIG) {
+            printf("%s", first ? "" : "\n");
+            print_config_text();
+            first = false;
+        }
+        if (sections & SEC_TRANSPORTS) {
+            printf("%s", first ? "" : "\n");
+            print_transports_text(engine, rc);
+            first = false;
+        }
+        if (sections & SEC_TOPOLOGY) {
+            printf("%s", first ? "" : "\n");
+            print_topology_text(engine, rc);
+            first = false;
+        }
+        if (sections & SEC_DEVICES)
+            print_nics_text(&nics); /* starts with its own blank line */
     }
     nic_view_free(&nics);
     if (rc == SX_OK)

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <shardx.h>
+
 static void sx_run_usage(FILE *f)
 {
     fprintf(f,
@@ -30,7 +32,7 @@ static void sx_run_usage(FILE *f)
             "standard error.\n"
             "\n"
             "Options:\n"
-            "  -n, --np N           number of processes (1..%d)\n"
+            "  -n, -np, --np N      number of processes (1..%d)\n"
             "  --timeout SECONDS    kill the job after SECONDS (decimals allowed)\n"
             "  --no-prefix          forward whole lines without the \"[RANK] \" prefix\n"
             "                       (for output read by programs, e.g. JSON)\n"
@@ -47,6 +49,7 @@ static void sx_run_usage(FILE *f)
             "  -x, --env NAME[=VAL] give every rank NAME (its value here, or VAL); every\n"
             "                       SX_* variable goes to remote ranks without it\n"
             "  -h, --help           print this help\n"
+            "  --version            print shardx's version\n"
             "\n"
             "A remote host needs sx_run at this sx_run's absolute path, PROGRAM at the\n"
             "path it has here, and this working directory; the agent must forward\n"
@@ -171,7 +174,9 @@ static const char *sx_run_opt(int argc, char **argv, int *i, const char *const *
 /* 0: go on; otherwise the status to exit with (-1 for --help: exit 0). */
 int sx_run_parse_args(sx_run_t *r, int argc, char **argv)
 {
-    static const char *const opt_n[] = {"-n", "--np", NULL};
+    /* -np as mpirun spells it; listed before -n, whose attached form
+     * ("-n4") would otherwise read "-np" as -n with the value "p". */
+    static const char *const opt_n[] = {"-np", "-n", "--np", NULL};
     static const char *const opt_timeout[] = {"--timeout", NULL};
     static const char *const opt_host[] = {"-H", "--host", NULL};
     static const char *const opt_agent[] = {"--agent", NULL};
@@ -190,6 +195,11 @@ int sx_run_parse_args(sx_run_t *r, int argc, char **argv)
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             sx_run_usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "--version") == 0) {
+            sx_build_info_t b;
+            printf("sx_run (shardx) %s\n", sx_build_info(&b) == SX_OK ? b.version : "unknown");
             return -1;
         }
         if (strcmp(a, "--no-prefix") == 0) {

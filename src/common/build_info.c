@@ -21,6 +21,9 @@ SX_API int sx_build_info(sx_build_info_t *info_p)
 #if SX_HAVE_VERBS
     features |= SX_FEATURE_VERBS; /* src/transports/verbs.c */
 #endif
+#if SX_HAVE_RDMACM && SX_HAVE_VERBS
+    features |= SX_FEATURE_RDMACM; /* src/cpc/rdmacm.c, built with verbs */
+#endif
 #if SX_HAVE_PMIX
     features |= SX_FEATURE_PMIX; /* src/bootstrap/modex_pmix.c */
 #endif

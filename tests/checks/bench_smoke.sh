@@ -51,10 +51,19 @@ head -n 1 "$tmp/loss.csv" | grep -q '^bench,mode,transport,threads,size,' || fai
 echo "bench_smoke: floor" >&2; "$bench" floor --size 8 --iters 300 --json >"$tmp/floor.json"
 check "$tmp/floor.json" '[.results[] | select(.bench == "floor_rate" and .msg_rate > 0)] | length == 1' "floor: no rate record"
 
-# Bad arguments are refused with the usage.
+# Bad arguments are refused, each error naming what was wrong.
 if "$bench" latency --window 0 2>"$tmp/err"; then fail "--window 0 was accepted"; fi
-grep -q "bad argument" "$tmp/err" || fail "--window 0: no reason given"
-if "$bench" nonsense 2>/dev/null; then fail "an unknown benchmark was accepted"; fi
+grep -q "window: bad value '0'" "$tmp/err" || fail "--window 0: no reason given"
+if "$bench" latency --bogus 2>"$tmp/err"; then fail "--bogus was accepted"; fi
+grep -q "unknown option '--bogus'" "$tmp/err" || fail "--bogus: not named"
+if "$bench" nonsense 2>"$tmp/err"; then fail "an unknown benchmark was accepted"; fi
+grep -q "unknown benchmark 'nonsense'" "$tmp/err" || fail "nonsense: not named"
+# --help to standard output with status 0; --version; sizes with suffixes.
+"$bench" --help | grep -q "^usage: sx_bench" || fail "--help: no usage on stdout"
+"$bench" --version | grep -q "^sx_bench (shardx) " || fail "--version: no version"
+"$bench" latency --size=4k --iters=50 --json >"$tmp/4k.json" || fail "--size=4k refused"
+check "$tmp/4k.json" '[.results[] | select(.bench == "latency" and .size == 4096)] | length == 1' \
+    "--size=4k: no 4096-byte record"
 if "$bench" latency --json --csv 2>/dev/null; then fail "--json with --csv was accepted"; fi
 if "$bench" latency --iters 10 --transport nosuch 2>"$tmp/err"; then fail "--transport nosuch was accepted"; fi
 
