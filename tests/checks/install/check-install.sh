@@ -28,7 +28,7 @@ cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx) "$here/consumer.c" \
 cc -std=c11 -Wall -Werror $(pkg-config --cflags shardx-static) "$here/consumer.c" \
    $(pkg-config --libs shardx-static) -o "$work/consumer-static"
 "$work/consumer-static"
-if readelf -d "$work/consumer-static" | grep -q 'libshardx\.so'; then
+if grep -q 'libshardx\.so' <<<"$(readelf -d "$work/consumer-static")"; then
     echo "the shardx-static.pc consumer links libshardx.so" >&2
     exit 1
 fi
@@ -46,7 +46,7 @@ if out=$(PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here" -B "$w
     echo "find_package(shardx COMPONENTS static) passed without hwloc's pkg-config module" >&2
     exit 1
 fi
-tr -s ' \n' ' ' <<<"$out" | grep -q "not found by pkg-config: hwloc, liburcu-bp" ||
+grep -q "not found by pkg-config: hwloc, liburcu-bp" <<<"$(tr -s ' \n' ' ' <<<"$out")" ||
     { echo "$out"; echo "the static component's failure does not name hwloc" >&2; exit 1; }
 
 # CMake package, static library, with the dependencies in sight.
@@ -58,13 +58,16 @@ cmake --build "$work/cmake-static" >/dev/null
 
 # The installed tools run, from their RUNPATH alone.
 "$work/prefix/bin/sx_info" >/dev/null
+# (ldd's output is read whole first: grep -q in a pipeline under pipefail
+# may stop reading early and fail the pipeline with ldd's SIGPIPE.)
 for tool in "$work/prefix/bin/"*; do
+    deps=$(ldd "$tool")
     # The tools that link libshardx.so (sx_run and sx_bench link the archive).
-    ldd "$tool" | grep -q "libshardx\.so" || continue
-    ldd "$tool" | grep -q "libshardx.so.* => $work/prefix/" ||
-        { ldd "$tool" >&2; echo "$tool does not find the installed libshardx" >&2; exit 1; }
+    grep -q "libshardx\.so" <<<"$deps" || continue
+    grep -q "libshardx.so.* => $work/prefix/" <<<"$deps" ||
+        { echo "$deps" >&2; echo "$tool does not find the installed libshardx" >&2; exit 1; }
 done
-ldd "$work/prefix/bin/sx_info" | grep -q "libshardx.so.* => $work/prefix/" ||
+grep -q "libshardx.so.* => $work/prefix/" <<<"$(ldd "$work/prefix/bin/sx_info")" ||
     { echo "sx_info does not link the installed libshardx" >&2; exit 1; }
 "$work/prefix/bin/sx_run" --help >/dev/null 2>&1 || true
 
@@ -85,8 +88,9 @@ if [ -f "$build/openmpi/mca_btl_shardx.so" ]; then
     btl=$(find "$work/prefix" -path '*/shardx/openmpi/mca_btl_shardx.so' | head -n 1)
     [ -n "$btl" ] || { echo "mca_btl_shardx.so was not installed under lib*/shardx/openmpi" >&2; exit 1; }
     sysdir=$(sed -n 's/^SX_OMPI_COMPONENT_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
-    env -u LD_LIBRARY_PATH OMPI_MCA_mca_base_component_path="$sysdir:$(dirname "$btl")" \
-        ompi_info --param btl shardx --level 9 | grep -q 'btl_shardx_eager_limit' ||
+    params=$(env -u LD_LIBRARY_PATH OMPI_MCA_mca_base_component_path="$sysdir:$(dirname "$btl")" \
+        ompi_info --param btl shardx --level 9)
+    grep -q 'btl_shardx_eager_limit' <<<"$params" ||
         { echo "ompi_info does not load the installed $btl" >&2; exit 1; }
     what="$what, and the Open MPI BTL"
 fi
