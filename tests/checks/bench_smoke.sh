@@ -59,8 +59,9 @@ grep -q "unknown option '--bogus'" "$tmp/err" || fail "--bogus: not named"
 if "$bench" nonsense 2>"$tmp/err"; then fail "an unknown benchmark was accepted"; fi
 grep -q "unknown benchmark 'nonsense'" "$tmp/err" || fail "nonsense: not named"
 # --help to standard output with status 0; --version; sizes with suffixes.
-"$bench" --help | grep -q "^usage: sx_bench" || fail "--help: no usage on stdout"
-"$bench" --version | grep -q "^sx_bench (shardx) " || fail "--version: no version"
+help=$("$bench" --help) || fail "--help: non-zero status"
+grep -q "^usage: sx_bench" <<<"$help" || fail "--help: no usage on stdout"
+grep -q "^sx_bench (shardx) " <<<"$("$bench" --version)" || fail "--version: no version"
 "$bench" latency --size=4k --iters=50 --json >"$tmp/4k.json" || fail "--size=4k refused"
 check "$tmp/4k.json" '[.results[] | select(.bench == "latency" and .size == 4096)] | length == 1' \
     "--size=4k: no 4096-byte record"
