@@ -7,7 +7,8 @@
 # and 2 threads per rank and a windowed 8-byte rate with 1 and 2 threads
 # per rank (MPI_THREAD_MULTIPLE, each thread its own tag). On one machine,
 # the 2-thread latency runs again beside two CPU-burning processes (busy
-# loops), shardx against tcp: a job that shares its cores with others.
+# loops), shardx against tcp, and so does our MPI suite's threads test with
+# four ranks of two threads (--oversubscribe): a job that shares its cores.
 #
 #   bench/bench_mpi.sh [BUILD_DIR [RESULTS_DIR]]   (default: build, BUILD_DIR/bench-results)
 #
@@ -115,6 +116,25 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
             fi
         done
     done
+    # Our MPI suite's threads test, four ranks of two threads on this
+    # machine (mpirun --oversubscribe), timed beside the same busy loops:
+    # the oversubscribed job of ctest btl_threads_oversub_np4_x20.
+    suite=$build/integrations/openmpi-btl/tests/btl_suite
+    if [[ -x $suite ]]; then
+        for round in 1 2 3; do
+            for t in shardx tcp; do
+                echo "bench_mpi: $t: btl_suite threads 2, 4 ranks, beside two busy loops (round $round)" >&2
+                t0=$(date +%s%N)
+                # shellcheck disable=SC2086
+                if timeout 300 mpirun -np 4 --oversubscribe ${args[$t]} "$suite" threads 2 >/dev/null 2>&1; then
+                    secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+                    echo "{\"transport\": \"$t\", \"busy\": true, \"result\": {\"test\": \"suite_np4\", \"seconds\": $secs}}" >>"$raw"
+                else
+                    echo "bench_mpi: $t: btl_suite threads 2 beside busy loops failed; left out" >&2
+                fi
+            done
+        done
+    fi
     kill "${burners[@]}" 2>/dev/null || true
     wait "${burners[@]}" 2>/dev/null || true
 fi
@@ -149,10 +169,15 @@ for r in rows:
         d["mt%d_%dB_latency_us" % (x["threads"], x["size"])] = x["latency_us"]
     elif x["test"] == "mt":
         d["mt%d_latency_us" % x["threads"]] = x["latency_us"]
+    elif x["test"] == "suite_np4":
+        d.setdefault("_suite", []).append(x["seconds"])
+        v = sorted(d["_suite"])
+        d["suite_np4_busy_s"] = v[len(v) // 2]
     elif x["test"] == "mtrate":
         d["mtrate%d_msgs_per_s" % x["threads"]] = x["messages_per_s"]
 for d in res.values():
     d.pop("_busy", None)
+    d.pop("_suite", None)
 
 def lat8(t):
     for p in res.get(t, {}).get("pingpong", []):
@@ -190,7 +215,9 @@ if hosts:
 other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("mt1_latency_us")),
          "mtrate2_shardx_over_tcp": ratio(sx.get("mtrate2_msgs_per_s"), tcp.get("mtrate2_msgs_per_s")),
          "mtrate2_over_mtrate1_shardx": ratio(sx.get("mtrate2_msgs_per_s"),
-                                              sx.get("mtrate1_msgs_per_s"))}
+                                              sx.get("mtrate1_msgs_per_s")),
+         "suite_np4_busy_shardx_over_tcp": ratio(sx.get("suite_np4_busy_s"),
+                                                 tcp.get("suite_np4_busy_s"))}
 if not hosts:
     ratios["mt2_busy_latency_shardx_over_tcp"] = ratio(sx.get("mt2_busy_latency_us"),
                                                        tcp.get("mt2_busy_latency_us"))
@@ -257,16 +284,18 @@ if floor:
     print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
                                              "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
                                              "-"))
-print("\n%-9s %16s %16s %16s %16s %22s" % ("transport", "mtrate1 msgs/s", "mtrate2 msgs/s",
-                                             "mt2 4 KiB us", "mt2 8 KiB us",
-                                             "mt2 lat us, busy loops"))
+print("\n%-9s %16s %16s %16s %16s %22s %18s" % ("transport", "mtrate1 msgs/s",
+                                                  "mtrate2 msgs/s", "mt2 4 KiB us",
+                                                  "mt2 8 KiB us", "mt2 lat us, busy loops",
+                                                  "suite np4 s, busy"))
 for t in res:
     d = res[t]
-    print("%-9s %16s %16s %16s %16s %22s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
-                                             fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
-                                             fmt(d.get("mt2_4096B_latency_us")),
-                                             fmt(d.get("mt2_8192B_latency_us")),
-                                             fmt(d.get("mt2_busy_latency_us"))))
+    print("%-9s %16s %16s %16s %16s %22s %18s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
+                                                  fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
+                                                  fmt(d.get("mt2_4096B_latency_us")),
+                                                  fmt(d.get("mt2_8192B_latency_us")),
+                                                  fmt(d.get("mt2_busy_latency_us")),
+                                                  fmt(d.get("suite_np4_busy_s"), "%.2f")))
 print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
