@@ -215,11 +215,8 @@ static int send_halo(solve_t *s, strip_t *st, const double *row, uint32_t dst, u
     sx_send_params_t params = {.field_mask = SX_SEND_PARAM_LANE, .lane = dst % s->threads};
     int rc;
     atomic_store_explicit(&slot->busy, 1, memory_order_relaxed);
-    do {
-        rc = sx_send_ex(sx_job_peer(engine, dst / s->threads), TAG, iov, 2, &params, on_sent, slot);
-        if (rc == SX_ERR_AGAIN)
-            progress_or_yield();
-    } while (rc == SX_ERR_AGAIN);
+    /* sx_send_ex queues behind a full window; it never says "again". */
+    rc = sx_send_ex(sx_job_peer(engine, dst / s->threads), TAG, iov, 2, &params, on_sent, slot);
     if (rc != SX_INPROGRESS) {
         atomic_store_explicit(&slot->busy, 0, memory_order_relaxed);
         return rc;

@@ -59,6 +59,24 @@
 extern "C" {
 #endif
 
+/** @name Version of this header
+ *  The library it runs against says its own with sx_build_info(); a
+ *  program built against one header and run on another minor version
+ *  finds it there. CMake checks these against the project's version. @{ */
+#define SX_VERSION_MAJOR 0 /**< incompatible changes */
+#define SX_VERSION_MINOR 1 /**< additions */
+#define SX_VERSION_PATCH 0 /**< fixes */
+/** The three in one number, for the preprocessor: 10000 * major + 100 * minor + patch. */
+#define SX_VERSION (SX_VERSION_MAJOR * 10000 + SX_VERSION_MINOR * 100 + SX_VERSION_PATCH)
+/** The API's own version: incremented when a function, type or constant of
+ *  this header is added or changed, so code can test for one with the
+ *  preprocessor (SX_API_VERSION >= N). 1: this header's API. */
+#define SX_API_VERSION 1
+/** @} */
+
+/** Most iovec entries one sx_send, sx_send_ex or sx_sendi takes. */
+#define SX_SEND_IOV_MAX 8
+
 #if defined(SX_BUILDING_LIBRARY) && defined(__GNUC__)
 #define SX_API __attribute__((visibility("default")))
 #else
@@ -212,7 +230,11 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
 /**
  * Destroys the engine. No other thread may use the engine, or be inside a
  * call on it, once this is called; this is the one exception to the "any
- * thread, any time" rule.
+ * thread, any time" rule. Operations still pending complete, on the
+ * calling thread, with SX_ERR_SHUTDOWN before it returns; peers are not
+ * told (a peer with data for this engine sees it stop answering). To
+ * leave no peer waiting, let every operation complete first (or pass an
+ * sx_job_barrier after one's own sends completed).
  */
 SX_API void sx_engine_destroy(sx_engine_h engine);
 
@@ -354,8 +376,8 @@ SX_API int sx_peer_remove(sx_engine_h engine, sx_peer_h peer);
 /** The id the peer was added with. */
 SX_API uint64_t sx_peer_id(sx_peer_h peer);
 
-/**
- * Adds a peer but also says how its channels connect: SX_ERR_UNSUPPORTED
+/*
+ * How channels connect (not a declaration's documentation): SX_ERR_UNSUPPORTED
  * from sx_peer_add means the two cards share no connection method (see
  * SX_CPC). Channels connect lazily: the first operation to a peer starts
  * the method's exchange and later ones queue behind it. A channel that
@@ -428,11 +450,16 @@ SX_API int sx_am_register(sx_engine_h engine, uint8_t tag, sx_am_cb_t cb, void *
 typedef void (*sx_complete_cb_t)(void *ctx, int status);
 
 /**
- * Sends an active message, the concatenation of @p iov, to @p peer. The
- * buffers must stay valid and unchanged until the completion runs (the
- * iovec array itself is copied). Messages from one thread to one peer
- * arrive in order. Returns SX_INPROGRESS (the completion will run), or an
- * error, in which case the completion never runs.
+ * Sends an active message, the concatenation of @p iov (at most
+ * SX_SEND_IOV_MAX entries), to @p peer. The buffers must stay valid and
+ * unchanged until the completion runs (the iovec array itself is copied).
+ * The completion runs when the peer's library has acknowledged the whole
+ * message (it holds it; its handler may not have run yet), or with the
+ * error that ended it. Messages from one thread to one peer arrive in
+ * order. Returns SX_INPROGRESS (the completion will run), or an error
+ * (SX_ERR_INVALID_PARAM, SX_ERR_NO_MEMORY, the peer's failure), in which
+ * case the completion never runs; it never returns SX_ERR_AGAIN: a full
+ * window queues the message.
  */
 SX_API int sx_send(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
                    sx_complete_cb_t cb, void *ctx);
@@ -525,9 +552,10 @@ SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem);
  * region of key @p key. Completes with SX_OK once the bytes are in place
  * at the target, or, having written nothing, with SX_ERR_ACCESS (unknown
  * or withdrawn key, no write right) or SX_ERR_OUT_OF_RANGE (the range is
- * not inside the region); SX_ERR_AGAIN when SX_RMA_OUTSTANDING_MAX (4096)
- * operations to that peer are already outstanding. @p src must stay valid
- * until the completion. Returns SX_INPROGRESS or an error (no completion).
+ * not inside the region), or with SX_ERR_AGAIN, having written nothing,
+ * when 4096 PUT and GET operations are already outstanding on its channel
+ * (one per peer and lane). @p src must stay valid until the completion.
+ * Returns SX_INPROGRESS or an error (no completion).
  */
 SX_API int sx_put(sx_peer_h peer, const void *src, size_t len, uint64_t raddr, sx_rkey_t key,
                   sx_complete_cb_t cb, void *ctx);

@@ -47,7 +47,7 @@
 #include "shard/wire.h"
 #include "transports/transport.h"
 
-#define SX_OP_IOV_MAX 8
+#define SX_OP_IOV_MAX SX_SEND_IOV_MAX /* include/shardx.h */
 /* Most PUT/GET a channel keeps outstanding, and most answers it queues for
  * its peer: the cap that keeps a flood of requests from costing unbounded
  * memory. A conforming initiator never exceeds it (sx_put/sx_get complete

@@ -2,6 +2,13 @@
 /* A program that uses an installed shardx through its public header only. */
 #include <shardx.h>
 #include <stdio.h>
+#include <string.h>
+
+#if !defined(SX_VERSION) || !defined(SX_API_VERSION) || SX_API_VERSION < 1
+#error "shardx.h has no version macros"
+#endif
+#define SX_STR_(x) #x
+#define SX_STR(x)  SX_STR_(x)
 
 int main(void)
 {
@@ -11,6 +18,13 @@ int main(void)
 
     if (sx_build_info(&info) != SX_OK)
         return 1;
+    /* The header's version is the library's. */
+    const char *header =
+        SX_STR(SX_VERSION_MAJOR) "." SX_STR(SX_VERSION_MINOR) "." SX_STR(SX_VERSION_PATCH);
+    if (strcmp(header, info.version) != 0) {
+        fprintf(stderr, "consumer: header version %s, library %s\n", header, info.version);
+        return 1;
+    }
     int rc = sx_engine_create(NULL, &engine);
     if (rc != SX_OK) {
         fprintf(stderr, "sx_engine_create: %s\n", sx_strerror(rc));
