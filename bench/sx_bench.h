@@ -204,6 +204,13 @@ int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 /* ---- multithreaded scaling (sx_bench_mt.c) -------------------------------- */
 
 int sxb_bench_mt(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+/* mt's engines (sx_bench_mt.c): THREAD_MODE @p mode; with @p sink, over
+ * the sink transport and the implicit connection. 0, or -1 with the
+ * reason printed. */
+int sxb_mt_engine(const char *mode, const char *name, bool sink, sx_engine_h *e_p);
+/* n zeroed elements of @p size, a multiple of the cache line, aligned to
+ * it (so threads' counters share no line). */
+void *sxb_mt_calloc_aligned(size_t n, size_t size);
 /* mt's one-process variant (sx_bench_mt_local.c): rank 0's T threads over
  * two engines of its own, T at most the online CPUs; rank 1 waits. */
 int sxb_mt_local(const sxb_ctl_t *ctl, const sxb_opts_t *opts, bool human, unsigned modes,

@@ -481,7 +481,24 @@ fail:
 
 /* ---- one engine session --------------------------------------------------- */
 
-static void *sxb_mt_calloc_aligned(size_t n, size_t size)
+int sxb_mt_engine(const char *mode, const char *name, bool sink, sx_engine_h *e_p)
+{
+    /* The sink answers no handshake: the implicit connection. */
+    sx_config_kv_t kv[3] = {{.name = "THREAD_MODE", .value = mode},
+                            {.name = "TRANSPORTS", .value = "sink"},
+                            {.name = "CPC", .value = "implicit"}};
+    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME | SX_ENGINE_PARAM_CONFIG,
+                                 .name = name,
+                                 .config = kv,
+                                 .config_count = sink ? 3 : 1};
+    int rc = sx_engine_create(&params, e_p);
+    if (rc != SX_OK)
+        return sxb_fail("sx_engine_create (%sTHREAD_MODE=%s): %s", sink ? "TRANSPORTS=sink, " : "",
+                        mode, sx_strerror(rc));
+    return 0;
+}
+
+void *sxb_mt_calloc_aligned(size_t n, size_t size)
 {
     /* aligned_alloc wants a multiple of the alignment; size is one. */
     void *p = aligned_alloc(SXB_MT_CACHELINE, n * size);
@@ -493,7 +510,6 @@ static void *sxb_mt_calloc_aligned(size_t n, size_t size)
 static int sxb_mt_open(sxb_mt_t *mt, const sxb_ctl_t *ctl, const sxb_opts_t *opts, const char *mode,
                        unsigned nthreads, size_t size, const uint8_t *buf)
 {
-    sx_config_kv_t kv[1] = {{.name = "THREAD_MODE", .value = mode}};
     uint8_t *card = NULL, *peer_card = NULL;
     size_t len = 0;
     uint32_t hdr[2], peer_hdr[2];
@@ -529,17 +545,9 @@ static int sxb_mt_open(sxb_mt_t *mt, const sxb_ctl_t *ctl, const sxb_opts_t *opt
         }
     }
 
-    sx_engine_params_t params = {
-        .field_mask = SX_ENGINE_PARAM_NAME | SX_ENGINE_PARAM_CONFIG,
-        .name = ctl->rank == 0 ? "bench-mt-rank0" : "bench-mt-rank1",
-        .config = kv,
-        .config_count = 1,
-    };
-    rc = sx_engine_create(&params, &mt->engine);
-    if (rc != SX_OK) {
-        sxb_fail("sx_engine_create (THREAD_MODE=%s): %s", mode, sx_strerror(rc));
+    if (sxb_mt_engine(mode, ctl->rank == 0 ? "bench-mt-rank0" : "bench-mt-rank1", false,
+                      &mt->engine) != 0)
         goto fail;
-    }
     if ((rc = sx_engine_shard_count(mt->engine, &mt->shards)) != SX_OK ||
         (rc = sx_error_register(mt->engine, sxb_mt_on_error, mt)) != SX_OK) {
         sxb_fail("engine set-up: %s", sx_strerror(rc));
@@ -697,24 +705,6 @@ static int sxb_mt_config(const sxb_ctl_t *ctl, const sxb_opts_t *opts, unsigned 
 
 /* ---- injection only: the engine against the sink transport ---------------- */
 
-/* An engine of the injection-only variant: no network (TRANSPORTS=sink),
- * the implicit connection (the sink answers no handshake). */
-static int sxb_mt_sink_engine(const char *mode, const char *name, sx_engine_h *e_p)
-{
-    sx_config_kv_t kv[3] = {{.name = "THREAD_MODE", .value = mode},
-                            {.name = "TRANSPORTS", .value = "sink"},
-                            {.name = "CPC", .value = "implicit"}};
-    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME | SX_ENGINE_PARAM_CONFIG,
-                                 .name = name,
-                                 .config = kv,
-                                 .config_count = 3};
-    int rc = sx_engine_create(&params, e_p);
-    if (rc != SX_OK)
-        return sxb_fail("sx_engine_create (TRANSPORTS=sink, THREAD_MODE=%s): %s", mode,
-                        sx_strerror(rc));
-    return 0;
-}
-
 /*
  * Rank 0 alone: T sender threads of one engine stream to a peer that
  * exists only as a business card (a second engine, never progressed)
@@ -749,8 +739,8 @@ static int sxb_mt_inject_config(const sxb_ctl_t *ctl, const sxb_opts_t *opts, un
         mt.tx[t].mt = &mt;
         mt.tx[t].index = t;
     }
-    if (sxb_mt_sink_engine(sxb_mt_modes[mode], "bench-inject-peer", &ghost) != 0 ||
-        sxb_mt_sink_engine(sxb_mt_modes[mode], "bench-inject", &mt.engine) != 0)
+    if (sxb_mt_engine(sxb_mt_modes[mode], "bench-inject-peer", true, &ghost) != 0 ||
+        sxb_mt_engine(sxb_mt_modes[mode], "bench-inject", true, &mt.engine) != 0)
         goto out;
     int err;
     if ((err = sx_engine_address(ghost, card, &len)) != SX_OK ||

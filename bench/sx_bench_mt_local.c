@@ -280,21 +280,6 @@ static int sxb_ml_phase(sxb_ml_t *ml, uint64_t count, double *rate_p)
 
 /* ---- one configuration ------------------------------------------------------ */
 
-static int sxb_ml_engine(const sxb_opts_t *opts, const char *mode, const char *name,
-                         sx_engine_h *e_p)
-{
-    (void)opts;
-    sx_config_kv_t kv[1] = {{.name = "THREAD_MODE", .value = mode}};
-    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_NAME | SX_ENGINE_PARAM_CONFIG,
-                                 .name = name,
-                                 .config = kv,
-                                 .config_count = 1};
-    int rc = sx_engine_create(&params, e_p);
-    if (rc != SX_OK)
-        return sxb_fail("sx_engine_create (THREAD_MODE=%s): %s", mode, sx_strerror(rc));
-    return 0;
-}
-
 static int sxb_ml_config(const sxb_opts_t *opts, unsigned mode, unsigned nthreads, size_t size,
                          const uint8_t *buf, double *rate_p)
 {
@@ -313,21 +298,20 @@ static int sxb_ml_config(const sxb_opts_t *opts, unsigned mode, unsigned nthread
     ml.size = size;
     ml.buf = buf;
     atomic_init(&ml.peer_status, SX_OK);
-    ml.thr = aligned_alloc(SXB_ML_LINE, nthreads * sizeof(*ml.thr));
+    ml.thr = sxb_mt_calloc_aligned(nthreads, sizeof(*ml.thr));
     ml.ctx = calloc(2 * nthreads, sizeof(*ml.ctx));
     if (ml.thr == NULL || ml.ctx == NULL) {
         sxb_fail("out of memory for %u threads", nthreads);
         goto out;
     }
-    memset(ml.thr, 0, nthreads * sizeof(*ml.thr));
     for (unsigned t = 0; t < nthreads; t++) {
         ml.thr[t].ml = &ml;
         ml.thr[t].index = t;
         ml.ctx[2 * t] = (sxb_ml_ctx_t){&ml.thr[t], SXB_ML_A};
         ml.ctx[2 * t + 1] = (sxb_ml_ctx_t){&ml.thr[t], SXB_ML_B};
     }
-    if (sxb_ml_engine(opts, sxb_ml_modes[mode], "bench-mt-local-a", &ml.e[SXB_ML_A]) != 0 ||
-        sxb_ml_engine(opts, sxb_ml_modes[mode], "bench-mt-local-b", &ml.e[SXB_ML_B]) != 0)
+    if (sxb_mt_engine(sxb_ml_modes[mode], "bench-mt-local-a", false, &ml.e[SXB_ML_A]) != 0 ||
+        sxb_mt_engine(sxb_ml_modes[mode], "bench-mt-local-b", false, &ml.e[SXB_ML_B]) != 0)
         goto out;
     for (unsigned d = 0; d < 2; d++) {
         /* Engine d receives the direction that starts at the other one. */

@@ -111,13 +111,6 @@ static bool sx_yield_verdict(sx_yield_t *y, uint64_t now)
     return over;
 }
 
-bool sx_yield_oversubscribed(sx_yield_t *y)
-{
-    if (y->mode != SX_YIELD_AUTO)
-        return y->mode == SX_YIELD_ALWAYS;
-    return sx_yield_verdict(y, sx_time_coarse_ns());
-}
-
 sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
 {
     if (n != 0) {

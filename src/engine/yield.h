@@ -98,7 +98,4 @@ typedef enum sx_yield_action {
  */
 sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy);
 
-/** The current auto verdict (for sx_info and tests). Any thread. */
-bool sx_yield_oversubscribed(sx_yield_t *y);
-
 #endif /* SX_ENGINE_YIELD_H */
