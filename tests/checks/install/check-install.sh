@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Installs the build in $1 into a scratch prefix under $2, then builds and
 # runs a small consumer with pkg-config (shardx.pc, shardx-static.pc) and
-# with CMake's find_package(shardx), and runs the installed tools. Nothing
-# here sets LD_LIBRARY_PATH: the installed programs find the installed
-# library through their own RUNPATH. Fails on any error.
+# with CMake's find_package(shardx), runs the installed tools, and reads
+# the installed man pages. Nothing here sets LD_LIBRARY_PATH: the installed
+# programs find the installed library through their own RUNPATH. Fails on
+# any error.
 set -euo pipefail
 build=$1
 work=$2
@@ -80,10 +81,72 @@ params=$("$work/prefix/bin/sx_info" --json | jq '.parameters | length')
 listed=$(awk 'prev == ".TP" && /^\.B SX_/ { n++ } { prev = $0 } END { print n }' \
     "$man/man7/shardx-config.7")
 [ "$params" = "$listed" ] || { echo "shardx-config.7 lists $listed of $params parameters" >&2; exit 1; }
+what="pkg-config (shardx, shardx-static), find_package(shardx) without pkg-config modules, find_package(shardx COMPONENTS static), tools without LD_LIBRARY_PATH, man pages"
+
+# The API's man3 pages, where the build found Doxygen (its cache says so;
+# without it the build skips them and says why): every SX_API function of
+# the installed header has a page, and `man 3 NAME` shows, for a few of
+# them, the first words of the function's own description as the header
+# states it, so an empty page or one without the text fails.
+doxygen=$(sed -n 's/^SX_DOXYGEN:[A-Z]*=//p' "$build/CMakeCache.txt")
+if [ -n "$doxygen" ] && [ "${doxygen%NOTFOUND}" = "$doxygen" ]; then
+    header=$(find "$work/prefix" -name shardx.h | head -n 1)
+    [ -n "$header" ] || { echo "shardx.h was not installed" >&2; exit 1; }
+    # The SX_API function names, found as check-abi.sh finds them.
+    declared=$(grep -A3 '^SX_API' "$header" | tr '\n' ' ' | grep -o 'SX_API[^(]*(' |
+        sed -E 's/.*[ *]([a-z_0-9]+)\($/\1/' | LC_ALL=C sort -u) || true
+    [ -n "$declared" ] || { echo "found no SX_API function in $header" >&2; exit 1; }
+    missing=""
+    for fn in $declared shardx.h shardx; do
+        [ -s "$man/man3/$fn.3" ] || missing="$missing $fn"
+    done
+    [ -z "$missing" ] || { echo "no installed man3 page for:$missing" >&2; exit 1; }
+    # man where it is installed (man-db), else groff itself, which is what
+    # man runs; soelim (-s) resolves the link pages' ".so man3/..." from
+    # the top of the man tree, as man does.
+    render() {
+        if command -v man >/dev/null 2>&1; then
+            LC_ALL=C MANWIDTH=200 MANPAGER=cat PAGER=cat man -M "$man" 3 "$1" 2>&1
+        else
+            (cd "$man" && LC_ALL=C groff -s -man -Tascii -P-cbou -rLL=200n "man3/$1.3" 2>&1)
+        fi
+    }
+    for fn in sx_send sx_engine_create sx_progress; do
+        # The doc comment just above the declaration, without its comment
+        # marks and Doxygen commands, on one line.
+        doc=$(awk -v fn="$fn" '
+            /\/\*\*/ { doc = ""; indoc = 1 }
+            indoc {
+                line = $0
+                sub(/.*\/\*\*</, "", line); sub(/.*\/\*\*/, "", line)
+                if (line ~ /\*\//) { sub(/\*\/.*/, "", line); indoc = 0 }
+                sub(/^[ \t]*\*[ \t]?/, "", line)
+                doc = doc " " line
+                next
+            }
+            /^SX_API/ && index($0, " " fn "(") + index($0, "*" fn "(") > 0 { print doc; exit }
+            ' "$header")
+        doc=$(sed -E 's/[@\\][a-z]+ //g; s/[[:space:]]+/ /g; s/^ //' <<<"$doc")
+        # Its first words, up to the first punctuation: what any rendering
+        # keeps verbatim (no quote or dash for groff to turn into another).
+        words=$(grep -oE '^([A-Za-z]+ ){1,5}[A-Za-z]+' <<<"$doc") ||
+            { echo "no description above $fn in $header" >&2; exit 1; }
+        page=$(render "$fn") || { echo "$page" >&2; echo "man 3 $fn failed" >&2; exit 1; }
+        flat=$(sed 's/.\x08//g' <<<"$page" | tr -s ' \n' ' ')
+        case "$flat" in
+            *"$words"*) ;;
+            *) echo "$page" >&2
+               echo "man 3 $fn does not show its description ('$words')" >&2
+               exit 1 ;;
+        esac
+    done
+    what="$what, man3 pages of every SX_API function"
+else
+    what="$what (no man3 pages: the build found no doxygen)"
+fi
 # The Open MPI BTL, when built: installed under <libdir>/shardx/openmpi and
 # loadable from there by Open MPI, finding the installed libshardx through
 # its own RPATH (no LD_LIBRARY_PATH).
-what="pkg-config (shardx, shardx-static), find_package(shardx) without pkg-config modules, find_package(shardx COMPONENTS static), tools without LD_LIBRARY_PATH, man pages"
 if [ -f "$build/openmpi/mca_btl_shardx.so" ]; then
     btl=$(find "$work/prefix" -path '*/shardx/openmpi/mca_btl_shardx.so' | head -n 1)
     [ -n "$btl" ] || { echo "mca_btl_shardx.so was not installed under lib*/shardx/openmpi" >&2; exit 1; }
