@@ -421,7 +421,7 @@ static bool oob_frame_header(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
 
 /* Reads what the socket has, up to a budget. Returns false if the
  * connection was closed. */
-static bool oob_conn_read(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
+bool sx_oob_conn_read(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
 {
     for (int round = 0; round < OOB_READ_BUDGET; round++) {
         uint8_t *dst;
@@ -525,7 +525,7 @@ static void oob_conn_event(sx_oob_t *oob, oob_conn_t *c, uint32_t events, oob_fi
             oob_connect_failed(oob, c, err != 0 ? err : ECONNRESET, batch);
         return;
     }
-    if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && !oob_conn_read(oob, c, batch))
+    if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && !sx_oob_conn_read(oob, c, batch))
         return;
     if (events & EPOLLOUT)
         oob_conn_write(oob, c, batch);

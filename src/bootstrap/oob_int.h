@@ -236,6 +236,13 @@ void sx_oob_format_addr(const struct sockaddr_in *sa, char *buf, size_t len);
 /** Writes a frame header with its checksum. */
 void sx_oob_hdr_write(uint8_t *h, uint32_t tag, uint64_t src, uint32_t len);
 
+/** Reads what @p c's socket has (at most OOB_READ_BUDGET reads), checking
+ *  each frame header and delivering each complete message into @p batch.
+ *  Returns false if the connection failed and was closed (it is then on
+ *  oob->dead). Under the lock; the progress thread's, and
+ *  fuzz/fuzz_oob.c's, which feeds it bytes from a socketpair. */
+bool sx_oob_conn_read(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch);
+
 /** Wakes the progress thread (new connection, handler, close). */
 void sx_oob_wake(sx_oob_t *oob);
 

@@ -17,6 +17,7 @@
  */
 #include "common/le.h"
 #include "bootstrap/rendezvous.h"
+#include "bootstrap/rendezvous_int.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -171,7 +172,7 @@ static void sx_rdv_send_all(sx_rdv_server_t *srv)
 }
 
 /* RDV_PUT: u32 rank, u32 size, blob. */
-static void sx_rdv_on_put(void *arg, uint64_t peer, uint32_t tag, const void *data, size_t len)
+void sx_rdv_on_put(void *arg, uint64_t peer, uint32_t tag, const void *data, size_t len)
 {
     sx_rdv_server_t *srv = arg;
     const uint8_t *p = data;
@@ -238,7 +239,7 @@ out:
 /* RDV_FENCE: u32 rank, u32 round. Rounds count from 1 for each rank; round
  * k is done once every rank has entered it. A rank may enter its next
  * round before the last is done (fence_nb does not wait). */
-static void sx_rdv_on_fence(void *arg, uint64_t peer, uint32_t tag, const void *data, size_t len)
+void sx_rdv_on_fence(void *arg, uint64_t peer, uint32_t tag, const void *data, size_t len)
 {
     sx_rdv_server_t *srv = arg;
     const uint8_t *p = data;
