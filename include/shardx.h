@@ -188,6 +188,24 @@ SX_API size_t sx_param_count(void);
 /** Describes parameter @p index; SX_ERR_NOT_FOUND past the end. */
 SX_API int sx_param_info(size_t index, sx_param_info_t *info_p);
 
+/** A parameter's value as sx_param_parse() reads it. */
+typedef union sx_param_value {
+    uint64_t u; /**< SX_PARAM_UINT, SX_PARAM_SIZE (bytes) */
+    double d;   /**< SX_PARAM_DOUBLE */
+    int b;      /**< SX_PARAM_BOOL: 1 or 0 */
+    unsigned e; /**< SX_PARAM_ENUM: the word's position in sx_param_info_t.allowed */
+} sx_param_value_t;
+
+/**
+ * Parses @p text as parameter @p index exactly as the engine would, range
+ * and word list included, so a runtime with its own parameter system can
+ * check a value and name its own parameter in the error. @p value_p may be
+ * NULL; a string parameter accepts any text and leaves it untouched.
+ * SX_OK, SX_ERR_INVALID_PARAM for a value the engine would refuse (say
+ * "expected <type_name> <allowed>"), SX_ERR_NOT_FOUND past the end.
+ */
+SX_API int sx_param_parse(size_t index, const char *text, sx_param_value_t *value_p);
+
 /* ------------------------------------------------------------------------ */
 /* Engine                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -362,6 +380,25 @@ SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p);
  */
 SX_API int sx_peer_add(sx_engine_h engine, uint64_t peer_id, const void *card, size_t len,
                        sx_peer_h *peer_p);
+
+/** Bits of sx_peer_params_t.field_mask. */
+#define SX_PEER_PARAM_NAME (1ull << 0)
+
+/** The longest peer name kept, terminator included (longer ones are cut). */
+#define SX_PEER_NAME_MAX 64
+
+/** Optional settings of sx_peer_add_ex(); fields count only when their bit
+ *  is set in field_mask, so later versions can add fields. */
+typedef struct sx_peer_params {
+    uint64_t field_mask; /**< SX_PEER_PARAM_* */
+    /** How log lines and sx_dump() name the peer, e.g. "rank 3 on node2"
+     *  (copied). Without it they say "peer <peer_id>". */
+    const char *name;
+} sx_peer_params_t;
+
+/** sx_peer_add() with optional settings (@p params may be NULL). */
+SX_API int sx_peer_add_ex(sx_engine_h engine, uint64_t peer_id, const void *card, size_t len,
+                          const sx_peer_params_t *params, sx_peer_h *peer_p);
 
 /**
  * Removes a peer: operations still pending to it complete with

@@ -83,6 +83,47 @@ SX_API int sx_param_info(size_t index, sx_param_info_t *info_p)
     return SX_OK;
 }
 
+SX_API int sx_param_parse(size_t index, const char *text, sx_param_value_t *value_p)
+{
+    if (index >= SX_CONFIG_COUNT)
+        return SX_ERR_NOT_FOUND;
+    if (text == NULL)
+        return SX_ERR_INVALID_PARAM;
+    const sx_config_desc_t *d = &sx_config_descs[index];
+    /* The engine's own parser, into a field of the parameter's C type. */
+    union {
+        uint64_t u;
+        double d;
+        bool b;
+        int e;
+        char *s;
+    } field = {0};
+    if (sx_config_parse_typed(d->type, d->words, d->min, d->max, text, &field) != 0)
+        return SX_ERR_INVALID_PARAM;
+    sx_param_value_t v = {0};
+    switch (d->type) {
+    case SX_PARAM_UINT:
+    case SX_PARAM_SIZE:
+        v.u = field.u;
+        break;
+    case SX_PARAM_DOUBLE:
+        v.d = field.d;
+        break;
+    case SX_PARAM_BOOL:
+        v.b = field.b ? 1 : 0;
+        break;
+    case SX_PARAM_ENUM:
+        v.e = (unsigned)field.e;
+        break;
+    case SX_PARAM_STRING:
+        free(field.s);
+        return SX_OK;
+    }
+    if (value_p != NULL)
+        *value_p = v;
+    return SX_OK;
+}
+
 int sx_config_find(const char *name)
 {
     if (name == NULL)

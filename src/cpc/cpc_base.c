@@ -252,9 +252,9 @@ int sx_cpc_select(sx_cpc_t *cpc, struct sx_peer *peer, const sx_conn_offer_t *of
             b += (size_t)snprintf(theirs + b, sizeof(theirs) - b, "%s%s", o ? "," : "",
                                   sx_cpc_name(offers[o].id));
         sx_error("cpc",
-                 "sx_peer_add: no connection method in common with peer %llu: we offer %s, it "
+                 "sx_peer_add: no connection method in common with %s: we offer %s, it "
                  "offers %s (see SX_CPC)",
-                 (unsigned long long)peer->id, ours, count ? theirs : "none");
+                 peer->name, ours, count ? theirs : "none");
         return SX_ERR_UNSUPPORTED;
     }
     sx_cpc_inst_t *inst = &cpc->inst[best];

@@ -98,8 +98,7 @@ static int oob_peer_init(sx_cpc_inst_t *inst, struct sx_peer *peer)
 
     for (unsigned i = 0; i < o->blob_len; i++) {
         if (o->blob[i] < 0x21 || o->blob[i] > 0x7e) {
-            sx_error("cpc", "sx_peer_add: peer %llu's card has a malformed OOB address",
-                     (unsigned long long)peer->id);
+            sx_error("cpc", "sx_peer_add: %s's card has a malformed OOB address", peer->name);
             return SX_ERR_INVALID_PARAM;
         }
     }
@@ -107,8 +106,8 @@ static int oob_peer_init(sx_cpc_inst_t *inst, struct sx_peer *peer)
     addr[o->blob_len] = '\0';
     int rc = sx_oob_peer_set(inst->env->oob, peer->epoch, addr);
     if (rc != SX_OK)
-        sx_error("cpc", "sx_peer_add: peer %llu's OOB address \"%s\" is unusable: %s",
-                 (unsigned long long)peer->id, addr, sx_strerror(rc));
+        sx_error("cpc", "sx_peer_add: %s's OOB address \"%s\" is unusable: %s", peer->name, addr,
+                 sx_strerror(rc));
     return rc;
 }
 

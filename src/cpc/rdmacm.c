@@ -112,10 +112,10 @@ typedef struct rdmacm_req {
     struct rdmacm_req *prev, *next;
     const sx_cpc_env_t *env;
     uint64_t peer_epoch;
-    uint64_t peer_id; /* for log lines */
-    unsigned shard;   /* ours: where the answer goes */
-    unsigned lane;    /* the peer's: what its listener is asked for */
-    uint32_t id;      /* the channel's resolve_id */
+    char peer_name[SX_PEER_NAME_MAX]; /* for log lines: the peer may be gone by then */
+    unsigned shard;                   /* ours: where the answer goes */
+    unsigned lane;                    /* the peer's: what its listener is asked for */
+    uint32_t id;                      /* the channel's resolve_id */
     uint64_t deadline_ns;
     struct sockaddr_storage dst; /* the peer's listener */
     char dst_str[RDMACM_ADDR_STR];
@@ -126,7 +126,7 @@ typedef struct rdmacm_req {
     int status;
     size_t addr_len;
     uint8_t addr[SX_VERBS_ADDR_LEN];
-    char why[384];
+    char why[512];
 } rdmacm_req_t;
 
 typedef struct rdmacm_state {
@@ -206,9 +206,8 @@ static void rdmacm_fail(rdmacm_state_t *st, rdmacm_req_t *r, const char *fmt, ..
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
     snprintf(r->why, sizeof(r->why),
-             "rdmacm: no path to peer %llu shard %u: %s, while %s its listener at %s",
-             (unsigned long long)r->peer_id, r->lane, detail, rdmacm_step_text[r->step],
-             r->dst_str);
+             "rdmacm: no path to %s shard %u: %s, while %s its listener at %s", r->peer_name,
+             r->lane, detail, rdmacm_step_text[r->step], r->dst_str);
     r->status = SX_ERR_PEER_UNREACHABLE;
     rdmacm_finish(st, r);
 }
@@ -290,9 +289,9 @@ static void rdmacm_established(rdmacm_state_t *st, rdmacm_req_t *r, const struct
      * the shard we asked for is behind another one. */
     if (rep.flags & SX_RDMACM_REP_ELSEWHERE) {
         snprintf(r->why, sizeof(r->why),
-                 "rdmacm: peer %llu's shard %u is on another port or device than its listener "
+                 "rdmacm: %s's shard %u is on another port or device than its listener "
                  "at %s: the channel keeps the card's address",
-                 (unsigned long long)r->peer_id, r->lane, r->dst_str);
+                 r->peer_name, r->lane, r->dst_str);
         r->status = SX_OK;
         r->addr_len = 0;
         rdmacm_finish(st, r);
@@ -308,9 +307,9 @@ static void rdmacm_established(rdmacm_state_t *st, rdmacm_req_t *r, const struct
         inet_ntop(AF_INET6, sgid, theirs, sizeof(theirs));
         inet_ntop(AF_INET6, st->qps[r->shard].gid, mine, sizeof(mine));
         snprintf(r->why, sizeof(r->why),
-                 "rdmacm: the path to peer %llu shard %u starts at GID %s, not at our shard %u's "
+                 "rdmacm: the path to %s shard %u starts at GID %s, not at our shard %u's "
                  "GID %s (another port or device): the channel keeps the card's address",
-                 (unsigned long long)r->peer_id, r->lane, theirs, r->shard, mine);
+                 r->peer_name, r->lane, theirs, r->shard, mine);
         r->status = SX_OK;
         r->addr_len = 0;
         rdmacm_finish(st, r);
@@ -580,8 +579,8 @@ static void rdmacm_resolve_locked(sx_chan_t *c)
 
     rdmacm_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL) {
-        snprintf(text, sizeof(text), "rdmacm: no memory to resolve the path to peer %llu shard %u",
-                 (unsigned long long)c->peer->id, c->lane);
+        snprintf(text, sizeof(text), "rdmacm: no memory to resolve the path to %s shard %u",
+                 c->peer->name, c->lane);
         rdmacm_resolve_failed(c, SX_ERR_NO_MEMORY, text);
         return;
     }
@@ -589,15 +588,15 @@ static void rdmacm_resolve_locked(sx_chan_t *c)
      * the address per peer. */
     if (sx_rdmacm_blob_parse(o->blob, o->blob_len, &r->dst, &why) != SX_OK) {
         free(r);
-        snprintf(text, sizeof(text), "rdmacm: peer %llu's listener address is malformed: %s",
-                 (unsigned long long)c->peer->id, why);
+        snprintf(text, sizeof(text), "rdmacm: %s's listener address is malformed: %s",
+                 c->peer->name, why);
         rdmacm_resolve_failed(c, SX_ERR_PEER_UNREACHABLE, text);
         return;
     }
     sx_rdmacm_sockaddr_str((struct sockaddr *)&r->dst, r->dst_str, sizeof(r->dst_str));
     r->env = inst->env;
     r->peer_epoch = c->peer->epoch;
-    r->peer_id = c->peer->id;
+    memcpy(r->peer_name, c->peer->name, sizeof(r->peer_name));
     r->shard = c->shard->index;
     r->lane = c->lane;
     uint64_t start = c->conn == SX_CONN_CONNECTING ? c->conn_start_ns : sx_time_ns();
@@ -625,8 +624,8 @@ static void rdmacm_resolve_locked(sx_chan_t *c)
     if (broken) {
         free(r);
         snprintf(text, sizeof(text),
-                 "rdmacm: no path to peer %llu shard %u: the rdmacm thread has stopped",
-                 (unsigned long long)c->peer->id, c->lane);
+                 "rdmacm: no path to %s shard %u: the rdmacm thread has stopped", c->peer->name,
+                 c->lane);
         rdmacm_resolve_failed(c, SX_ERR_PEER_UNREACHABLE, text);
         return;
     }
@@ -654,16 +653,15 @@ static void rdmacm_apply_locked(sx_chan_t *c, const rdmacm_req_t *r)
         int rc = sx_chan_set_dest_locked(c, r->addr, r->addr_len);
         if (rc != SX_OK) {
             snprintf(why, sizeof(why),
-                     "rdmacm: the %s transport refused the path to peer %llu shard %u: %s",
-                     c->shard->ifaces[c->tl]->ops->name, (unsigned long long)c->peer->id, c->lane,
-                     sx_strerror(rc));
+                     "rdmacm: the %s transport refused the path to %s shard %u: %s",
+                     c->shard->ifaces[c->tl]->ops->name, c->peer->name, c->lane, sx_strerror(rc));
             rdmacm_resolve_failed(c, SX_ERR_PEER_UNREACHABLE, why);
             return;
         }
         char addr[128];
         sx_verbs_addr_str(r->addr, r->addr_len, addr, sizeof(addr));
-        sx_debug("cpc", "rdmacm: shard %u: the path to peer %llu shard %u is %s", c->shard->index,
-                 (unsigned long long)c->peer->id, c->lane, addr);
+        sx_debug("cpc", "rdmacm: shard %u: the path to %s shard %u is %s", c->shard->index,
+                 c->peer->name, c->lane, addr);
     }
     c->resolve = SX_CHAN_RESOLVE_DONE;
     if (c->conn == SX_CONN_CONNECTING && !c->failed) {
@@ -701,9 +699,9 @@ static void rdmacm_answer_run(void *owner, sx_inbox_req_t *req)
         rdmacm_apply_locked(c, r);
     else
         sx_debug("cpc",
-                 "rdmacm: shard %u: the path to peer %llu shard %u found no channel waiting for it "
+                 "rdmacm: shard %u: the path to %s shard %u found no channel waiting for it "
                  "(destroyed, failed or connected anew meanwhile)",
-                 shard->index, (unsigned long long)r->peer_id, r->lane);
+                 shard->index, r->peer_name, r->lane);
     free(r);
 }
 
@@ -966,8 +964,8 @@ static int rdmacm_peer_init(sx_cpc_inst_t *inst, struct sx_peer *peer)
 
     if (sx_rdmacm_blob_parse(peer->conn_offer.blob, peer->conn_offer.blob_len, &ss, &why) !=
         SX_OK) {
-        sx_error("cpc", "sx_peer_add: peer %llu's card has a malformed rdmacm listener address: %s",
-                 (unsigned long long)peer->id, why);
+        sx_error("cpc", "sx_peer_add: %s's card has a malformed rdmacm listener address: %s",
+                 peer->name, why);
         return SX_ERR_INVALID_PARAM;
     }
     return SX_OK;

@@ -153,17 +153,16 @@ static size_t sx_card_parse_tl(const uint8_t *card, size_t len, size_t off, sx_c
  * can use (BTL add_procs' reachability). SX_ERR_PEER_UNREACHABLE or
  * SX_ERR_INVALID_PARAM with a log line naming both sides.
  */
-int sx_card_reachable(struct sx_engine *e, uint64_t peer_id, const struct sx_peer *peer,
-                      const sx_card_tl_t *tl)
+int sx_card_reachable(struct sx_engine *e, const struct sx_peer *peer, const sx_card_tl_t *tl)
 {
     const char *mine = e->net_ops->name;
 
     if (strcmp(tl->name, mine) != 0 || strcmp(tl->variant, e->net_variant) != 0) {
         sx_error("peer",
-                 "sx_peer_add: peer %llu's engine runs the %s%s%s transport, this one runs "
+                 "sx_peer_add: %s's engine runs the %s%s%s transport, this one runs "
                  "%s%s%s; both ends must select the same network transport (SX_TRANSPORTS%s)",
-                 (unsigned long long)peer_id, tl->name, tl->variant[0] ? "/" : "", tl->variant,
-                 mine, e->net_variant[0] ? "/" : "", e->net_variant,
+                 peer->name, tl->name, tl->variant[0] ? "/" : "", tl->variant, mine,
+                 e->net_variant[0] ? "/" : "", e->net_variant,
                  strcmp(tl->name, mine) == 0 && strcmp(mine, "ofi") == 0 ? ", SX_OFI_PROVIDER"
                                                                          : "");
         return SX_ERR_PEER_UNREACHABLE;
@@ -190,11 +189,10 @@ int sx_card_reachable(struct sx_engine *e, uint64_t peer_id, const struct sx_pee
         if (rc != SX_ERR_INVALID_PARAM && iface->ops->addr_str != NULL &&
             iface->ops->local_addr(iface, self, &slen) == SX_OK)
             iface->ops->addr_str(iface, self, slen, ours, sizeof(ours));
-        sx_error("peer", "sx_peer_add: peer %llu's shard %u has %s address (%s) for %s%s%s%s%s",
-                 (unsigned long long)peer_id, i,
-                 rc == SX_ERR_INVALID_PARAM ? "a malformed" : "an unreachable", text, mine,
-                 e->net_variant[0] ? "/" : "", e->net_variant, ours[0] != '\0' ? "; ours: " : "",
-                 ours);
+        sx_error("peer", "sx_peer_add: %s's shard %u has %s address (%s) for %s%s%s%s%s",
+                 peer->name, i, rc == SX_ERR_INVALID_PARAM ? "a malformed" : "an unreachable", text,
+                 mine, e->net_variant[0] ? "/" : "", e->net_variant,
+                 ours[0] != '\0' ? "; ours: " : "", ours);
         return rc == SX_ERR_INVALID_PARAM ? SX_ERR_INVALID_PARAM : SX_ERR_PEER_UNREACHABLE;
     }
     return SX_OK;

@@ -64,8 +64,7 @@ int sx_card_parse(struct sx_engine *engine, const uint8_t *card, size_t len,
  * can use (BTL add_procs' reachability). SX_ERR_PEER_UNREACHABLE or
  * SX_ERR_INVALID_PARAM with a log line naming both sides.
  */
-int sx_card_reachable(struct sx_engine *engine, uint64_t peer_id, const struct sx_peer *peer,
-                      const sx_card_tl_t *tl);
+int sx_card_reachable(struct sx_engine *engine, const struct sx_peer *peer, const sx_card_tl_t *tl);
 
 /** Appends the offers section (u8 count, then per offer u8 id, u8
  *  priority, u8 blob length, blob) for @p cpc's components. Returns the

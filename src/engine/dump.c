@@ -112,8 +112,8 @@ static void sx_dump_ops(FILE *out, const char *state, const sx_op_t *op, uint64_
             continue;
         }
         (*listed_p)++;
-        fprintf(out, "    op %s to peer %" PRIu64 " lane %u", sx_op_kind_name(op->kind),
-                op->peer->id, op->lane);
+        fprintf(out, "    op %s to %s lane %u", sx_op_kind_name(op->kind), op->peer->name,
+                op->lane);
         if (op->kind == SX_OP_AM)
             fprintf(out, " tag %u", op->tag);
         fprintf(out, ", %" PRIu64 " bytes, pending %.3f s, %s", op->len, (double)age / 1e9, state);
@@ -139,7 +139,7 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
         snprintf(rtx, sizeof(rtx), "in %.3f ms",
                  next_rtx > now ? sx_ms(next_rtx - now) : -sx_ms(now - next_rtx));
     fprintf(out,
-            "  channel to peer %" PRIu64 " lane %u (%s, epoch %016" PRIx64 ", %s via %s): %s%s\n"
+            "  channel to %s lane %u (%s, epoch %016" PRIx64 ", %s via %s): %s%s\n"
             "    send: una %" PRIu32 " nxt %" PRIu32 ", %" PRIu32 " un-ACKed (%zu bytes) of "
             "window %" PRIu32 ", %s retransmit queue; next retransmit %s\n"
             "    rto %.3f ms, srtt %.3f ms, rttvar %.3f ms, backoff %u%s; peer heard from %.3f "
@@ -147,7 +147,7 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
             "    receive: nxt %" PRIu32 ", %u out of order (%zu bytes), %" PRIu32
             " not yet handed up (%zu bytes), %u frames unacknowledged\n"
             "    ops: %u queued, %u awaiting ACK, %u awaiting an answer; %u answers owed\n",
-            peer->id, c->lane, peer->is_self ? "self" : "remote", peer->epoch, addr,
+            peer->name, c->lane, peer->is_self ? "self" : "remote", peer->epoch, addr,
             c->conn_method != NULL ? c->conn_method->ops->name : "?", sx_conn_state_name(c->conn),
             c->failed ? " FAILED: " : "", c->snd_una, c->snd_nxt, unacked, c->inflight_bytes,
             c->snd_window, c->rtx != NULL ? "a non-empty" : "an empty", rtx, sx_ms(c->rto_ns),

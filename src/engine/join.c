@@ -77,8 +77,12 @@ static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
     for (uint32_t r = 0; rc == SX_OK && r < m->size; r++) {
         size_t len = sizeof(e->card);
         rc = m->ops->get(m, r, card, &len);
+        /* Launched jobs name their peers by rank in log lines and dumps. */
+        char name[32];
+        snprintf(name, sizeof(name), "rank %u", r);
+        sx_peer_params_t pp = {.field_mask = SX_PEER_PARAM_NAME, .name = name};
         if (rc == SX_OK)
-            rc = sx_peer_add(e, r, card, len, &peers[r]);
+            rc = sx_peer_add_ex(e, r, card, len, &pp, &peers[r]);
         if (rc != SX_OK)
             sx_error("engine", "sx_engine_join: rank %u's card: %s", r, sx_strerror(rc));
     }

@@ -16,7 +16,7 @@
 #include "shard/chan.h"
 
 static int peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
-                    sx_peer_h *peer_p)
+                    const sx_peer_params_t *params, sx_peer_h *peer_p)
 {
     struct sx_peer *peer;
     sx_conn_offer_t offers[SX_CPC_MAX];
@@ -29,9 +29,14 @@ static int peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t le
     if (rc != SX_OK)
         return rc;
     peer->id = peer_id;
+    if (params != NULL && (params->field_mask & SX_PEER_PARAM_NAME) && params->name != NULL &&
+        params->name[0] != '\0')
+        snprintf(peer->name, sizeof(peer->name), "%s", params->name);
+    else
+        snprintf(peer->name, sizeof(peer->name), "peer %llu", (unsigned long long)peer_id);
     peer->engine = e;
     peer->is_self = (peer->epoch == e->env.epoch);
-    if (!peer->is_self && (rc = sx_card_reachable(e, peer_id, peer, &tl)) != SX_OK) {
+    if (!peer->is_self && (rc = sx_card_reachable(e, peer, &tl)) != SX_OK) {
         sx_peer_discard(peer);
         return rc;
     }
@@ -117,8 +122,7 @@ static int peer_remove(sx_engine_h e, sx_peer_h peer)
         free(reqs);
         free(pending);
         if (rc == SX_ERR_NOT_FOUND)
-            sx_error("peer", "sx_peer_remove: peer %llu was already removed",
-                     (unsigned long long)peer->id);
+            sx_error("peer", "sx_peer_remove: %s was already removed", peer->name);
         return rc;
     }
     /* From here on the closing protocol owns the peer's other reference:
@@ -149,15 +153,21 @@ void sx_engine_peers_fini(struct sx_engine *e)
     e->peers.all = NULL;
 }
 
-SX_API int sx_peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
-                       sx_peer_h *peer_p)
+SX_API int sx_peer_add_ex(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
+                          const sx_peer_params_t *params, sx_peer_h *peer_p)
 {
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
     sx_global_enter(e);
-    int rc = peer_add(e, peer_id, card, len, peer_p);
+    int rc = peer_add(e, peer_id, card, len, params, peer_p);
     sx_global_exit(e);
     return rc;
+}
+
+SX_API int sx_peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t len,
+                       sx_peer_h *peer_p)
+{
+    return sx_peer_add_ex(e, peer_id, card, len, NULL, peer_p);
 }
 
 SX_API int sx_peer_remove(sx_engine_h e, sx_peer_h peer)

@@ -79,8 +79,7 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     sx_tl_iface_t *iface = shard->ifaces[c->tl];
     int rc = iface->ops->addr_insert(iface, peer->addr[lane].bytes, peer->addr[lane].len, &c->dest);
     if (rc != SX_OK) {
-        sx_error("chan", "peer %llu shard %u: unusable address (%s)", (unsigned long long)peer->id,
-                 lane, sx_strerror(rc));
+        sx_error("chan", "%s shard %u: unusable address (%s)", peer->name, lane, sx_strerror(rc));
         free(c->win);
         free(c);
         return NULL;
@@ -218,8 +217,7 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
         if (why != NULL)
             sx_warn("chan", "%s (%s)", why, sx_status_name(status));
         else
-            sx_warn("chan", "peer %llu unreachable: no acknowledgement for %llu ms",
-                    (unsigned long long)peer->id,
+            sx_warn("chan", "%s unreachable: no acknowledgement for %llu ms", peer->name,
                     (unsigned long long)(c->shard->env->conf.peer_timeout_ns / 1000000));
         if (c->shard->serving) {
             sx_shard_defer_error_locked(c->shard, peer, status);

@@ -110,10 +110,10 @@ void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard
     if (c->pmtu_lost >= SX_PMTU_BLACKHOLE_LOSSES && now - c->pmtu_since_ns >= SX_PMTU_PERSIST_NS) {
         sx_warn(
             "chan",
-            "shard %u: peer %llu shard %u: %zu-byte datagrams went unanswered %u times while "
+            "shard %u: %s shard %u: %zu-byte datagrams went unanswered %u times while "
             "smaller ones got through, for %llu ms: a link on the path now has a smaller MTU; "
             "sending %zu-byte datagrams from now on (what is in flight goes again in fragments)",
-            c->shard->index, (unsigned long long)c->peer->id, c->lane, sent, c->pmtu_lost,
+            c->shard->index, c->peer->name, c->lane, sent, c->pmtu_lost,
             (unsigned long long)((now - c->pmtu_since_ns) / 1000000), next);
         sx_stat_add(&c->shard->stats.pmtu_blackholes, 1);
         c->pmtu_ceiling = c->dgram_max = next;

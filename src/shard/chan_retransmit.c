@@ -165,9 +165,8 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     c->rto_burst = 1;
     sx_stat_add(&shard->stats.rtx_timeout, 1);
     sx_chan_pmtu_timeout_locked(c, pkt, heard, now);
-    sx_debug("chan", "peer %llu: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
-             (unsigned long long)c->peer->id, pkt->seq,
-             (unsigned long long)((now - pkt->first_sent_ns) / 1000),
+    sx_debug("chan", "%s: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
+             c->peer->name, pkt->seq, (unsigned long long)((now - pkt->first_sent_ns) / 1000),
              (unsigned long long)(c->rto_ns / 1000), c->snd_una, c->snd_nxt);
     sx_chan_queue_rtx_locked(c, pkt);
 }

@@ -32,9 +32,8 @@ static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t 
 
     if (h == NULL) {
         sx_stat_add(&c->shard->stats.am_no_handler, 1);
-        sx_warn_ratelimited("chan",
-                            "message with tag %u from peer %llu dropped: no handler registered",
-                            tag, (unsigned long long)c->peer->id);
+        sx_warn_ratelimited("chan", "message with tag %u from %s dropped: no handler registered",
+                            tag, c->peer->name);
         return;
     }
     sx_stat_add(&c->shard->stats.am_delivered, 1);
@@ -44,8 +43,7 @@ static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t 
 void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why)
 {
     sx_stat_add(&c->shard->stats.drops[why], 1);
-    sx_debug("chan", "peer %llu: frame dropped: %s", (unsigned long long)c->peer->id,
-             sx_drop_reason_text(why));
+    sx_debug("chan", "%s: frame dropped: %s", c->peer->name, sx_drop_reason_text(why));
 }
 
 static void chan_abort_assembly(sx_chan_t *c)

@@ -79,8 +79,8 @@ static sx_tl_iface_t *conn_iface(const sx_chan_t *c)
 static void conn_drop(sx_chan_t *c, const char *why)
 {
     sx_stat_add(&c->shard->stats.drops[SX_DROP_CTRL], 1);
-    sx_debug("cpc", "shard %u: control message from peer %llu dropped: %s", c->shard->index,
-             (unsigned long long)c->peer->id, why);
+    sx_debug("cpc", "shard %u: control message from %s dropped: %s", c->shard->index, c->peer->name,
+             why);
 }
 
 /* Where the peer's shard is, for diagnoses: the address in use, else
@@ -139,8 +139,8 @@ static void conn_send(sx_chan_t *c, sx_ctrl_t *ctrl, size_t total_len, bool raw)
     int rc = raw ? sx_chan_send_raw_locked(c, buf, total_len)
                  : c->conn_method->ops->send_ctrl_locked(c->conn_method, c, buf, total_len);
     if (rc != SX_OK)
-        sx_debug("cpc", "shard %u: control message to peer %llu not sent: %s", c->shard->index,
-                 (unsigned long long)c->peer->id, sx_strerror(rc));
+        sx_debug("cpc", "shard %u: control message to %s not sent: %s", c->shard->index,
+                 c->peer->name, sx_strerror(rc));
     sx_stat_add(&c->shard->stats.ctrl_sent, 1);
     if (buf != small)
         free(buf);
@@ -160,9 +160,9 @@ static void conn_up(sx_chan_t *c)
         return;
     c->conn = SX_CONN_UP;
     sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
-    sx_debug("cpc", "shard %u: channel to peer %llu shard %u is up (%s, window %u, datagrams %zu)",
-             c->shard->index, (unsigned long long)c->peer->id, c->lane, c->conn_method->ops->name,
-             c->snd_window, c->dgram_max);
+    sx_debug("cpc", "shard %u: channel to %s shard %u is up (%s, window %u, datagrams %zu)",
+             c->shard->index, c->peer->name, c->lane, c->conn_method->ops->name, c->snd_window,
+             c->dgram_max);
     sx_chan_kick_locked(c);
 }
 
@@ -223,8 +223,8 @@ static void conn_next_addr(sx_chan_t *c, const char *cause)
         return;
     if (rc == SX_ERR_NOT_FOUND && strstr(why, "->") == NULL)
         return; /* one address only */
-    sx_warn("cpc", "shard %u: peer %llu shard %u: %s; trying its next address: %s%s",
-            c->shard->index, (unsigned long long)c->peer->id, c->lane, cause, why,
+    sx_warn("cpc", "shard %u: %s shard %u: %s; trying its next address: %s%s", c->shard->index,
+            c->peer->name, c->lane, cause, why,
             rc == SX_ERR_NOT_FOUND ? " (all tried: starting over)" : "");
     size_t mtu = iface->ops->dest_mtu != NULL ? iface->ops->dest_mtu(iface, c->dest) : 0;
     if (mtu != 0 && mtu <= iface->caps.mtu)
@@ -248,10 +248,9 @@ static bool conn_step_down(sx_chan_t *c)
     char addr[96];
     conn_peer_addr(c, addr, sizeof(addr));
     sx_warn("cpc",
-            "shard %u: peer %llu shard %u at %s answers small datagrams but none of %u probes of "
+            "shard %u: %s shard %u at %s answers small datagrams but none of %u probes of "
             "%zu bytes: a link on the path has a smaller MTU; trying %zu-byte datagrams",
-            c->shard->index, (unsigned long long)c->peer->id, c->lane, addr, c->conn_rung_tries,
-            c->dgram_max, next);
+            c->shard->index, c->peer->name, c->lane, addr, c->conn_rung_tries, c->dgram_max, next);
     sx_stat_add(&c->shard->stats.pmtu_steps, 1);
     c->pmtu_ceiling = c->dgram_max = next;
     c->conn_rung_tries = 0;
@@ -277,24 +276,21 @@ static void conn_fail(sx_chan_t *c)
     conn_peer_addr(c, addr, sizeof(addr));
     if (!c->conn_small_ok) {
         snprintf(why, sizeof(why),
-                 "no answer from peer %llu shard %u at %s to %u connection requests in %llu ms: "
+                 "no answer from %s shard %u at %s to %u connection requests in %llu ms: "
                  "wrong address or port, a firewall, or the peer is not running",
-                 (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries,
-                 (unsigned long long)ms);
+                 c->peer->name, c->lane, addr, c->conn_tries, (unsigned long long)ms);
         sx_chan_fail_why_locked(c, SX_ERR_PEER_UNREACHABLE, why);
     } else if (c->conn_small_answer_ns <= c->conn_probe_start_ns) {
         snprintf(why, sizeof(why),
-                 "peer %llu shard %u at %s stopped answering: no answer to %u connection "
+                 "%s shard %u at %s stopped answering: no answer to %u connection "
                  "requests and probes in %llu ms (the peer died or the path went down)",
-                 (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries,
-                 (unsigned long long)ms);
+                 c->peer->name, c->lane, addr, c->conn_tries, (unsigned long long)ms);
         sx_chan_fail_why_locked(c, SX_ERR_PEER_UNREACHABLE, why);
     } else {
         snprintf(why, sizeof(why),
-                 "peer %llu shard %u at %s answers small datagrams but none of %u probes of "
+                 "%s shard %u at %s answers small datagrams but none of %u probes of "
                  "%zu bytes in %llu ms: a link on the path has a smaller MTU",
-                 (unsigned long long)c->peer->id, c->lane, addr, c->conn_tries, c->dgram_max,
-                 (unsigned long long)ms);
+                 c->peer->name, c->lane, addr, c->conn_tries, c->dgram_max, (unsigned long long)ms);
         sx_chan_fail_why_locked(c, SX_ERR_PATH_MTU, why);
     }
 }
@@ -524,9 +520,8 @@ void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const 
     }
     sx_stat_add(&shard->stats.ctrl_received, 1);
     char why[160];
-    snprintf(why, sizeof(why), "peer %llu restarted: its shard %u now runs epoch %016llx",
-             (unsigned long long)peer->id, (unsigned)h->src_shard,
-             (unsigned long long)h->src_epoch);
+    snprintf(why, sizeof(why), "%s restarted: its shard %u now runs epoch %016llx", peer->name,
+             (unsigned)h->src_shard, (unsigned long long)h->src_epoch);
     bool any = false;
     for (unsigned lane = 0; lane < peer->nshards; lane++) {
         sx_chan_t *c = peer->chans[(size_t)shard->index * peer->nshards + lane];

@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <shardx.h>
+
 #include "locks/fairlock.h"
 #include "locks/rcu_table.h"
 #include "shard/conn.h"
@@ -56,6 +58,9 @@ typedef struct sx_peer_addr {
 struct sx_peer {
     sx_rcu_entry_t entry; /* id = the peer's epoch */
     uint64_t id;          /* the caller's name for the peer */
+    /* How log lines name it: sx_peer_params_t.name ("rank 3 on node2"), else
+     * "peer <id>". Set before anything logs about the peer, then read-only. */
+    char name[SX_PEER_NAME_MAX];
     uint64_t epoch;
     unsigned nshards;       /* the peer's shards */
     unsigned local_shards;  /* ours: rows of chans */

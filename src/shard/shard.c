@@ -295,8 +295,8 @@ void sx_shard_tx_post_locked(sx_shard_t *shard)
         shard->tx_inflight[q->tl] += posted;
     for (unsigned i = posted; i < q->n; i++) {
         if (rc != SX_ERR_AGAIN && i == posted)
-            sx_debug("chan", "shard %u: send to peer %llu failed: %s", shard->index,
-                     (unsigned long long)q->chan[i]->peer->id, sx_strerror(rc));
+            sx_debug("chan", "shard %u: send to %s failed: %s", shard->index,
+                     q->chan[i]->peer->name, sx_strerror(rc));
         sx_chan_tx_refused_locked(q->chan[i], q->pkt[i], rc == SX_ERR_AGAIN);
     }
     q->n = 0;

@@ -366,6 +366,35 @@ static void test_string_values(void **state)
  * Every value type, through the typed parser the table is built on; types
  * that no table entry uses yet are covered here all the same.
  */
+/* sx_param_parse: the engine's parser, for runtimes with their own
+ * parameter system (the Open MPI BTL checks btl_shardx_<name> with it). */
+static void test_param_parse(void **state)
+{
+    (void)state;
+    sx_param_value_t v;
+
+    assert_int_equal(sx_param_parse(param_index("WINDOW"), "4096", &v), SX_OK);
+    assert_int_equal(v.u, 4096);
+    assert_int_equal(sx_param_parse(param_index("WINDOW"), "3", &v), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_param_parse(param_index("WINDOW"), "many", NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_param_parse(param_index("MAX_INFLIGHT"), "4m", &v), SX_OK);
+    assert_int_equal(v.u, 4u << 20);
+    assert_int_equal(sx_param_parse(param_index("THREAD_MODE"), "global", &v), SX_OK);
+    assert_int_equal(v.e, 1);
+    assert_int_equal(sx_param_parse(param_index("THREAD_MODE"), "both", &v), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_param_parse(param_index("UDP_ACK_SOCKET"), "on", &v), SX_OK);
+    assert_int_equal(v.b, 1);
+    assert_int_equal(sx_param_parse(param_index("LOG_FILE"), "/any/text", NULL), SX_OK);
+    assert_int_equal(sx_param_parse(param_index("WINDOW"), NULL, &v), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_param_parse(sx_param_count(), "1", &v), SX_ERR_NOT_FOUND);
+    /* Every default parses, as the engine's loader requires. */
+    for (size_t i = 0; i < sx_param_count(); i++) {
+        sx_param_info_t info;
+        assert_int_equal(sx_param_info(i, &info), SX_OK);
+        assert_int_equal(sx_param_parse(i, info.default_value, NULL), SX_OK);
+    }
+}
+
 static void test_bool_values(void **state)
 {
     (void)state;
@@ -638,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_uint_leading_zero_is_decimal),
         cmocka_unit_test(test_enum_values),
         cmocka_unit_test(test_string_values),
+        cmocka_unit_test(test_param_parse),
         cmocka_unit_test(test_bool_values),
         cmocka_unit_test(test_size_values),
         cmocka_unit_test(test_double_values),

@@ -310,6 +310,95 @@ static void test_shards_parameter(void **state)
     sx_engine_destroy(e);
 }
 
+/* sx_dump of @p e, as a string to free. */
+static char *dump_of(sx_engine_h e)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    assert_non_null(m);
+    assert_int_equal(sx_dump(e, m), SX_OK);
+    fclose(m);
+    return text;
+}
+
+static void on_sent(void *ctx, int status)
+{
+    *(int *)ctx = status;
+}
+
+/* Posts a message to @p peer, which opens its channel; *st_p is set when
+ * it completes (at the latest when the engine is destroyed). */
+static void post_one(sx_peer_h peer, int *st_p)
+{
+    static const char byte = 'x';
+    struct iovec iov = {.iov_base = (void *)&byte, .iov_len = 1};
+    *st_p = SX_INPROGRESS;
+    int rc = sx_send(peer, 9, &iov, 1, on_sent, st_p);
+    assert_true(rc == SX_OK || rc == SX_INPROGRESS);
+}
+
+/* A peer added with a name (sx_peer_add_ex) is named by it in sx_dump and
+ * log lines, cut to SX_PEER_NAME_MAX - 1 bytes; without one it is "peer
+ * <id>" (issue 24: an MPI runtime names its peers by rank and host). */
+static void test_peer_name(void **state)
+{
+    (void)state;
+    unsetenv("SX_SHARDS");
+    sx_engine_h e = create_with("SHARDS", "1", NULL, NULL);
+    size_t len = 0;
+    assert_int_equal(sx_engine_address(e, NULL, &len), SX_ERR_TRUNCATED);
+    uint8_t *card = malloc(len);
+    assert_non_null(card);
+    assert_int_equal(sx_engine_address(e, card, &len), SX_OK);
+
+    sx_peer_params_t pp = {.field_mask = SX_PEER_PARAM_NAME, .name = "rank 7 on node-x"};
+    sx_peer_h self = NULL;
+    assert_int_equal(sx_peer_add_ex(e, 7, card, len, &pp, &self), SX_OK);
+    assert_int_equal(sx_peer_id(self), 7);
+    int st;
+    post_one(self, &st);
+    char *text = dump_of(e);
+    assert_non_null(strstr(text, "channel to rank 7 on node-x lane 0 (self"));
+    assert_null(strstr(text, "peer 7"));
+    free(text);
+
+    /* No name: the id. The bit unset: the name is not read. */
+    sx_engine_h other = create_with("SHARDS", "1", NULL, NULL);
+    sx_peer_params_t unnamed = {.field_mask = 0, .name = "ignored"};
+    sx_peer_h peer = NULL;
+    assert_int_equal(sx_peer_add_ex(other, 9, card, len, &unnamed, &peer), SX_OK);
+    int st2;
+    post_one(peer, &st2);
+    text = dump_of(other);
+    assert_non_null(strstr(text, "channel to peer 9 lane 0 (remote"));
+    assert_null(strstr(text, "ignored"));
+    free(text);
+    sx_engine_destroy(other);
+    assert_int_not_equal(st2, SX_INPROGRESS);
+
+    /* A long name is cut, not refused. */
+    char longname[200];
+    memset(longname, 'n', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    other = create_with("SHARDS", "1", NULL, NULL);
+    pp.name = longname;
+    assert_int_equal(sx_peer_add_ex(other, 3, card, len, &pp, &peer), SX_OK);
+    post_one(peer, &st2);
+    text = dump_of(other);
+    char expect[SX_PEER_NAME_MAX + 16];
+    snprintf(expect, sizeof(expect), "channel to %.*s lane", SX_PEER_NAME_MAX - 1, longname);
+    assert_non_null(strstr(text, expect));
+    free(text);
+    sx_engine_destroy(other);
+    assert_int_not_equal(st2, SX_INPROGRESS);
+    /* A malformed card is refused named or not. */
+    assert_int_equal(sx_peer_add_ex(e, 8, card, 3, &pp, &peer), SX_ERR_INVALID_PARAM);
+    free(card);
+    sx_engine_destroy(e);
+    assert_int_not_equal(st, SX_INPROGRESS);
+}
+
 static void test_shard_info(void **state)
 {
     (void)state;
@@ -563,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_inflight_fits_socket),
         cmocka_unit_test(test_global_mode),
         cmocka_unit_test(test_shards_parameter),
+        cmocka_unit_test(test_peer_name),
         cmocka_unit_test(test_shard_info),
         cmocka_unit_test(test_bind_and_home),
         cmocka_unit_test(test_new_threads_get_valid_homes),
