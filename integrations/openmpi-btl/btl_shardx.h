@@ -88,16 +88,38 @@ typedef struct mca_btl_shardx_module {
             atomic_fetch_add_explicit(&(m)->field, 1, memory_order_relaxed); \
     } while (0)
 
+/*
+ * The value of one btl_shardx_<name> parameter, typed as shardx's own
+ * parameter is (sx_param_info): uint and size become Open MPI's unsigned
+ * long long and size_t (so 4k, 1m suffixes work), bool a bool, enum an int
+ * with an MCA enumerator of shardx's words, string a string. The default
+ * is shardx's own; a parameter left at it passes nothing to the engine, so
+ * SX_<NAME> in the environment still applies.
+ */
+typedef struct mca_btl_shardx_param {
+    union {
+        unsigned long long u; /* SX_PARAM_UINT */
+        size_t z;             /* SX_PARAM_SIZE */
+        double d;
+        bool b;
+        int e; /* SX_PARAM_ENUM: index into the word list */
+        char *s;
+    } v;
+    int var_index; /* the MCA variable's, or -1 when not registered */
+} mca_btl_shardx_param_t;
+
 typedef struct mca_btl_shardx_component {
     mca_btl_base_component_3_0_0_t super;
-    /* Values of the btl_shardx_<name> parameters that mirror shardx's own
-     * configuration table; NULL or "" leaves shardx to its environment and
-     * defaults. One slot per sx_param_info index. The MCA variable system
-     * keeps pointers to these slots and writes them when it deregisters
-     * the variables, after the component's close: so the slots live as
-     * long as the (never unloaded) component, and are never freed. */
-    char *sx_values[SHARDX_MAX_ENGINE_PARAMS];
-    size_t sx_value_count;
+    /* The btl_shardx_<name> parameters that mirror shardx's configuration
+     * table, one per sx_param_info index. The MCA variable system keeps
+     * pointers to these and writes them when it deregisters the variables,
+     * after the component's close: so they live as long as the (never
+     * unloaded) component, and its strings are never freed here. */
+    mca_btl_shardx_param_t sx_params[SHARDX_MAX_ENGINE_PARAMS];
+    size_t sx_param_count;
+    /* btl_shardx_auto_select: take part in jobs whose btl selection does
+     * not name shardx (see shardx_component_init). */
+    bool auto_select;
     /* The engine's sockets are bound to a loopback address (SX_BIND_ADDR,
      * 127.0.0.1 by default): only processes on this host can reach it. */
     bool loopback_only;
@@ -108,6 +130,20 @@ typedef struct mca_btl_shardx_component {
 } mca_btl_shardx_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_shardx_component_t mca_btl_shardx_component;
+
+/* btl_shardx_params.c. register: one btl_shardx_<name> per row of
+ * shardx's configuration table. config: the engine settings of those the
+ * user set (texts holds their text; kv and texts have room for
+ * sx_param_count() entries), each checked with sx_param_parse; a refused
+ * one is named with where it was set, and the result is then
+ * OPAL_ERR_BAD_PARAM. report: says which btl_shardx_ parameter and source
+ * each setting in kv came from, for when the engine refuses them. */
+#define SHARDX_PARAM_TEXT_MAX 64
+void mca_btl_shardx_params_register(mca_btl_shardx_component_t *c);
+int mca_btl_shardx_params_config(mca_btl_shardx_component_t *c, sx_config_kv_t *kv,
+                                 char texts[][SHARDX_PARAM_TEXT_MAX], size_t *n_p);
+void mca_btl_shardx_params_report(mca_btl_shardx_component_t *c, const sx_config_kv_t *kv,
+                                  size_t n);
 extern mca_btl_shardx_module_t mca_btl_shardx_module;
 
 struct mca_btl_base_endpoint_t;
@@ -123,6 +159,7 @@ struct mca_btl_base_endpoint_t;
  */
 typedef struct mca_btl_shardx_slot {
     sx_peer_h peer;                               /* NULL: none (status says why) */
+    char label[SX_PEER_NAME_MAX];                 /* "rank 3 on node2": log lines */
     _Atomic(struct mca_btl_base_endpoint_t *) ep; /* set once add_procs makes it */
     int status; /* sx_peer_add's; SX_ERR_NOT_FOUND: no card added yet */
     opal_process_name_t name;

@@ -9,7 +9,6 @@
 #include "opal/mca/pmix/pmix.h"
 #include "opal/util/output.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,11 @@ mca_btl_shardx_component_t mca_btl_shardx_component = {
         {
             .btl_version =
                 {
-                    MCA_BTL_DEFAULT_VERSION("shardx"),
+                    /* ompi_info shows shardx's version as the component's. */
+                    MCA_BTL_BASE_VERSION_3_1_0,
+                    .mca_component_name = "shardx",
+                    MCA_BASE_MAKE_VERSION(component, SX_VERSION_MAJOR, SX_VERSION_MINOR,
+                                          SX_VERSION_PATCH),
                     .mca_open_component = shardx_component_open,
                     .mca_close_component = shardx_component_close,
                     .mca_register_component_params = shardx_component_register,
@@ -69,44 +72,6 @@ static void shardx_module_defaults(mca_btl_base_module_t *b)
     b->btl_put_local_registration_threshold = SIZE_MAX;
 }
 
-/* btl_shardx_<name> for every row of shardx's configuration table (except
- * MODEX, which the BTL sets itself): one place to tune the engine, seen by
- * ompi_info, with shardx's own descriptions. */
-static void shardx_register_engine_params(mca_btl_shardx_component_t *c)
-{
-    size_t n = sx_param_count();
-
-    if (n > SHARDX_MAX_ENGINE_PARAMS) {
-        opal_output(0,
-                    "btl shardx: %zu shardx parameters, room for %d: the rest have no "
-                    "btl_shardx_ name (SX_ environment variables still work)",
-                    n, SHARDX_MAX_ENGINE_PARAMS);
-        n = SHARDX_MAX_ENGINE_PARAMS;
-    }
-    c->sx_value_count = n;
-    for (size_t i = 0; i < n; i++) {
-        sx_param_info_t info;
-        char name[64], desc[1024];
-
-        if (sx_param_info(i, &info) != SX_OK || strcmp(info.name, "MODEX") == 0)
-            continue;
-        size_t len = strlen(info.name);
-        if (len >= sizeof(name))
-            continue;
-        for (size_t k = 0; k <= len; k++)
-            name[k] = (char)tolower((unsigned char)info.name[k]);
-        snprintf(desc, sizeof(desc),
-                 "shardx SX_%s (%s, %s; shardx default %s): %s Unset: the SX_%s environment "
-                 "variable, else shardx's default.",
-                 info.name, info.type_name, info.allowed, info.default_value, info.description,
-                 info.name);
-        /* MCA copies name and description. */
-        (void)mca_base_component_var_register(&c->super.btl_version, name, desc,
-                                              MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5,
-                                              MCA_BASE_VAR_SCOPE_READONLY, &c->sx_values[i]);
-    }
-}
-
 static int shardx_component_register(void)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
@@ -131,7 +96,15 @@ static int shardx_component_register(void)
         "Verbosity of the shardx BTL (0: errors only; 1: also count the operations of each "
         "protocol path and print them at finalize)",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_LOCAL, &c->verbose);
-    shardx_register_engine_params(c);
+    c->auto_select = false;
+    (void)mca_base_component_var_register(
+        &c->super.btl_version, "auto_select",
+        "Take part in jobs whose btl selection does not name shardx (no btl parameter, or an "
+        "exclusion list such as ^tcp). Off: being on the component path changes no job that did "
+        "not ask for shardx; name it to use it (--mca btl shardx,self or shardx,vader,self)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_2, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->auto_select);
+    mca_btl_shardx_params_register(c);
 
     shardx_module_defaults(&mca_btl_shardx_module.super);
     return mca_btl_base_param_register(&c->super.btl_version, &mca_btl_shardx_module.super);
@@ -150,53 +123,39 @@ static int shardx_component_close(void)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
 
-    /* sx_values stays: the MCA variable system owns the strings and still
+    /* sx_params stays: the MCA variable system owns its strings and still
      * writes the slots when it deregisters the variables, after this. */
     if (c->output > 0)
         opal_output_close(c->output);
     return OPAL_SUCCESS;
 }
 
-/* The engine's settings: every btl_shardx_<name> that is set, then
- * SX_MODEX=manual, because Open MPI's modex carries the cards and the
- * engine must not open a PMIx connection of its own, and SX_SENDI_HOLD_US
- * at 50 unless the user set it: ob1 hands over one eager message at a
- * time with no "more follows", so holding a burst of sendi's until the
- * next progress call (at most 50 us) lets them share datagrams. Between
- * two namespace hosts at MTU 1500 it took the 8-byte message rate from
- * 431 k to 2.66 M messages/s with the 8-byte latency unchanged
- * (bench/bench_mpi.sh's "rate" and "pingpong"). */
-#define SHARDX_SENDI_HOLD_US "50"
-
+/* The engine's settings: every btl_shardx_<name> that is set (and the
+ * BTL's own defaults, mca_btl_shardx_params_config), then SX_MODEX=manual,
+ * because Open MPI's modex carries the cards and the engine must not open
+ * a PMIx connection of its own. */
 static int shardx_engine_create(sx_engine_h *engine_p)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
-    sx_config_kv_t *kv = calloc(c->sx_value_count + 2, sizeof(*kv));
-    sx_param_info_t info;
+    size_t max = c->sx_param_count + 1;
+    sx_config_kv_t *kv = calloc(max, sizeof(*kv));
+    char(*texts)[SHARDX_PARAM_TEXT_MAX] = calloc(max, sizeof(*texts));
     size_t n = 0;
 
-    if (kv == NULL)
+    if (kv == NULL || texts == NULL) {
+        free(kv);
+        free(texts);
         return SX_ERR_NO_MEMORY;
-    for (size_t i = 0; i < c->sx_value_count; i++) {
-        if (c->sx_values[i] == NULL || c->sx_values[i][0] == '\0')
-            continue;
-        if (sx_param_info(i, &info) != SX_OK)
-            continue;
-        kv[n].name = info.name;
-        kv[n].value = c->sx_values[i];
-        n++;
     }
+    if (mca_btl_shardx_params_config(c, kv, texts, &n) != OPAL_SUCCESS) {
+        free(kv);
+        free(texts);
+        return SX_ERR_INVALID_PARAM; /* named above */
+    }
+    size_t set = n;
     kv[n].name = "MODEX";
     kv[n].value = "manual";
     n++;
-    bool hold_set = getenv("SX_SENDI_HOLD_US") != NULL;
-    for (size_t i = 0; i < n && !hold_set; i++)
-        hold_set = strcmp(kv[i].name, "SENDI_HOLD_US") == 0;
-    if (!hold_set) {
-        kv[n].name = "SENDI_HOLD_US";
-        kv[n].value = SHARDX_SENDI_HOLD_US;
-        n++;
-    }
 
     /* Which address the engine will bind: this BTL's parameter, else the
      * environment, else shardx's default (every interface, loopback for
@@ -218,8 +177,33 @@ static int shardx_engine_create(sx_engine_h *engine_p)
         .name = name,
     };
     int rc = sx_engine_create(&params, engine_p);
+    if (rc == SX_ERR_INVALID_PARAM && set > 0) {
+        /* shardx named its SX_ setting; say which MCA parameter it was. */
+        opal_output(0, "btl shardx: shardx refused its settings; those from this BTL:");
+        mca_btl_shardx_params_report(c, kv, set);
+    }
     free(kv);
+    free(texts);
     return rc;
+}
+
+/* Whether the btl selection (--mca btl LIST) names shardx. An exclusion
+ * list ("^tcp") or none at all does not: a job that did not ask for
+ * shardx must not change because the component is on the path. */
+static bool shardx_selected_by_name(void)
+{
+    const char *sel = opal_btl_base_framework.framework_selection;
+    if (sel == NULL || sel[0] == '\0' || sel[0] == '^')
+        return false;
+    for (const char *p = sel; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len == strlen("shardx") && strncmp(p, "shardx", len) == 0)
+            return true;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return false;
 }
 
 static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_progress_threads,
@@ -232,6 +216,15 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
     (void)enable_mpi_threads; /* shardx is thread-safe either way */
 
     *num_btls = 0;
+    if (!c->auto_select && !shardx_selected_by_name()) {
+        opal_output_verbose(10, c->output,
+                            "btl shardx: not named in the btl selection (\"%s\"): not used "
+                            "(name it, or set btl_shardx_auto_select 1)",
+                            opal_btl_base_framework.framework_selection != NULL
+                                ? opal_btl_base_framework.framework_selection
+                                : "");
+        return NULL;
+    }
     int rc = shardx_engine_create(&engine);
     if (rc != SX_OK) {
         opal_output(0, "btl shardx: cannot start the shardx engine: %s (%s); the BTL is disabled",

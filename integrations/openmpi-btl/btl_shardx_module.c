@@ -640,6 +640,39 @@ static mca_btl_base_endpoint_t *shardx_ep_find_locked(mca_btl_shardx_module_t *m
 }
 
 /*
+ * Names @p slot's process for log lines, shardx's included (sx_peer_add_ex):
+ * "rank 3 on node2", with the job for a process of another job. The host
+ * is @p host when known, else the modex's PMIX_HOSTNAME.
+ */
+static void shardx_slot_label(mca_btl_shardx_slot_t *slot, const char *host)
+{
+    char *found = NULL;
+    int rc;
+
+    if (host == NULL) {
+        OPAL_MODEX_RECV_VALUE_OPTIONAL(rc, OPAL_PMIX_HOSTNAME, &slot->name, &found, OPAL_STRING);
+        if (rc == OPAL_SUCCESS)
+            host = found;
+    }
+    if (slot->name.jobid == OPAL_PROC_MY_NAME.jobid)
+        snprintf(slot->label, sizeof(slot->label), "rank %u%s%s", (unsigned)slot->name.vpid,
+                 host != NULL ? " on " : "", host != NULL ? host : "");
+    else
+        snprintf(slot->label, sizeof(slot->label), "rank %u of job %s%s%s",
+                 (unsigned)slot->name.vpid, OPAL_JOBID_PRINT(slot->name.jobid),
+                 host != NULL ? " on " : "", host != NULL ? host : "");
+    free(found);
+}
+
+/* sx_peer_add_ex for @p slot, named by its label. */
+static int shardx_slot_add_peer(mca_btl_shardx_module_t *m, mca_btl_shardx_slot_t *slot,
+                                const void *card, size_t len, sx_peer_h *peer_p)
+{
+    sx_peer_params_t pp = {.field_mask = SX_PEER_PARAM_NAME, .name = slot->label};
+    return sx_peer_add_ex(m->engine, (uint64_t)(uintptr_t)slot, card, len, &pp, peer_p);
+}
+
+/*
  * Adds the shardx peer of every rank of our job (its card from the modex),
  * once, at the first add_procs (the modex is complete by then). A rank
  * whose card sx_peer_add refused keeps the status for the add_procs that
@@ -676,10 +709,11 @@ static void shardx_add_job_peers_locked(mca_btl_shardx_module_t *m)
         slot->status = SX_ERR_NOT_FOUND; /* until a card is added */
         if (v == me.vpid)
             continue; /* ourselves: the self BTL's */
+        shardx_slot_label(slot, NULL);
         OPAL_MODEX_RECV(rc, &c->super.btl_version, &slot->name, (void **)&card, &len);
         if (rc != OPAL_SUCCESS || card == NULL)
             continue; /* asked again when ob1 adds it */
-        slot->status = sx_peer_add(m->engine, (uint64_t)(uintptr_t)slot, card, len, &slot->peer);
+        slot->status = shardx_slot_add_peer(m, slot, card, len, &slot->peer);
         free(card);
     }
 }
@@ -712,14 +746,16 @@ static int shardx_ep_attach_locked(mca_btl_shardx_module_t *m, mca_btl_base_endp
         return slot->status; /* sx_peer_add refused the card already, and said why */
     OPAL_MODEX_RECV(rc, &c->super.btl_version, &ep->proc->proc_name, (void **)&card, &len);
     if (rc != OPAL_SUCCESS || card == NULL) {
-        opal_output_verbose(10, c->output, "btl shardx: no card from %s",
+        opal_output_verbose(10, c->output, "btl shardx: no card from rank %u (%s)",
+                            (unsigned)ep->proc->proc_name.vpid,
                             OPAL_NAME_PRINT(ep->proc->proc_name));
         return SX_ERR_NOT_FOUND;
     }
     slot = slot != NULL ? slot : &ep->own;
     slot->name = ep->proc->proc_name;
+    shardx_slot_label(slot, ep->proc->proc_hostname);
     atomic_store_explicit(&slot->ep, ep, memory_order_release);
-    rc = sx_peer_add(m->engine, (uint64_t)(uintptr_t)slot, card, len, &ep->peer);
+    rc = shardx_slot_add_peer(m, slot, card, len, &ep->peer);
     free(card);
     if (rc == SX_OK)
         slot->peer = ep->peer;
@@ -745,9 +781,10 @@ static int shardx_add_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
             continue;
         if (c->loopback_only && !OPAL_PROC_ON_LOCAL_NODE(proc->proc_flags)) {
             opal_output_verbose(10, c->output,
-                                "btl shardx: %s is on another host and the engine is bound to "
-                                "loopback (set btl_shardx_bind_addr): not reachable",
-                                OPAL_NAME_PRINT(proc->proc_name));
+                                "btl shardx: rank %u on %s is on another host and the engine is "
+                                "bound to loopback (set btl_shardx_bind_addr): not reachable",
+                                (unsigned)proc->proc_name.vpid,
+                                proc->proc_hostname != NULL ? proc->proc_hostname : "?");
             continue;
         }
 
@@ -763,10 +800,11 @@ static int shardx_add_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
                     opal_list_append(&m->endpoints, &ep->super);
                 } else {
                     if (rc != SX_ERR_NOT_FOUND)
-                        opal_output(0, "btl shardx: cannot add %s on %s as a peer: %s (%s)",
-                                    OPAL_NAME_PRINT(proc->proc_name),
-                                    proc->proc_hostname != NULL ? proc->proc_hostname : "?",
-                                    sx_strerror(rc), sx_status_name(rc));
+                        opal_output(
+                            0, "btl shardx: cannot add rank %u on %s (%s) as a peer: %s (%s)",
+                            (unsigned)proc->proc_name.vpid,
+                            proc->proc_hostname != NULL ? proc->proc_hostname : "?",
+                            OPAL_NAME_PRINT(proc->proc_name), sx_strerror(rc), sx_status_name(rc));
                     OBJ_RELEASE(ep);
                     ep = NULL;
                 }
@@ -811,17 +849,15 @@ static void shardx_peer_failed(void *arg, uint64_t peer_id, int status)
 
     if (slot != NULL && ep == NULL && !atomic_load_explicit(&m->closing, memory_order_acquire)) {
         /* ob1 has not asked for this rank yet: nothing of its can fail. */
-        opal_output(0, "btl shardx: peer %s failed before this rank talked to it: %s (%s)",
-                    OPAL_NAME_PRINT(slot->name), sx_strerror(status), sx_status_name(status));
+        opal_output(0, "btl shardx: %s failed before this rank talked to it: %s (%s)", slot->label,
+                    sx_strerror(status), sx_status_name(status));
         return;
     }
     if (ep == NULL || atomic_load_explicit(&m->closing, memory_order_acquire) ||
         atomic_load_explicit(&ep->removed, memory_order_acquire) ||
         atomic_exchange_explicit(&ep->reported, true, memory_order_acq_rel))
         return;
-    snprintf(info, sizeof(info), "shardx: peer %s on %s failed: %s (%s)",
-             OPAL_NAME_PRINT(ep->proc->proc_name),
-             ep->proc->proc_hostname != NULL ? ep->proc->proc_hostname : "?", sx_strerror(status),
+    snprintf(info, sizeof(info), "shardx: %s failed: %s (%s)", slot->label, sx_strerror(status),
              sx_status_name(status));
     opal_output(0, "btl %s", info);
     if (m->error_cb != NULL)
