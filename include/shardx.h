@@ -345,10 +345,12 @@ SX_API int sx_progress(sx_engine_h engine);
 
 /**
  * A file descriptor that becomes readable when the engine may have work
- * (a datagram arrived), for callers with their own event loop: wait on it,
- * then call sx_progress() until it returns 0. Timers (retransmission,
- * delayed ACKs) do not make it readable, so wait with a timeout of a
- * millisecond or so. Owned by the engine; do not close it.
+ * (a datagram arrived) or when one of the engine's timers is due
+ * (retransmission, delayed ACK, peer timeout: a timerfd per shard), for
+ * callers with their own event loop: wait on it with no timeout, then call
+ * sx_progress() until it returns 0. It may wake once with nothing to do
+ * (the first wait, or a timer that was pushed back). Owned by the engine;
+ * do not close it.
  */
 SX_API int sx_engine_fd(sx_engine_h engine, int *fd_p);
 
@@ -476,6 +478,24 @@ typedef void (*sx_am_cb_t)(void *arg, uint64_t peer_id, uint8_t tag, const void 
 /** Sets the handler of @p tag (NULL removes it). Messages with a tag that
  *  has no handler are dropped and counted. */
 SX_API int sx_am_register(sx_engine_h engine, uint8_t tag, sx_am_cb_t cb, void *arg);
+
+/** One active message, as an sx_am_register_ex() handler sees it; valid
+ *  only during the call, as are its fields. */
+typedef struct sx_am_msg {
+    sx_peer_h peer;   /**< the sender: reply with sx_send(msg->peer, ...) */
+    uint64_t peer_id; /**< the id the sender was added with */
+    uint8_t tag;      /**< the tag it was sent with */
+    const void *data; /**< the message */
+    size_t len;       /**< its length in bytes */
+} sx_am_msg_t;
+
+/** An active-message handler that gets the sender's handle (UCX's
+ *  ucp_am_recv_param_t.reply_ep); thread rules as sx_am_cb_t. */
+typedef void (*sx_am_msg_cb_t)(void *arg, const sx_am_msg_t *msg);
+
+/** sx_am_register() for a handler that gets an sx_am_msg_t; either kind
+ *  replaces the handler of @p tag. */
+SX_API int sx_am_register_ex(sx_engine_h engine, uint8_t tag, sx_am_msg_cb_t cb, void *arg);
 
 /**
  * A completion: runs exactly once per operation, with SX_OK once the

@@ -735,11 +735,11 @@ SX_API int sx_progress(sx_engine_h engine)
     return n;
 }
 
-static int am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
+static int am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, sx_am_msg_cb_t msg_cb, void *arg)
 {
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
-    return sx_handlers_set_am(&e->handlers, tag, cb, arg);
+    return sx_handlers_set_am(&e->handlers, tag, cb, msg_cb, arg);
 }
 
 static int error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
@@ -754,7 +754,17 @@ SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
     if (e == NULL)
         return SX_ERR_INVALID_PARAM;
     sx_global_enter(e);
-    int rc = am_register(e, tag, cb, arg);
+    int rc = am_register(e, tag, cb, NULL, arg);
+    sx_global_exit(e);
+    return rc;
+}
+
+SX_API int sx_am_register_ex(sx_engine_h e, uint8_t tag, sx_am_msg_cb_t cb, void *arg)
+{
+    if (e == NULL)
+        return SX_ERR_INVALID_PARAM;
+    sx_global_enter(e);
+    int rc = am_register(e, tag, NULL, cb, arg);
     sx_global_exit(e);
     return rc;
 }

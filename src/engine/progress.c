@@ -12,7 +12,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,13 +190,40 @@ SX_API int sx_engine_fd(sx_engine_h e, int *fd_p)
     int rc = SX_OK;
     if (e->event_fd < 0) {
         int epfd = epoll_create1(EPOLL_CLOEXEC);
-        rc = (epfd >= 0) ? SX_OK : SX_ERR_IO;
-        for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++)
+        int *timers = calloc(e->nshards, sizeof(*timers));
+        rc = (epfd >= 0 && timers != NULL) ? SX_OK : SX_ERR_IO;
+        for (unsigned i = 0; timers != NULL && i < e->nshards; i++)
+            timers[i] = -1;
+        for (unsigned i = 0; rc == SX_OK && i < e->nshards; i++) {
             rc = sx_engine_epoll_add_shard(epfd, e->shards[i]);
-        if (rc == SX_OK)
+            if (rc == SX_OK) {
+                timers[i] = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+                rc = timers[i] >= 0 ? sx_engine_epoll_add_fd(epfd, timers[i]) : SX_ERR_IO;
+            }
+        }
+        if (rc == SX_OK) {
+            /* Each shard's token holder arms its timer from now on
+             * (sx_shard_fd_timer_locked). Fired at once, so the first
+             * progress call arms it for timers already pending; the
+             * deadline is written before the fd is published, and no
+             * holder touches it until it sees the fd. */
+            for (unsigned i = 0; i < e->nshards; i++) {
+                struct itimerspec now = {.it_value = {.tv_nsec = 1}};
+                e->shards[i]->fd_timer_at = 0;
+                (void)timerfd_settime(timers[i], 0, &now, NULL);
+                atomic_store_explicit(&e->shards[i]->fd_timer, timers[i], memory_order_release);
+            }
             e->event_fd = epfd;
-        else if (epfd >= 0)
-            close(epfd);
+        } else {
+            sx_error("progress", "sx_engine_fd: cannot set up its epoll set and timers: %s",
+                     strerror(errno));
+            for (unsigned i = 0; timers != NULL && i < e->nshards; i++)
+                if (timers[i] >= 0)
+                    close(timers[i]);
+            if (epfd >= 0)
+                close(epfd);
+        }
+        free(timers);
     }
     if (rc == SX_OK)
         *fd_p = e->event_fd;

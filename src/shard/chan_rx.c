@@ -37,7 +37,13 @@ static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t 
         return;
     }
     sx_stat_add(&c->shard->stats.am_delivered, 1);
-    h->cb(h->arg, c->peer->id, tag, data, len);
+    if (h->msg_cb != NULL) {
+        sx_am_msg_t msg = {
+            .peer = c->peer, .peer_id = c->peer->id, .tag = tag, .data = data, .len = len};
+        h->msg_cb(h->arg, &msg);
+    } else {
+        h->cb(h->arg, c->peer->id, tag, data, len);
+    }
 }
 
 void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why)

@@ -51,15 +51,17 @@ static void sx_handlers_retire(sx_handlers_t *reg, void *old)
     sx_fairlock_unlock(&reg->lock);
 }
 
-int sx_handlers_set_am(sx_handlers_t *reg, uint8_t tag, sx_am_cb_t cb, void *arg)
+int sx_handlers_set_am(sx_handlers_t *reg, uint8_t tag, sx_am_cb_t cb, sx_am_msg_cb_t msg_cb,
+                       void *arg)
 {
     sx_am_handler_t *h = NULL;
 
-    if (cb != NULL) {
+    if (cb != NULL || msg_cb != NULL) {
         h = malloc(sizeof(*h));
         if (h == NULL)
             return SX_ERR_NO_MEMORY;
         h->cb = cb;
+        h->msg_cb = cb != NULL ? NULL : msg_cb;
         h->arg = arg;
     }
     /* Release pairs with the receive path's acquire (sx_handlers_am): a

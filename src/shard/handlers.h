@@ -29,8 +29,10 @@
 
 #include "locks/fairlock.h"
 
+/* One of cb (sx_am_register) and msg_cb (sx_am_register_ex) is set. */
 typedef struct sx_am_handler {
     sx_am_cb_t cb;
+    sx_am_msg_cb_t msg_cb;
     void *arg;
 } sx_am_handler_t;
 
@@ -53,7 +55,8 @@ void sx_handlers_init(sx_handlers_t *reg);
 void sx_handlers_fini(sx_handlers_t *reg);
 
 /** Sets (cb NULL: clears) the handler of @p tag. SX_ERR_NO_MEMORY. */
-int sx_handlers_set_am(sx_handlers_t *reg, uint8_t tag, sx_am_cb_t cb, void *arg);
+int sx_handlers_set_am(sx_handlers_t *reg, uint8_t tag, sx_am_cb_t cb, sx_am_msg_cb_t msg_cb,
+                       void *arg);
 
 /** Sets (cb NULL: clears) the error handler. SX_ERR_NO_MEMORY. */
 int sx_handlers_set_error(sx_handlers_t *reg, sx_error_cb_t cb, void *arg);

@@ -3,8 +3,11 @@
 #include "shard/shard.h"
 
 #include <shardx.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -49,6 +52,41 @@ static void sx_shard_acquire_hook(void *owner)
     shard->serving = sx_shard_on_service_thread;
 }
 
+/*
+ * Keeps the shard's sx_engine_fd timer armed for its earliest timer (the
+ * token holder's, at every release). A timer that fired is read, so the
+ * engine fd stops being readable once a caller has run what was due. It
+ * is re-armed only for an earlier deadline: one armed too early merely
+ * wakes the event loop for a progress call that finds nothing due and
+ * re-arms it, while re-arming for each later retransmission deadline
+ * would cost a system call per send.
+ */
+static void sx_shard_fd_timer_locked(sx_shard_t *shard)
+{
+    int fd = atomic_load_explicit(&shard->fd_timer, memory_order_acquire);
+    uint64_t next;
+
+    if (fd < 0)
+        return;
+    if (shard->fd_timer_at != UINT64_MAX && shard->fd_timer_at <= sx_time_ns()) {
+        uint64_t expirations;
+        if (read(fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+            sx_debug("shard", "shard %u: timerfd read: %s", shard->index, strerror(errno));
+        shard->fd_timer_at = UINT64_MAX;
+    }
+    if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK || next >= shard->fd_timer_at)
+        return;
+    /* CLOCK_MONOTONIC, absolute: the wheel's clock (sx_time_ns). */
+    struct itimerspec its = {.it_value = {.tv_sec = (time_t)(next / 1000000000u),
+                                          .tv_nsec = (long)(next % 1000000000u)}};
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+        its.it_value.tv_nsec = 1; /* zero would disarm it */
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+        shard->fd_timer_at = next;
+    else
+        sx_debug("shard", "shard %u: timerfd_settime: %s", shard->index, strerror(errno));
+}
+
 /* Called by every token holder before it releases the token. */
 static void sx_shard_flush_hook(void *owner)
 {
@@ -73,6 +111,7 @@ static void sx_shard_flush_hook(void *owner)
         }
         shard->svc_next_ns = next;
     }
+    sx_shard_fd_timer_locked(shard);
     /* A sleeping progress thread computed its wake-up before we armed our
      * timers: wake it if one of ours is due earlier. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
@@ -149,6 +188,8 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     s->env = conf->env;
     s->seq_start = conf->seq_start;
     s->wake_fd = -1;
+    atomic_init(&s->fd_timer, -1);
+    s->fd_timer_at = UINT64_MAX;
     atomic_init(&s->sleeping, 0);
     atomic_init(&s->sleep_until_ns, UINT64_MAX);
     s->cpuset = (conf->cpuset != NULL) ? hwloc_bitmap_dup(conf->cpuset) : hwloc_bitmap_alloc();
@@ -187,6 +228,8 @@ void sx_shard_destroy(sx_shard_t *shard)
     }
     if (shard->wake_fd >= 0)
         close(shard->wake_fd);
+    if (atomic_load(&shard->fd_timer) >= 0)
+        close(atomic_load(&shard->fd_timer));
     hwloc_bitmap_free(shard->cpuset);
     free(shard);
 }

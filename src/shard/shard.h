@@ -161,6 +161,14 @@ struct sx_shard {
     atomic_int sleeping;
     _Atomic uint64_t sleep_until_ns;
     int wake_fd; /* eventfd, -1 when the shard has no progress thread */
+    /* sx_engine_fd's timer for this shard (sx_shard_fd_timer): a timerfd
+     * in the engine fd's epoll set, armed by the token holder for the
+     * shard's earliest timer so an event loop needs no timeout; -1 until
+     * sx_engine_fd is first called (then set once, with release).
+     * fd_timer_at: the deadline it is armed for, UINT64_MAX when not;
+     * the token holder's. */
+    atomic_int fd_timer;
+    uint64_t fd_timer_at;
     /* Whether the token holder is the engine's service thread, which
      * serves a shard no caller progresses but never runs a callback: set
      * at every acquisition (the inbox's on_acquire). What it cannot run

@@ -453,6 +453,81 @@ static void test_fork_after_engines(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* sx_am_register_ex: the handler gets the sender's handle and replies on
+ * it, with no table of its own from ids to handles (issue 24, item 6). */
+typedef struct echo {
+    uint64_t echoed, acked, replies;
+    uint64_t want_id; /* the id b added a with */
+    bool id_ok;
+    uint8_t copies[100][64]; /* the replies' bytes, until acknowledged */
+} echo_t;
+
+static void count_done(void *ctx, int status)
+{
+    assert_int_equal(status, SX_OK);
+    (*(uint64_t *)ctx)++;
+}
+
+static void on_echo(void *arg, const sx_am_msg_t *msg)
+{
+    echo_t *e = arg;
+
+    e->id_ok = e->id_ok && msg->peer_id == e->want_id && sx_peer_id(msg->peer) == e->want_id &&
+               msg->tag == 5 && msg->len == sizeof(e->copies[0]) && e->echoed < 100;
+    if (!e->id_ok)
+        return;
+    /* The data is valid only during the call: the reply sends a copy. */
+    memcpy(e->copies[e->echoed], msg->data, msg->len);
+    struct iovec iov = {e->copies[e->echoed], msg->len};
+    int rc = sx_send(msg->peer, 6, &iov, 1, count_done, &e->acked);
+    assert_true(rc == SX_OK || rc == SX_INPROGRESS);
+    if (rc == SX_OK)
+        e->acked++;
+    e->echoed++;
+}
+
+static void on_reply(void *arg, const sx_am_msg_t *msg)
+{
+    echo_t *e = arg;
+    uint64_t seq;
+    assert_int_equal(msg->len, 64);
+    memcpy(&seq, msg->data, sizeof(seq));
+    assert_int_equal(seq, e->replies);
+    e->replies++;
+}
+
+static void test_handler_replies_on_peer(void **state)
+{
+    (void)state;
+    sx_engine_h a = am_engine(NULL, 0), b = am_engine(NULL, 0);
+    echo_t at_b = {.want_id = 41, .id_ok = true}, at_a = {0};
+
+    sx_peer_h to_b = am_connect(a, b, 7);
+    (void)am_connect(b, a, 41);
+    assert_int_equal(sx_am_register_ex(b, 5, on_echo, &at_b), SX_OK);
+    assert_int_equal(sx_am_register_ex(a, 6, on_reply, &at_a), SX_OK);
+    static uint8_t bufs[100][64];
+    uint64_t sent = 0;
+    for (uint64_t i = 0; i < 100; i++) {
+        memcpy(bufs[i], &i, sizeof(i));
+        struct iovec iov = {bufs[i], sizeof(bufs[i])};
+        int rc = sx_send(to_b, 5, &iov, 1, count_done, &sent);
+        assert_true(rc == SX_OK || rc == SX_INPROGRESS);
+        if (rc == SX_OK)
+            sent++;
+        assert_true(am_progress_until(a, b, &at_a.replies, i + 1));
+    }
+    assert_true(am_progress_until(a, b, &sent, 100));
+    assert_true(am_progress_until(a, b, &at_b.acked, 100));
+    assert_int_equal(at_b.echoed, 100);
+    assert_true(at_b.id_ok);
+    /* Either kind replaces the other; NULL removes it. */
+    assert_int_equal(sx_am_register(b, 5, NULL, NULL), SX_OK);
+    assert_int_equal(sx_am_register_ex(NULL, 5, on_echo, NULL), SX_ERR_INVALID_PARAM);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -501,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_send_more),
         cmocka_unit_test(test_sendi_hold),
         cmocka_unit_test(test_fork_after_engines),
+        cmocka_unit_test(test_handler_replies_on_peer),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 
@@ -145,6 +146,81 @@ static void test_engine_fd(void **state)
     sx_engine_destroy(b);
 }
 
+/* An event loop that waits on sx_engine_fd with no timeout still sees its
+ * timers fire: a's datagrams are lost 30 % of the time each way and one
+ * message is in flight at a time, so a lost message or ACK is recovered
+ * only by a's retransmission timer, which must make the fd readable (a
+ * per-shard timerfd). The poll's 120 s bound only turns a hang into a
+ * failure. Once idle, the fd must not stay readable (the timer is read
+ * when it has fired). */
+typedef struct b_loop {
+    sx_engine_h b;
+    atomic_bool stop;
+} b_loop_t;
+
+static void *progress_b(void *arg)
+{
+    b_loop_t *l = arg;
+    while (!atomic_load(&l->stop))
+        sx_progress(l->b);
+    return NULL;
+}
+
+static void test_engine_fd_timers(void **state)
+{
+    (void)state;
+    const sx_config_kv_t lossy[] = {{"SHARDS", "1"}, {"FAULT", "loss=0.3,seed=5"}};
+    const sx_config_kv_t one[] = {{"SHARDS", "1"}};
+    sx_engine_h a = am_engine(lossy, 2);
+    b_loop_t loop = {.b = am_engine(one, 1)};
+    counters_t c = {0};
+    int fd = -1;
+    uint8_t msg[64] = {0};
+    pthread_t tid;
+
+    sx_peer_h to_b = am_connect(a, loop.b, 2);
+    (void)am_connect(loop.b, a, 1);
+    assert_int_equal(sx_am_register(loop.b, 4, on_am, &c), SX_OK);
+    assert_int_equal(pthread_create(&tid, NULL, progress_b, &loop), 0);
+    assert_int_equal(sx_engine_fd(a, &fd), SX_OK);
+    struct iovec iov = {msg, sizeof(msg)};
+    for (unsigned long i = 0; i < 40; i++) {
+        assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+        for (;;) {
+            while (sx_progress(a) > 0)
+                ;
+            if (atomic_load(&c.completed) == i + 1)
+                break;
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            assert_int_equal(poll(&pfd, 1, 120000), 1);
+        }
+    }
+    assert_int_equal(atomic_load(&c.failed), 0);
+    uint64_t timeouts = 0;
+    assert_int_equal(sx_stats_value(a, "rtx_timeout", &timeouts), SX_OK);
+    assert_true(timeouts > 0); /* the timer did the work */
+
+    /* Idle: 50 waits of 20 ms. A timer left unread would make every one
+     * return at once. */
+    unsigned ready = 0;
+    for (int i = 0; i < 50; i++) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 20) == 1) {
+            ready++;
+            while (sx_progress(a) > 0)
+                ;
+        }
+    }
+    print_message("[ fd ] %llu retransmission timeouts woke the loop; idle, %u of 50 waits "
+                  "returned early\n",
+                  (unsigned long long)timeouts, ready);
+    assert_true(ready < 50);
+    atomic_store(&loop.stop, true);
+    pthread_join(tid, NULL);
+    sx_engine_destroy(a);
+    sx_engine_destroy(loop.b);
+}
+
 /* The engine's service meets a shard whose token a caller holds for a
  * long time: a handler that computes for a second while its peer keeps
  * sending. The shard's socket stays readable all along; the service must
@@ -226,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_threads_in_global_mode),
         cmocka_unit_test(test_destroy_while_threads_sleep),
         cmocka_unit_test(test_engine_fd),
+        cmocka_unit_test(test_engine_fd_timers),
         cmocka_unit_test(test_service_meets_a_callback_that_computes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
