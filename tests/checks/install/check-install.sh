@@ -5,14 +5,27 @@
 # with CMake's find_package(shardx), runs the installed tools, and reads
 # the installed man pages. Nothing here sets LD_LIBRARY_PATH: the installed
 # programs find the installed library through their own RUNPATH. Fails on
-# any error.
+# any error. $3 is the cmake that configured the build (ctest passes
+# CMAKE_COMMAND): the consumer is built with that one too, so a build made
+# with the oldest CMake the project allows checks its package with it.
 set -euo pipefail
 build=$1
 work=$2
+cmake=${3:-cmake}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"
 mkdir -p "$work"
-cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# `cmake --install` is CMake 3.15; an older one (the project allows 3.13)
+# runs the install script it wraps.
+version=$("$cmake" --version)
+version=${version%%$'\n'*}
+version=${version##* }
+older=$(printf '%s\n' "$version" 3.15 | sort -V)
+if [ "${older%%$'\n'*}" = 3.15 ]; then
+    "$cmake" --install "$build" --prefix "$work/prefix" >/dev/null
+else
+    "$cmake" -DCMAKE_INSTALL_PREFIX="$work/prefix" -P "$build/cmake_install.cmake" >/dev/null
+fi
 
 libdir=$(find "$work/prefix" -name shardx.pc -printf '%h\n' | head -n 1)
 [ -n "$libdir" ] || { echo "shardx.pc was not installed" >&2; exit 1; }
@@ -38,11 +51,11 @@ fi
 # (PKG_CONFIG_LIBDIR pointing nowhere): the shared library's private
 # dependencies (hwloc, PMIx, ...) must not be looked for.
 PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= \
-    cmake -S "$here" -B "$work/cmake-shared" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/cmake-shared" >/dev/null
+    "$cmake" -S "$here" -B "$work/cmake-shared" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+"$cmake" --build "$work/cmake-shared" >/dev/null
 "$work/cmake-shared/consumer"
 # ... and asked for the static component there, it fails and says why.
-if out=$(PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here" -B "$work/cmake-nostatic" \
+if out=$(PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= "$cmake" -S "$here" -B "$work/cmake-nostatic" \
         -DCMAKE_PREFIX_PATH="$work/prefix" -DSX_CONSUMER_STATIC=ON 2>&1); then
     echo "find_package(shardx COMPONENTS static) passed without hwloc's pkg-config module" >&2
     exit 1
@@ -51,9 +64,9 @@ grep -q "not found by pkg-config: hwloc, liburcu-bp" <<<"$(tr -s ' \n' ' ' <<<"$
     { echo "$out"; echo "the static component's failure does not name hwloc" >&2; exit 1; }
 
 # CMake package, static library, with the dependencies in sight.
-cmake -S "$here" -B "$work/cmake-static" -DCMAKE_PREFIX_PATH="$work/prefix" \
+"$cmake" -S "$here" -B "$work/cmake-static" -DCMAKE_PREFIX_PATH="$work/prefix" \
     -DSX_CONSUMER_STATIC=ON >/dev/null
-cmake --build "$work/cmake-static" >/dev/null
+"$cmake" --build "$work/cmake-static" >/dev/null
 "$work/cmake-static/consumer"
 "$work/cmake-static/consumer_static"
 
