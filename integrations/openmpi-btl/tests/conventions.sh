@@ -139,9 +139,9 @@ else
     if [[ $prefix == / || $prefix == /usr ]]; then
         echo "conventions: the build installs to $prefix, which cannot be bind-mounted over" \
             "without hiding mpirun: the installed symbolic link case is skipped"
-    elif ! DESTDIR=$tmp/dest cmake --install "$build" >"$tmp/install" 2>&1; then
+    elif ! DESTDIR=$tmp/dest cmake -P "$build/cmake_install.cmake" >"$tmp/install" 2>&1; then
         cat "$tmp/install"
-        fail "cmake --install failed"
+        fail "the install script (cmake -P cmake_install.cmake) failed"
     else
         mkdir -p "$tmp/home/.openmpi/components" "$tmp/dest$prefix"
         ln -s "$libdir/shardx/openmpi/mca_btl_shardx.so" "$tmp/home/.openmpi/components/"
