@@ -7,6 +7,11 @@
 # verbatim from the JSON, nothing is typed in by hand.
 #
 # Usage: bench/results.sh FILE.json...
+# The files may hold several runs of the same benchmark (`make bench` runs
+# each BENCH_REPEAT times): records of the same benchmark, mode, threads,
+# size, loss, window and aggregation are one figure, and each number shown
+# is the median over the runs (a ratio: the median of each run's ratio, so
+# both sides of it always come from one run).
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -17,10 +22,28 @@ command -v jq >/dev/null 2>&1 || {
     echo "results.sh: jq is not installed (scripts/install-deps.sh installs it)" >&2
     exit 1
 }
-all=$(jq -c '.results[]' "$@")
+# One record per figure, every number in it the median over its records,
+# with "runs" the number of records it came from.
+all=$(jq -cs '
+    def median: sort | length as $n
+        | if $n % 2 == 1 then .[($n - 1) / 2] else (.[$n / 2 - 1] + .[$n / 2]) / 2 end;
+    [.[].results[]] | group_by([.bench, .mode, .threads, .size, .loss, .window, .aggregation])
+    | .[] | . as $g
+    | reduce ($g | map(keys[]) | unique[]) as $k ({};
+        .[$k] = ([$g[] | .[$k] | select(. != null)]
+                 | if length > 0 and (.[0] | type) == "number" then median else .[0] end))
+    | .runs = ($g | length)' "$@")
 q() { jq -r "$1" <<<"$all"; }
+runs=$(q '.runs' | sort -n | uniq | paste -sd- -)
+loads=$(jq -s -r '[.[].machine.load1 | . * 100 | round / 100] | "\(min)\(if max > min then "-\(max)" else "" end)"' "$@")
 
-jq -r '"Measured on \(.machine.host) (\(.machine.cores) cores, Linux \(.machine.kernel) \(.machine.arch)), shardx \(.config.version), \(.config.transport) over loopback, two local processes started by sx_run; load average \(.machine.load1) when the first benchmark started."' "$1"
+jq -r '"Measured on \(.machine.host) (\(.machine.cores) cores, Linux \(.machine.kernel) \(.machine.arch)), shardx \(.config.version), \(.config.transport) over loopback, two local processes started by sx_run; load average '"$loads"' when the benchmarks started."' "$1"
+echo
+if [[ $runs == 1 ]]; then
+    echo "Each figure is from one run."
+else
+    echo "Each figure is the median of $runs runs (every benchmark once per round, rounds one after another); the plots draw the spread over the runs as bars."
+fi
 echo
 
 if [[ -n $(q 'select(.bench == "mt") | .bench') ]]; then
@@ -113,4 +136,5 @@ for b in mt latency loss rate bw; do
 done
 echo
 echo "Figures on this VM move by up to 2x from run to run (it shares its host);"
-echo "compare ratios taken in one run, and rerun \`make bench\` for your machine."
+echo "compare ratios taken in one run (the ratios above are medians of such),"
+echo "and rerun \`make bench\` for your machine."
