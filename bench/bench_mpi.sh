@@ -24,6 +24,13 @@
 # allows: the ping-pong's half round trip, and the one-way rate any
 # transport that sends one datagram per MPI message is capped by.
 #
+# mpi_bench reports the median of 5 batches within one run, not how runs
+# differ, so every test runs BENCH_REPEAT times (3): in rounds, each round
+# every test over every transport, so a change of load falls on all of
+# them alike. Each figure in the table, the JSON and the plot is the
+# median over the rounds; the JSON keeps each figure's min and max over
+# them ("spread") and the plot draws those as error bars.
+#
 # Prints a table and the three ratios of the targets; writes
 # BUILD_DIR/bench-results/mpi.json and, when gnuplot is installed, mpi.png
 # (bench/plot_mpi.sh). Figures only: nothing here passes or fails on speed.
@@ -79,20 +86,25 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]] &&
     echo "bench_mpi: the raw-UDP floor failed; left out" >&2
     : >"$floor"
 fi
-# Transports alternate within each test, so a change of load on the
-# machine during the run falls on all of them alike, not on one.
-for test in "${tests[@]}"; do
-    for t in "${transports[@]}"; do
-        echo "bench_mpi: $t: $test" >&2
-        # A run that fails or hangs (a busy machine, a transport that is
-        # missing) leaves its figure out instead of stopping the comparison.
-        # shellcheck disable=SC2086
-        if line=$(timeout 300 mpirun "${where[@]}" ${args[$t]} "$bench" $test 2>/dev/null | grep '^{' | tail -n 1) &&
-            [[ -n $line ]]; then
-            echo "{\"transport\": \"$t\", \"result\": $line}" >>"$raw"
-        else
-            echo "bench_mpi: $t: $test failed; left out" >&2
-        fi
+# Transports alternate within each test and tests within each round, so a
+# change of load on the machine during the run falls on all of them
+# alike, not on one.
+repeat=${BENCH_REPEAT:-3}
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "bench_mpi: BENCH_REPEAT=$repeat: want a count" >&2; exit 2; }
+for ((round = 1; round <= repeat; round++)); do
+    for test in "${tests[@]}"; do
+        for t in "${transports[@]}"; do
+            echo "bench_mpi: round $round of $repeat: $t: $test" >&2
+            # A run that fails or hangs (a busy machine, a transport that is
+            # missing) leaves its figure out instead of stopping the comparison.
+            # shellcheck disable=SC2086
+            if line=$(timeout 300 mpirun "${where[@]}" ${args[$t]} "$bench" $test 2>/dev/null | grep '^{' | tail -n 1) &&
+                [[ -n $line ]]; then
+                echo "{\"transport\": \"$t\", \"round\": $round, \"result\": $line}" >>"$raw"
+            else
+                echo "bench_mpi: $t: $test failed; left out" >&2
+            fi
+        done
     done
 done
 
@@ -152,32 +164,54 @@ try:
             floor["rate_msgs_per_s"] = r["msg_rate"]
 except (ValueError, KeyError, OSError):
     pass
-res = {}
+# Every figure's values over the rounds (the busy-loop runs have rounds
+# of their own), then the median of each.
+samples = {}
 for r in rows:
     t, x = r["transport"], r["result"]
-    d = res.setdefault(t, {})
+    d = samples.setdefault(t, {})
+    def add(k, v):
+        d.setdefault(k, []).append(v)
     if x["test"] == "pingpong":
-        d["pingpong"] = x["results"]
+        for p in x["results"]:
+            add(("pingpong", p["size"]), p["latency_us"])
     elif x["test"] == "rate":
-        d["rate_msgs_per_s"] = x["messages_per_s"]
+        add("rate_msgs_per_s", x["messages_per_s"])
     elif x["test"] == "mt" and r.get("busy"):
-        # The median of the rounds.
-        d.setdefault("_busy", []).append(x["latency_us"])
-        v = sorted(d["_busy"])
-        d["mt%d_busy_latency_us" % x["threads"]] = v[len(v) // 2]
+        add("mt%d_busy_latency_us" % x["threads"], x["latency_us"])
     elif x["test"] == "mt" and x.get("size", 8) != 8:
-        d["mt%d_%dB_latency_us" % (x["threads"], x["size"])] = x["latency_us"]
+        add("mt%d_%dB_latency_us" % (x["threads"], x["size"]), x["latency_us"])
     elif x["test"] == "mt":
-        d["mt%d_latency_us" % x["threads"]] = x["latency_us"]
+        add("mt%d_latency_us" % x["threads"], x["latency_us"])
     elif x["test"] == "suite_np4":
-        d.setdefault("_suite", []).append(x["seconds"])
-        v = sorted(d["_suite"])
-        d["suite_np4_busy_s"] = v[len(v) // 2]
+        add("suite_np4_busy_s", x["seconds"])
     elif x["test"] == "mtrate":
-        d["mtrate%d_msgs_per_s" % x["threads"]] = x["messages_per_s"]
-for d in res.values():
-    d.pop("_busy", None)
-    d.pop("_suite", None)
+        add("mtrate%d_msgs_per_s" % x["threads"], x["messages_per_s"])
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+res = {}
+spread = {}
+for t, d in samples.items():
+    out = res.setdefault(t, {})
+    sp = spread.setdefault(t, {})
+    pp = sorted(k[1] for k in d if isinstance(k, tuple))
+    if pp:
+        out["pingpong"] = []
+        for size in pp:
+            v = d[("pingpong", size)]
+            lat = median(v)
+            out["pingpong"].append({"size": size, "latency_us": round(lat, 3),
+                                    "bandwidth_MBps": round(size / lat, 1) if lat > 0 else 0.0,
+                                    "latency_us_min": min(v), "latency_us_max": max(v),
+                                    "runs": len(v)})
+    for k, v in d.items():
+        if not isinstance(k, tuple):
+            out[k] = median(v)
+            sp[k] = {"min": min(v), "max": max(v), "runs": len(v)}
 
 def lat8(t):
     for p in res.get(t, {}).get("pingpong", []):
@@ -242,31 +276,29 @@ if hosts:
     }
 load = os.getloadavg()
 doc = {"machine": {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2)},
-       "hosts": hosts.split(",") if hosts else None,
-       "raw_udp_floor": floor, "results": res, "ratios": ratios,
+       "hosts": hosts.split(",") if hosts else None, "rounds": int(os.environ.get("BENCH_REPEAT", "3")),
+       "raw_udp_floor": floor, "results": res, "spread": spread, "ratios": ratios,
        "other_ratios": other, "floor_ratios": floor_ratios, "targets": targets}
 json.dump(doc, open(os.path.join(outdir, "mpi.json"), "w"), indent=2)
 
-# Data files for the plot.
+# Data files for the plot: for each figure its median, min and max over
+# the rounds (the plot's points and error bars).
+def mmm(v, scale=1.0):
+    if not v:
+        return "NaN NaN NaN"
+    return "%.3f %.3f %.3f" % (median(v) * scale, min(v) * scale, max(v) * scale)
 with open(os.path.join(outdir, "mpi_latency.dat"), "w") as f:
-    sizes = sorted({p["size"] for t in res for p in res[t].get("pingpong", []) if p["size"] > 0})
-    f.write("# size " + " ".join(res) + "\n")
+    sizes = sorted({k[1] for t in samples for k in samples[t] if isinstance(k, tuple) and k[1] > 0})
+    f.write("# size, then per transport: median min max; " + " ".join(res) + "\n")
     for s in sizes:
-        vals = []
-        for t in res:
-            v = [p["latency_us"] for p in res[t].get("pingpong", []) if p["size"] == s]
-            vals.append("%.3f" % v[0] if v else "NaN")
-        f.write("%d %s\n" % (s, " ".join(vals)))
+        f.write("%d %s\n" % (s, " ".join(mmm(samples[t].get(("pingpong", s))) for t in res)))
 with open(os.path.join(outdir, "mpi_bars.dat"), "w") as f:
-    f.write("# transport rate_kmsgs lat8 mt1 mt2\n")
+    f.write("# transport, then median min max of: rate_kmsgs lat8 mt1 mt2\n")
     for t in res:
-        d = res[t]
-        def g(k, scale=1.0):
-            v = d.get(k)
-            return "%.3f" % (v * scale) if v is not None else "NaN"
-        f.write('"%s" %s %s %s %s\n' % (t, g("rate_msgs_per_s", 1e-3),
-                                      "%.3f" % lat8(t) if lat8(t) is not None else "NaN",
-                                      g("mt1_latency_us"), g("mt2_latency_us")))
+        d = samples[t]
+        f.write('"%s" %s %s %s %s\n' % (t, mmm(d.get("rate_msgs_per_s"), 1e-3),
+                                      mmm(d.get(("pingpong", 8))),
+                                      mmm(d.get("mt1_latency_us")), mmm(d.get("mt2_latency_us"))))
 
 def fmt(v, f="%.1f"):
     return f % v if v is not None else "-"
@@ -296,7 +328,8 @@ for t in res:
                                                   fmt(d.get("mt2_8192B_latency_us")),
                                                   fmt(d.get("mt2_busy_latency_us")),
                                                   fmt(d.get("suite_np4_busy_s"), "%.2f")))
-print("\nratios (one run, load average %.2f on %d CPUs):" % (load[0], os.cpu_count()))
+print("\nratios (medians of %s rounds, load average %.2f on %d CPUs):"
+      % (os.environ.get("BENCH_REPEAT", "3"), load[0], os.cpu_count()))
 for k, v in ratios.items():
     print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
 for k, v in other.items():
