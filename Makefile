@@ -80,7 +80,7 @@ bench: build
 	@echo "bench: JSON (run1/ .. run$(BENCH_REPEAT)/), PNGs and results.md in $(RESULTS)/"
 
 # Everything sx_bench has (adds rate and bw, BENCH_REPEAT rounds of them
-# too; several minutes more).
+# too; about 15 seconds more on 2 cores).
 bench-all: bench
 	$(call bench_rounds,$(BENCH_MORE))
 	bench/plot.sh $(RESULTS) $(RESULTS)/run*/*.json

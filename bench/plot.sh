@@ -19,7 +19,8 @@
 # would hide that. Each plot's title says how many runs it holds.
 # Message-size axes are log base 2, ticked at the measured sizes. The
 # raw-UDP lines end where one datagram can no longer carry the message
-# (sx_bench measures the floor up to 65,000 B); the last point says so.
+# (sx_bench measures the floor up to 65,000 B); when shardx's line goes on
+# past that, a label at the floor's last point says so.
 #
 # Each plot is drawn when some file holds its records; the rest are skipped
 # and named. Exit status: 0 when at least one plot was written.
@@ -101,17 +102,21 @@ size_tics() {
     echo "set xtics ($tics)"
 }
 
-# Labels the last point of a raw-UDP series, which ends because a larger
-# message would not fit one datagram: without the label the line's end
-# reads as missing data. $1: series file.
+# Labels the last point of a raw-UDP series when it ends because a larger
+# message would not fit one datagram (shardx series $2 goes on past 65,000
+# B, the floor's largest datagram): without the label the line's end reads
+# as missing data. $1: the floor's series file; $3: the label's offset
+# from the point in characters, right and up, chosen per plot to keep the
+# text off the shardx line.
 udp_end_label() {
-    local x y xs
+    local x y xs top
+    top=$(tail -n 1 "$2" | awk '{ print $1 }')
     read -r x y _ < <(tail -n 1 "$1")
+    awk -v x="$x" -v top="$top" 'BEGIN { exit !(top > 65000 && x < top) }' || return 0
     xs=$(sed -E ':a; s/^([0-9]+)([0-9]{3})/\1,\2/; ta' <<<"$x")
-    # Right of the point and below it: the floor line ends there and the
-    # shardx line above it rises to the right, leaving that corner empty.
-    # A gnuplot string in double quotes reads \n as a new line.
-    printf 'set label "raw UDP ends here, at %s B:\\none datagram holds\\nat most 64 KiB" at %s,%s offset 1,-1 left front\n' "$xs" "$x" "$y"
+    # Right of the point: the floor line ends there. A gnuplot string in
+    # double quotes reads \n as a new line.
+    printf 'set label "raw UDP ends here, at %s B:\\none datagram holds\\nat most 64 KiB" at %s,%s offset %s left front\n' "$xs" "$x" "$y" "$3"
 }
 
 made=()
@@ -169,7 +174,8 @@ if series lat '.bench == "latency"' '{x: ([.size, 1] | max), y: .half_rtt_us}'; 
     if series floor '.bench == "floor" and .half_rtt_us != null' '{x: ([.size, 1] | max), y: .half_rtt_us}'; then
         lines+=("'$tmp/floor' $ERR lw 2 title 'raw UDP floor, median round trip / 2'")
         files+=("$tmp/floor")
-        mapfile -t extra < <(udp_end_label "$tmp/floor")
+        # shardx is above the floor here: just under the point is free.
+        mapfile -t extra < <(udp_end_label "$tmp/floor" "$tmp/lat" 1,-1)
     fi
     plot latency "set title \"sx_bench latency: ping-pong half round trip; $(runs_note "${files[@]}")\\n$machine\"" \
         "set logscale x 2" "set logscale y" "set offsets graph 0.03, graph 0.03, 0, 0" "$(SIZE_ZERO_AT_1=1 size_tics "${files[@]}")" \
@@ -198,7 +204,9 @@ if series bw '.bench == "bw" and .size > 0' '{x: .size, y: .bw_MBps}'; then
     if series fbw '.bench == "floor_bw" and .size > 0' '{x: .size, y: .bw_MBps}'; then
         lines+=("'$tmp/fbw' $ERR lw 2 title 'raw UDP one-way'")
         files+=("$tmp/fbw")
-        mapfile -t extra < <(udp_end_label "$tmp/fbw")
+        # shardx is below the floor here and flat past it: the label goes
+        # further down, under the shardx line.
+        mapfile -t extra < <(udp_end_label "$tmp/fbw" "$tmp/bw" 1,-4)
     fi
     plot bw "set title \"sx_bench bw: unidirectional bandwidth; $(runs_note "${files[@]}")\\n$machine\"" \
         "set logscale x 2" "set logscale y" "set offsets graph 0.03, graph 0.03, 0, 0" "$(size_tics "${files[@]}")" \

@@ -51,6 +51,26 @@ head -n 1 "$tmp/loss.csv" | grep -q '^bench,mode,transport,threads,size,' || fai
 echo "bench_smoke: floor" >&2; "$bench" floor --size 8 --iters 300 --json >"$tmp/floor.json"
 check "$tmp/floor.json" '[.results[] | select(.bench == "floor_rate" and .msg_rate > 0)] | length == 1' "floor: no rate record"
 
+# The plotting scripts over two runs of the same benchmarks, as `make
+# bench` hands them several (medians with bars): both succeed, the plots
+# are written and results.md says how many runs each figure has. The
+# figures are the small runs above; only that the scripts cope is checked.
+echo "bench_smoke: plot.sh and results.sh over two runs" >&2
+scripts=$(cd "$(dirname "$0")/../../bench" && pwd)
+mkdir -p "$tmp/r1" "$tmp/r2"
+cp "$tmp/lat.json" "$tmp/mt.json" "$tmp/r1/"
+"$bench" latency --size 8 --iters 300 --json >"$tmp/r2/lat.json"
+cp "$tmp/mt.json" "$tmp/r2/"
+md=$("$scripts/results.sh" "$tmp"/r[12]/*.json) || fail "results.sh failed on two runs"
+grep -q "median of 2 runs" <<<"$md" || fail "results.sh: no 'median of 2 runs' in: $md"
+if command -v gnuplot >/dev/null 2>&1; then
+    "$scripts/plot.sh" "$tmp/png" "$tmp"/r[12]/*.json >"$tmp/plot.txt" ||
+        fail "plot.sh failed on two runs: $(cat "$tmp/plot.txt")"
+    for p in mt latency; do
+        [[ -s $tmp/png/$p.png ]] || fail "plot.sh wrote no $p.png"
+    done
+fi
+
 # Bad arguments are refused, each error naming what was wrong.
 if "$bench" latency --window 0 2>"$tmp/err"; then fail "--window 0 was accepted"; fi
 grep -q "window: bad value '0'" "$tmp/err" || fail "--window 0: no reason given"
