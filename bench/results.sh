@@ -129,9 +129,23 @@ fi
 # The plots make bench-readme copies next to the README.
 echo "Plots (bench/plot.sh; \`make bench-readme\` copies them to docs/bench/):"
 echo
+# What each plot shows, under it: a reader sees the picture before the
+# tables' headings.
+caption() {
+    case $1 in
+    mt) echo "Aggregate 8-byte message rate against threads per process, sharded and global, over UDP loopback and injection-only (the sink transport): median of $runs runs, bars from min to max." ;;
+    latency) echo "Half round-trip latency against message size (both axes log scale), shardx and the raw-UDP floor: median of $runs runs, bars from min to max; the dotted line is shardx's p99. The raw-UDP line ends at 65,000 B because one UDP datagram holds at most 64 KiB; larger messages have no raw-UDP figure." ;;
+    loss) echo "Goodput under injected loss as a fraction of the same run's lossless goodput, 64 KiB messages: median of $runs runs, bars from min to max." ;;
+    rate) echo "8-byte message rate with aggregation on and off, windows 64 and 256: median of $runs runs, bars from min to max." ;;
+    bw) echo "Unidirectional bandwidth against message size (log scale), shardx and raw UDP: median of $runs runs, bars from min to max; raw UDP ends at one datagram's limit." ;;
+    esac
+}
 for b in mt latency loss rate bw; do
     if [[ -n $(q "select(.bench == \"$b\") | .bench" | head -n 1) ]]; then
         echo "![sx_bench $b](docs/bench/$b.png)"
+        echo
+        caption "$b"
+        echo
     fi
 done
 echo
