@@ -458,6 +458,8 @@ static void test_component_slots(void **state)
     struct sx_peer peer;
     memset(&peer, 0, sizeof(peer));
     peer.id = 42;
+    /* What sx_peer_add names an unnamed peer, which log lines use. */
+    snprintf(peer.name, sizeof(peer.name), "peer %d", 42);
     static const uint8_t good[] = {1, 4, 0x53, 0x48, 10, 0, 0, 9};
     memcpy(peer.conn_offer.blob, good, sizeof(good));
     peer.conn_offer.blob_len = sizeof(good);
