@@ -42,6 +42,7 @@ static const sx_config_desc_t sx_config_descs[] = {SX_CONFIG_TABLE(SX_CONFIG_DES
 #undef SX_CONFIG_DESC_ROW_
 
 #define SX_CONFIG_COUNT (sizeof(sx_config_descs) / sizeof(sx_config_descs[0]))
+_Static_assert(SX_CONFIG_COUNT <= 64, "sx_config_t.given has a bit per parameter");
 
 static const char *const sx_param_type_names[] = {
     [SX_PARAM_UINT] = "uint", [SX_PARAM_SIZE] = "size", [SX_PARAM_DOUBLE] = "double",
@@ -417,6 +418,8 @@ int sx_config_load(sx_config_t *cfg, const sx_config_kv_t *kv, size_t kv_count)
             sx_config_release(cfg);
             return SX_ERR_INVALID_PARAM;
         }
+        if (value != NULL)
+            cfg->given |= 1ull << i;
     }
 
     for (size_t k = 0; k < kv_count; k++) {
@@ -438,6 +441,7 @@ int sx_config_load(sx_config_t *cfg, const sx_config_kv_t *kv, size_t kv_count)
             sx_config_release(cfg);
             return SX_ERR_INVALID_PARAM;
         }
+        cfg->given |= 1ull << index;
     }
     return SX_OK;
 }

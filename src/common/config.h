@@ -158,9 +158,11 @@
     X(STATS, ENUM, stats, "none", 0, 0, "none|text|json",                                      \
       "Print the engine's counters to standard error when it is destroyed.")                   \
     X(SEQ_START, UINT, seq_start, "0", 0, 4294967295, NULL,                                    \
-      "First sequence number of every channel; for testing wrap-around. Every process "        \
-      "of a job must use the same value with the implicit connection method; the "             \
-      "handshake exchanges it.")                                                               \
+      "First sequence number of every channel, for testing wrap-around. Unset, a channel "     \
+      "that connects with an exchange (handshake, oob, rdmacm) starts at a random number "     \
+      "(getrandom; RFC 6528), so a forger off the path must guess it, and one that connects "  \
+      "implicitly at 0. Set, every channel starts here; with the implicit method every "       \
+      "process of a job must use the same value.")                                             \
     X(CPC, STRING, cpc, "", 0, 0, NULL,                                                        \
       "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "        \
       "drops one; empty: all that can run (handshake, implicit, oob when the engine has an "   \
@@ -238,6 +240,9 @@ typedef struct sx_config {
     uint64_t dump_signal;
     uint64_t watchdog_s;
     bool watchdog_abort;
+    /* Bit i: parameter i (sx_param_info's index) was given, in the
+     * engine parameters or the environment, rather than defaulted. */
+    uint64_t given;
 } sx_config_t;
 
 /**

@@ -278,6 +278,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                 },
             .self_config = {.shard = i, .nshards = e->nshards, .self_domain = e->self_domain},
             .seq_start = (uint32_t)e->cfg.seq_start,
+            .seq_random = !(e->cfg.given & (1ull << sx_config_find("SEQ_START"))),
         };
         rc = sx_shard_create(&conf, &e->shards[i]);
         if (rc != SX_OK)

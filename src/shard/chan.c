@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/log.h"
 #include "common/time.h"
@@ -56,6 +57,16 @@ void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op)
     sx_chan_kick_locked(c);
 }
 
+/* 32 bits from the kernel's CSPRNG; should it fail (no entropy yet, an
+ * old kernel), the clock, mixed: unpredictable is then best effort. */
+static uint32_t chan_random_isn(void)
+{
+    uint32_t r;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) == (ssize_t)sizeof(r))
+        return r;
+    return (uint32_t)((sx_time_ns() * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
 sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane)
 {
     size_t idx = (size_t)shard->index * peer->nshards + lane;
@@ -85,9 +96,16 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
         return NULL;
     }
     /* Both ends start from the configured number: the implicit connection
-     * relies on it; the handshake sends ours and learns the peer's. */
-    c->snd_isn = shard->seq_start;
-    c->snd_una = c->snd_nxt = c->last_ack = shard->seq_start;
+     * relies on it. A method with an exchange sends ours and learns the
+     * peer's, so ours is random unless SX_SEQ_START was given: a forger
+     * who is not on the path must then guess it to pass for the peer in a
+     * CONNECT, which is how TCP defends its initial sequence numbers
+     * (RFC 6528). */
+    uint32_t isn = shard->seq_start;
+    if (shard->seq_random && peer->conn_method->ops->send_ctrl_locked != NULL)
+        isn = chan_random_isn();
+    c->snd_isn = isn;
+    c->snd_una = c->snd_nxt = c->last_ack = isn;
     c->rcv_nxt = c->rcv_dlv = shard->seq_start;
     c->snd_window = p->window;
     /* The route's MTU where the transport knows it (udp over Ethernet:

@@ -328,8 +328,11 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
     uint32_t reportable = c->last_ack + SX_WIRE_SACK_BITS;
 
     if (sx_u32_before(c->snd_nxt, h->ack)) {
-        sx_stat_add(&c->shard->stats.drops[SX_DROP_OUT_OF_WINDOW], 1);
-        return; /* acknowledges what was never sent: ignore it */
+        /* Acknowledges what was never sent: the ACK is ignored, nothing
+         * moves; the packet's data, if any, was taken on its own merits,
+         * so this is not a drop. */
+        sx_stat_add(&c->shard->stats.ack_unsent, 1);
+        return;
     }
     if (sx_u32_before(c->snd_una, h->ack)) {
         uint64_t sample = 0;

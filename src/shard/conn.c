@@ -371,6 +371,15 @@ static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
         conn_drop(c, "initial sequence number changed within one incarnation");
         return false;
     }
+    /* On an established channel a repeat from the incarnation that
+     * taught us (our ACCEPT was lost) changes nothing: the path MTU may
+     * have been stepped down since, and a CONNECT forged with the right
+     * isn must not shrink the window (RFC 5961 keeps an established TCP
+     * connection's state from an in-window SYN the same way). While it
+     * connects, a repeat may come over the next address pair, with that
+     * path's datagram size: that one is learned. */
+    if (c->rcv_synced && c->conn == SX_CONN_UP)
+        return true;
     if (!c->rcv_synced) {
         c->rcv_nxt = c->rcv_dlv = c->rcv_isn = m->isn;
         c->rcv_synced = true;

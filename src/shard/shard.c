@@ -187,6 +187,7 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     s->numa_node = conf->numa_node;
     s->env = conf->env;
     s->seq_start = conf->seq_start;
+    s->seq_random = conf->seq_random;
     s->wake_fd = -1;
     atomic_init(&s->fd_timer, -1);
     s->fd_timer_at = UINT64_MAX;

@@ -77,6 +77,7 @@ struct sx_shard_guest {
     X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                             \
     X(rtx_sack, "fast retransmissions of SACK holes")                                            \
     X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)")       \
+    X(ack_unsent, "ACKs for data never sent, ignored without moving any state")                  \
     X(window_stalls, "flushes stopped by a full window or byte budget")                          \
     X(hotel_full, "packets that waited for a hotel room")                                        \
     X(tx_again, "sends refused by a full interface")                                             \
@@ -184,6 +185,7 @@ struct sx_shard {
     /* Read-only after creation. */
     const sx_shard_env_t *env;
     uint32_t seq_start;
+    bool seq_random; /* SX_SEQ_START unset: exchanging channels start at random */
     unsigned index;
     int core;
     int first_pu;
@@ -210,6 +212,7 @@ typedef struct sx_shard_conf {
     sx_tl_config_t net_config;
     sx_tl_config_t self_config;
     uint32_t seq_start;
+    bool seq_random;
 } sx_shard_conf_t;
 
 int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p);

@@ -1267,6 +1267,82 @@ static void test_forged_ctrl(void **state)
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
 }
 
+/* sx_dump's text for @p e (to free). */
+static char *f_dump(sx_engine_h e)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    assert_non_null(m);
+    assert_int_equal(sx_dump(e, m), SX_OK);
+    fclose(m);
+    return text;
+}
+
+/* The first "send: una N" of @p e's dump: its first channel's oldest
+ * unacknowledged sequence number. */
+static uint32_t f_una(sx_engine_h e)
+{
+    char *text = f_dump(e);
+    const char *at = strstr(text, "send: una ");
+    assert_non_null(at);
+    uint32_t una = (uint32_t)strtoul(at + strlen("send: una "), NULL, 10);
+    free(text);
+    return una;
+}
+
+/*
+ * Blind injection against an established channel (issue 25). With
+ * SX_SEQ_START unset, channels that connect with the handshake start at
+ * a random sequence number (RFC 6528), so a CONNECT forged with a guess
+ * (0, the old fixed start, among them) is dropped: it cannot shrink the
+ * window, which forged CONNECTs with the predictable start used to do
+ * (a 25-fold loss of throughput). A CONNECT that carries the right isn,
+ * as only someone on the path could know it, is answered as a repeat but
+ * changes nothing on the established channel either.
+ */
+static void test_forged_connect_established(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    cp_side_t *a = cp_open(0, kv, 1);
+    cp_side_t *b = cp_open(1, kv, 1);
+    cp_link(0, 1);
+    /* One 8-byte message each way: one data packet, so A's isn is its
+     * una less one. */
+    cp_exchange_serial(1, 8, 1);
+    uint32_t a_isn = f_una(a->e) - 1;
+    print_message("[ forged ] A's channel to B started at sequence number %u\n", a_isn);
+    /* Random: outside the first thousand with probability 1 - 2^-22. */
+    assert_true(a_isn > 1000);
+    char *text = f_dump(b->e);
+    assert_non_null(strstr(text, "of window 4096"));
+    free(text);
+
+    forge_t f;
+    f_open(&f, a, b);
+    static const uint32_t guesses[] = {0, 1, 777, 4096};
+    for (size_t i = 0; i < sizeof(guesses) / sizeof(guesses[0]); i++) {
+        body_t m = body_connect();
+        m.isn = guesses[i];
+        m.window = 16;
+        f_ctrl(&f, "a CONNECT with a guessed isn", &m, SX_CTRL_LEN, DROP_CTRL);
+    }
+    static const int REPEAT[] = {F_RECV, 1, F_SENT, F_ANY, F_END};
+    body_t m = body_connect();
+    m.isn = a_isn;
+    m.window = 16;
+    f_ctrl(&f, "a CONNECT with the right isn", &m, SX_CTRL_LEN, REPEAT);
+
+    /* B's channel to A keeps its window, and the two still talk. */
+    text = f_dump(b->e);
+    assert_non_null(strstr(text, "of window 4096"));
+    assert_null(strstr(text, "of window 16"));
+    free(text);
+    cp_exchange(100, 8, 2000);
+    assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
+}
+
 /*
  * Control messages at an engine whose channels connect implicitly: there
  * is no exchange to answer (and no carrier to answer with), so every one
@@ -1648,6 +1724,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_path_mtu, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_ctrl, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_ctrl_implicit, cp_setup, cp_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_connect_established, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_same_port, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_new_port, cp_setup, cp_teardown),
     };
