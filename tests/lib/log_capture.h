@@ -2,7 +2,8 @@
 /*
  * Capturing shardx's log lines in tests: capture_start() sends them to a
  * fresh temporary file, capture_stop() restores standard error and returns
- * what was logged (the caller frees it). Include after cmocka.h.
+ * what was logged (the caller frees it); dump_text() is what sx_dump()
+ * writes, the same way. Include after cmocka.h.
  */
 #ifndef SX_TESTS_LOG_CAPTURE_H
 #define SX_TESTS_LOG_CAPTURE_H
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <shardx.h>
 
 #include "common/log.h"
 
@@ -60,6 +63,20 @@ static inline void assert_contains(const char *text, const char *needle)
 {
     if (strstr(text, needle) == NULL)
         fail_msg("expected \"%s\" in the log:\n%s", needle, text);
+}
+
+/* What sx_dump() writes for @p engine, as a string the caller frees. Not
+ * inlined: GCC's -Wdangling-pointer then takes the text for the address of
+ * the local that open_memstream fills. */
+static __attribute__((unused, noinline)) char *dump_text(sx_engine_h engine)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    assert_non_null(m);
+    assert_int_equal(sx_dump(engine, m), SX_OK);
+    fclose(m);
+    return text;
 }
 
 #endif /* SX_TESTS_LOG_CAPTURE_H */

@@ -1267,23 +1267,11 @@ static void test_forged_ctrl(void **state)
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
 }
 
-/* sx_dump's text for @p e (to free). */
-static char *f_dump(sx_engine_h e)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    assert_non_null(m);
-    assert_int_equal(sx_dump(e, m), SX_OK);
-    fclose(m);
-    return text;
-}
-
 /* The first "send: una N" of @p e's dump: its first channel's oldest
  * unacknowledged sequence number. */
 static uint32_t f_una(sx_engine_h e)
 {
-    char *text = f_dump(e);
+    char *text = dump_text(e);
     const char *at = strstr(text, "send: una ");
     assert_non_null(at);
     uint32_t una = (uint32_t)strtoul(at + strlen("send: una "), NULL, 10);
@@ -1315,7 +1303,7 @@ static void test_forged_connect_established(void **state)
     print_message("[ forged ] A's channel to B started at sequence number %u\n", a_isn);
     /* Random: outside the first thousand with probability 1 - 2^-22. */
     assert_true(a_isn > 1000);
-    char *text = f_dump(b->e);
+    char *text = dump_text(b->e);
     assert_non_null(strstr(text, "of window 4096"));
     free(text);
 
@@ -1335,7 +1323,7 @@ static void test_forged_connect_established(void **state)
     f_ctrl(&f, "a CONNECT with the right isn", &m, SX_CTRL_LEN, REPEAT);
 
     /* B's channel to A keeps its window, and the two still talk. */
-    text = f_dump(b->e);
+    text = dump_text(b->e);
     assert_non_null(strstr(text, "of window 4096"));
     assert_null(strstr(text, "of window 16"));
     free(text);

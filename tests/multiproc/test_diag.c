@@ -250,12 +250,7 @@ static void test_watchdog_reports_stopped_peer(void **state)
     assert_int_equal(st2, SX_INPROGRESS);
 
     /* sx_dump shows the same stall. */
-    char *dump = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&dump, &len);
-    assert_non_null(m);
-    assert_int_equal(sx_dump(p.engine, m), SX_OK);
-    fclose(m);
+    char *dump = dump_text(p.engine);
     assert_contains(dump, "=== shardx dump: engine");
     assert_contains(dump, "inbox depth");
     assert_contains(dump, "channel to peer 1 lane 0 (remote");

@@ -310,18 +310,6 @@ static void test_shards_parameter(void **state)
     sx_engine_destroy(e);
 }
 
-/* sx_dump of @p e, as a string to free. */
-static char *dump_of(sx_engine_h e)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    assert_non_null(m);
-    assert_int_equal(sx_dump(e, m), SX_OK);
-    fclose(m);
-    return text;
-}
-
 static void on_sent(void *ctx, int status)
 {
     *(int *)ctx = status;
@@ -358,7 +346,7 @@ static void test_peer_name(void **state)
     assert_int_equal(sx_peer_id(self), 7);
     int st;
     post_one(self, &st);
-    char *text = dump_of(e);
+    char *text = dump_text(e);
     assert_non_null(strstr(text, "channel to rank 7 on node-x lane 0 (self"));
     assert_null(strstr(text, "peer 7"));
     free(text);
@@ -370,7 +358,7 @@ static void test_peer_name(void **state)
     assert_int_equal(sx_peer_add_ex(other, 9, card, len, &unnamed, &peer), SX_OK);
     int st2;
     post_one(peer, &st2);
-    text = dump_of(other);
+    text = dump_text(other);
     assert_non_null(strstr(text, "channel to peer 9 lane 0 (remote"));
     assert_null(strstr(text, "ignored"));
     free(text);
@@ -385,7 +373,7 @@ static void test_peer_name(void **state)
     pp.name = longname;
     assert_int_equal(sx_peer_add_ex(other, 3, card, len, &pp, &peer), SX_OK);
     post_one(peer, &st2);
-    text = dump_of(other);
+    text = dump_text(other);
     char expect[SX_PEER_NAME_MAX + 16];
     snprintf(expect, sizeof(expect), "channel to %.*s lane", SX_PEER_NAME_MAX - 1, longname);
     assert_non_null(strstr(text, expect));
