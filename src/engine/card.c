@@ -18,10 +18,33 @@
 #define SX_CARD_VERSION 3
 #define SX_CARD_HDR     16
 
+size_t sx_card_cap(unsigned nshards)
+{
+    return SX_CARD_HDR + (size_t)nshards * (1 + SX_TL_ADDR_MAX) + 1 +
+           SX_CPC_MAX * (3 + (size_t)SX_CONN_BLOB_MAX) + 2 * SX_CARD_NAME;
+}
+
+/* Why a card could not be built: a transport whose address outgrew
+ * SX_TL_ADDR_MAX, or more offers than sx_card_cap counts on, is a bug
+ * here, not the user's; say so rather than "out of memory". */
+static int card_overflow(const char *what, unsigned shard)
+{
+    sx_error("engine", "business card: %s (shard %u) does not fit its computed size; a bug", what,
+             shard);
+    return SX_ERR_NO_MEMORY;
+}
+
 int sx_card_build(struct sx_engine *e)
 {
     uint64_t epoch = e->env.epoch;
+    size_t cap = sx_card_cap(e->nshards);
 
+    free(e->card);
+    e->card_len = 0;
+    if ((e->card = malloc(cap)) == NULL) {
+        sx_error("engine", "business card: no memory for %zu bytes (%u shards)", cap, e->nshards);
+        return SX_ERR_NO_MEMORY;
+    }
     uint8_t *p = e->card;
     uint32_t magic = htole32(SX_CARD_MAGIC);
     uint16_t version = htole16(SX_CARD_VERSION), n = htole16((uint16_t)e->nshards);
@@ -33,29 +56,24 @@ int sx_card_build(struct sx_engine *e)
     size_t off = SX_CARD_HDR;
     for (unsigned i = 0; i < e->nshards; i++) {
         sx_tl_iface_t *iface = e->shards[i]->ifaces[SX_SHARD_TL_NET];
-        /* What is left, not the largest an address could be: the card
-         * fills with the addresses as they are. */
-        if (off + 1 >= sizeof(e->card))
-            return SX_ERR_NO_MEMORY;
-        size_t room = sizeof(e->card) - off - 1;
-        size_t len = room < SX_TL_ADDR_MAX ? room : SX_TL_ADDR_MAX;
+        size_t len = SX_TL_ADDR_MAX;
         int rc = iface->ops->local_addr(iface, e->card + off + 1, &len);
         if (rc == SX_ERR_TRUNCATED)
-            return SX_ERR_NO_MEMORY;
+            return card_overflow("the address", i);
         if (rc != SX_OK)
             return rc;
         e->card[off] = (uint8_t)len;
         off += 1 + len;
     }
-    size_t offers = sx_card_offers_write(&e->cpc, e->card + off, sizeof(e->card) - off);
+    size_t offers = sx_card_offers_write(&e->cpc, e->card + off, cap - off);
     if (offers == 0)
-        return SX_ERR_NO_MEMORY;
+        return card_overflow("the connection offers", 0);
     off += offers;
     const char *names[2] = {e->net_ops->name, e->net_variant};
     for (unsigned i = 0; i < 2; i++) {
         size_t nlen = strlen(names[i]);
-        if (nlen >= SX_CARD_NAME || off + 1 + nlen > sizeof(e->card))
-            return SX_ERR_NO_MEMORY;
+        if (nlen >= SX_CARD_NAME || off + 1 + nlen > cap)
+            return card_overflow("the transport's name", 0);
         e->card[off] = (uint8_t)nlen;
         memcpy(e->card + off + 1, names[i], nlen);
         off += 1 + nlen;

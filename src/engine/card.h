@@ -44,8 +44,14 @@ typedef struct sx_card_tl {
     char variant[SX_CARD_NAME];
 } sx_card_tl_t;
 
-/** Builds the engine's card; at creation, after the shards and the
- *  connection methods. SX_ERR_NO_MEMORY when it does not fit. */
+/** The most bytes a card of @p nshards shards can take: each address at
+ *  its largest (SX_TL_ADDR_MAX), SX_CPC_MAX offers with the largest
+ *  blobs, and the two names. */
+size_t sx_card_cap(unsigned nshards);
+
+/** Builds the engine's card into a buffer of sx_card_cap(nshards) bytes
+ *  (engine->card); at creation, after the shards and the connection
+ *  methods. SX_ERR_NO_MEMORY, with a log line, when it cannot. */
 int sx_card_build(struct sx_engine *engine);
 
 /**

@@ -392,6 +392,7 @@ static void sx_engine_free(struct sx_engine *e)
     if (e->global_lock_created)
         sx_rlock_destroy(&e->global_lock);
     free(e->devices);
+    free(e->card);
     sx_topo_fini(&e->topo);
     sx_config_release(&e->cfg);
     pthread_mutex_destroy(&e->join_lock);

@@ -74,10 +74,10 @@ struct sx_engine {
      * the transport chooses no device. */
     struct sx_nic_choice *devices;
     /* This engine's business card: its header, each shard's address (at
-     * most SX_TL_ADDR_MAX bytes; udp's is 14 to 151), the
-     * offers and the transport's names. 64 KiB holds SX_SHARDS' largest,
-     * 1024 shards, with room to spare. */
-    uint8_t card[64u * 1024u];
+     * most SX_TL_ADDR_MAX bytes; udp's is 14 to 151), the offers and the
+     * transport's names; sx_card_cap(nshards) bytes from the heap, so
+     * 1024 shards with every address fit (card.h). */
+    uint8_t *card;
     size_t card_len;
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;

@@ -10,6 +10,7 @@
 #include "bootstrap/oob.h"
 #include "common/log.h"
 #include "cpc/cpc.h"
+#include "engine/card.h"
 #include "engine/engine.h"
 
 int sx_engine_bootstrap_init(struct sx_engine *e)
@@ -55,8 +56,10 @@ void sx_engine_bootstrap_fini(struct sx_engine *e)
 static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
 {
     sx_modex_t *m = NULL;
-    /* A peer's card can be as large as ours may be: not on the stack. */
-    uint8_t *card = malloc(sizeof(e->card));
+    /* A peer's card is as large as its shards make it: the buffer grows
+     * to the largest one (modex get says how large on SX_ERR_TRUNCATED). */
+    size_t cap = sx_card_cap(e->nshards);
+    uint8_t *card = malloc(cap);
 
     if (card == NULL)
         return SX_ERR_NO_MEMORY;
@@ -75,8 +78,18 @@ static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
     if (rc == SX_OK && peers == NULL)
         rc = SX_ERR_NO_MEMORY;
     for (uint32_t r = 0; rc == SX_OK && r < m->size; r++) {
-        size_t len = sizeof(e->card);
+        size_t len = cap;
         rc = m->ops->get(m, r, card, &len);
+        if (rc == SX_ERR_TRUNCATED && len > cap) {
+            uint8_t *bigger = realloc(card, len);
+            if (bigger == NULL) {
+                rc = SX_ERR_NO_MEMORY;
+            } else {
+                card = bigger;
+                cap = len;
+                rc = m->ops->get(m, r, card, &len);
+            }
+        }
         /* Launched jobs name their peers by rank in log lines and dumps. */
         char name[32];
         snprintf(name, sizeof(name), "rank %u", r);
