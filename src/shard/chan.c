@@ -57,14 +57,13 @@ void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op)
     sx_chan_kick_locked(c);
 }
 
-/* 32 bits from the kernel's CSPRNG; should it fail (no entropy yet, an
- * old kernel), the clock, mixed: unpredictable is then best effort. */
-static uint32_t chan_random_isn(void)
+/* Should getrandom fail (no entropy yet, an old kernel), the clock. */
+uint32_t sx_chan_random32(void)
 {
-    uint32_t r;
-    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) == (ssize_t)sizeof(r))
-        return r;
-    return (uint32_t)((sx_time_ns() * 0x9e3779b97f4a7c15ull) >> 32);
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+        r = (uint32_t)((sx_time_ns() * 0x9e3779b97f4a7c15ull) >> 32);
+    return r != 0 ? r : 1;
 }
 
 sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane)
@@ -103,7 +102,7 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
      * (RFC 6528). */
     uint32_t isn = shard->seq_start;
     if (shard->seq_random && peer->conn_method->ops->send_ctrl_locked != NULL)
-        isn = chan_random_isn();
+        isn = sx_chan_random32();
     c->snd_isn = isn;
     c->snd_una = c->snd_nxt = c->last_ack = isn;
     c->rcv_nxt = c->rcv_dlv = shard->seq_start;

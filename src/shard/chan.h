@@ -242,6 +242,11 @@ typedef struct sx_chan {
     uint64_t conn_small_answer_ns; /* the latest ACCEPT to our CONNECT */
     uint64_t conn_retry_ns;
     uint64_t last_reset_ns; /* we last told the peer it is stale */
+    /* A RESET that named this channel's peer as stale, challenged
+     * (conn.c): the nonce our probe carried, which the peer's new
+     * incarnation echoes, and when it went out (0: none). */
+    uint32_t reset_nonce;
+    uint64_t reset_challenge_ns;
     sx_timer_t conn_timer;
     /* A connection method that resolves the peer's address itself
      * (rdmacm): where that stands (sx_chan_resolve_t) and the id of the
@@ -306,6 +311,14 @@ void sx_chan_fail_why_locked(sx_chan_t *chan, int status, const char *why);
  *  For connection control; a refused datagram is lost (the sender
  *  retries). */
 int sx_chan_send_raw_locked(sx_chan_t *chan, const uint8_t *data, size_t len);
+
+/** A liveness probe (a standalone ACK with SX_PKTF_PROBE) whose unused
+ *  sequence field carries @p nonce: the RESET challenge (conn.c). */
+void sx_chan_send_challenge_locked(sx_chan_t *chan, uint32_t nonce);
+
+/** 32 bits from the kernel's CSPRNG (getrandom), never 0; should it fail,
+ *  the clock mixed (unpredictable is then best effort). Any thread. */
+uint32_t sx_chan_random32(void);
 
 /** Points the channel at another address of the same remote shard, in the
  *  interface's card format: a connection method resolved a better one

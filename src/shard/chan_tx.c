@@ -331,24 +331,30 @@ static void chan_stage(sx_chan_t *c, const uint8_t *data, size_t len, sx_txpkt_t
     sx_shard_tx_stage_locked(c->shard, c->tl, c->dest, data, len, c, pkt);
 }
 
-static void chan_send_ack_flags(sx_chan_t *c, uint16_t flags)
+/* A standalone ACK; its sequence field is unused but for a challenge. */
+static void chan_send_ack_flags(sx_chan_t *c, uint16_t flags, uint32_t seq)
 {
     /* The ACK is built in the batch's own buffer, which lives until the
      * batch is posted. */
     uint8_t *buf = sx_shard_tx_ack_buf_locked(c->shard, c->tl);
-    chan_write_hdr(c, buf, SX_PKT_ACK, 0, 0, flags);
+    chan_write_hdr(c, buf, SX_PKT_ACK, seq, 0, flags);
     chan_stage(c, buf, SX_WIRE_HDR_LEN, NULL);
     sx_stat_add(&c->shard->stats.acks_sent, 1);
 }
 
 static void chan_send_ack(sx_chan_t *c)
 {
-    chan_send_ack_flags(c, 0);
+    chan_send_ack_flags(c, 0, 0);
 }
 
 void sx_chan_send_probe_locked(sx_chan_t *c)
 {
-    chan_send_ack_flags(c, SX_PKTF_PROBE);
+    chan_send_ack_flags(c, SX_PKTF_PROBE, 0);
+}
+
+void sx_chan_send_challenge_locked(sx_chan_t *c, uint32_t nonce)
+{
+    chan_send_ack_flags(c, SX_PKTF_PROBE, nonce);
 }
 
 unsigned sx_chan_flush_locked(sx_chan_t *c)

@@ -348,8 +348,8 @@ void sx_conn_start_locked(sx_chan_t *c)
     c->conn_retry_ns = p->rto_init_ns;
     c->conn_tries = 0;
     c->conn_rung_tries = 0;
-    while (c->conn_nonce == 0)
-        c->conn_nonce = (uint32_t)(sx_time_ns() * 0x9e3779b97f4a7c15ull >> 32) ^ c->snd_isn;
+    if (c->conn_nonce == 0)
+        c->conn_nonce = sx_chan_random32();
     conn_transmit(c);
     sx_wheel_add(c->shard->wheel, &c->conn_timer, c->conn_start_ns + c->conn_retry_ns);
 }
@@ -496,14 +496,34 @@ void sx_conn_stale_locked(sx_chan_t *c, const sx_wire_hdr_t *h)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
     uint64_t now = sx_time_ns();
+    /* A challenge (a probe whose sequence field holds a nonce) is always
+     * answered: the peer waits on it to believe the RESET. It goes to the
+     * channel's address, not the packet's source, so it reflects nothing
+     * at a third host. */
+    bool challenge = h->type == SX_PKT_ACK && (h->flags & SX_PKTF_PROBE) && h->seq != 0;
 
     if (c->peer->is_self || h->dst_epoch == 0)
         return;
-    if (c->last_reset_ns != 0 && now - c->last_reset_ns < p->rto_min_ns)
+    if (!challenge && c->last_reset_ns != 0 && now - c->last_reset_ns < p->rto_min_ns)
         return;
     c->last_reset_ns = now;
-    sx_ctrl_t ctrl = {.op = SX_CTRL_RESET, .epoch = h->dst_epoch};
+    sx_ctrl_t ctrl = {.op = SX_CTRL_RESET, .epoch = h->dst_epoch, .nonce = h->seq};
     conn_send(c, &ctrl, 0, true);
+}
+
+/* Fails every channel of @p shard to @p peer: it restarted. */
+static void conn_peer_restarted(sx_shard_t *shard, struct sx_peer *peer, const sx_wire_hdr_t *h)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "%s restarted: its shard %u now runs epoch %016llx", peer->name,
+             (unsigned)h->src_shard, (unsigned long long)h->src_epoch);
+    for (unsigned lane = 0; lane < peer->nshards; lane++) {
+        sx_chan_t *c = peer->chans[(size_t)shard->index * peer->nshards + lane];
+        if (c != NULL && !c->failed)
+            sx_chan_fail_why_locked(c, SX_ERR_PEER_RESTARTED, why);
+    }
+    /* The first failure set peer->failed: the other shards' channels
+     * fail as they next run. */
 }
 
 void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const uint8_t *data,
@@ -517,31 +537,45 @@ void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const 
         sx_stat_add(&shard->stats.drops[SX_DROP_CTRL], 1);
         return;
     }
-    /* The sender is a new incarnation (h->src_epoch) of the peer we know
-     * as m.epoch. Fail every channel of this shard to the old one; the
-     * peer's failed flag fails the others as they next run. */
+    /*
+     * The sender says it is a new incarnation (h->src_epoch) of the peer
+     * we know as m.epoch, whose shard h->src_shard our channel's stale
+     * packet reached. Every field of that is in clear on the wire, so a
+     * RESET proves nothing by itself (RFC 5961 section 3 has TCP answer
+     * an RST it cannot trust with a challenge ACK): we answer it with a
+     * probe to the old incarnation carrying a nonce from the CSPRNG. A
+     * restarted peer does not know that epoch, takes the probe as stale
+     * and RESETs again, echoing the nonce: proven, the channels fail at
+     * once. An old incarnation that is alive answers the probe with an
+     * ACK and nothing fails; a forger off the path never sees the nonce.
+     * A peer that died without a successor is left to the peer timeout.
+     */
     sx_rcu_read_lock();
     struct sx_peer *peer = sx_peer_lookup_rcu(env->peers, m.epoch);
-    if (peer == NULL || peer->is_self || h->src_shard >= peer->nshards) {
+    sx_chan_t *c = NULL;
+    if (peer != NULL && !peer->is_self && h->src_shard < peer->nshards)
+        c = peer->chans[(size_t)shard->index * peer->nshards + h->src_shard];
+    if (c == NULL || c->failed) {
+        /* No channel of ours to that shard sent it anything. */
         sx_rcu_read_unlock(&env->peers->rcu);
         sx_stat_add(&shard->stats.drops[SX_DROP_CTRL], 1);
         return;
     }
-    sx_stat_add(&shard->stats.ctrl_received, 1);
-    char why[160];
-    snprintf(why, sizeof(why), "%s restarted: its shard %u now runs epoch %016llx", peer->name,
-             (unsigned)h->src_shard, (unsigned long long)h->src_epoch);
-    bool any = false;
-    for (unsigned lane = 0; lane < peer->nshards; lane++) {
-        sx_chan_t *c = peer->chans[(size_t)shard->index * peer->nshards + lane];
-        if (c != NULL && !c->failed) {
-            sx_chan_fail_why_locked(c, SX_ERR_PEER_RESTARTED, why);
-            any = true;
+    if (c->reset_nonce != 0 && m.nonce == c->reset_nonce) {
+        sx_stat_add(&shard->stats.ctrl_received, 1);
+        sx_stat_add(&shard->stats.resets_proven, 1);
+        conn_peer_restarted(shard, peer, h);
+    } else {
+        /* One challenge per RTO floor: a flood of RESETs costs the old
+         * peer no more probes than a lossy path would. */
+        uint64_t now = sx_time_ns();
+        sx_stat_add(&shard->stats.reset_challenges, 1);
+        if (c->reset_challenge_ns == 0 || now - c->reset_challenge_ns >= env->conf.rto_min_ns) {
+            c->reset_nonce = sx_chan_random32();
+            c->reset_challenge_ns = now;
+            sx_chan_send_challenge_locked(c, c->reset_nonce);
+            sx_chan_kick_locked(c);
         }
-    }
-    if (!any) {
-        int expected = 0;
-        atomic_compare_exchange_strong(&peer->failed, &expected, SX_ERR_PEER_RESTARTED);
     }
     sx_rcu_read_unlock(&env->peers->rcu);
 }

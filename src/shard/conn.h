@@ -21,7 +21,9 @@
  *    4  u32  mtu        largest datagram the sender accepts
  *    8  u32  window     the sender's window, in packets (a power of two)
  *   12  u32  isn        the sender's initial sequence number
- *   16  u32  nonce      CONNECT/PROBE: chosen by the sender; echoed back
+ *   16  u32  nonce      CONNECT/PROBE: chosen by the sender; echoed back.
+ *                       RESET: the sequence field of the stale packet it
+ *                       answers (a challenge's nonce, see Restarts)
  *   20  u32  probe_len  PROBE: this datagram's length; PROBE_ACK: what arrived
  *   24  u64  epoch      RESET: the stale epoch that was refused
  *   32  u64  reserved   zero
@@ -53,10 +55,17 @@
  *
  * Restarts: an engine that receives a packet addressed to an older epoch
  * of itself from a peer it knows answers RESET (at most once per RTO
- * floor per channel); the peer then fails its channels to the old
- * incarnation with SX_ERR_PEER_RESTARTED instead of waiting for the peer
- * timeout. The new incarnation is a new peer (a new card) and connects
- * afresh.
+ * floor per channel, but always to a challenge). A RESET is not believed
+ * on its word, since all it says is in clear on the wire (RFC 5961
+ * section 3's challenge ACK): the peer answers it with a challenge, a
+ * liveness probe to the old incarnation whose sequence field (unused in
+ * an ACK) holds a nonce from the CSPRNG, at most one per RTO floor. A
+ * restarted engine takes that probe as stale and RESETs it, echoing the
+ * nonce; only then does the peer fail its channels to the old
+ * incarnation with SX_ERR_PEER_RESTARTED, an RTT later than the first
+ * RESET and long before the peer timeout. An old incarnation that lives
+ * answers the probe with an ACK, and a forged RESET changes nothing.
+ * The new incarnation is a new peer (a new card) and connects afresh.
  */
 #ifndef SX_SHARD_CONN_H
 #define SX_SHARD_CONN_H

@@ -88,6 +88,8 @@ struct sx_shard_guest {
     X(chan_failures, "channels failed")                                                          \
     X(ctrl_sent, "connection control messages sent")                                             \
     X(ctrl_received, "connection control messages accepted")                                     \
+    X(reset_challenges, "RESETs not yet proven, answered with a challenge to the old peer")      \
+    X(resets_proven, "RESETs that echoed our challenge: the peer restarted")                     \
     X(tl_tx_datagrams, "datagrams the network interface sent")                                   \
     X(tl_rx_datagrams, "datagrams the network interface received")                               \
     X(tl_tx_again, "sends the network interface refused for lack of room")                       \

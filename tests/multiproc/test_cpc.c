@@ -1332,6 +1332,51 @@ static void test_forged_connect_established(void **state)
 }
 
 /*
+ * Forged RESETs against an established channel (issue 25: 8 of them used
+ * to fail every send with SX_ERR_PEER_RESTARTED and end the job). A
+ * RESET's fields are all in clear, so B answers each with a challenge, a
+ * probe to A's incarnation with a nonce in it, and fails nothing: A is
+ * alive and answers the probe with an ACK. RESETs with guessed nonces
+ * prove nothing either. A real restart echoes the nonce
+ * (test_restart_same_port).
+ */
+static void test_forged_reset_established(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    cp_side_t *a = cp_open(0, kv, 1);
+    cp_side_t *b = cp_open(1, kv, 1);
+    cp_link(0, 1);
+    cp_exchange_serial(1, 8, 1);
+
+    forge_t f;
+    f_open(&f, a, b);
+    /* A's answer to the challenge may arrive in the same wait. */
+    static const int NOTHING[] = {F_RX, F_ANY, F_END};
+    static const uint32_t nonces[] = {0, 1, 2, 4242, 0xdeadbeef, 7, 8, 9};
+    uint64_t a_acks = cp_stat(a->e, "acks_sent");
+    for (size_t i = 0; i < sizeof(nonces) / sizeof(nonces[0]); i++) {
+        body_t r = {.op = SX_CTRL_RESET,
+                    .cpc = SX_CPC_HANDSHAKE,
+                    .epoch = f.src_epoch, /* A, as B knows it */
+                    .nonce = nonces[i]};
+        uint8_t payload[SX_CTRL_LEN], pkt[256];
+        body_write(payload, &r);
+        /* From "A's new incarnation": an epoch B has never seen. */
+        size_t n =
+            f_packet(pkt, SX_PKT_CTRL, 0x5eed0000u + i, f.dst_epoch, 0, 0, payload, SX_CTRL_LEN);
+        f_expect(&f, "a forged RESET naming A", pkt, n, NOTHING);
+    }
+    assert_int_equal(cp_stat(b->e, "reset_challenges"), 8);
+    assert_int_equal(cp_stat(b->e, "resets_proven"), 0);
+    /* At least the first RESET was challenged, and A answered: an ACK. */
+    CP_WAIT(cp_stat(a->e, "acks_sent") > a_acks, "A to answer B's challenge");
+    assert_int_equal(cp_stat(a->e, "drop_stale_epoch"), 0);
+    cp_exchange(100, 8, 2000);
+    assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
+}
+
+/*
  * Control messages at an engine whose channels connect implicitly: there
  * is no exchange to answer (and no carrier to answer with), so every one
  * is dropped; a stale datagram is still answered with a RESET, over the
@@ -1713,6 +1758,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_forged_ctrl, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_ctrl_implicit, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_connect_established, cp_setup, cp_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_reset_established, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_same_port, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_new_port, cp_setup, cp_teardown),
     };
