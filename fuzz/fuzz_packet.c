@@ -134,15 +134,16 @@ static void engine_init(void)
         die("dummy socket", SX_ERR_IO);
     /* The socket stays open (and unread) for the life of the process. */
 
-    /* Card version 3 (src/engine/card.c): the addresses, the connection
+    /* Card version 4 (src/engine/card.c): the addresses, the connection
      * methods offered (implicit only, so data packets reach the channel
      * without a handshake; the exchange's messages reach
-     * sx_conn_recv_reset_locked and the implicit channel's refusal), then
-     * the network transport's name and variant (udp, none). */
-    uint8_t card[16 + FAKE_SHARDS * 9 + 4 + 5];
+     * sx_conn_recv_reset_locked and the implicit channel's refusal), the
+     * network transport's name and variant (udp, none), and no
+     * authentication. */
+    uint8_t card[16 + FAKE_SHARDS * 9 + 4 + 5 + 1];
     uint16_t port = ntohs(sa.sin_port);
     memcpy(card, "SXC1", 4);
-    card[4] = 3;
+    card[4] = 4;
     card[5] = 0;
     card[6] = FAKE_SHARDS;
     card[7] = 0;
@@ -166,6 +167,7 @@ static void engine_init(void)
     names[0] = 3; /* the transport's name */
     memcpy(names + 1, "udp", 3);
     names[4] = 0; /* its variant: none */
+    names[5] = 0; /* authentication: none */
     if ((rc = sx_peer_add(engine, 1, card, sizeof(card), &fake)) != SX_OK)
         die("sx_peer_add", rc);
     /* On the heap, so ASan's redzones bracket it exactly. */
@@ -235,6 +237,10 @@ static void repair_rma(const sx_chan_t *c, uint8_t *payload, size_t len)
         } else if (f.kind == SX_FRAME_RMA_RESP) {
             uint32_t base = (c != NULL && c->rmaq != NULL) ? c->rmaq->op_id : 0;
             sx_put32(ext, base + (uint32_t)(int32_t)(int8_t)f.resp.op_id);
+        } else if (f.kind == SX_FRAME_AM_REFUSE) {
+            /* A refusal near a message the engine sent (its first frame). */
+            uint32_t base = (c != NULL && c->ackq != NULL) ? c->ackq->first_seq : 0;
+            sx_put32(ext, base + (uint32_t)(int32_t)(int8_t)f.refuse.seq);
         }
         start = off;
     }

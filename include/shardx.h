@@ -88,30 +88,31 @@ extern "C" {
  * so a code and its message can never drift apart. SX_OK and SX_INPROGRESS
  * are not errors; every error is negative.
  */
-#define SX_STATUS_TABLE(X)                                               \
-    X(SX_OK, 0, "success")                                               \
-    X(SX_INPROGRESS, 1, "operation in progress; it will complete later") \
-    X(SX_ERR_INVALID_PARAM, -1, "invalid parameter")                     \
-    X(SX_ERR_NO_MEMORY, -2, "out of memory")                             \
-    X(SX_ERR_AGAIN, -3, "resource temporarily unavailable; try again")   \
-    X(SX_ERR_NOT_FOUND, -4, "no such object")                            \
-    X(SX_ERR_EXISTS, -5, "object already exists")                        \
-    X(SX_ERR_UNSUPPORTED, -6, "operation not supported")                 \
-    X(SX_ERR_NO_DEVICE, -7, "no usable device or transport")             \
-    X(SX_ERR_TOPOLOGY, -8, "hardware topology discovery failed")         \
-    X(SX_ERR_IO, -9, "input/output error")                               \
-    X(SX_ERR_PEER_UNREACHABLE, -10, "peer unreachable")                  \
-    X(SX_ERR_CANCELED, -11, "operation canceled")                        \
-    X(SX_ERR_TRUNCATED, -12, "message truncated")                        \
-    X(SX_ERR_OUT_OF_RANGE, -13, "value or address out of range")         \
-    X(SX_ERR_ACCESS, -14, "access denied")                               \
-    X(SX_ERR_FULL, -15, "no room left")                                  \
-    X(SX_ERR_SHUTDOWN, -16, "engine is shutting down")                   \
-    X(SX_ERR_INTERNAL, -17, "internal error")                            \
-    X(SX_ERR_PROTO, -18, "malformed or unexpected protocol data")        \
-    X(SX_ERR_PEER_RESTARTED, -19, "peer restarted (a new incarnation)")  \
-    X(SX_ERR_PATH_MTU, -20, "path drops datagrams of the transport MTU") \
-    X(SX_ERR_NO_LAUNCHER, -21, "not started by a launcher (sx_run, mpirun)")
+#define SX_STATUS_TABLE(X)                                                   \
+    X(SX_OK, 0, "success")                                                   \
+    X(SX_INPROGRESS, 1, "operation in progress; it will complete later")     \
+    X(SX_ERR_INVALID_PARAM, -1, "invalid parameter")                         \
+    X(SX_ERR_NO_MEMORY, -2, "out of memory")                                 \
+    X(SX_ERR_AGAIN, -3, "resource temporarily unavailable; try again")       \
+    X(SX_ERR_NOT_FOUND, -4, "no such object")                                \
+    X(SX_ERR_EXISTS, -5, "object already exists")                            \
+    X(SX_ERR_UNSUPPORTED, -6, "operation not supported")                     \
+    X(SX_ERR_NO_DEVICE, -7, "no usable device or transport")                 \
+    X(SX_ERR_TOPOLOGY, -8, "hardware topology discovery failed")             \
+    X(SX_ERR_IO, -9, "input/output error")                                   \
+    X(SX_ERR_PEER_UNREACHABLE, -10, "peer unreachable")                      \
+    X(SX_ERR_CANCELED, -11, "operation canceled")                            \
+    X(SX_ERR_TRUNCATED, -12, "message truncated")                            \
+    X(SX_ERR_OUT_OF_RANGE, -13, "value or address out of range")             \
+    X(SX_ERR_ACCESS, -14, "access denied")                                   \
+    X(SX_ERR_FULL, -15, "no room left")                                      \
+    X(SX_ERR_SHUTDOWN, -16, "engine is shutting down")                       \
+    X(SX_ERR_INTERNAL, -17, "internal error")                                \
+    X(SX_ERR_PROTO, -18, "malformed or unexpected protocol data")            \
+    X(SX_ERR_PEER_RESTARTED, -19, "peer restarted (a new incarnation)")      \
+    X(SX_ERR_PATH_MTU, -20, "path drops datagrams of the transport MTU")     \
+    X(SX_ERR_NO_LAUNCHER, -21, "not started by a launcher (sx_run, mpirun)") \
+    X(SX_ERR_AUTH, -22, "authentication failed: no key, or not the peer's key (SX_AUTH)")
 
 #define SX_STATUS_ENUM_ENTRY_(name, value, message) name = (value),
 /** Every status a call returns or a completion reports (SX_STATUS_TABLE). */
@@ -512,7 +513,11 @@ typedef void (*sx_complete_cb_t)(void *ctx, int status);
  * unchanged until the completion runs (the iovec array itself is copied).
  * The completion runs when the peer's library has acknowledged the whole
  * message (it holds it; its handler may not have run yet), or with the
- * error that ended it. Messages from one thread to one peer arrive in
+ * error that ended it; a peer that refuses the message says so before
+ * its acknowledgement, and the completion gets its reason:
+ * SX_ERR_TRUNCATED when the message is larger than the peer's
+ * SX_MAX_MSG_SIZE, SX_ERR_NOT_FOUND when the peer has no handler for
+ * @p tag as the message arrives. Messages from one thread to one peer arrive in
  * order. Returns SX_INPROGRESS (the completion will run), or an error
  * (SX_ERR_INVALID_PARAM, SX_ERR_NO_MEMORY, the peer's failure), in which
  * case the completion never runs; it never returns SX_ERR_AGAIN: a full

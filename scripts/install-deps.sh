@@ -14,8 +14,9 @@ packages=(
     libhwloc-dev liburcu-dev libck-dev libcmocka-dev
     # optional parts: compiled when present (sx_info says which)
     libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev
-    # CRC32C with ISA-L (src/common/crc32c.c), optional too
-    libisal-dev
+    # CRC32C with ISA-L (src/common/crc32c.c), optional too; libsodium for
+    # SX_AUTH's keyed MAC (src/shard/auth.c), without which SX_AUTH is refused
+    libisal-dev libsodium-dev
     # launchers for the multi-process tests (mpirun runs the pmix modex test)
     openmpi-bin libopenmpi-dev
     # ip: test_nic joins network namespaces of its own with veth pairs, and
@@ -43,7 +44,7 @@ fi
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
     need_tools=(cmake make cc pkg-config)
     need_pc=(hwloc liburcu-bp liburcu-cds ck cmocka)
-    opt_pc=(libfabric libibverbs librdmacm pmix libisal ompi)
+    opt_pc=(libfabric libibverbs librdmacm pmix libisal libsodium ompi)
     lacking=()
     for t in "${need_tools[@]}"; do
         command -v "$t" >/dev/null 2>&1 || lacking+=("$t")

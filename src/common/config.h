@@ -163,6 +163,14 @@
       "(getrandom; RFC 6528), so a forger off the path must guess it, and one that connects "  \
       "implicitly at 0. Set, every channel starts here; with the implicit method every "       \
       "process of a job must use the same value.")                                             \
+    X(AUTH, STRING, auth, "", 0, 0, NULL,                                                      \
+      "Authenticate every datagram with a keyed MAC (SipHash-2-4, a 16-byte tag; needs "       \
+      "libsodium), so that a forger who sees the traffic still cannot inject, alter or "       \
+      "replay one: 32 hex digits, the key itself (every process of the job gives the same "    \
+      "one; the runtime distributes it in manual mode); job: a key drawn by rank 0 and "       \
+      "handed to the others with the cards by sx_engine_join (sx_run, mpirun). Empty: off. "   \
+      "Peers must agree: sx_peer_add fails with SX_ERR_AUTH for a peer with another key or "   \
+      "none, and datagrams without a valid tag are dropped (drop_auth).")                      \
     X(CPC, STRING, cpc, "", 0, 0, NULL,                                                        \
       "Connection methods to offer: \"handshake,implicit\" keeps only those, \"^oob\" "        \
       "drops one; empty: all that can run (handshake, implicit, oob when the engine has an "   \
@@ -233,6 +241,7 @@ typedef struct sx_config {
     bool bind_progress;
     int stats;
     uint64_t seq_start;
+    char *auth;
     char *cpc;
     uint64_t rdmacm_port;
     uint64_t connect_timeout_ms;

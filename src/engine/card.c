@@ -15,13 +15,13 @@
 #include "shard/shard.h"
 
 #define SX_CARD_MAGIC   0x31435853u
-#define SX_CARD_VERSION 3
+#define SX_CARD_VERSION 4
 #define SX_CARD_HDR     16
 
 size_t sx_card_cap(unsigned nshards)
 {
     return SX_CARD_HDR + (size_t)nshards * (1 + SX_TL_ADDR_MAX) + 1 +
-           SX_CPC_MAX * (3 + (size_t)SX_CONN_BLOB_MAX) + 2 * SX_CARD_NAME;
+           SX_CPC_MAX * (3 + (size_t)SX_CONN_BLOB_MAX) + 2 * SX_CARD_NAME + 1 + SX_AUTH_KEY_LEN;
 }
 
 /* Why a card could not be built: a transport whose address outgrew
@@ -77,6 +77,18 @@ int sx_card_build(struct sx_engine *e)
         e->card[off] = (uint8_t)nlen;
         memcpy(e->card + off + 1, names[i], nlen);
         off += 1 + nlen;
+    }
+    const sx_auth_t *auth = &e->env.auth;
+    if (e->auth_job) {
+        e->card[off++] = SX_CARD_AUTH_JOB;
+        memcpy(e->card + off, e->auth_job_key, SX_AUTH_KEY_LEN);
+        off += SX_AUTH_KEY_LEN;
+    } else if (auth->required) {
+        e->card[off++] = SX_CARD_AUTH_KEY;
+        memcpy(e->card + off, auth->id, SX_AUTH_ID_LEN);
+        off += SX_AUTH_ID_LEN;
+    } else {
+        e->card[off++] = SX_CARD_AUTH_NONE;
     }
     e->card_len = off;
     return SX_OK;
@@ -162,7 +174,54 @@ static size_t sx_card_parse_tl(const uint8_t *card, size_t len, size_t off, sx_c
         fields[i][n] = '\0';
         off += 1 + n;
     }
-    return tl->name[0] != '\0' ? off : 0;
+    if (tl->name[0] == '\0' || off >= len)
+        return 0;
+    tl->auth = card[off++];
+    size_t need = tl->auth == SX_CARD_AUTH_KEY    ? SX_AUTH_ID_LEN
+                  : tl->auth == SX_CARD_AUTH_JOB  ? SX_AUTH_KEY_LEN
+                  : tl->auth == SX_CARD_AUTH_NONE ? 0
+                                                  : SIZE_MAX;
+    if (need == SIZE_MAX || len - off < need)
+        return 0;
+    if (tl->auth == SX_CARD_AUTH_KEY)
+        memcpy(tl->auth_id, card + off, need);
+    else if (tl->auth == SX_CARD_AUTH_JOB)
+        memcpy(tl->auth_key, card + off, need);
+    return off + need;
+}
+
+int sx_card_auth_check(struct sx_engine *e, const struct sx_peer *peer, const sx_card_tl_t *tl)
+{
+    const sx_auth_t *auth = &e->env.auth;
+    uint8_t ours = e->auth_job      ? SX_CARD_AUTH_JOB
+                   : auth->required ? SX_CARD_AUTH_KEY
+                                    : SX_CARD_AUTH_NONE;
+    static const char *const how[] = {"does not authenticate its datagrams",
+                                      "authenticates with a key of its own (SX_AUTH=<key>)",
+                                      "authenticates with the job's key (SX_AUTH=job)"};
+    char theirs_id[2 * SX_AUTH_ID_LEN + 1], ours_id[2 * SX_AUTH_ID_LEN + 1];
+
+    if (tl->auth != ours) {
+        sx_error("peer", "sx_peer_add: %s %s, this engine %s: SX_AUTH must be the same everywhere",
+                 peer->name, how[tl->auth], how[ours]);
+        return SX_ERR_AUTH;
+    }
+    if (ours != SX_CARD_AUTH_NONE && !sx_auth_on(auth)) {
+        sx_error("peer",
+                 "sx_peer_add: SX_AUTH=job: this engine has no key yet; sx_engine_join brings "
+                 "it (rank 0's), or give the key itself in SX_AUTH");
+        return SX_ERR_AUTH;
+    }
+    if (ours == SX_CARD_AUTH_KEY && memcmp(tl->auth_id, auth->id, SX_AUTH_ID_LEN) != 0) {
+        sx_auth_id_str(tl->auth_id, theirs_id);
+        sx_auth_id_str(auth->id, ours_id);
+        sx_error("peer",
+                 "sx_peer_add: %s's authentication key (id %s) is not this engine's (id %s): "
+                 "SX_AUTH differs between the two",
+                 peer->name, theirs_id, ours_id);
+        return SX_ERR_AUTH;
+    }
+    return SX_OK;
 }
 
 /*

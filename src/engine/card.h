@@ -12,10 +12,13 @@
  *   then the network transport the addresses belong to: u8 length, its
  *   name ("udp", "ofi"); u8 length, its variant ("" for udp, the provider
  *   for ofi)
+ *   then authentication (SX_AUTH; shard/auth.h): u8 mode, 0 none; 1 a key
+ *   given to the engine, then its u8[8] id; 2 the job's key, drawn by this
+ *   engine (sx_engine_join takes rank 0's), then the u8[16] key
  * A card says how to reach each shard over the network transport and how
  * to set channels up; the epoch names this incarnation of the engine.
- * Version 3 added the transport; the addresses stay where version 2 had
- * them.
+ * Version 3 added the transport, version 4 authentication; the addresses
+ * stay where version 2 had them.
  *
  * Every byte of a card comes from outside: sx_card_parse checks lengths,
  * counts and names before it keeps anything, and refuses a card with a
@@ -31,6 +34,7 @@
 #include <stdint.h>
 
 #include "cpc/cpc.h"
+#include "shard/auth.h"
 #include "shard/conn.h"
 
 struct sx_engine;
@@ -38,10 +42,17 @@ struct sx_peer;
 
 #define SX_CARD_NAME 32 /* room for a transport name or variant, with the NUL */
 
-/* The transport section of a card, as parsed. */
+/* SX_AUTH as a card says it (the authentication section). */
+enum { SX_CARD_AUTH_NONE = 0, SX_CARD_AUTH_KEY = 1, SX_CARD_AUTH_JOB = 2 };
+
+/* The sections of a card after the offers, as parsed: the transport and
+ * authentication. */
 typedef struct sx_card_tl {
     char name[SX_CARD_NAME];
     char variant[SX_CARD_NAME];
+    uint8_t auth;                      /* SX_CARD_AUTH_* */
+    uint8_t auth_id[SX_AUTH_ID_LEN];   /* KEY */
+    uint8_t auth_key[SX_AUTH_KEY_LEN]; /* JOB */
 } sx_card_tl_t;
 
 /** The most bytes a card of @p nshards shards can take: each address at
@@ -71,6 +82,14 @@ int sx_card_parse(struct sx_engine *engine, const uint8_t *card, size_t len,
  * SX_ERR_INVALID_PARAM with a log line naming both sides.
  */
 int sx_card_reachable(struct sx_engine *engine, const struct sx_peer *peer, const sx_card_tl_t *tl);
+
+/**
+ * Whether the peer of a parsed card and this engine agree on SX_AUTH:
+ * both off, the same key (by id), or both taking the job's. SX_ERR_AUTH
+ * with a log line that says which way they differ.
+ */
+int sx_card_auth_check(struct sx_engine *engine, const struct sx_peer *peer,
+                       const sx_card_tl_t *tl);
 
 /** Appends the offers section (u8 count, then per offer u8 id, u8
  *  priority, u8 blob length, blob) for @p cpc's components. Returns the

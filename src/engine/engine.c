@@ -69,6 +69,42 @@ static void sx_engine_epoch_init(struct sx_engine *e)
     e->env.epoch = epoch;
 }
 
+/*
+ * SX_AUTH (shard/auth.h): a key given is set now; "job" draws one that
+ * this engine's card carries, and sx_engine_join sets rank 0's. The
+ * value is never logged: it is the key.
+ */
+static int sx_engine_auth_init(struct sx_engine *e)
+{
+    const char *v = e->cfg.auth;
+    uint8_t key[SX_AUTH_KEY_LEN];
+
+    if (v == NULL || v[0] == '\0')
+        return SX_OK;
+    if (!sx_auth_available()) {
+        sx_error("config",
+                 "SX_AUTH is set, but this shardx was built without libsodium, which "
+                 "authenticates datagrams (install libsodium-dev and rebuild; sx_info lists "
+                 "what a build has)");
+        return SX_ERR_UNSUPPORTED;
+    }
+    e->env.auth.required = true;
+    if (strcmp(v, "job") == 0) {
+        e->auth_job = true;
+        return sx_auth_draw_key(e->auth_job_key);
+    }
+    if (!sx_auth_parse_key(v, key)) {
+        sx_error("config",
+                 "invalid value of SX_AUTH (%zu characters, not shown): expected 32 hex digits, "
+                 "a 128-bit key, or \"job\"",
+                 strlen(v));
+        return SX_ERR_INVALID_PARAM;
+    }
+    sx_auth_set_key(&e->env.auth, key);
+    explicit_bzero(key, sizeof(key));
+    return SX_OK;
+}
+
 /* What the shards share (shard/env.h), from the configuration. */
 static void sx_engine_init_env(struct sx_engine *e)
 {
@@ -475,6 +511,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
         goto fail;
     sx_engine_init_env(e);
     sx_engine_epoch_init(e);
+    rc = sx_engine_auth_init(e);
+    if (rc != SX_OK)
+        goto fail;
     rc = sx_engine_create_shards(e);
     if (rc != SX_OK)
         goto fail;

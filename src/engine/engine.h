@@ -79,6 +79,10 @@ struct sx_engine {
      * 1024 shards with every address fit (card.h). */
     uint8_t *card;
     size_t card_len;
+    /* SX_AUTH=job: the key this engine drew, which its card carries; the
+     * job's is rank 0's (sx_engine_join). */
+    bool auth_job;
+    uint8_t auth_job_key[16];
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;
     int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */

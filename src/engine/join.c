@@ -12,6 +12,7 @@
 #include "cpc/cpc.h"
 #include "engine/card.h"
 #include "engine/engine.h"
+#include "shard/peer.h"
 
 int sx_engine_bootstrap_init(struct sx_engine *e)
 {
@@ -51,6 +52,36 @@ void sx_engine_bootstrap_fini(struct sx_engine *e)
     if (e->oob != NULL)
         sx_oob_close(e->oob);
     e->oob = NULL;
+}
+
+/*
+ * SX_AUTH=job: the job's key is rank 0's, from its card, set before the
+ * first peer is added (every rank's first is rank 0). A rank 0 that
+ * gives none (SX_AUTH differs there) is refused here by name; the other
+ * mismatches are sx_peer_add's to report (sx_card_auth_check).
+ */
+static int sx_join_adopt_key(struct sx_engine *e, const uint8_t *card, size_t len)
+{
+    struct sx_peer *peer = NULL;
+    sx_conn_offer_t offers[SX_CPC_MAX];
+    unsigned noffers = 0;
+    sx_card_tl_t tl;
+
+    int rc = sx_card_parse(e, card, len, &peer, offers, &noffers, &tl);
+    if (rc != SX_OK)
+        return rc;
+    sx_peer_discard(peer);
+    if (tl.auth != SX_CARD_AUTH_JOB) {
+        sx_error("engine",
+                 "sx_engine_join: SX_AUTH=job here, but rank 0 %s: SX_AUTH must be the same "
+                 "everywhere",
+                 tl.auth == SX_CARD_AUTH_NONE ? "does not authenticate"
+                                              : "has a key of its own (SX_AUTH=<key>)");
+        return SX_ERR_AUTH;
+    }
+    sx_auth_set_key(&e->env.auth, tl.auth_key);
+    explicit_bzero(tl.auth_key, sizeof(tl.auth_key));
+    return SX_OK;
 }
 
 static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
@@ -94,6 +125,8 @@ static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
         char name[32];
         snprintf(name, sizeof(name), "rank %u", r);
         sx_peer_params_t pp = {.field_mask = SX_PEER_PARAM_NAME, .name = name};
+        if (rc == SX_OK && r == 0 && e->auth_job && !sx_auth_on(&e->env.auth))
+            rc = sx_join_adopt_key(e, card, len);
         if (rc == SX_OK)
             rc = sx_peer_add_ex(e, r, card, len, &pp, &peers[r]);
         if (rc != SX_OK)

@@ -36,7 +36,9 @@ static int peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t le
         snprintf(peer->name, sizeof(peer->name), "peer %llu", (unsigned long long)peer_id);
     peer->engine = e;
     peer->is_self = (peer->epoch == e->env.epoch);
-    if (!peer->is_self && (rc = sx_card_reachable(e, peer, &tl)) != SX_OK) {
+    /* Sends to ourselves take the self transport, which carries no tag. */
+    if (!peer->is_self && ((rc = sx_card_reachable(e, peer, &tl)) != SX_OK ||
+                           (rc = sx_card_auth_check(e, peer, &tl)) != SX_OK)) {
         sx_peer_discard(peer);
         return rc;
     }

@@ -48,10 +48,14 @@ void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
     sx_op_release(op);
 }
 
-/* Queues an internal op (a response) and marks the channel ready. */
+/* Queues an internal op (a response, a refusal) and marks the channel
+ * ready. */
 void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op)
 {
-    c->resp_queued++;
+    if (op->kind == SX_OP_REFUSE)
+        c->refuse_queued++;
+    else
+        c->resp_queued++;
     op->queued_ns = sx_time_coarse_ns();
     sx_op_append(&c->sendq, &c->sendq_tail, op);
     sx_chan_kick_locked(c);
@@ -86,6 +90,9 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     c->shard = shard;
     c->lane = lane;
     c->tl = peer->is_self ? SX_SHARD_TL_SELF : SX_SHARD_TL_NET;
+    /* The key is set before the first peer (sx_peer_add refuses one
+     * without it), so a channel's datagrams are sealed from its first. */
+    c->tag_len = c->tl == SX_SHARD_TL_NET && sx_auth_on(&shard->env->auth) ? SX_WIRE_TAG_LEN : 0;
     sx_tl_iface_t *iface = shard->ifaces[c->tl];
     int rc = iface->ops->addr_insert(iface, peer->addr[lane].bytes, peer->addr[lane].len, &c->dest);
     if (rc != SX_OK) {

@@ -56,10 +56,11 @@
 
 /* What an operation is. */
 typedef enum sx_op_kind {
-    SX_OP_AM = 0,   /* active message; completes on the cumulative ACK */
-    SX_OP_PUT = 1,  /* write into remote memory; completes on the target's response */
-    SX_OP_GET = 2,  /* read remote memory; completes when the last data arrives */
-    SX_OP_RESP = 3, /* a target's response to PUT or GET; internal, no completion */
+    SX_OP_AM = 0,     /* active message; completes on the cumulative ACK */
+    SX_OP_PUT = 1,    /* write into remote memory; completes on the target's response */
+    SX_OP_GET = 2,    /* read remote memory; completes when the last data arrives */
+    SX_OP_RESP = 3,   /* a target's response to PUT or GET; internal, no completion */
+    SX_OP_REFUSE = 4, /* a refusal of the peer's message (AM_REFUSE); internal */
 } sx_op_kind_t;
 
 /* An operation queued on a channel. */
@@ -74,10 +75,12 @@ typedef struct sx_op {
     bool more;       /* AM: sent with SX_SEND_MORE; its push holds the shard's flush */
     bool cached;     /* from sx_op_alloc: sx_op_release may keep it (op_cache.h) */
     uint16_t iovcnt;
-    uint32_t last_seq; /* sequence number of the packet with its last byte */
-    uint64_t len;      /* total bytes (PUT, GET: of the remote range) */
-    uint64_t off;      /* bytes cut into packets so far */
-    unsigned cur_iov;  /* cursor into iov for the next byte */
+    uint32_t last_seq;    /* sequence number of the packet with its last byte */
+    uint32_t first_seq;   /* AM: ... with its first frame, and that frame's index */
+    uint16_t first_frame; /* (an AM_REFUSE names the message so); REFUSE: ditto */
+    uint64_t len;         /* total bytes (PUT, GET: of the remote range) */
+    uint64_t off;         /* bytes cut into packets so far */
+    unsigned cur_iov;     /* cursor into iov for the next byte */
     size_t cur_off;
     struct iovec iov[SX_OP_IOV_MAX]; /* the data to send (AM, PUT, RESP to a GET) */
     uint64_t raddr;                  /* PUT, GET: remote address */
@@ -131,6 +134,7 @@ typedef struct sx_chan {
     sx_shard_t *shard;
     unsigned lane;     /* remote shard index */
     unsigned tl;       /* which of the shard's interfaces */
+    uint8_t tag_len;   /* SX_AUTH: bytes of tag after each datagram's payload (0: none) */
     sx_tl_dest_t dest; /* resolved address of the remote shard */
     int failed;        /* 0, or the status operations now fail with */
 
@@ -144,8 +148,18 @@ typedef struct sx_chan {
     sx_op_t *ackq, *ackq_tail; /* fully sent, waiting for the cumulative ACK */
     sx_op_t *rmaq, *rmaq_tail; /* PUT and GET sent, waiting for the target's answer */
     uint32_t next_op_id;
-    unsigned rma_outstanding;   /* our PUT and GET not yet answered */
-    unsigned resp_queued;       /* answers we owe the peer, not yet sent */
+    unsigned rma_outstanding; /* our PUT and GET not yet answered */
+    unsigned resp_queued;     /* answers we owe the peer, not yet sent */
+    /* Refusals of the peer's messages (wire.h): while `hold`, the
+     * cumulative ACK stays at hold_seq, the oldest packet with a refused
+     * message, and hold_sack marks what arrived after it; it lets go when
+     * every AM_REFUSE frame is sent (refuse_queued 0) and acknowledged
+     * (refuse_last_seq, the packet of the latest, before snd_una). */
+    bool hold;
+    uint32_t hold_seq;
+    uint64_t hold_sack;
+    unsigned refuse_queued;
+    uint32_t refuse_last_seq;
     sx_txpkt_t *rtx, *rtx_tail; /* packets to send again */
     uint32_t last_ack;
     unsigned dupacks;

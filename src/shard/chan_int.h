@@ -49,8 +49,8 @@ static inline bool sx_chan_rwnd_open(const sx_chan_t *c)
 
 /* chan.c */
 
-/** Queues a target's response (an internal op, no completion) and marks
- *  the channel ready. */
+/** Queues a target's response or a refusal (SX_OP_REFUSE): an internal
+ *  op, no completion; and marks the channel ready. */
 void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op);
 
 /* chan_tx.c */
@@ -97,6 +97,10 @@ void sx_chan_ack_timer(sx_timer_t *timer, void *arg);
 
 /** Counts a frame dropped for @p why. */
 void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why);
+
+/** After snd_una moved: lets go of a held acknowledgement once every
+ *  refusal is sent and acknowledged (wire.h, "Refusals"). */
+void sx_chan_hold_check_locked(sx_chan_t *c);
 
 /** The receive window to advertise now: packets from rcv_nxt on, and
  *  bytes, that the ring has room for beside the backlog (SX_MAX_INFLIGHT

@@ -86,7 +86,8 @@ struct sx_chan_frags {
 
 void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard, uint64_t now)
 {
-    size_t sent = pkt->len > c->dgram_max ? c->dgram_max : pkt->len;
+    size_t len = pkt->len + c->tag_len; /* the datagram, with its tag */
+    size_t sent = len > c->dgram_max ? c->dgram_max : len;
     size_t next = sx_conn_size_below(sent);
 
     if (!sx_chan_iface(c)->caps.sync_send || next == 0) {
@@ -130,15 +131,17 @@ bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
 {
     sx_tl_iface_t *iface = sx_chan_iface(c);
     size_t total = pkt->len - SX_WIRE_HDR_LEN;
-    size_t slice = c->dgram_max - SX_WIRE_HDR_LEN - SX_WIRE_FRAG_LEN;
+    size_t over = SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN + c->tag_len;
+    if (c->dgram_max <= over)
+        return false;
+    size_t slice = c->dgram_max - over;
     size_t count = (total + slice - 1) / slice;
 
-    if (!iface->caps.sync_send || c->dgram_max <= SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN || count < 2 ||
-        count > SX_WIRE_FRAG_MAX)
+    if (!iface->caps.sync_send || count < 2 || count > SX_WIRE_FRAG_MAX)
         return false;
     sx_wire_hdr_t h = {
         .type = SX_PKT_DATA,
-        .flags = SX_PKTF_ACK | SX_PKTF_FRAG,
+        .flags = (uint16_t)(SX_PKTF_ACK | SX_PKTF_FRAG | (c->tag_len ? SX_PKTF_AUTH : 0)),
         .src_shard = (uint16_t)c->shard->index,
         .dst_shard = (uint16_t)c->lane,
         .src_epoch = c->shard->env->epoch,
@@ -151,6 +154,7 @@ bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
     sx_shard_tx_post_locked(c->shard);
 
     uint8_t heads[SX_FRAG_BATCH][SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN];
+    uint8_t tags[SX_FRAG_BATCH][SX_WIRE_TAG_LEN];
     sx_tl_tx_t tx[SX_FRAG_BATCH];
     for (size_t first = 0; first < count; first += SX_FRAG_BATCH) {
         unsigned n = 0, posted = 0;
@@ -175,6 +179,11 @@ bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
             tx[n] = (sx_tl_tx_t){.dest = c->dest, .iovcnt = 2};
             tx[n].iov[0] = (struct iovec){head, sizeof(heads[n])};
             tx[n].iov[1] = (struct iovec){(void *)data, len};
+            if (c->tag_len) {
+                sx_auth_seal(&c->shard->env->auth, head, sizeof(heads[n]), data, len, tags[n]);
+                tx[n].iov[2] = (struct iovec){tags[n], SX_WIRE_TAG_LEN};
+                tx[n].iovcnt = 3;
+            }
         }
         int rc = iface->ops->post_send(iface, tx, n, &posted);
         sx_stat_add(&c->shard->stats.frags_sent, posted);
@@ -305,7 +314,7 @@ void sx_chan_recv_frag_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
     /* Whole: the packet as it was sent, with the latest fragment's
      * acknowledgement, goes the way of any other. */
     sx_wire_hdr_t whole = *h;
-    whole.flags &= (uint16_t) ~(SX_PKTF_FRAG | SX_PKTF_CRC);
+    whole.flags &= (uint16_t) ~(SX_PKTF_FRAG | SX_PKTF_CRC | SX_PKTF_AUTH);
     whole.payload_len = s->total;
     uint8_t *buf = s->buf;
     size_t whole_len = SX_WIRE_HDR_LEN + (size_t)s->total;

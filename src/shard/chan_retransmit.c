@@ -176,7 +176,9 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
  * that size. A packet resent in fragments went as datagrams of dgram_max. */
 static inline void chan_pmtu_acked(sx_chan_t *c, const sx_txpkt_t *pkt)
 {
-    uint32_t len = pkt->len < c->dgram_max ? pkt->len : (uint32_t)c->dgram_max;
+    uint32_t len = pkt->len + c->tag_len; /* the datagram, with its tag */
+    if (len > c->dgram_max)
+        len = (uint32_t)c->dgram_max;
     if (len > c->pmtu_acked_len)
         c->pmtu_acked_len = len;
 }
@@ -188,8 +190,11 @@ static void chan_complete_acked(sx_chan_t *c)
         c->ackq = op->next;
         if (c->ackq == NULL)
             c->ackq_tail = NULL;
-        sx_op_complete_locked(c->shard, op, SX_OK);
-        sx_stat_add(&c->shard->stats.ops_completed, 1);
+        /* SX_OK, or the refusal the peer sent before this ACK (wire.h). */
+        int status = op->status;
+        sx_op_complete_locked(c->shard, op, status);
+        if (status == SX_OK)
+            sx_stat_add(&c->shard->stats.ops_completed, 1);
     }
 }
 
@@ -398,6 +403,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             (void)sx_chan_arm_locked(c, oldest, now);
         (void)chan_take_rwnd(c, h);
         chan_complete_acked(c);
+        sx_chan_hold_check_locked(c);
         if (c->sendq != NULL)
             sx_chan_kick_locked(c);
         /* Everything is acknowledged, but PUT and GET still wait for the

@@ -52,6 +52,143 @@ void sx_chan_drop_frame_locked(sx_chan_t *c, sx_drop_reason_t why)
     sx_debug("chan", "%s: frame dropped: %s", c->peer->name, sx_drop_reason_text(why));
 }
 
+/* ------------------------------------------------------------ refusals */
+
+/* Why the message whose first frame is @p f will not be delivered, as it
+ * arrives: larger than SX_MAX_MSG_SIZE (a message that fits one frame
+ * too), or for a tag without a handler; SX_OK to take it. */
+static int chan_refusal(const sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    uint64_t size = f->kind == SX_FRAME_AM_FIRST ? f->total : f->len;
+
+    if (size > c->shard->env->conf.max_msg)
+        return SX_ERR_TRUNCATED;
+    if (sx_handlers_am(c->shard->env->handlers, f->tag) == NULL)
+        return SX_ERR_NOT_FOUND;
+    return SX_OK;
+}
+
+/*
+ * Refuses the message whose first frame is frame @p idx of the peer's
+ * packet @p seq, which is being taken in order now, before any ACK past
+ * it went out: an AM_REFUSE goes back, and the cumulative ACK holds at
+ * the oldest refused packet until every refusal is acknowledged, so the
+ * sender learns of it before its message could complete (wire.h).
+ */
+static void chan_refuse(sx_chan_t *c, uint32_t seq, unsigned idx, const sx_wire_frame_t *f,
+                        int status)
+{
+    uint64_t size = f->kind == SX_FRAME_AM_FIRST ? f->total : f->len;
+
+    if (status == SX_ERR_TRUNCATED)
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_TOO_LARGE], 1);
+    else
+        sx_stat_add(&c->shard->stats.am_no_handler, 1);
+    sx_stat_add(&c->shard->stats.am_refused, 1);
+    sx_warn_ratelimited("chan",
+                        "message with tag %u (%llu bytes) from %s refused: %s; its send "
+                        "fails with %s",
+                        f->tag, (unsigned long long)size, c->peer->name,
+                        status == SX_ERR_TRUNCATED ? "larger than SX_MAX_MSG_SIZE here"
+                                                   : "no handler registered for the tag",
+                        sx_status_name(status));
+    if (c->refuse_queued >= SX_RMA_OUTSTANDING_MAX) {
+        sx_chan_fail_why_locked(c, SX_ERR_PROTO,
+                                "the peer sent more refused messages than this engine keeps "
+                                "refusals for (4096 unanswered)");
+        return;
+    }
+    sx_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL) {
+        sx_chan_fail_why_locked(c, SX_ERR_NO_MEMORY, "no memory to refuse a message");
+        return;
+    }
+    op->peer = c->peer;
+    op->lane = c->lane;
+    op->kind = SX_OP_REFUSE;
+    op->first_seq = seq;
+    op->first_frame = (uint16_t)idx;
+    op->status = status;
+    if (!c->hold) {
+        c->hold = true;
+        c->hold_seq = seq;
+    }
+    sx_chan_queue_resp_locked(c, op);
+}
+
+void sx_chan_hold_check_locked(sx_chan_t *c)
+{
+    if (c->hold && c->refuse_queued == 0 && sx_u32_before(c->refuse_last_seq, c->snd_una)) {
+        c->hold = false;
+        c->ack_now = true; /* the sender waits for this ACK */
+        sx_chan_kick_locked(c);
+    }
+}
+
+/* The peer refused one of our messages: it completes with the status the
+ * refusal gives when its ACK comes, which the peer holds back until then.
+ * A refusal that names no message of ours is dropped. */
+static void chan_recv_refuse(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    int st = f->refuse.status;
+    sx_op_t *lists[2] = {c->ackq, c->sendq}, *op = NULL;
+
+    if (st == SX_ERR_TRUNCATED || st == SX_ERR_NOT_FOUND) {
+        for (int i = 0; i < 2 && op == NULL; i++) {
+            for (op = lists[i]; op != NULL; op = op->next) {
+                if (op->kind == SX_OP_AM && op->started && op->first_seq == f->refuse.seq &&
+                    op->first_frame == f->refuse.frame)
+                    break;
+            }
+        }
+    }
+    if (op == NULL || op->status != SX_OK) {
+        sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+        return;
+    }
+    op->status = st;
+    sx_stat_add(&c->shard->stats.am_refused_by_peer, 1);
+    sx_warn_ratelimited("chan", "message with tag %u (%llu bytes) to %s refused there: %s (%s)",
+                        op->tag, (unsigned long long)op->len, c->peer->name,
+                        st == SX_ERR_TRUNCATED ? "larger than its SX_MAX_MSG_SIZE"
+                                               : "no handler registered for the tag",
+                        sx_status_name(st));
+}
+
+/*
+ * A packet taken in order now but handed up later (the service keeps it,
+ * or it waits behind a backlog), after its ACK went out: refusals are
+ * decided here, before that ACK, and marked in the kept copy for the
+ * delivery to skip; refusals from the peer are taken here too, before
+ * the ACK that would complete the message they name. What the wire says
+ * in the mark's bit is cleared first.
+ */
+static void chan_scan_kept(sx_chan_t *c, uint32_t seq, uint8_t *buf, size_t len)
+{
+    uint8_t *payload = buf + SX_WIRE_HDR_LEN;
+    size_t plen = len - SX_WIRE_HDR_LEN, off = 0, at = 0;
+    unsigned idx = 0;
+    sx_wire_frame_t f;
+
+    while (sx_wire_next_frame(payload, plen, &off, &f) == 1) {
+        uint8_t *fh = payload + at;
+        uint16_t flags = (uint16_t)(fh[2] | fh[3] << 8) & (uint16_t)~SX_FRAMEF_REFUSED;
+        int st = SX_OK;
+        if (f.kind == SX_FRAME_AM || (f.kind == SX_FRAME_AM_FIRST && f.len <= f.total))
+            st = chan_refusal(c, &f);
+        if (st != SX_OK) {
+            flags |= SX_FRAMEF_REFUSED;
+            chan_refuse(c, seq, idx, &f, st);
+        }
+        fh[2] = (uint8_t)flags;
+        fh[3] = (uint8_t)(flags >> 8);
+        if (f.kind == SX_FRAME_AM_REFUSE)
+            chan_recv_refuse(c, &f);
+        at = off;
+        idx++;
+    }
+}
+
 static void chan_abort_assembly(sx_chan_t *c)
 {
     free(c->asm_buf);
@@ -60,26 +197,35 @@ static void chan_abort_assembly(sx_chan_t *c)
     c->asm_drop = false;
 }
 
-/* One in-order packet's frames. Reliability already made this packet
- * exactly-once and in order, so chunks of a message arrive consecutively. */
-/* Delivers a packet's frames in order; returns how many it held. */
-static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t len)
+/*
+ * Delivers the frames of the peer's packet @p seq in order; returns how
+ * many it held. Reliability already made this packet exactly-once and in
+ * order, so chunks of a message arrive consecutively. @p scanned: the
+ * packet went through chan_scan_kept, which decided its refusals and
+ * took its AM_REFUSE frames; else both happen here, as it arrives.
+ */
+static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *payload, size_t len,
+                                    bool scanned)
 {
     unsigned frames = 0;
     size_t off = 0;
     sx_wire_frame_t f;
-    int r;
+    int r, st;
 
     while ((r = sx_wire_next_frame(payload, len, &off, &f)) == 1) {
         frames++;
         bool assembling = c->asm_buf != NULL || c->asm_drop;
+        bool refused = scanned && (f.flags & SX_FRAMEF_REFUSED);
         switch (f.kind) {
         case SX_FRAME_AM:
             if (assembling) {
                 sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
                 chan_abort_assembly(c);
             }
-            chan_deliver_am(c, f.tag, f.data, f.len);
+            if (!scanned && (st = chan_refusal(c, &f)) != SX_OK)
+                chan_refuse(c, seq, frames - 1, &f, st);
+            else if (!refused)
+                chan_deliver_am(c, f.tag, f.data, f.len);
             break;
         case SX_FRAME_AM_FIRST:
             if (assembling) {
@@ -89,8 +235,13 @@ static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t
             c->asm_total = f.total;
             c->asm_got = f.len;
             c->asm_tag = f.tag;
-            if (f.total > c->shard->env->conf.max_msg || f.len > f.total) {
-                sx_chan_drop_frame_locked(c, f.len > f.total ? SX_DROP_FRAME : SX_DROP_TOO_LARGE);
+            if (f.len > f.total) {
+                sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
+                c->asm_drop = true;
+            } else if (refused) {
+                c->asm_drop = true; /* refused as it arrived (chan_scan_kept) */
+            } else if (!scanned && (st = chan_refusal(c, &f)) != SX_OK) {
+                chan_refuse(c, seq, frames - 1, &f, st);
                 c->asm_drop = true;
             } else if ((c->asm_buf = malloc(f.total ? f.total : 1)) == NULL) {
                 sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER);
@@ -117,6 +268,10 @@ static unsigned chan_deliver_packet(sx_chan_t *c, const uint8_t *payload, size_t
             break;
         case SX_FRAME_RMA_RESP:
             sx_chan_recv_resp_locked(c, &f);
+            break;
+        case SX_FRAME_AM_REFUSE:
+            if (!scanned)
+                chan_recv_refuse(c, &f);
             break;
         default:
             sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
@@ -174,6 +329,16 @@ static void chan_update_sack(sx_chan_t *c)
         }
     }
     c->rcv_sack = sack;
+    if (c->hold) {
+        /* The same, seen from the held ACK: all before rcv_nxt arrived. */
+        sack = 0;
+        for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
+            uint32_t s = c->hold_seq + 1 + i;
+            if (sx_u32_before(s, c->rcv_nxt) || ooo_has(c, s))
+                sack |= 1ull << i;
+        }
+        c->hold_sack = sack;
+    }
 }
 
 /*
@@ -225,7 +390,9 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
 static void chan_absorb_kept(sx_chan_t *c)
 {
     while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
-        uint32_t len = c->ooo[c->rcv_nxt & (sx_chan_window(c) - 1)].len;
+        uint32_t i = c->rcv_nxt & (sx_chan_window(c) - 1);
+        uint32_t len = c->ooo[i].len;
+        chan_scan_kept(c, c->rcv_nxt, c->ooo[i].buf, len);
         c->ooo_count--;
         c->ooo_bytes -= len;
         c->backlog_bytes += len;
@@ -264,7 +431,7 @@ unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c)
         c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
         c->backlog_bytes -= len;
         c->rcv_dlv++;
-        chan_deliver_packet(c, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN);
+        chan_deliver_packet(c, c->rcv_dlv - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, true);
         free(buf);
         n++;
     }
@@ -285,7 +452,7 @@ static void chan_deliver_kept(sx_chan_t *c)
         c->ooo_count--;
         c->ooo_bytes -= len;
         c->rcv_nxt++;
-        chan_deliver_packet(c, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN);
+        chan_deliver_packet(c, c->rcv_nxt - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, false);
         free(buf);
         if (c->failed)
             return;
@@ -335,7 +502,8 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
             (void)sx_chan_deliver_backlog_locked(c);
     } else if (h->seq == c->rcv_nxt) {
         c->rcv_nxt++;
-        unsigned frames = chan_deliver_packet(c, data + SX_WIRE_HDR_LEN, h->payload_len);
+        unsigned frames =
+            chan_deliver_packet(c, h->seq, data + SX_WIRE_HDR_LEN, h->payload_len, false);
         if (!c->failed)
             chan_deliver_kept(c);
         c->rcv_dlv = c->rcv_nxt;

@@ -130,6 +130,8 @@ static uint8_t op_frame_kind(const sx_op_t *op)
         return SX_FRAME_PUT;
     case SX_OP_GET:
         return SX_FRAME_GET_REQ;
+    case SX_OP_REFUSE:
+        return SX_FRAME_AM_REFUSE;
     default:
         return SX_FRAME_RMA_RESP;
     }
@@ -218,6 +220,13 @@ void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h)
     sx_chan_rwnd_locked(c, &h->rwnd_pkts, &h->rwnd_bytes);
     c->rwnd_adv_pkts = h->rwnd_pkts;
     c->rwnd_adv_bytes = h->rwnd_bytes;
+    if (c->hold) {
+        /* A refusal is on its way (wire.h): not past the refused packet,
+         * and the window's right edge where it was. */
+        h->ack = c->hold_seq;
+        h->sack = c->hold_sack;
+        h->rwnd_pkts += c->rcv_nxt - c->hold_seq;
+    }
 }
 
 static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t seq,
@@ -225,7 +234,7 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
 {
     sx_wire_hdr_t h = {
         .type = type,
-        .flags = (uint16_t)(SX_PKTF_ACK | flags),
+        .flags = (uint16_t)(SX_PKTF_ACK | flags | (c->tag_len ? SX_PKTF_AUTH : 0)),
         .src_shard = (uint16_t)c->shard->index,
         .dst_shard = (uint16_t)c->lane,
         .src_epoch = c->shard->env->epoch,
@@ -258,6 +267,12 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
     case SX_OP_GET:
         sx_op_append(&c->rmaq, &c->rmaq_tail, op);
         break;
+    case SX_OP_REFUSE:
+        /* The hold lets go once this packet is acknowledged. */
+        c->refuse_queued--;
+        c->refuse_last_seq = op->last_seq;
+        free(op);
+        break;
     default:
         c->resp_queued--;
         free(op); /* a response: the packet holds a copy, nobody waits */
@@ -271,7 +286,7 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
     frame_plan_t plan[SX_PKT_MAX_FRAMES];
     size_t mtu = c->dgram_max;
     size_t bytes;
-    unsigned n = chan_plan_packet(c, mtu - SX_WIRE_HDR_LEN, plan, &bytes);
+    unsigned n = chan_plan_packet(c, mtu - SX_WIRE_HDR_LEN - c->tag_len, plan, &bytes);
 
     if (n == 0)
         return NULL;
@@ -297,6 +312,14 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
             f.resp.op_id = op->op_id;
             f.resp.status = op->status;
             f.resp.offset = op->off;
+        } else if (op->kind == SX_OP_REFUSE) {
+            f.refuse.seq = op->first_seq;
+            f.refuse.frame = op->first_frame;
+            f.refuse.status = op->status;
+        } else if (!op->started) {
+            /* Where a refusal of this message will point (wire.h). */
+            op->first_seq = seq;
+            op->first_frame = (uint16_t)i;
         }
         if (op->from_region) {
             p = sx_chan_write_region_frame_locked(c, op, &f, p, plan[i].len);
@@ -390,7 +413,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->ack_pending = 0;
         c->ack_now = false;
         /* Built before the path's MTU was found smaller (chan_pmtu.c). */
-        if (pkt->len <= c->dgram_max || !sx_chan_send_frags_locked(c, pkt))
+        if (pkt->len + c->tag_len <= c->dgram_max || !sx_chan_send_frags_locked(c, pkt))
             chan_stage(c, pkt->data, pkt->len, pkt);
         c->rtx = pkt->rtx_next;
         if (c->rtx == NULL)

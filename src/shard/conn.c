@@ -110,24 +110,28 @@ static void conn_peer_addr(const sx_chan_t *c, char *buf, size_t cap)
 static void conn_send(sx_chan_t *c, sx_ctrl_t *ctrl, size_t total_len, bool raw)
 {
     const sx_shard_env_t *env = c->shard->env;
-    uint8_t small[SX_WIRE_HDR_LEN + SX_CTRL_LEN];
+    uint8_t small[SX_WIRE_HDR_LEN + SX_CTRL_LEN + SX_WIRE_TAG_LEN];
     uint8_t *buf = small;
+    size_t tag = c->tag_len; /* SX_AUTH: within total_len, after the payload */
 
+    if (total_len < SX_WIRE_HDR_LEN + SX_CTRL_LEN + tag)
+        total_len = SX_WIRE_HDR_LEN + SX_CTRL_LEN + tag;
     if (total_len > sizeof(small)) {
         buf = calloc(1, total_len);
         if (buf == NULL)
             return; /* the retry timer tries again */
     } else {
-        total_len = sizeof(small);
+        memset(small, 0, sizeof(small));
     }
     ctrl->cpc = c->conn_method->ops->id;
     ctrl->mtu = (uint32_t)c->pmtu_ceiling;
     ctrl->window = env->conf.window;
     ctrl->isn = c->snd_isn;
     sx_ctrl_write(buf + SX_WIRE_HDR_LEN, ctrl);
-    uint16_t payload = (uint16_t)(total_len - SX_WIRE_HDR_LEN);
+    uint16_t payload = (uint16_t)(total_len - SX_WIRE_HDR_LEN - tag);
     sx_wire_hdr_t h = {
         .type = SX_PKT_CTRL,
+        .flags = tag ? SX_PKTF_AUTH : 0,
         .src_shard = (uint16_t)c->shard->index,
         .dst_shard = (uint16_t)c->lane,
         .src_epoch = env->epoch,
@@ -136,6 +140,8 @@ static void conn_send(sx_chan_t *c, sx_ctrl_t *ctrl, size_t total_len, bool raw)
     };
     uint32_t crc = env->conf.checksum ? sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload) : 0;
     sx_wire_write_hdr(buf, &h, env->conf.checksum ? &crc : NULL);
+    if (tag)
+        sx_auth_seal(&env->auth, buf, total_len - tag, NULL, 0, buf + total_len - tag);
     int rc = raw ? sx_chan_send_raw_locked(c, buf, total_len)
                  : c->conn_method->ops->send_ctrl_locked(c->conn_method, c, buf, total_len);
     if (rc != SX_OK)
@@ -458,7 +464,8 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
             conn_up(c);
         break;
     case SX_CTRL_PROBE:
-        if (m.probe_len != h->payload_len + (uint32_t)SX_WIRE_HDR_LEN) {
+        if (m.probe_len != h->payload_len + (uint32_t)SX_WIRE_HDR_LEN +
+                               ((h->flags & SX_PKTF_AUTH) ? SX_WIRE_TAG_LEN : 0u)) {
             conn_drop(c, "probe length disagrees with the datagram");
             return;
         }

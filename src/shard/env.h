@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shard/auth.h"
+
 struct sx_peer_table;
 struct sx_handlers;
 struct sx_mem_table;
@@ -68,6 +70,9 @@ typedef struct sx_shard_env {
      * shards by the given time. */
     uint64_t sendi_hold_ns;
     void (*svc_hold)(void *svc_arg, uint64_t at);
+    /* SX_AUTH: the key every network datagram is sealed and checked with
+     * (shard/auth.h). */
+    sx_auth_t auth;
 } sx_shard_env_t;
 
 #endif /* SX_SHARD_ENV_H */

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/le.h"
 #include "common/log.h"
 #include "locks/rcu_table.h"
 #include "common/time.h"
@@ -307,6 +308,14 @@ void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
     q->tx[i].iovcnt = 1;
     q->tx[i].iov[0].iov_base = (void *)data;
     q->tx[i].iov[0].iov_len = len;
+    /* SX_AUTH: a datagram whose header asks for a tag gets it here, as it
+     * leaves, so a retransmission's new acknowledgement is under it. */
+    if (len >= SX_WIRE_HDR_LEN && (sx_get16(data + 2) & SX_PKTF_AUTH)) {
+        sx_auth_seal(&shard->env->auth, data, len, NULL, 0, q->tag[i]);
+        q->tx[i].iov[1].iov_base = q->tag[i];
+        q->tx[i].iov[1].iov_len = SX_WIRE_TAG_LEN;
+        q->tx[i].iovcnt = 2;
+    }
     q->tx[i].ctx = pkt;
     q->chan[i] = chan;
     q->pkt[i] = pkt;
@@ -385,6 +394,34 @@ static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire
     return c;
 }
 
+/* Checks an SX_AUTH tag and takes it off (*len_p); the drop reason. */
+static sx_drop_reason_t sx_shard_auth_check(sx_shard_t *shard, const sx_wire_hdr_t *h,
+                                            const uint8_t *data, size_t *len_p)
+{
+    const sx_auth_t *auth = &shard->env->auth;
+    bool tagged = (h->flags & SX_PKTF_AUTH) != 0;
+
+    if (!auth->required && !tagged)
+        return SX_DROP_NONE;
+    /* SX_AUTH=job before sx_engine_join brought the key: no peer can be
+     * added until then, so this is a faster rank's first datagram, not a
+     * forgery; its retransmission will find the key. */
+    if (auth->required && !sx_auth_on(auth))
+        return SX_DROP_UNKNOWN_PEER;
+    if (!tagged || !auth->required || !sx_auth_check(auth, data, *len_p)) {
+        sx_warn_ratelimited("shard", "shard %u: datagram dropped: %s (SX_AUTH; counter drop_auth)",
+                            shard->index,
+                            !auth->required ? "it carries an authentication tag and this "
+                                              "engine has no key"
+                            : !tagged       ? "it carries no authentication tag"
+                                            : "its tag is not this job's key's (forged, "
+                                              "altered, or another SX_AUTH)");
+        return SX_DROP_AUTH;
+    }
+    *len_p -= SX_WIRE_TAG_LEN;
+    return SX_DROP_NONE;
+}
+
 static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
                                      size_t len, bool via_oob)
 {
@@ -393,6 +430,11 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
 
     sx_stat_add(&shard->stats.rx_packets, 1);
     sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
+    /* SX_AUTH: the tag first, before any field is believed; the rest of
+     * the path sees the datagram without it. The self transport never
+     * leaves the process and carries no tag. */
+    if (why == SX_DROP_NONE && tl != SX_SHARD_TL_SELF)
+        why = sx_shard_auth_check(shard, &h, data, &len);
     if (why == SX_DROP_NONE && h.dst_shard != shard->index)
         why = SX_DROP_SHARD;
     if (why == SX_DROP_NONE && via_oob && h.type != SX_PKT_CTRL)

@@ -85,6 +85,8 @@ struct sx_shard_guest {
     X(ops_completed, "operations completed successfully")                                        \
     X(am_delivered, "active messages delivered to handlers")                                     \
     X(am_no_handler, "active messages dropped for want of a handler")                            \
+    X(am_refused, "the peer's messages refused (too large, no handler): their sends fail")       \
+    X(am_refused_by_peer, "our messages the peer refused: their sends fail with its reason")     \
     X(chan_failures, "channels failed")                                                          \
     X(ctrl_sent, "connection control messages sent")                                             \
     X(ctrl_received, "connection control messages accepted")                                     \
@@ -129,6 +131,7 @@ typedef struct sx_shard_txq {
     struct sx_chan *chan[SX_SHARD_TX_BATCH];
     struct sx_txpkt *pkt[SX_SHARD_TX_BATCH]; /* NULL for an ACK */
     uint8_t ack_buf[SX_SHARD_TX_BATCH][SX_WIRE_HDR_LEN];
+    uint8_t tag[SX_SHARD_TX_BATCH][SX_WIRE_TAG_LEN]; /* SX_AUTH: each datagram's tag */
 } sx_shard_txq_t;
 
 struct sx_shard {

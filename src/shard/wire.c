@@ -145,7 +145,8 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         return SX_DROP_TYPE;
     if (hdr->flags & ~SX_PKTF_KNOWN)
         return SX_DROP_FLAGS;
-    if ((size_t)hdr->payload_len != len - SX_WIRE_HDR_LEN)
+    size_t tag = (hdr->flags & SX_PKTF_AUTH) ? SX_WIRE_TAG_LEN : 0;
+    if (len - SX_WIRE_HDR_LEN < tag || (size_t)hdr->payload_len != len - SX_WIRE_HDR_LEN - tag)
         return SX_DROP_LENGTH;
     if (hdr->type == SX_PKT_ACK && hdr->payload_len != 0)
         return SX_DROP_LENGTH;
@@ -217,6 +218,8 @@ int sx_wire_ext_len(uint8_t kind)
         return SX_WIRE_RMA_LEN;
     case SX_FRAME_RMA_RESP:
         return SX_WIRE_RESP_LEN;
+    case SX_FRAME_AM_REFUSE:
+        return SX_WIRE_REFUSE_LEN;
     default:
         return -1;
     }
@@ -250,6 +253,14 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *f)
         sx_put32(p + 4, (uint32_t)f->resp.status);
         sx_put64(p + 8, f->resp.offset);
         p += SX_WIRE_RESP_LEN;
+        break;
+    case SX_FRAME_AM_REFUSE:
+        sx_put32(p, f->refuse.seq);
+        sx_put16(p + 4, f->refuse.frame);
+        sx_put16(p + 6, 0);
+        sx_put32(p + 8, (uint32_t)f->refuse.status);
+        sx_put32(p + 12, 0);
+        p += SX_WIRE_REFUSE_LEN;
         break;
     default:
         break;
@@ -295,6 +306,13 @@ int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offse
         f->resp.op_id = sx_get32(e);
         f->resp.status = (int32_t)sx_get32(e + 4);
         f->resp.offset = sx_get64(e + 8);
+        break;
+    case SX_FRAME_AM_REFUSE:
+        f->refuse.seq = sx_get32(e);
+        f->refuse.frame = sx_get16(e + 4);
+        f->refuse.reserved = sx_get16(e + 6);
+        f->refuse.status = (int32_t)sx_get32(e + 8);
+        f->refuse.reserved2 = sx_get32(e + 12);
         break;
     default:
         break;

@@ -39,6 +39,11 @@
  * latest ACK advertised. SX_PKTF_PROBE asks for an ACK at once: a closed
  * window's probe (the persist timer) and a liveness probe both use it.
  *
+ * SX_PKTF_AUTH: the datagram ends with a 16-byte tag after the payload
+ * (payload_len does not count it), a keyed MAC of everything before it
+ * (SX_AUTH; shard/auth.h). An engine with a key takes only datagrams
+ * whose tag checks; one without takes none that carry a tag.
+ *
  * SX_PKTF_FRAG marks a piece of a DATA packet too large for the path as it
  * is now (shard/chan_pmtu.c): a packet built before the channel's datagram
  * size stepped down is retransmitted as fragments, each a full header
@@ -72,6 +77,15 @@
  * operation before writing a byte; GET_REQ carries no data; the target
  * answers both with RMA_RESP frames (the status, and for GET the data at
  * its offset), the last one flagged SX_FRAMEF_LAST.
+ *
+ * Refusals (issue 25): a receiver that will not deliver a message (larger
+ * than its SX_MAX_MSG_SIZE, or for a tag without a handler) answers with
+ * an AM_REFUSE frame in its own stream, and holds its cumulative ACK at
+ * the packet that carried the message's first frame (acknowledging what
+ * came after it in the SACK bits) until that frame is acknowledged. The
+ * sender, whose message completes only when the cumulative ACK passes
+ * its last packet, so always learns of the refusal first and completes
+ * the message with its status, exactly once, instead of SX_OK.
  */
 #ifndef SX_SHARD_WIRE_H
 #define SX_SHARD_WIRE_H
@@ -98,20 +112,27 @@ enum sx_pkt_flags {
     SX_PKTF_CRC = 1u << 1,   /* payload_crc is valid */
     SX_PKTF_PROBE = 1u << 2, /* answer with an ACK at once (window or liveness probe) */
     SX_PKTF_FRAG = 1u << 3,  /* DATA only: a fragment of a packet (fragment header first) */
+    SX_PKTF_AUTH = 1u << 4,  /* a 16-byte tag follows the payload (shard/auth.h) */
 };
-#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE | SX_PKTF_FRAG)
+#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE | SX_PKTF_FRAG | SX_PKTF_AUTH)
+/* Bytes of the tag after the payload of an SX_PKTF_AUTH datagram. */
+#define SX_WIRE_TAG_LEN 16
 
 enum sx_frame_kind {
-    SX_FRAME_AM = 1,       /* a whole active message */
-    SX_FRAME_AM_FIRST = 2, /* first chunk of a large message; ext: u64 total */
-    SX_FRAME_AM_MORE = 3,  /* a following chunk, appended in order */
-    SX_FRAME_PUT = 4,      /* ext: sx_wire_rma_t; data written at addr */
-    SX_FRAME_GET_REQ = 5,  /* ext: sx_wire_rma_t; no data */
-    SX_FRAME_RMA_RESP = 6, /* ext: sx_wire_resp_t; GET data or none */
+    SX_FRAME_AM = 1,        /* a whole active message */
+    SX_FRAME_AM_FIRST = 2,  /* first chunk of a large message; ext: u64 total */
+    SX_FRAME_AM_MORE = 3,   /* a following chunk, appended in order */
+    SX_FRAME_PUT = 4,       /* ext: sx_wire_rma_t; data written at addr */
+    SX_FRAME_GET_REQ = 5,   /* ext: sx_wire_rma_t; no data */
+    SX_FRAME_RMA_RESP = 6,  /* ext: sx_wire_resp_t; GET data or none */
+    SX_FRAME_AM_REFUSE = 7, /* ext: sx_wire_refuse_t; no data */
 };
 
 enum sx_frame_flags {
     SX_FRAMEF_LAST = 1u << 0, /* the last chunk of its message or operation */
+    /* Never meaningful on the wire: a receiver marks a message frame of a
+     * packet it keeps as refused (chan_rx.c), and clears it first. */
+    SX_FRAMEF_REFUSED = 1u << 15,
 };
 
 /* Why a packet or frame was dropped; each has a counter. */
@@ -135,7 +156,8 @@ enum sx_frame_flags {
     X(SX_DROP_CHANNEL_FAILED, "channel_failed", "channel has failed")                        \
     X(SX_DROP_NOT_CONNECTED, "not_connected", "data before the connection was set up")       \
     X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")            \
-    X(SX_DROP_FRAGMENT, "fragment", "malformed fragment, or one of a packet not kept")
+    X(SX_DROP_FRAGMENT, "fragment", "malformed fragment, or one of a packet not kept")       \
+    X(SX_DROP_AUTH, "auth", "no valid authentication tag (forged, altered, or another key)")
 
 /* SX_DROP_NONE means "not dropped" (a well-formed packet, a packet kept
  * aside) and has no counter; SX_DROP_COUNT is how many reasons there are,
@@ -196,15 +218,28 @@ typedef struct sx_wire_resp {
 } sx_wire_resp_t;
 #define SX_WIRE_RESP_LEN 16
 
+/** Extension of AM_REFUSE frames (16 bytes on the wire): a receiver
+ *  refuses a message it will not deliver, naming it by where its first
+ *  frame travelled in the sender's stream. */
+typedef struct sx_wire_refuse {
+    uint32_t seq;   /* the sender's packet that carried the message's first frame */
+    uint16_t frame; /* that frame's index in the packet, from 0 */
+    uint16_t reserved;
+    int32_t status; /* why: SX_ERR_TRUNCATED (too large), SX_ERR_NOT_FOUND (no handler) */
+    uint32_t reserved2;
+} sx_wire_refuse_t;
+#define SX_WIRE_REFUSE_LEN 16
+
 /** A decoded frame; data points into the packet. */
 typedef struct sx_wire_frame {
     uint8_t kind;
     uint8_t tag;
     uint16_t flags;
     uint32_t len;
-    uint64_t total;      /* AM_FIRST */
-    sx_wire_rma_t rma;   /* PUT, GET_REQ */
-    sx_wire_resp_t resp; /* RMA_RESP */
+    uint64_t total;          /* AM_FIRST */
+    sx_wire_rma_t rma;       /* PUT, GET_REQ */
+    sx_wire_resp_t resp;     /* RMA_RESP */
+    sx_wire_refuse_t refuse; /* AM_REFUSE */
     const uint8_t *data;
 } sx_wire_frame_t;
 
@@ -231,7 +266,8 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
 /**
  * Validates and decodes the packet header of a datagram: size, version,
  * type, flags, header checksum, payload length against the datagram
- * size, and (when flagged) the payload CRC32C. Returns SX_DROP_NONE when
+ * size (less the tag, with SX_PKTF_AUTH; the tag itself is the caller's
+ * to check), and (when flagged) the payload CRC32C. Returns SX_DROP_NONE when
  * the packet is well formed, else the reason to drop it.
  */
 sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr);

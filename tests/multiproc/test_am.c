@@ -175,6 +175,122 @@ static void test_maximum_size(void **state)
     pair_free(&p);
 }
 
+/* One refusal case's send: its status, and how often it completed. */
+typedef struct refused_op {
+    int status;
+    int calls;
+} refused_op_t;
+
+static void on_refused_done(void *arg, int status)
+{
+    refused_op_t *op = arg;
+    op->status = status;
+    op->calls++;
+}
+
+static uint64_t stat_of(sx_engine_h e, const char *name)
+{
+    uint64_t v = 0;
+    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
+    return v;
+}
+
+/*
+ * Refusals are never silent (issue 25, item 3): B takes messages up to
+ * 4096 bytes (SX_MAX_MSG_SIZE) and has a handler for tag 7 only. A sends
+ * it, mixed in one stream: messages of 10,000 bytes, which fit one
+ * datagram on loopback (they used to pass B's limit by), of 200,000
+ * bytes in chunks (whose sends used to complete SX_OK while B dropped
+ * them), messages for tag 9, and good ones. Each refused send completes
+ * exactly once with B's reason (SX_ERR_TRUNCATED, SX_ERR_NOT_FOUND), each
+ * good one with SX_OK and is delivered once, in order; both sides count
+ * what happened. Run bare and with 10 % loss each way (@p fault), which
+ * loses refusals and the ACKs held back for them too.
+ */
+static void refusals_with(const char *fault)
+{
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"FAULT", fault}};
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"FAULT", fault}};
+    pair_t p;
+    p.a = am_engine(ka, fault != NULL ? 2 : 1);
+    p.b = am_engine(kb, fault != NULL ? 3 : 2);
+    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
+    p.a_to_b = am_connect(p.a, p.b, 2);
+    p.b_to_a = am_connect(p.b, p.a, 1);
+
+    enum { N = 40 };
+    static const struct {
+        size_t size;
+        uint8_t tag;
+        int want;
+    } kinds[4] = {{10000, 7, SX_ERR_TRUNCATED},
+                  {200000, 7, SX_ERR_TRUNCATED},
+                  {100, 9, SX_ERR_NOT_FOUND},
+                  {100, 7, SX_OK}};
+    size_t good_sizes[N];
+    size_t ngood = 0;
+    refused_op_t ops[N] = {{0}};
+    uint8_t *buf = malloc(200000);
+    ctx_t rx = {.rx = {.sizes = good_sizes, .nsizes = N}}; /* filled before each is sent */
+    uint64_t done = 0;
+
+    assert_non_null(buf);
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
+    for (size_t i = 0; i < N; i++) {
+        /* Good ones between refused ones of every kind. */
+        unsigned k = (i % 2 == 1) ? 3 : (unsigned)(i / 2 % 3);
+        size_t size = kinds[k].size;
+        if (k == 3)
+            good_sizes[ngood] = size;
+        am_fill(buf, size, k == 3 ? ngood++ : 0);
+        ops[i].status = 1;
+        struct iovec iov = {.iov_base = buf, .iov_len = size};
+        int rc = sx_send(p.a_to_b, kinds[k].tag, &iov, 1, on_refused_done, &ops[i]);
+        assert_true(rc == SX_INPROGRESS || rc == SX_OK);
+        if (rc == SX_OK)
+            ops[i].calls++, ops[i].status = SX_OK;
+        /* The buffer is the caller's again once the send completed. */
+        while (ops[i].calls == 0) {
+            sx_progress(p.a);
+            sx_progress(p.b);
+        }
+        done++;
+    }
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, ngood));
+    for (int i = 0; i < 2000; i++) {
+        sx_progress(p.a);
+        sx_progress(p.b);
+    }
+    uint64_t refused = 0;
+    for (size_t i = 0; i < N; i++) {
+        unsigned k = (i % 2 == 1) ? 3 : (unsigned)(i / 2 % 3);
+        if (ops[i].calls != 1 || ops[i].status != kinds[k].want)
+            fail_msg("send %zu (%zu bytes, tag %u): %d completions, status %s, expected %s", i,
+                     kinds[k].size, kinds[k].tag, ops[i].calls, sx_status_name(ops[i].status),
+                     sx_status_name(kinds[k].want));
+        refused += kinds[k].want != SX_OK;
+    }
+    assert_int_equal(rx.rx.received, ngood);
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(stat_of(p.b, "am_refused"), refused);
+    assert_int_equal(stat_of(p.a, "am_refused_by_peer"), refused);
+    assert_int_equal(stat_of(p.a, "chan_failures") + stat_of(p.b, "chan_failures"), 0);
+    print_message("[ refusals ] %s: %llu refused, %zu delivered; B's drop_duplicate %llu\n",
+                  fault != NULL ? fault : "no loss", (unsigned long long)refused, ngood,
+                  (unsigned long long)stat_of(p.b, "drop_duplicate"));
+    (void)done;
+    free(buf);
+    pair_free(&p);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    refusals_with(NULL);
+    refusals_with("loss=0.1,seed=5");
+}
+
 static void test_iovec_and_empty_iov(void **state)
 {
     (void)state;
@@ -299,13 +415,6 @@ static void test_lanes(void **state)
     assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 16));
     assert_int_equal(rx.rx.errors, 0);
     pair_free(&p);
-}
-
-static uint64_t stat_of(sx_engine_h e, const char *name)
-{
-    uint64_t v = 0;
-    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
-    return v;
 }
 
 /* Sends 64 small messages, each but the last with SX_SEND_MORE unless
@@ -568,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_chunked_1B_to_8MiB),
         cmocka_unit_test(test_global_mode),
         cmocka_unit_test(test_maximum_size),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_iovec_and_empty_iov),
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),

@@ -19,6 +19,14 @@
  * only this test does), and before A sends anything the test pads B's
  * expectation up to A's start with empty packets. B starts just below
  * 2^32, so the crafted stream also crosses the sequence wrap-around.
+ *
+ * Authentication (issue 25). With SXT_AUTH_KEY set (ctest's
+ * test_hostile_auth), both engines run with that key as SX_AUTH, and the
+ * forger has it too, as a peer of the job would: every crafted datagram
+ * is tagged as it is sent (send_raw), so each case still reaches the check
+ * it aims at behind the tag's. test_authentication then sends what a
+ * forger without the key can: no tag, another key's tag, a tagged
+ * datagram altered with its checksums made good, and a replay.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +40,7 @@
 #include <unistd.h>
 
 #include "am_util.h"
+#include "shard/auth.h"
 #include "shard/wire.h"
 #include "common/crc32c.h"
 
@@ -56,6 +65,10 @@ typedef struct fixture {
 } fixture_t;
 
 static fixture_t fx;
+
+/* SXT_AUTH_KEY: the job's key, which the forger holds too. */
+static sx_auth_t g_auth;
+static const char *g_auth_hex;
 
 static uint8_t pattern(size_t i)
 {
@@ -107,22 +120,26 @@ static int group_setup(void **state)
      * is the crafted datagram's. A, whose channel the test impersonates
      * and whose receive side starts SEQ_GAP ahead of B's sends, would
      * otherwise answer B's RMA responses with ACKs B never sent for. */
-    const sx_config_kv_t kb[] = {{"SHARDS", "1"},
-                                 {"MAX_MSG_SIZE", "4096"},
-                                 {"SEQ_START", b_seq},
-                                 {"CPC", "implicit"},
-                                 {"SERVICE_US", "0"}};
-    const sx_config_kv_t ka[] = {{"SHARDS", "1"},
-                                 {"MAX_MSG_SIZE", "4096"},
-                                 {"SEQ_START", a_seq},
-                                 {"CPC", "implicit"},
-                                 {"SERVICE_US", "0"}};
+    g_auth_hex = getenv("SXT_AUTH_KEY");
+    if (g_auth_hex != NULL) {
+        uint8_t key[SX_AUTH_KEY_LEN];
+        assert_true(sx_auth_available());
+        assert_true(sx_auth_parse_key(g_auth_hex, key));
+        sx_auth_set_key(&g_auth, key);
+    }
+    const char *auth = g_auth_hex != NULL ? g_auth_hex : "";
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"},      {"MAX_MSG_SIZE", "4096"},
+                                 {"SEQ_START", b_seq}, {"CPC", "implicit"},
+                                 {"SERVICE_US", "0"},  {"AUTH", auth}};
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"},      {"MAX_MSG_SIZE", "4096"},
+                                 {"SEQ_START", a_seq}, {"CPC", "implicit"},
+                                 {"SERVICE_US", "0"},  {"AUTH", auth}};
     uint8_t card[4096];
     size_t len;
 
     memset(&fx, 0, sizeof(fx));
-    fx.a = am_engine(ka, 5);
-    fx.b = am_engine(kb, 5);
+    fx.a = am_engine(ka, 6);
+    fx.b = am_engine(kb, 6);
     assert_int_equal(sx_thread_bind(fx.a, 0), SX_OK);
     assert_int_equal(sx_thread_bind(fx.b, 0), SX_OK);
     fx.a_to_b = am_connect(fx.a, fx.b, 2);
@@ -290,11 +307,45 @@ static void pkt_seal(pkt_t *p, const sx_wire_hdr_t *h)
     sx_wire_write_hdr(p->buf, h, &crc);
 }
 
-static void send_raw(const void *data, size_t len)
+static void send_bytes(const void *data, size_t len)
 {
     ssize_t rc =
         sendto(fx.sock, data, len, 0, (const struct sockaddr *)&fx.b_addr, sizeof(fx.b_addr));
     assert_int_equal(rc, (ssize_t)len);
+}
+
+/* Sets SX_PKTF_AUTH in a header and mends its checksum by the difference
+ * alone (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m'), in the little-endian
+ * 16-bit words sx_wire_csum16 sums), so a checksum a case spoiled on
+ * purpose stays spoiled. */
+static void set_auth_flag(uint8_t *hdr)
+{
+    uint16_t m = (uint16_t)(hdr[2] | hdr[3] << 8), m2 = m | SX_PKTF_AUTH;
+    uint16_t hc = (uint16_t)(hdr[42] | hdr[43] << 8);
+    uint32_t sum = (uint32_t)(uint16_t)~hc + (uint16_t)~m + m2;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    hc = (uint16_t)~sum;
+    hdr[2] = (uint8_t)m2;
+    hdr[3] = (uint8_t)(m2 >> 8);
+    hdr[42] = (uint8_t)hc;
+    hdr[43] = (uint8_t)(hc >> 8);
+}
+
+/* Sends a crafted datagram; with a key, tagged under it as a peer would
+ * (the flag set, the tag after the bytes given). */
+static void send_raw(const void *data, size_t len)
+{
+    if (g_auth_hex == NULL || len < SX_WIRE_HDR_LEN) {
+        send_bytes(data, len);
+        return;
+    }
+    static uint8_t buf[PKT_BYTES + SX_AUTH_TAG_LEN];
+    assert_true(len <= PKT_BYTES);
+    memcpy(buf, data, len);
+    set_auth_flag(buf);
+    sx_auth_seal(&g_auth, buf, len, NULL, 0, buf + len);
+    send_bytes(buf, len + SX_AUTH_TAG_LEN);
 }
 
 /* Seals @p p with sequence number @p seq, sends it, and checks that only
@@ -327,7 +378,12 @@ static const unsigned NONE[] = {C_N};
 static const unsigned ONE[] = {C_DELIVERED, 1, C_N};
 static const unsigned FRAME[] = {SX_DROP_FRAME, 1, C_N};
 static const unsigned FRAME_AND_ONE[] = {SX_DROP_FRAME, 1, C_DELIVERED, 1, C_N};
-static const unsigned TOO_LARGE[] = {SX_DROP_TOO_LARGE, 1, C_N};
+/* A message B refuses (too large, no handler) is answered with an
+ * AM_REFUSE in a data packet of its own (issue 25: refusals are never
+ * silent); the forged packets that follow acknowledge it, which lets go
+ * of the ACK B holds back meanwhile. */
+static const unsigned TOO_LARGE[] = {SX_DROP_TOO_LARGE, 1, C_DATA_SENT, 1, C_N};
+static const unsigned NO_HANDLER[] = {C_NO_HANDLER, 1, C_DATA_SENT, 1, C_N};
 static const unsigned DUP[] = {SX_DROP_DUPLICATE, 1, C_N};
 static const unsigned OOW[] = {SX_DROP_OUT_OF_WINDOW, 1, C_N};
 static const unsigned KEPT[] = {C_OOO, 1, C_N};
@@ -416,6 +472,14 @@ static void test_valid_crafted_message(void **state)
     pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 100, 0, 100);
     send_next(&p, ONE);
     assert_int_equal(fx.last_len, 100);
+    /* Refused, and answered so (issue 25): a message in one frame that is
+     * larger than MAX_MSG_SIZE (it used to pass the limit by), and one for
+     * a tag that has no handler. */
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, MAX_MSG + 1, 0, MAX_MSG + 1);
+    send_next(&p, TOO_LARGE);
+    pkt_one(&p, SX_FRAME_AM, SX_FRAMEF_LAST, 100, 0, 100);
+    p.buf[SX_WIRE_HDR_LEN + 1] = TAG + 1;
+    send_next(&p, NO_HANDLER);
     /* A message at exactly MAX_MSG_SIZE, in two chunks and two packets;
      * the second chunk's bytes continue the pattern at offset 1000. */
     pkt_one(&p, SX_FRAME_AM_FIRST, 0, 1000, MAX_MSG, 1000);
@@ -751,6 +815,85 @@ static void test_fragments(void **state)
 
 /* After all that, the channel from A still works: real traffic from A is
  * delivered exactly once. */
+/* A one-message packet with the sequence number B expects, its header
+ * written, its tag after it under @p auth (NULL: no tag, no flag); the
+ * datagram's length. */
+static size_t tagged_next(pkt_t *p, const sx_auth_t *auth)
+{
+    pkt_one(p, SX_FRAME_AM, SX_FRAMEF_LAST, 10, 0, 10);
+    sx_wire_hdr_t h = pkt_hdr(p, fx.next_seq);
+    if (auth != NULL)
+        h.flags |= SX_PKTF_AUTH;
+    pkt_seal(p, &h);
+    if (auth == NULL)
+        return p->len;
+    sx_auth_seal(auth, p->buf, p->len, NULL, 0, p->buf + p->len);
+    return p->len + SX_AUTH_TAG_LEN;
+}
+
+/*
+ * What a forger without the key can send (issue 25, item 2), each a
+ * message B would take if it were genuine: no tag; a tag under another
+ * key; a tagged datagram altered, its CRC and header checksum made good
+ * again; and a replay of a genuine datagram (the sequence numbers under
+ * the tag see to that). Without a key B drops a tagged datagram: it
+ * cannot check it.
+ */
+static void test_authentication(void **state)
+{
+    (void)state;
+    static const unsigned AUTH[] = {SX_DROP_AUTH, 1, C_N};
+    pkt_t p;
+    snap_t before;
+    size_t len;
+
+    if (g_auth_hex == NULL) {
+        sx_auth_t any = {0};
+        static const uint8_t key[SX_AUTH_KEY_LEN] = {1, 2, 3};
+        sx_auth_set_key(&any, key);
+        len = tagged_next(&p, &any);
+        before = take_snap();
+        send_bytes(p.buf, len);
+        expect(&before, 1, AUTH);
+        return;
+    }
+    len = tagged_next(&p, NULL);
+    before = take_snap();
+    send_bytes(p.buf, len);
+    expect(&before, 1, AUTH);
+
+    sx_auth_t other = {0};
+    static const uint8_t other_key[SX_AUTH_KEY_LEN] = {0xee};
+    sx_auth_set_key(&other, other_key);
+    len = tagged_next(&p, &other);
+    before = take_snap();
+    send_bytes(p.buf, len);
+    expect(&before, 1, AUTH);
+
+    len = tagged_next(&p, &g_auth);
+    p.buf[len - SX_AUTH_TAG_LEN - 1] ^= 0x01; /* the message's last byte */
+    uint32_t crc = sx_crc32c(0, p.buf + SX_WIRE_HDR_LEN, p.len - SX_WIRE_HDR_LEN);
+    for (int i = 0; i < 4; i++)
+        p.buf[44 + i] = (uint8_t)(crc >> (8 * i));
+    p.buf[42] = p.buf[43] = 0;
+    uint16_t c = sx_wire_csum16(p.buf, SX_WIRE_HDR_LEN);
+    p.buf[42] = (uint8_t)c;
+    p.buf[43] = (uint8_t)(c >> 8);
+    before = take_snap();
+    send_bytes(p.buf, len);
+    expect(&before, 1, AUTH);
+
+    /* A genuine one is delivered; the same bytes again are a duplicate. */
+    len = tagged_next(&p, &g_auth);
+    fx.next_seq++;
+    before = take_snap();
+    send_bytes(p.buf, len);
+    expect(&before, 1, ONE);
+    before = take_snap();
+    send_bytes(p.buf, len);
+    expect(&before, 1, DUP);
+}
+
 static void test_channel_still_works(void **state)
 {
     (void)state;
@@ -793,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_rma_gets_and_responses),
         cmocka_unit_test(test_sequence_numbers),
         cmocka_unit_test(test_fragments),
+        cmocka_unit_test(test_authentication),
         cmocka_unit_test(test_channel_still_works),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

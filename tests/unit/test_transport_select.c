@@ -231,7 +231,9 @@ static void card_transport(const uint8_t *card, size_t len, size_t *name_off, si
         off += 3 + card[off + 2];
     *name_off = off;
     *variant_off = off + 1 + card[off];
-    assert_true(*variant_off + 1 + card[*variant_off] == len);
+    /* Then the authentication section: mode 0, none, in these tests. */
+    assert_true(*variant_off + 1 + card[*variant_off] + 1 == len);
+    assert_int_equal(card[len - 1], 0);
 }
 
 static void test_cards_name_the_transport(void **state)
@@ -242,7 +244,7 @@ static void test_cards_name_the_transport(void **state)
     size_t len = card_of(b, card, sizeof(card)), name, variant;
     sx_peer_h peer = NULL;
 
-    assert_int_equal(card[4], 3); /* card version */
+    assert_int_equal(card[4], 4); /* card version */
     card_transport(card, len, &name, &variant);
     assert_int_equal(card[name], 3);
     assert_memory_equal(card + name + 1, "udp", 3);
@@ -255,8 +257,17 @@ static void test_cards_name_the_transport(void **state)
     /* A variant where udp has none. */
     memcpy(bad, card, len);
     bad[variant] = 1;
-    bad[len] = 'x';
+    bad[variant + 1] = 'x';
+    bad[variant + 2] = 0;
     assert_int_equal(sx_peer_add(a, 2, bad, len + 1, &peer), SX_ERR_PEER_UNREACHABLE);
+    /* The authentication section: an unknown mode, a key id cut short, a
+     * card without the section. */
+    memcpy(bad, card, len);
+    bad[len - 1] = 3;
+    assert_int_equal(sx_peer_add(a, 2, bad, len, &peer), SX_ERR_INVALID_PARAM);
+    bad[len - 1] = 1;
+    assert_int_equal(sx_peer_add(a, 2, bad, len + 7, &peer), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_peer_add(a, 2, card, len - 1, &peer), SX_ERR_INVALID_PARAM);
     /* No section, an empty name, an unprintable name: malformed. */
     assert_int_equal(sx_peer_add(a, 2, card, name, &peer), SX_ERR_INVALID_PARAM);
     assert_int_equal(sx_peer_add(a, 2, card, variant, &peer), SX_ERR_INVALID_PARAM);

@@ -538,8 +538,9 @@ static void test_ext_len(void **state)
     assert_int_equal(sx_wire_ext_len(SX_FRAME_PUT), SX_WIRE_RMA_LEN);
     assert_int_equal(sx_wire_ext_len(SX_FRAME_GET_REQ), SX_WIRE_RMA_LEN);
     assert_int_equal(sx_wire_ext_len(SX_FRAME_RMA_RESP), SX_WIRE_RESP_LEN);
+    assert_int_equal(sx_wire_ext_len(SX_FRAME_AM_REFUSE), SX_WIRE_REFUSE_LEN);
     assert_int_equal(sx_wire_ext_len(0), -1);
-    assert_int_equal(sx_wire_ext_len(7), -1);
+    assert_int_equal(sx_wire_ext_len(8), -1);
     assert_int_equal(sx_wire_ext_len(255), -1);
 }
 
@@ -566,6 +567,10 @@ static const sx_wire_frame_t sample_frames[] = {
      .flags = SX_FRAMEF_LAST,
      .len = 9,
      .resp = {.op_id = 0xabcdef01u, .status = -13, .offset = 0x7766554433221100ull}},
+    {.kind = SX_FRAME_AM_REFUSE,
+     .tag = 7,
+     .len = 0,
+     .refuse = {.seq = 0xfffffffeu, .frame = 63, .status = -12}},
 };
 #define NSAMPLES (sizeof(sample_frames) / sizeof(sample_frames[0]))
 
@@ -616,6 +621,7 @@ static void test_frame_round_trip(void **state)
         assert_int_equal(f.total, w->total);
         assert_memory_equal(&f.rma, &w->rma, sizeof(f.rma));
         assert_memory_equal(&f.resp, &w->resp, sizeof(f.resp));
+        assert_memory_equal(&f.refuse, &w->refuse, sizeof(f.refuse));
         if (w->kind == SX_FRAME_AM_FIRST)
             assert_int_equal(le64(buf + before + SX_WIRE_FRAME_LEN), w->total);
     }
@@ -672,7 +678,7 @@ static void test_frame_unknown_kind(void **state)
     (void)state;
     uint8_t buf[64] = {0};
     sx_wire_frame_t f;
-    const uint8_t kinds[] = {0, 7, 8, 0x41, 0xff};
+    const uint8_t kinds[] = {0, 8, 9, 0x41, 0xff};
 
     for (size_t i = 0; i < sizeof(kinds); i++) {
         buf[0] = kinds[i];
