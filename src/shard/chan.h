@@ -234,10 +234,11 @@ typedef struct sx_chan {
     int32_t put_status; /* target: status of the PUT whose chunks are arriving */
 
     /* Connection set-up (shard/conn.h). Nothing is sent before conn is
-     * SX_CONN_UP; nothing is delivered before rcv_synced. */
+     * SX_CONN_UP; nothing is delivered before rcv_confirmed. */
     const sx_conn_method_t *conn_method; /* how this channel connects: its peer's */
     uint8_t conn;                        /* sx_conn_state_t */
     bool rcv_synced;                     /* rcv_nxt holds the peer's initial sequence number */
+    bool rcv_confirmed;                  /* ... and the peer proved it (conn.h, Set-up forgeries) */
     bool conn_small_ok;                  /* handshake: the peer answered a small datagram */
     bool conn_probe_ok;                  /* handshake: ... and an MTU-sized one */
     uint32_t snd_isn;                    /* our initial sequence number */
@@ -247,6 +248,7 @@ typedef struct sx_chan {
     size_t pmtu_ceiling;                 /* ours: the route's MTU, lowered by unanswered probes */
     unsigned conn_rung_tries;            /* probes sent at this datagram size ... */
     uint64_t conn_rung_ns;               /* ... since then */
+    uint64_t conn_nudge_ns;              /* our ACCEPT again, for unproven data */
     uint32_t peer_conn_nonce;            /* the peer's latest CONNECT ... */
     unsigned peer_conn_repeats;          /* ... and how often it came */
     uint32_t conn_nonce;

@@ -272,7 +272,7 @@ void sx_chan_recv_frag_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         frag_drop(c, SX_DROP_CHANNEL_FAILED, 1);
         return;
     }
-    if (c->conn != SX_CONN_UP && !sx_conn_data_ok_locked(c)) {
+    if (c->conn != SX_CONN_UP && !sx_conn_data_ok_locked(c, h)) {
         frag_drop(c, SX_DROP_NOT_CONNECTED, 1);
         return;
     }

@@ -465,7 +465,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
         sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
         return;
     }
-    if (c->conn != SX_CONN_UP && !sx_conn_data_ok_locked(c)) {
+    if (c->conn != SX_CONN_UP && !sx_conn_data_ok_locked(c, h)) {
         /* Before the peer's CONNECT we do not know where its sequence
          * numbers start. */
         sx_stat_add(&c->shard->stats.drops[SX_DROP_NOT_CONNECTED], 1);

@@ -11,6 +11,7 @@
 #include "locks/rcu_table.h"
 #include "common/time.h"
 #include "shard/chan.h"
+#include "shard/chan_int.h"
 #include "shard/conn.h"
 #include "shard/peer.h"
 #include "common/crc32c.h"
@@ -176,7 +177,7 @@ void sx_conn_ep_init_up_locked(sx_chan_t *c)
 {
     sx_timer_init(&c->conn_timer, conn_timer_fire, c);
     c->conn = SX_CONN_UP;
-    c->rcv_synced = true;
+    c->rcv_synced = c->rcv_confirmed = true;
     c->rcv_isn = c->rcv_nxt;
 }
 
@@ -184,7 +185,7 @@ void sx_conn_ep_init_idle_locked(sx_chan_t *c)
 {
     sx_timer_init(&c->conn_timer, conn_timer_fire, c);
     c->conn = SX_CONN_IDLE;
-    c->rcv_synced = false;
+    c->rcv_synced = c->rcv_confirmed = false;
 }
 
 void sx_conn_ep_fini_locked(sx_chan_t *c)
@@ -360,7 +361,10 @@ void sx_conn_start_locked(sx_chan_t *c)
     sx_wheel_add(c->shard->wheel, &c->conn_timer, c->conn_start_ns + c->conn_retry_ns);
 }
 
-/* Takes the peer's parameters from CONNECT or ACCEPT. */
+/* Takes the peer's parameters from CONNECT, ACCEPT or a proving ACK. An
+ * initial sequence number that the peer has not proven yet (conn.h,
+ * Set-up forgeries) gives way to the next one offered; a proven one
+ * stays for the incarnation. */
 static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
@@ -374,8 +378,11 @@ static bool conn_learn(sx_chan_t *c, const sx_ctrl_t *m)
         return false;
     }
     if (c->rcv_synced && m->isn != c->rcv_isn) {
-        conn_drop(c, "initial sequence number changed within one incarnation");
-        return false;
+        if (c->rcv_confirmed) {
+            conn_drop(c, "initial sequence number changed within one incarnation");
+            return false;
+        }
+        c->rcv_synced = false; /* nothing was delivered from it */
     }
     /* On an established channel a repeat from the incarnation that
      * taught us (our ACCEPT was lost) changes nothing: the path MTU may
@@ -440,14 +447,17 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
             /* A late answer to an earlier attempt, or for a channel that is
              * up already: acknowledge it again, nothing else. */
             if (c->conn == SX_CONN_UP)
-                conn_send_op(c, SX_CTRL_ACK, 0, 0);
+                conn_send_op(c, SX_CTRL_ACK, c->rcv_isn, 0);
             return;
         }
         if (!conn_learn(c, &m))
             return;
+        /* It echoed our CONNECT's nonce, which went to the peer's
+         * address only: its isn is the peer's. */
+        c->rcv_confirmed = true;
         sx_stat_add(&c->shard->stats.ctrl_received, 1);
         c->conn_small_answer_ns = sx_time_ns();
-        conn_send_op(c, SX_CTRL_ACK, 0, 0);
+        conn_send_op(c, SX_CTRL_ACK, c->rcv_isn, 0);
         if (!c->conn_small_ok) {
             c->conn_small_ok = true;
             if (c->conn_method->ops->probe) {
@@ -459,9 +469,27 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
             conn_up(c);
         break;
     case SX_CTRL_ACK:
+        /* The connector echoes our isn, which only our ACCEPT carried,
+         * to the peer's address: proof that the isn in this ACK is the
+         * peer's, whatever CONNECTs came before it (TCP's third segment
+         * acknowledges the server's ISN the same way, RFC 9293 section
+         * 3.5). */
+        if (m.nonce != c->snd_isn) {
+            conn_drop(c, "ACK does not echo our initial sequence number");
+            return;
+        }
+        if (!c->rcv_synced) {
+            /* No CONNECT came: nothing of ours to answer. */
+            sx_stat_add(&c->shard->stats.ctrl_received, 1);
+            return;
+        }
+        if (!c->rcv_confirmed) {
+            if (!conn_learn(c, &m))
+                return;
+            c->rcv_confirmed = true;
+        }
         sx_stat_add(&c->shard->stats.ctrl_received, 1);
-        if (c->rcv_synced)
-            conn_up(c);
+        conn_up(c);
         break;
     case SX_CTRL_PROBE:
         if (m.probe_len != h->payload_len + (uint32_t)SX_WIRE_HDR_LEN +
@@ -487,10 +515,31 @@ void sx_conn_recv_ctrl_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
     }
 }
 
-bool sx_conn_data_ok_locked(sx_chan_t *c)
+bool sx_conn_data_ok_locked(sx_chan_t *c, const sx_wire_hdr_t *h)
 {
     if (!c->rcv_synced)
         return false;
+    if (!c->rcv_confirmed) {
+        /* The connector's ACK is lost or late. Its data proves what the
+         * ACK would have: it acknowledges our isn (we sent nothing yet:
+         * we are not up), and its sequence number is where the CONNECT
+         * we hold said the peer's start (a CONNECT forged after the
+         * peer's replaced it). Otherwise ask again: our ACCEPT draws an
+         * ACK from a connector that is up. */
+        uint32_t ahead = h->seq - c->rcv_nxt;
+        if (h->type != SX_PKT_DATA || !(h->flags & SX_PKTF_ACK) || h->ack != c->snd_isn ||
+            ahead >= sx_chan_window(c)) {
+            uint64_t now = sx_time_ns();
+            if (h->ack == c->snd_isn &&
+                (c->conn_nudge_ns == 0 ||
+                 now - c->conn_nudge_ns >= c->shard->env->conf.rto_min_ns)) {
+                c->conn_nudge_ns = now;
+                conn_send_op(c, SX_CTRL_ACCEPT, c->peer_conn_nonce, 0);
+            }
+            return false;
+        }
+        c->rcv_confirmed = true;
+    }
     /* The peer sends data only after an ACCEPT from us, which carried our
      * initial sequence number: we may send too. The acceptor does not probe
      * its own direction first: that held its sends back behind data already

@@ -33,22 +33,39 @@
  * The exchange (each side connects on its own first send; both may at
  * once, and nothing needs resolving: each direction's state is its own):
  *
- *   CONNECT(isn, window, mtu)  ->  the receiver records isn (rcv_synced),
- *                                  answers ACCEPT with its own isn
+ *   CONNECT(isn, window, mtu)  ->  the receiver records isn (rcv_synced,
+ *                                  not yet rcv_confirmed), answers ACCEPT
+ *                                  with its own isn
  *   ACCEPT(isn, window, mtu)   ->  the connector records isn; the peer now
  *                                  knows ours; it answers ACK; over the
  *                                  datagram path it then sends PROBE of the
  *                                  negotiated datagram size and is up at
  *                                  PROBE_ACK (usnic's connectivity check)
- *   ACK                        ->  the acceptor knows the connector knows
- *                                  its isn: its own sends may start. Its
- *                                  direction of the path is not probed, so
- *                                  a small MTU there shows only as the peer
- *                                  timeout (SX_ERR_PEER_UNREACHABLE)
+ *   ACK(isn, nonce = the       ->  the acceptor knows the connector knows
+ *       acceptor's isn)            its isn (rcv_confirmed): its own sends
+ *                                  may start. Its direction of the path is
+ *                                  not probed, so a small MTU there shows
+ *                                  only as the peer timeout
+ *                                  (SX_ERR_PEER_UNREACHABLE)
  *
  * Data from the peer also proves it has our isn (it sends only after an
- * ACCEPT from us), so a lost ACK costs nothing. A side that is not up yet
- * still acknowledges what it receives. CONNECT is repeated with
+ * ACCEPT from us, and its ACK field is our isn), so a lost ACK costs
+ * nothing. A side that is not up yet still acknowledges what it receives.
+ *
+ * Set-up forgeries: a CONNECT is all in clear, and one forged with the
+ * peer's epochs would otherwise set up the receiving direction at an isn
+ * of the forger's choice, and data forged at that number would be
+ * delivered (the cluster attack test's blind_setup, on any channel not
+ * used yet). So a CONNECT's isn is provisional (a later CONNECT replaces
+ * it, and nothing is delivered from it) until the peer proves it saw our
+ * ACCEPT, which went to its address only: its ACK echoes our random isn
+ * and carries its own, which we then take whatever CONNECTs came before
+ * (RFC 9293 section 3.5: TCP's third segment acknowledges the server's
+ * ISN), or its data acknowledges our isn at a sequence number inside the
+ * window the held CONNECT opens. Unproven data whose ACK field is right
+ * gets our ACCEPT again (at most once per RTO floor), which draws the
+ * ACK from a connector that is up. An ACCEPT proves itself by echoing
+ * our CONNECT's nonce. CONNECT is repeated with
  * exponential back-off from SX_RTO_INIT_US until SX_CONNECT_TIMEOUT_MS;
  * then the channel fails with SX_ERR_PEER_UNREACHABLE (no answer at all)
  * or SX_ERR_PATH_MTU (answers to small datagrams, none to the probe).
@@ -194,9 +211,9 @@ void sx_conn_recv_reset_locked(struct sx_shard *shard, const struct sx_wire_hdr 
  *  tells the peer, rate-limited. */
 void sx_conn_stale_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr);
 
-/** Data arrived on a channel that is not up: whether it may be taken
- *  (and the channel is now up). */
-bool sx_conn_data_ok_locked(struct sx_chan *chan);
+/** Data (header @p hdr) arrived on a channel that is not up: whether it
+ *  may be taken (and the channel is now up). */
+bool sx_conn_data_ok_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr);
 
 /*
  * How long datagrams of one size must go unanswered, while small ones are

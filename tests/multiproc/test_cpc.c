@@ -1249,13 +1249,16 @@ static void test_forged_ctrl(void **state)
     CP_WAIT(cp_stat(a->e, "drop_ctrl") == 1, "A to drop B's RESET");
     assert_int_equal(cp_stat(a->e, "chan_failures"), 0);
 
-    /* Answers to nothing: an ACCEPT, an ACK. Neither brings the channel
-     * up: data is still refused. */
+    /* Answers to nothing: an ACCEPT, an ACK (with a wrong echo of B's isn,
+     * and with the right one but no CONNECT before it). None brings the
+     * channel up: data is still refused. */
     m = body_connect();
     m.op = SX_CTRL_ACCEPT;
     f_ctrl(&f, "an unsolicited ACCEPT", &m, SX_CTRL_LEN, RECEIVED_ONLY);
     m.op = SX_CTRL_ACK;
-    f_ctrl(&f, "an unsolicited ACK", &m, SX_CTRL_LEN, RECEIVED_ONLY);
+    f_ctrl(&f, "an unsolicited ACK", &m, SX_CTRL_LEN, DROP_CTRL);
+    m.nonce = 1000; /* B's isn (SEQ_START), echoed as an ACK would */
+    f_ctrl(&f, "an unsolicited ACK echoing B's isn", &m, SX_CTRL_LEN, RECEIVED_ONLY);
     m.op = SX_CTRL_PROBE_ACK;
     f_ctrl(&f, "an unsolicited PROBE_ACK", &m, SX_CTRL_LEN, RECEIVED_ONLY);
     n = f_packet(pkt, SX_PKT_DATA, f.src_epoch, f.dst_epoch, 0, 0, payload, 0);
@@ -1327,6 +1330,108 @@ static void test_forged_connect_established(void **state)
     assert_non_null(strstr(text, "of window 4096"));
     assert_null(strstr(text, "of window 16"));
     free(text);
+    cp_exchange(100, 8, 2000);
+    assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
+}
+
+/* Progresses only @p e until @p cond holds: the other engine waits. */
+#define CP_WAIT_ONE(e, cond, what)                                              \
+    do {                                                                        \
+        uint64_t cp_t0_ = sx_time_ns();                                         \
+        while (!(cond)) {                                                       \
+            sx_progress(e);                                                     \
+            if (sx_time_ns() - cp_t0_ > LIMIT_NS) {                             \
+                cp_dump();                                                      \
+                fail_msg("timed out after %llu s waiting for %s",               \
+                         (unsigned long long)(LIMIT_NS / 1000000000ull), what); \
+            }                                                                   \
+        }                                                                       \
+    } while (0)
+
+/* A DATA packet from the peer carrying message 0 of the stream (right
+ * content: only the protocol may refuse it) at @p seq, with an ACK field
+ * of @p ack when @p with_ack. */
+static size_t f_data(uint8_t *pkt, const forge_t *f, uint32_t seq, bool with_ack, uint32_t ack)
+{
+    uint8_t *payload = pkt + SX_WIRE_HDR_LEN;
+    sx_wire_frame_t frame = {.kind = SX_FRAME_AM, .tag = TAG, .flags = SX_FRAMEF_LAST, .len = 8};
+    size_t plen = sx_wire_write_frame(payload, &frame);
+    am_fill(payload + plen, 8, 0);
+    plen += 8;
+    sx_wire_hdr_t h = {.type = SX_PKT_DATA,
+                       .flags = with_ack ? SX_PKTF_ACK : 0,
+                       .src_epoch = f->src_epoch,
+                       .dst_epoch = f->dst_epoch,
+                       .seq = seq,
+                       .ack = ack,
+                       .payload_len = (uint16_t)plen};
+    uint32_t crc = sx_crc32c(0, payload, plen);
+    sx_wire_write_hdr(pkt, &h, &crc);
+    return SX_WIRE_HDR_LEN + plen;
+}
+
+/*
+ * Blind injection into a channel that is not set up yet (issue 25; the
+ * cluster attack test's blind_setup mode). A CONNECT forged with A's
+ * epochs reaches B before A connects: B answers it (its ACCEPT goes to
+ * A, which did not ask and ignores it), but holds its isn only until the
+ * peer proves it, so data forged at that number is not delivered, with
+ * an ACK field or without. A CONNECT forged between A's real CONNECT
+ * and A's ACK replaces A's isn for the moment; the ACK, which echoes
+ * B's random isn and carries A's, puts it back. Then every message of
+ * A's arrives once and intact. Before the fix the forged message was
+ * delivered, and the real CONNECT dropped ("initial sequence number
+ * changed within one incarnation").
+ */
+static void test_forged_connect_setup(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    cp_side_t *a = cp_open(0, kv, 1);
+    cp_side_t *b = cp_open(1, kv, 1);
+    cp_link(0, 1);
+    forge_t f;
+    f_open(&f, a, b);
+    uint8_t pkt[512];
+
+    static const int ANSWERED[] = {F_RECV, 1, F_SENT, 1, F_END};
+    body_t m = body_connect();
+    f_ctrl(&f, "a CONNECT before A's", &m, SX_CTRL_LEN, ANSWERED);
+    size_t n = f_data(pkt, &f, m.isn, false, 0);
+    f_expect(&f, "data at the forged isn", pkt, n, NOT_CONNECTED);
+    static const uint32_t acks[] = {0, 1, 777, 0x80000000u};
+    for (size_t i = 0; i < sizeof(acks) / sizeof(acks[0]); i++) {
+        n = f_data(pkt, &f, m.isn, true, acks[i]);
+        f_expect(&f, "data at the forged isn with a guessed ACK", pkt, n, NOT_CONNECTED);
+    }
+    m.op = SX_CTRL_ACK;
+    m.nonce = 0;
+    f_ctrl(&f, "an ACK with a guessed echo", &m, SX_CTRL_LEN, DROP_CTRL);
+    n = f_data(pkt, &f, m.isn, false, 0);
+    f_expect(&f, "data after the forged ACK", pkt, n, NOT_CONNECTED);
+    assert_int_equal(cp_stat(b->e, "am_delivered"), 0);
+
+    /* A connects; B takes A's CONNECT and answers it, while A waits. */
+    uint64_t a_sent = cp_stat(a->e, "ctrl_sent");
+    uint64_t b_got = cp_stat(b->e, "ctrl_received");
+    cp_send_ok(a, 1, 1, 8, 1);
+    CP_WAIT_ONE(a->e, cp_stat(a->e, "ctrl_sent") > a_sent, "A's CONNECT");
+    CP_WAIT_ONE(b->e, cp_stat(b->e, "ctrl_received") > b_got, "B to take A's CONNECT");
+    /* Another forged CONNECT, before A's ACK. */
+    m = body_connect();
+    m.isn = 778;
+    uint8_t body[SX_CTRL_LEN];
+    body_write(body, &m);
+    n = f_packet(pkt, SX_PKT_CTRL, f.src_epoch, f.dst_epoch, 0, 0, body, SX_CTRL_LEN);
+    uint64_t b_rx = cp_stat(b->e, "rx_packets");
+    assert_int_equal(sendto(fx.sock, pkt, n, 0, (const struct sockaddr *)&f.addr, sizeof(f.addr)),
+                     (ssize_t)n);
+    CP_WAIT_ONE(b->e, cp_stat(b->e, "rx_packets") > b_rx, "B to take the forged CONNECT");
+    assert_int_equal(cp_stat(b->e, "ctrl_received"), b_got + 2);
+
+    CP_WAIT(a->done == a->nops && b->rx[0].received == 1, "A's first message");
+    cp_check_ops(a, 0, a->nops, SX_OK);
+    cp_check_rx(b, 0, 1);
     cp_exchange(100, 8, 2000);
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
 }
@@ -1758,6 +1863,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_forged_ctrl, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_ctrl_implicit, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_connect_established, cp_setup, cp_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_connect_setup, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_reset_established, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_same_port, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_new_port, cp_setup, cp_teardown),
