@@ -6,7 +6,10 @@
  * at once, so every input starts from the same engine. Run it with
  * scripts/fuzz.sh; the seed corpus (fuzz/corpus-card/) holds real cards
  * that make-corpus.sh took from engines: one with IPv4 addresses only, one
- * with IPv6 ones too, one of an engine bound to one address.
+ * with IPv6 ones too, one of an engine bound to one address, and two with
+ * SX_AUTH (a key's id; a job key). Each input goes to two engines, one
+ * without SX_AUTH and one with the key of the auth-key seed, so that the
+ * cards of both kinds are accepted by one of them and parsed to the end.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +20,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static sx_engine_h engine;
+static sx_engine_h engines[2]; /* without SX_AUTH, with */
 static uint64_t next_id = 1;
 
 static void die(const char *what, int rc)
@@ -32,17 +35,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     /* No service thread, no connection attempt: sx_peer_add only parses
      * and checks; channels are made on first use, which never comes. */
-    const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"LOG_LEVEL", "error"}, {"SERVICE_US", "0"}};
-    sx_engine_params_t params = {.field_mask = SX_ENGINE_PARAM_CONFIG,
-                                 .config = kv,
-                                 .config_count = sizeof(kv) / sizeof(kv[0])};
-    int rc = sx_engine_create(&params, &engine);
-    if (rc != SX_OK)
-        die("sx_engine_create", rc);
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"},
+                                 {"LOG_LEVEL", "error"},
+                                 {"SERVICE_US", "0"},
+                                 {"AUTH", "000102030405060708090a0b0c0d0e0f"}};
+    for (unsigned i = 0; i < 2; i++) {
+        sx_engine_params_t params = {
+            .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = 3 + i};
+        int rc = sx_engine_create(&params, &engines[i]);
+        if (rc != SX_OK)
+            die("sx_engine_create", rc);
+    }
     return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void one_engine(sx_engine_h engine, const uint8_t *data, size_t size)
 {
     /* An exact-size copy: the parser may read only these bytes. */
     uint8_t *card = malloc(size ? size : 1);
@@ -62,5 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (peer != NULL) {
         abort(); /* refused, yet a handle came back */
     }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    one_engine(engines[0], data, size);
+    one_engine(engines[1], data, size);
     return 0;
 }

@@ -123,8 +123,9 @@ int main(int argc, char **argv)
           .rma = {.addr = 64, .key = 1, .op_addr = 64, .op_len = 8}),
         F(.kind = SX_FRAME_GET_REQ, .rma = {.addr = 64, .key = 1, .op_addr = 64, .op_len = 8}),
         F(.kind = SX_FRAME_RMA_RESP, .flags = SX_FRAMEF_LAST, .len = 8, .resp = {.op_id = 1}),
+        F(.kind = SX_FRAME_AM_REFUSE, .refuse = {.seq = 7, .frame = 1, .status = -4}),
     };
-    len += packet(buf + len, SX_PKT_DATA, 2, 0, 0, all, 6);
+    len += packet(buf + len, SX_PKT_DATA, 2, 0, 0, all, 7);
     save("parse-all-kinds");
     begin(0);
     len += packet(buf + len, SX_PKT_ACK, 0, 5, 0x5, NULL, 0);
@@ -202,6 +203,25 @@ int main(int argc, char **argv)
     record(REPAIR_ALL | CTL_RMA, SX_PKT_DATA, 0, 2, 0, &resp[0], 1);
     record(REPAIR_ALL | CTL_RMA, SX_PKT_DATA, 0, 0, 0, &resp[1], 1);
     save("engine-rma-initiator");
+    /* Refusals of messages this engine sent (issue 25): the fake peer
+     * refuses the first (no handler) and the second (too large), naming
+     * them by their first frame's packet relative to the oldest waiting
+     * message (CTL_RMA repairs it), then acknowledges all three; then a
+     * refusal of nothing the engine sent. */
+    begin(1);
+    send_record(0, 100);
+    send_record(0, 200);
+    send_record(0, 300);
+    const sx_wire_frame_t refuse[] = {
+        F(.kind = SX_FRAME_AM_REFUSE, .refuse = {.seq = 0, .frame = 0, .status = -4}),
+        F(.kind = SX_FRAME_AM_REFUSE, .refuse = {.seq = 1, .frame = 0, .status = -12}),
+        F(.kind = SX_FRAME_AM_REFUSE, .refuse = {.seq = 100, .frame = 3, .status = -12}),
+    };
+    record(REPAIR_ALL | CTL_RMA, SX_PKT_DATA, 0, 0, 0, &refuse[0], 1);
+    record(REPAIR_ALL | CTL_RMA, SX_PKT_DATA, 0, 0, 0, &refuse[1], 1);
+    record(REPAIR_ALL, SX_PKT_ACK, 0, 3, 0, NULL, 0);
+    record(REPAIR_ALL | CTL_RMA, SX_PKT_DATA, 0, 0, 0, &refuse[2], 1);
+    save("engine-refusals");
     return 0;
 }
 EOF
@@ -215,8 +235,9 @@ ls -l fuzz/corpus
 
 # The card fuzzer's seeds (fuzz/corpus-card/): real cards of engines of the
 # library built in BUILD (default build/): the default (every interface,
-# IPv6 ones too where the host has them), one bound to 127.0.0.1, and one
-# with four shards.
+# IPv6 ones too where the host has them), one bound to 127.0.0.1, one
+# with four shards, and two with SX_AUTH (a given key: its id in the
+# card; job: the key itself, as rank 0's card carries it).
 cat >"$tmp/card.c" <<'EOF'
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,4 +266,6 @@ mkdir -p fuzz/corpus-card
 "$tmp/card" fuzz/corpus-card/default 1
 SX_BIND_ADDR=127.0.0.1 "$tmp/card" fuzz/corpus-card/bound-ipv4 1
 "$tmp/card" fuzz/corpus-card/four-shards 4
+SX_AUTH=000102030405060708090a0b0c0d0e0f "$tmp/card" fuzz/corpus-card/auth-key 1
+SX_AUTH=job "$tmp/card" fuzz/corpus-card/auth-job 1
 ls -l fuzz/corpus-card
