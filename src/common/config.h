@@ -123,6 +123,10 @@
       "(SX_SERVICE_US).")                                                                      \
     X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                             \
       "CRC32C over every payload (the header checksum is always on).")                         \
+    X(CHECK_SOURCE, BOOL, check_source, "yes", 0, 0, NULL,                                     \
+      "Take a peer's datagrams only from an IP address its card offers (udp), and drop the "   \
+      "rest as drop_source; no: for networks that rewrite source addresses (NAT) or peers "    \
+      "that send from an address their SX_BIND_ADDR leaves out of the card.")                  \
     X(AGGREGATE, BOOL, aggregate, "yes", 0, 0, NULL,                                           \
       "Pack several small messages queued for one peer into one datagram; no: one "            \
       "message frame per datagram (for measuring what aggregation buys).")                     \
@@ -231,6 +235,7 @@ typedef struct sx_config {
     uint64_t rto_init_us;
     uint64_t peer_timeout_ms;
     bool checksum;
+    bool check_source;
     bool aggregate;
     uint64_t max_msg_size;
     int progress;

@@ -127,6 +127,7 @@ static void sx_engine_init_env(struct sx_engine *e)
     p->peer_timeout_ns = c->peer_timeout_ms * 1000000u;
     p->connect_timeout_ns = c->connect_timeout_ms * 1000000u;
     p->checksum = c->checksum;
+    p->check_source = c->check_source;
     p->max_frames = c->aggregate ? SX_PKT_MAX_FRAMES : 1;
     p->max_msg = c->max_msg_size;
     e->env.peers = &e->peers;

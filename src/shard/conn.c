@@ -583,7 +583,7 @@ static void conn_peer_restarted(sx_shard_t *shard, struct sx_peer *peer, const s
 }
 
 void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const uint8_t *data,
-                               size_t len)
+                               size_t len, const void *src, size_t src_len)
 {
     const sx_shard_env_t *env = shard->env;
     sx_ctrl_t m;
@@ -615,6 +615,12 @@ void sx_conn_recv_reset_locked(sx_shard_t *shard, const sx_wire_hdr_t *h, const 
         /* No channel of ours to that shard sent it anything. */
         sx_rcu_read_unlock(&env->peers->rcu);
         sx_stat_add(&shard->stats.drops[SX_DROP_CTRL], 1);
+        return;
+    }
+    /* A restarted peer runs on the host of the card we hold (its new
+     * card names the same host), so its RESET comes from there too. */
+    if (!sx_shard_src_ok_locked(shard, c, src, src_len)) {
+        sx_rcu_read_unlock(&env->peers->rcu);
         return;
     }
     if (c->reset_nonce != 0 && m.nonce == c->reset_nonce) {

@@ -203,9 +203,10 @@ void sx_conn_ep_fini_locked(struct sx_chan *chan);
 void sx_conn_recv_ctrl_locked(struct sx_chan *chan, const struct sx_wire_hdr *hdr,
                               const uint8_t *data, size_t len);
 
-/** Handles a RESET (which names an epoch, not a channel). */
+/** Handles a RESET (which names an epoch, not a channel) from @p src
+ *  (sx_shard_src_ok_locked). */
 void sx_conn_recv_reset_locked(struct sx_shard *shard, const struct sx_wire_hdr *hdr,
-                               const uint8_t *data, size_t len);
+                               const uint8_t *data, size_t len, const void *src, size_t src_len);
 
 /** A packet addressed to a stale epoch of ours arrived from @p chan's peer:
  *  tells the peer, rate-limited. */

@@ -47,6 +47,7 @@ typedef struct sx_chan_conf {
     uint64_t peer_timeout_ns;
     uint64_t connect_timeout_ns;
     bool checksum;
+    bool check_source;   /* SX_CHECK_SOURCE: drop_source for datagrams from elsewhere */
     unsigned max_frames; /* frames per packet: SX_PKT_MAX_FRAMES; 1 when SX_AGGREGATE=no */
     uint64_t max_msg;
 } sx_chan_conf_t;

@@ -363,7 +363,30 @@ static void sx_shard_drop(sx_shard_t *shard, sx_drop_reason_t why)
 
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
-    sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len);
+    sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len, NULL, 0);
+}
+
+bool sx_shard_src_ok_locked(sx_shard_t *shard, sx_chan_t *c, const void *src, size_t src_len)
+{
+    sx_tl_iface_t *iface = shard->ifaces[c->tl];
+
+    /* Packets accepted only from the address the channel was set up with
+     * (issue 25; TCP demultiplexes by the whole 4-tuple, RFC 9293 section
+     * 3.2): a forger off the path must then spoof its source, which a
+     * network with source address validation (BCP 38, RFC 2827) stops. */
+    if (src == NULL || !shard->env->conf.check_source || iface->ops->src_matches == NULL ||
+        iface->ops->src_matches(iface, c->dest, src, src_len))
+        return true;
+    sx_stat_add(&shard->stats.drops[SX_DROP_SOURCE], 1);
+    char addr[96] = "?";
+    if (iface->ops->dest_str != NULL)
+        iface->ops->dest_str(iface, c->dest, addr, sizeof(addr));
+    sx_warn_ratelimited("shard",
+                        "shard %u: datagram naming %s shard %u (which we reach at %s) came from "
+                        "an address its card does not offer: dropped (counter drop_source; "
+                        "SX_CHECK_SOURCE=no where a NAT rewrites sources)",
+                        shard->index, c->peer->name, c->lane, addr);
+    return false;
 }
 
 /* The channel a checked packet belongs to, created on first use; NULL
@@ -423,7 +446,7 @@ static sx_drop_reason_t sx_shard_auth_check(sx_shard_t *shard, const sx_wire_hdr
 }
 
 static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
-                                     size_t len, bool via_oob)
+                                     size_t len, bool via_oob, const void *src, size_t src_len)
 {
     const sx_shard_env_t *env = shard->env;
     sx_wire_hdr_t h;
@@ -447,7 +470,7 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
     bool reset =
         h.type == SX_PKT_CTRL && h.payload_len > 0 && data[SX_WIRE_HDR_LEN] == SX_CTRL_RESET;
     if (reset && h.dst_epoch == env->epoch) {
-        sx_conn_recv_reset_locked(shard, &h, data, len);
+        sx_conn_recv_reset_locked(shard, &h, data, len, src, src_len);
         return;
     }
     if (h.dst_epoch != env->epoch) {
@@ -466,6 +489,8 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
         sx_shard_drop(shard, why);
         return;
     }
+    if (!sx_shard_src_ok_locked(shard, c, src, src_len))
+        return;
     if (h.type == SX_PKT_CTRL)
         sx_conn_recv_ctrl_locked(c, &h, data, len);
     else if (h.flags & SX_PKTF_FRAG)
@@ -474,14 +499,16 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
         sx_chan_recv_locked(c, &h, data, len);
 }
 
-void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len)
+void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len,
+                               const void *src, size_t src_len)
 {
-    sx_shard_recv_any_locked(shard, tl, data, len, false);
+    sx_shard_recv_any_locked(shard, tl, data, len, false, src, src_len);
 }
 
 void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
-    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true);
+    /* The OOB connection is the peer's own: no datagram source to check. */
+    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true, NULL, 0);
 }
 
 static int sx_shard_poll_locked(sx_shard_t *shard)
@@ -501,7 +528,8 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
         }
         for (int i = 0; i < n; i++) {
             if (ev[i].type == SX_TL_EV_RECV)
-                sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len);
+                sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len, ev[i].src,
+                                          ev[i].src_len);
             else if (ev[i].type == SX_TL_EV_SEND_DONE && shard->tx_inflight[t] > 0)
                 shard->tx_inflight[t]--; /* a send credit comes back */
         }

@@ -313,11 +313,21 @@ void sx_shard_wake(sx_shard_t *shard);
  */
 bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p);
 
-/** Handles one datagram received on interface @p tl. Token holder only. */
-void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len);
+/** Handles one datagram received on interface @p tl from @p src (an
+ *  event's src and src_len; NULL when the transport cannot say). Token
+ *  holder only. */
+void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len,
+                               const void *src, size_t src_len);
 
-/** The same for a datagram from the network interface. */
+/** The same for a datagram from the network interface, its source not
+ *  known (the fuzzer's). */
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len);
+
+/** Whether a datagram from @p src (NULL: not known) may come from @p
+ *  chan's peer (sx_tl_ops_t.src_matches, SX_CHECK_SOURCE); counts
+ *  drop_source and warns, rate-limited, when not. Token holder. */
+bool sx_shard_src_ok_locked(sx_shard_t *shard, struct sx_chan *chan, const void *src,
+                            size_t src_len);
 
 /** A connection control packet that came over the OOB (the oob CPC);
  *  anything but SX_PKT_CTRL is dropped. */

@@ -157,7 +157,8 @@ enum sx_frame_flags {
     X(SX_DROP_NOT_CONNECTED, "not_connected", "data before the connection was set up")       \
     X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")            \
     X(SX_DROP_FRAGMENT, "fragment", "malformed fragment, or one of a packet not kept")       \
-    X(SX_DROP_AUTH, "auth", "no valid authentication tag (forged, altered, or another key)")
+    X(SX_DROP_AUTH, "auth", "no valid authentication tag (forged, altered, or another key)") \
+    X(SX_DROP_SOURCE, "source", "from an address the sender's card does not offer")
 
 /* SX_DROP_NONE means "not dropped" (a well-formed packet, a packet kept
  * aside) and has no counter; SX_DROP_COUNT is how many reasons there are,

@@ -674,6 +674,13 @@ static int fault_addr_insert(sx_tl_iface_t *iface, const void *addr, size_t len,
     return SX_OK;
 }
 
+static bool fault_src_matches(sx_tl_iface_t *iface, sx_tl_dest_t dest, const void *src,
+                              size_t src_len)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    return inner->ops->src_matches == NULL || inner->ops->src_matches(inner, dest, src, src_len);
+}
+
 static void fault_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
 {
     fault_iface_t *f = (fault_iface_t *)iface;
@@ -787,6 +794,7 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     .dest_mtu = fault_dest_mtu,
     .dest_str = fault_dest_str,
     .addr_next = fault_addr_next,
+    .src_matches = fault_src_matches,
     /* Delegates; held datagrams to it are dropped on release; token holder. */
     .addr_remove = fault_addr_remove,
     /* Applies the faults per datagram and passes the survivors on; copies

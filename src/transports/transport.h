@@ -131,6 +131,10 @@ typedef struct sx_tl_event {
     const uint8_t *data; /* RECV: the datagram; valid until the next poll */
     size_t len;          /* RECV: its length */
     void *ctx;           /* SEND_DONE: the tx's ctx */
+    const void *src;     /* RECV: where it came from, as the transport's
+                          * src_matches reads it (udp: a sockaddr); valid
+                          * until the next poll; NULL when it cannot say */
+    size_t src_len;
 } sx_tl_event_t;
 
 /** Counters every interface keeps; read by its owner. */
@@ -256,6 +260,17 @@ struct sx_tl_ops {
      * sent. Token holder; may make a socket. May be NULL: one address.
      */
     int (*addr_next)(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap);
+
+    /**
+     * Says whether a datagram from @p src (an event's src and src_len)
+     * may come from @p dest's peer: from one of the addresses its card
+     * offered (udp: the IP address; the port may be a connected send
+     * socket's). The shard drops the others (drop_source). Token holder;
+     * never blocks. May be NULL: the transport cannot tell where a
+     * datagram came from (self, and ofi and verbs, whose receive
+     * completions name no source here).
+     */
+    bool (*src_matches)(sx_tl_iface_t *iface, sx_tl_dest_t dest, const void *src, size_t src_len);
 
     /**
      * Sends up to @p count datagrams, in order, without blocking. Sets

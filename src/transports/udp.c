@@ -492,6 +492,60 @@ static int udp_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, siz
     return next == 0 ? SX_ERR_NOT_FOUND : SX_OK;
 }
 
+/* Whether @p a and @p b name the same IP address (ports aside). */
+static bool udp_same_ip(const udp_sa_t *a, const udp_sa_t *b)
+{
+    if (a->sa.sa_family != b->sa.sa_family)
+        return false;
+    if (a->sa.sa_family == AF_INET)
+        return a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr;
+    return a->sa.sa_family == AF_INET6 &&
+           memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
+}
+
+/*
+ * Only the IP address is compared: a peer sends from its data socket, its
+ * ACK socket or a connected send socket with a port of the kernel's
+ * choosing. A peer on this host (its candidates start with loopback) may
+ * also send from 127.0.0.1 or ::1 (to our loopback) or any of this
+ * host's addresses that we offer, which is what the kernel picks as the
+ * source of a datagram to one of them; the rest of 127/8 is no one's.
+ */
+static bool udp_src_matches(sx_tl_iface_t *iface, sx_tl_dest_t dest, const void *src,
+                            size_t src_len)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+    udp_sa_t from;
+
+    if (dest >= u->ndests || !u->dests[dest].live || src_len > sizeof(from) ||
+        src_len < sizeof(sa_family_t))
+        return false;
+    memset(&from, 0, sizeof(from));
+    memcpy(&from, src, src_len);
+    const udp_dest_t *d = &u->dests[dest];
+    for (unsigned i = 0; i < d->ncand; i++)
+        if (udp_same_ip(&from, &d->cand[i]))
+            return true;
+    bool same_host = d->ncand > 0 && d->cand[0].sa.sa_family == AF_INET &&
+                     d->cand[0].in4.sin_addr.s_addr == htonl(INADDR_LOOPBACK);
+    if (!same_host)
+        return false;
+    if (from.sa.sa_family == AF_INET && from.in4.sin_addr.s_addr == htonl(INADDR_LOOPBACK))
+        return true;
+    if (from.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&from.in6.sin6_addr))
+        return true;
+    for (unsigned i = 0; i < u->nladdrs; i++) {
+        const udp_ip_t *ip = &u->laddrs[i].ip;
+        if (ip->family == AF_INET && from.sa.sa_family == AF_INET &&
+            ip->v4.s_addr == from.in4.sin_addr.s_addr)
+            return true;
+        if (ip->family == AF_INET6 && from.sa.sa_family == AF_INET6 &&
+            memcmp(&ip->v6, &from.in6.sin6_addr, sizeof(ip->v6)) == 0)
+            return true;
+    }
+    return false;
+}
+
 static void udp_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -825,8 +879,12 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
             continue;
         }
         if (len == 0) {
-            events[n++] = (sx_tl_event_t){
-                .type = SX_TL_EV_RECV, .status = SX_OK, .data = rx->iov[i].iov_base, .len = 0};
+            events[n++] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
+                                          .status = SX_OK,
+                                          .data = rx->iov[i].iov_base,
+                                          .len = 0,
+                                          .src = &rx->src[i],
+                                          .src_len = h->msg_namelen};
             rx->pend_i++;
             continue;
         }
@@ -839,6 +897,8 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
                 .status = SX_OK,
                 .data = (const uint8_t *)rx->iov[i].iov_base + rx->pend_off,
                 .len = part,
+                .src = &rx->src[i],
+                .src_len = h->msg_namelen,
             };
             rx->pend_off += part;
         }
@@ -870,6 +930,8 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
         /* recvmmsg writes these back; reset them for the next read. */
         h->msg_control = rx->ctrl[i].buf;
         h->msg_controllen = sizeof(rx->ctrl[i].buf);
+        h->msg_name = &rx->src[i];
+        h->msg_namelen = sizeof(rx->src[i]);
         h->msg_flags = 0;
         rx->iov[i].iov_len = rx->buflen;
     }
@@ -1011,6 +1073,9 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * routed), with a connected socket of its own when the budget allows;
      * token holder; makes and closes sockets. */
     .addr_next = udp_addr_next,
+    /* The source's IP address against the peer's card addresses (and,
+     * for a peer on this host, loopback and ours); token holder. */
+    .src_matches = udp_src_matches,
     /* sendmmsg with MSG_DONTWAIT, one call per run of datagrams for the
      * same socket (the data socket, the ACK socket or a destination's
      * connected one); the kernel has copied the data when it returns

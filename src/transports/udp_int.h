@@ -109,8 +109,9 @@ typedef struct udp_rx {
     struct mmsghdr msgs[UDP_RX_BATCH];
     struct iovec iov[UDP_RX_BATCH];
     udp_ctrl_t ctrl[UDP_RX_BATCH];
-    uint32_t last_ovfl; /* the socket's drop counter as last reported */
-    bool batch;         /* the last poll found datagrams back to back: use recvmmsg */
+    udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
+    uint32_t last_ovfl;         /* the socket's drop counter as last reported */
+    bool batch;                 /* the last poll found datagrams back to back: use recvmmsg */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
      * buffer that GRO filled with several datagrams can hold more than a
      * poll's room), from offset pend_off in buffer pend_i; seg[i] is the

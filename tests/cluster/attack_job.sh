@@ -241,7 +241,7 @@ check_attack() {
     # What the victims' engines call what they refused, whatever the
     # reason; resets_proven would be a RESET believed.
     local -a names=(drop_ctrl reset_challenges drop_out_of_window drop_duplicate ack_unsent
-        drop_unknown_peer drop_stale_epoch drop_not_connected drop_shard drop_auth)
+        drop_unknown_peer drop_stale_epoch drop_not_connected drop_shard drop_auth drop_source)
     local line="" c named=0
     for c in "${names[@]}"; do
         line+=" $c=$(counter "$j" "$c" 0)/$(counter "$j" "$c" 1)"

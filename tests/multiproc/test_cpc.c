@@ -987,10 +987,24 @@ static void test_path_mtu(void **state)
 /* ------------------------------------------------------------ forged */
 
 /* The counters a forged datagram may move at its target. */
-enum { F_CTRL, F_NOTCONN, F_UNKNOWN, F_STALE, F_SHARD, F_RECV, F_SENT, F_FAIL, F_AM, F_RX, F_N };
+enum {
+    F_CTRL,
+    F_NOTCONN,
+    F_UNKNOWN,
+    F_STALE,
+    F_SHARD,
+    F_RECV,
+    F_SENT,
+    F_FAIL,
+    F_AM,
+    F_RX,
+    F_SOURCE,
+    F_N
+};
 static const char *const f_names[F_N] = {
-    "drop_ctrl",     "drop_not_connected", "drop_unknown_peer", "drop_stale_epoch", "drop_shard",
-    "ctrl_received", "ctrl_sent",          "chan_failures",     "am_delivered",     "rx_packets"};
+    "drop_ctrl",    "drop_not_connected", "drop_unknown_peer", "drop_stale_epoch",
+    "drop_shard",   "ctrl_received",      "ctrl_sent",         "chan_failures",
+    "am_delivered", "rx_packets",         "drop_source"};
 #define F_ANY (-1) /* in an expectation: this counter is not checked */
 #define F_END (-2)
 
@@ -1436,6 +1450,71 @@ static void test_forged_connect_setup(void **state)
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
 }
 
+/* Makes the forger send from 127.0.0.2: an address of this host that no
+ * engine's card offers (it offers 127.0.0.1 to engines on the host). */
+static void f_from_elsewhere(void)
+{
+    close(fx.sock);
+    fx.sock = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fx.sock >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+    assert_int_equal(bind(fx.sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+}
+
+/*
+ * Datagrams that name a peer but come from an address its card does not
+ * offer (issue 25: packets accepted only from the address the channel
+ * was set up with) are dropped as drop_source before any field of them
+ * is believed: a CONNECT, data, and a RESET naming A, on an established
+ * channel. One from an unknown epoch is still drop_unknown_peer (no
+ * channel to check against). An engine with SX_CHECK_SOURCE=no (C)
+ * takes the same CONNECT as it would from anywhere. Then the two talk.
+ */
+static void test_forged_source(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    const sx_config_kv_t kc[] = {{"SHARDS", "1"}, {"CHECK_SOURCE", "no"}};
+    cp_side_t *a = cp_open(0, kv, 1);
+    cp_side_t *b = cp_open(1, kv, 1);
+    cp_side_t *c = cp_open(2, kc, 2);
+    cp_link(0, 1);
+    assert_int_equal(cp_add(a, c, 2), SX_OK);
+    assert_int_equal(cp_add(c, a, 0), SX_OK);
+    cp_exchange_serial(1, 8, 1);
+
+    forge_t f;
+    f_open(&f, a, b);
+    f_from_elsewhere();
+    static const int SOURCE[] = {F_SOURCE, 1, F_END};
+    uint8_t pkt[512], body[SX_CTRL_LEN];
+    body_t m = body_connect();
+    f_ctrl(&f, "a CONNECT from elsewhere", &m, SX_CTRL_LEN, SOURCE);
+    size_t n = f_data(pkt, &f, 0, true, 0);
+    f_expect(&f, "data from elsewhere", pkt, n, SOURCE);
+    body_t r = {.op = SX_CTRL_RESET, .cpc = SX_CPC_HANDSHAKE, .epoch = f.src_epoch};
+    body_write(body, &r);
+    n = f_packet(pkt, SX_PKT_CTRL, 0x5eed0001u, f.dst_epoch, 0, 0, body, SX_CTRL_LEN);
+    f_expect(&f, "a RESET naming A from elsewhere", pkt, n, SOURCE);
+    assert_int_equal(cp_stat(b->e, "reset_challenges"), 0);
+    static const int UNKNOWN[] = {F_UNKNOWN, 1, F_END};
+    body_write(body, &m);
+    n = f_packet(pkt, SX_PKT_CTRL, 0x1111, f.dst_epoch, 0, 0, body, SX_CTRL_LEN);
+    f_expect(&f, "a CONNECT from an unknown epoch, from elsewhere", pkt, n, UNKNOWN);
+
+    forge_t fc;
+    int sock = fx.sock;
+    f_open(&fc, a, c); /* a new socket: keep the bound one */
+    close(fx.sock);
+    fx.sock = sock;
+    static const int ANSWERED[] = {F_RECV, 1, F_SENT, 1, F_END};
+    f_ctrl(&fc, "a CONNECT from elsewhere, SX_CHECK_SOURCE=no", &m, SX_CTRL_LEN, ANSWERED);
+
+    cp_exchange(100, 8, 2000);
+    assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
+    assert_int_equal(cp_stat(a->e, "drop_source") + cp_stat(b->e, "drop_source"), 3);
+}
+
 /*
  * Forged RESETs against an established channel (issue 25: 8 of them used
  * to fail every send with SX_ERR_PEER_RESTARTED and end the job). A
@@ -1864,6 +1943,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_forged_ctrl_implicit, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_connect_established, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_connect_setup, cp_setup, cp_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_source, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_forged_reset_established, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_same_port, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_new_port, cp_setup, cp_teardown),
