@@ -60,6 +60,8 @@
 
 #include <shardx.h>
 
+#include "attack_util.h"
+
 #define TAG_DATA 21
 #define TAG_END  22
 #define TAG_WARM 23
@@ -239,22 +241,6 @@ static void on_error(void *arg, uint64_t peer_id, int status)
     st->peer_error = status;
     fprintf(stderr, "attack_victim: rank %u: peer %" PRIu64 " failed: %s (%s)\n", st->rank, peer_id,
             sx_status_name(status), sx_strerror(status));
-}
-
-static bool file_exists(const char *dir, const char *name)
-{
-    char path[4096];
-    struct stat sb;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    return stat(path, &sb) == 0;
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned bytes)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < bytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 /* Writes @p line to DIR/NAME.RANK through a temporary name, so that a

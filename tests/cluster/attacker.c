@@ -88,6 +88,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attack_util.h"
 #include "common/crc32c.h"
 #include "cpc/cpc.h"
 #include "shard/conn.h"
@@ -192,22 +193,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static bool file_exists(const char *dir, const char *name)
-{
-    char path[4096];
-    struct stat sb;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    return stat(path, &sb) == 0;
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned bytes)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < bytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 /* ------------------------------------------------------------- the cards */

@@ -1284,6 +1284,17 @@ static void test_forged_ctrl(void **state)
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
 }
 
+/* Sides 0 and 1, one shard each, with one 8-byte message each way
+ * between them: their channels are established, one data packet each. */
+static void cp_open_pair(cp_side_t **a, cp_side_t **b)
+{
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    *a = cp_open(0, kv, 1);
+    *b = cp_open(1, kv, 1);
+    cp_link(0, 1);
+    cp_exchange_serial(1, 8, 1);
+}
+
 /* The first "send: una N" of @p e's dump: its first channel's oldest
  * unacknowledged sequence number. */
 static uint32_t f_una(sx_engine_h e)
@@ -1309,13 +1320,9 @@ static uint32_t f_una(sx_engine_h e)
 static void test_forged_connect_established(void **state)
 {
     (void)state;
-    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
-    cp_side_t *a = cp_open(0, kv, 1);
-    cp_side_t *b = cp_open(1, kv, 1);
-    cp_link(0, 1);
-    /* One 8-byte message each way: one data packet, so A's isn is its
-     * una less one. */
-    cp_exchange_serial(1, 8, 1);
+    cp_side_t *a, *b;
+    /* One data packet each way, so A's isn is its una less one. */
+    cp_open_pair(&a, &b);
     uint32_t a_isn = f_una(a->e) - 1;
     print_message("[ forged ] A's channel to B started at sequence number %u\n", a_isn);
     /* Random: outside the first thousand with probability 1 - 2^-22. */
@@ -1473,15 +1480,12 @@ static void f_from_elsewhere(void)
 static void test_forged_source(void **state)
 {
     (void)state;
-    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
     const sx_config_kv_t kc[] = {{"SHARDS", "1"}, {"CHECK_SOURCE", "no"}};
-    cp_side_t *a = cp_open(0, kv, 1);
-    cp_side_t *b = cp_open(1, kv, 1);
+    cp_side_t *a, *b;
+    cp_open_pair(&a, &b);
     cp_side_t *c = cp_open(2, kc, 2);
-    cp_link(0, 1);
     assert_int_equal(cp_add(a, c, 2), SX_OK);
     assert_int_equal(cp_add(c, a, 0), SX_OK);
-    cp_exchange_serial(1, 8, 1);
 
     forge_t f;
     f_open(&f, a, b);
@@ -1527,11 +1531,8 @@ static void test_forged_source(void **state)
 static void test_forged_reset_established(void **state)
 {
     (void)state;
-    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
-    cp_side_t *a = cp_open(0, kv, 1);
-    cp_side_t *b = cp_open(1, kv, 1);
-    cp_link(0, 1);
-    cp_exchange_serial(1, 8, 1);
+    cp_side_t *a, *b;
+    cp_open_pair(&a, &b);
 
     forge_t f;
     f_open(&f, a, b);
