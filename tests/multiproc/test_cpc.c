@@ -258,12 +258,12 @@ static void cp_dump(void)
     }
 }
 
-/* Progresses every engine until @p cond holds. */
-#define CP_WAIT(cond, what)                                                     \
+/* Runs @p step until @p cond holds, within the hang detector's limit. */
+#define CP_WAIT_WITH(step, cond, what)                                          \
     do {                                                                        \
         uint64_t cp_t0_ = sx_time_ns();                                         \
         while (!(cond)) {                                                       \
-            cp_progress_all();                                                  \
+            step;                                                               \
             if (sx_time_ns() - cp_t0_ > LIMIT_NS) {                             \
                 cp_dump();                                                      \
                 fail_msg("timed out after %llu s waiting for %s",               \
@@ -271,6 +271,12 @@ static void cp_dump(void)
             }                                                                   \
         }                                                                       \
     } while (0)
+
+/* Progresses every engine until @p cond holds. */
+#define CP_WAIT(cond, what) CP_WAIT_WITH(cp_progress_all(), cond, what)
+
+/* Progresses only @p e until @p cond holds: the others wait. */
+#define CP_WAIT_ONE(e, cond, what) CP_WAIT_WITH(sx_progress(e), cond, what)
 
 /* Sends @p n messages each way between sides 0 and 1 and checks that each
  * arrives exactly once, in order, and completes with SX_OK. */
@@ -1354,20 +1360,6 @@ static void test_forged_connect_established(void **state)
     cp_exchange(100, 8, 2000);
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
 }
-
-/* Progresses only @p e until @p cond holds: the other engine waits. */
-#define CP_WAIT_ONE(e, cond, what)                                              \
-    do {                                                                        \
-        uint64_t cp_t0_ = sx_time_ns();                                         \
-        while (!(cond)) {                                                       \
-            sx_progress(e);                                                     \
-            if (sx_time_ns() - cp_t0_ > LIMIT_NS) {                             \
-                cp_dump();                                                      \
-                fail_msg("timed out after %llu s waiting for %s",               \
-                         (unsigned long long)(LIMIT_NS / 1000000000ull), what); \
-            }                                                                   \
-        }                                                                       \
-    } while (0)
 
 /* A DATA packet from the peer carrying message 0 of the stream (right
  * content: only the protocol may refuse it) at @p seq, with an ACK field
