@@ -90,19 +90,10 @@
 
 #include "attack_util.h"
 #include "common/crc32c.h"
+#include "common/time.h"
 #include "cpc/cpc.h"
 #include "shard/conn.h"
 #include "shard/wire.h"
-
-/* The authentication flag and tag length (shard/auth.h), for a build
- * whose wire.h does not name them yet. */
-#ifdef SX_WIRE_TAG_LEN
-#define ATK_PKTF_AUTH SX_PKTF_AUTH
-#define ATK_TAG_LEN   SX_WIRE_TAG_LEN
-#else
-#define ATK_PKTF_AUTH (1u << 4)
-#define ATK_TAG_LEN   16
-#endif
 
 #define MAX_SHARDS   64
 #define MAX_ENGINES  8
@@ -168,12 +159,6 @@ typedef struct attacker {
     uint64_t sniffed, sniffed_shardx, sniff_drops;
     bool auth_seen;
 } attacker_t;
-
-/* Wrap-safe: whether sequence number @p a comes before @p b. */
-static bool seq_before(uint32_t a, uint32_t b)
-{
-    return (int32_t)(a - b) < 0;
-}
 
 static uint64_t rnd64(void)
 {
@@ -317,16 +302,16 @@ static size_t forge(const attacker_t *a, uint8_t *pkt, sx_wire_hdr_t *h, const u
     h->version = SX_WIRE_VERSION;
     h->payload_len = (uint16_t)payload_len;
     if (a->auth_seen)
-        h->flags |= ATK_PKTF_AUTH;
+        h->flags |= SX_PKTF_AUTH;
     uint32_t crc = sx_crc32c(0, pkt + SX_WIRE_HDR_LEN, payload_len);
     sx_wire_write_hdr(pkt, h, &crc);
     size_t len = SX_WIRE_HDR_LEN + payload_len;
     if (a->auth_seen) {
-        for (unsigned i = 0; i < ATK_TAG_LEN; i += 8) {
+        for (unsigned i = 0; i < SX_WIRE_TAG_LEN; i += 8) {
             uint64_t r = rnd64();
             memcpy(pkt + len + i, &r, 8);
         }
-        len += ATK_TAG_LEN;
+        len += SX_WIRE_TAG_LEN;
     }
     return len;
 }
@@ -614,7 +599,7 @@ static void sniff_one(attacker_t *a, const uint8_t *p, size_t len)
     if (se == 0 || de == 0 || ss >= MAX_SHARDS || ds >= MAX_SHARDS)
         return;
     a->sniffed_shardx++;
-    if (flags & ATK_PKTF_AUTH)
+    if (flags & SX_PKTF_AUTH)
         a->auth_seen = true;
     engine_learn(a, se, src, ss, sport, false);
     engine_learn(a, de, dst, ds, dport, true);
@@ -622,13 +607,13 @@ static void sniff_one(attacker_t *a, const uint8_t *p, size_t len)
     if (f == NULL)
         return;
     f->datagrams++;
-    f->auth = (flags & ATK_PKTF_AUTH) != 0;
-    if (type == SX_PKT_DATA && (!f->has_data || seq_before(f->max_seq, seq))) {
+    f->auth = (flags & SX_PKTF_AUTH) != 0;
+    if (type == SX_PKT_DATA && (!f->has_data || sx_u32_before(f->max_seq, seq))) {
         f->max_seq = seq;
         f->has_data = true;
     }
     if (flags & SX_PKTF_ACK) {
-        if (!f->has_ack || seq_before(f->last_ack, ack))
+        if (!f->has_ack || sx_u32_before(f->last_ack, ack))
             f->last_ack = ack;
         f->has_ack = true;
     }
