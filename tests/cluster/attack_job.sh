@@ -120,14 +120,8 @@ fail() {
 }
 
 # A bounded poll: up to $1 tries 50 ms apart for the command to succeed.
-poll() {
-    local tries=$1
-    shift
-    while ! "$@"; do
-        ((--tries > 0)) || return 1
-        sleep 0.05
-    done
-}
+# shellcheck source=poll.sh
+. "$(dirname "${BASH_SOURCE[0]}")/poll.sh"
 alive() { kill -0 "$1" 2>/dev/null; }
 # Whether both ranks are ready for the attacker, or one failed, or the
 # job is gone.

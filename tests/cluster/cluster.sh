@@ -148,16 +148,10 @@ resolve_host() {
     echo "$name$i"
 }
 
-# Waits for a condition with a bounded poll: the kernel brings links up
-# asynchronously (linkwatch), and nothing tells a script when it is done.
-poll() {
-    local tries=$1
-    shift
-    while ! "$@"; do
-        ((--tries > 0)) || return 1
-        sleep 0.05
-    done
-}
+# Waits for a condition with a bounded poll (poll.sh): the kernel brings
+# links up asynchronously (linkwatch), and nothing tells a script when.
+# shellcheck source=poll.sh
+. "$(dirname "${BASH_SOURCE[0]}")/poll.sh"
 
 # --- namespace processes -------------------------------------------------
 

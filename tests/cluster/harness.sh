@@ -41,16 +41,9 @@ expect() {
     got=$("$@" 2>&1) || true
     if [[ $got == "$want" ]]; then ok "$what"; else bad "$what: '$got', expected '$want'"; fi
 }
-# Bounded poll for a condition (the kernel and the processes go at their
-# own pace; nothing here waits for a time instead of a condition).
-poll() {
-    local tries=$1
-    shift
-    while ! "$@"; do
-        ((--tries > 0)) || return 1
-        sleep 0.05
-    done
-}
+# Bounded poll for a condition (poll.sh).
+# shellcheck source=poll.sh
+. "$(dirname "${BASH_SOURCE[0]}")/poll.sh"
 
 # What must be the same after the test: the root namespace's interfaces,
 # addresses and routes, /etc/hosts, and the mounts.
