@@ -7,8 +7,9 @@
 # and 2 threads per rank and a windowed 8-byte rate with 1 and 2 threads
 # per rank (MPI_THREAD_MULTIPLE, each thread its own tag). On one machine,
 # the 2-thread latency runs again beside two CPU-burning processes (busy
-# loops), shardx against tcp, and so does our MPI suite's threads test with
-# four ranks of two threads (--oversubscribe): a job that shares its cores.
+# loops), shardx against tcp, and so do our MPI suite's threads test with
+# four ranks of two threads (--oversubscribe) and mpi_bench's ring of four
+# ranks: jobs that share their cores.
 #
 #   bench/bench_mpi.sh [BUILD_DIR [RESULTS_DIR]]   (default: build, BUILD_DIR/bench-results)
 #
@@ -147,6 +148,20 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
             done
         done
     fi
+    # A ring of MPI_Sendrecv over four ranks (mpi_bench ring), beside the
+    # same busy loops: every step waits for a rank that may be descheduled.
+    for round in 1 2 3; do
+        for t in shardx tcp; do
+            echo "bench_mpi: $t: ring, 4 ranks, beside two busy loops (round $round)" >&2
+            # shellcheck disable=SC2086
+            if line=$(timeout 300 mpirun -np 4 --oversubscribe ${args[$t]} "$bench" ring 2>/dev/null | grep '^{' | tail -n 1) &&
+                [[ -n $line ]]; then
+                echo "{\"transport\": \"$t\", \"busy\": true, \"result\": $line}" >>"$raw"
+            else
+                echo "bench_mpi: $t: ring beside busy loops failed; left out" >&2
+            fi
+        done
+    done
     kill "${burners[@]}" 2>/dev/null || true
     wait "${burners[@]}" 2>/dev/null || true
 fi
@@ -185,6 +200,8 @@ for r in rows:
         add("mt%d_latency_us" % x["threads"], x["latency_us"])
     elif x["test"] == "suite_np4":
         add("suite_np4_busy_s", x["seconds"])
+    elif x["test"] == "ring":
+        add("ring_np4_busy_s", x["seconds"])
     elif x["test"] == "mtrate":
         add("mtrate%d_msgs_per_s" % x["threads"], x["messages_per_s"])
 
@@ -251,7 +268,9 @@ other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("
          "mtrate2_over_mtrate1_shardx": ratio(sx.get("mtrate2_msgs_per_s"),
                                               sx.get("mtrate1_msgs_per_s")),
          "suite_np4_busy_shardx_over_tcp": ratio(sx.get("suite_np4_busy_s"),
-                                                 tcp.get("suite_np4_busy_s"))}
+                                                 tcp.get("suite_np4_busy_s")),
+         "ring_np4_busy_shardx_over_tcp": ratio(sx.get("ring_np4_busy_s"),
+                                                tcp.get("ring_np4_busy_s"))}
 if not hosts:
     ratios["mt2_busy_latency_shardx_over_tcp"] = ratio(sx.get("mt2_busy_latency_us"),
                                                        tcp.get("mt2_busy_latency_us"))
@@ -316,18 +335,19 @@ if floor:
     print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
                                              "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
                                              "-"))
-print("\n%-9s %16s %16s %16s %16s %22s %18s" % ("transport", "mtrate1 msgs/s",
-                                                  "mtrate2 msgs/s", "mt2 4 KiB us",
-                                                  "mt2 8 KiB us", "mt2 lat us, busy loops",
-                                                  "suite np4 s, busy"))
+print("\n%-9s %16s %16s %16s %16s %22s %18s %18s" % ("transport", "mtrate1 msgs/s",
+                                                       "mtrate2 msgs/s", "mt2 4 KiB us",
+                                                       "mt2 8 KiB us", "mt2 lat us, busy loops",
+                                                       "suite np4 s, busy", "ring np4 s, busy"))
 for t in res:
     d = res[t]
-    print("%-9s %16s %16s %16s %16s %22s %18s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
-                                                  fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
-                                                  fmt(d.get("mt2_4096B_latency_us")),
-                                                  fmt(d.get("mt2_8192B_latency_us")),
-                                                  fmt(d.get("mt2_busy_latency_us")),
-                                                  fmt(d.get("suite_np4_busy_s"), "%.2f")))
+    print("%-9s %16s %16s %16s %16s %22s %18s %18s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
+                                                       fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
+                                                       fmt(d.get("mt2_4096B_latency_us")),
+                                                       fmt(d.get("mt2_8192B_latency_us")),
+                                                       fmt(d.get("mt2_busy_latency_us")),
+                                                       fmt(d.get("suite_np4_busy_s"), "%.2f"),
+                                                       fmt(d.get("ring_np4_busy_s"), "%.3f")))
 print("\nratios (medians of %s rounds, load average %.2f on %d CPUs):"
       % (os.environ.get("BENCH_REPEAT", "3"), load[0], os.cpu_count()))
 for k, v in ratios.items():

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * mpi_bench: the MPI figures behind `make bench-mpi` (bench/bench_mpi.sh
- * runs it over each transport). Two ranks; rank 0 prints one JSON object.
+ * runs it over each transport). Two ranks (ring: any number); rank 0 prints
+ * one JSON object.
  *
  *   mpi_bench pingpong   one-way latency (half the round trip) per size
  *   mpi_bench rate       8-byte messages per second, windows of 64 Isends
@@ -11,6 +12,14 @@
  *   mpi_bench mtrate N   8-byte messages per second with N threads per
  *                        rank (MPI_THREAD_MULTIPLE), each streaming windows
  *                        of 64 Isends on its own tag; all threads together
+ *   mpi_bench ring [R]   any number of ranks: R (20) rounds in which every
+ *                        rank sends to the next and receives from the one
+ *                        before (MPI_Sendrecv), at each size from 0 B to
+ *                        1 MiB + 17 (those of our MPI suite's threads test);
+ *                        the mean time per exchange at each size and the
+ *                        whole loop's time. Run with more ranks than cores
+ *                        (and beside busy loops) it shows how a transport
+ *                        fares when every step waits for a descheduled rank
  *
  * Each figure is the median of several batches, so one batch slowed by
  * a busy machine does not set it. The program prints figures; it never
@@ -233,6 +242,41 @@ static void bench_mtrate(int nthreads)
                nthreads, WINDOW, median(rate, BATCHES));
 }
 
+static void bench_ring(int rounds, int nranks)
+{
+    static const int sizes[] = {0, 8, 512, 8000, 9000, 65536, 200000, 1048576 + 17};
+    const int n = sizeof(sizes) / sizeof(sizes[0]);
+    char *sb = calloc(1, 1048576 + 17), *rb = calloc(1, 1048576 + 17);
+    double per[sizeof(sizes) / sizeof(sizes[0])] = {0};
+    int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+
+    for (int k = 0; k < n; k++) /* warm-up: connections and registrations */
+        MPI_Sendrecv(sb, sizes[k], MPI_BYTE, right, 1, rb, sizes[k], MPI_BYTE, left, 1,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t00 = MPI_Wtime();
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < n; k++) {
+            double t0 = MPI_Wtime();
+            MPI_Sendrecv(sb, sizes[k], MPI_BYTE, right, 1, rb, sizes[k], MPI_BYTE, left, 1,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            per[k] += MPI_Wtime() - t0;
+        }
+    }
+    double total = MPI_Wtime() - t00;
+    if (rank == 0) {
+        printf("{\"test\": \"ring\", \"ranks\": %d, \"rounds\": %d, \"seconds\": %.4f, "
+               "\"results\": [",
+               nranks, rounds, total);
+        for (int k = 0; k < n; k++)
+            printf("%s{\"size\": %d, \"exchange_us\": %.1f}", k ? ", " : "", sizes[k],
+                   per[k] * 1e6 / rounds);
+        printf("]}\n");
+    }
+    free(sb);
+    free(rb);
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "pingpong";
@@ -243,13 +287,17 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, mt ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2 || (mt && (provided < MPI_THREAD_MULTIPLE || nthreads < 1 || nthreads > 64))) {
+    int ring = strcmp(test, "ring") == 0;
+    if ((ring ? size < 2 : size != 2) ||
+        (mt && (provided < MPI_THREAD_MULTIPLE || nthreads < 1 || nthreads > 64))) {
         if (rank == 0)
-            fprintf(stderr, "mpi_bench: needs 2 ranks (and MPI_THREAD_MULTIPLE, 1..64 threads "
-                            "for mt)\n");
+            fprintf(stderr, "mpi_bench: needs 2 ranks, 2 or more for ring (and "
+                            "MPI_THREAD_MULTIPLE, 1..64 threads for mt)\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (strcmp(test, "pingpong") == 0)
+    if (ring)
+        bench_ring(argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : 20, size);
+    else if (strcmp(test, "pingpong") == 0)
         bench_pingpong();
     else if (strcmp(test, "rate") == 0)
         bench_rate();
@@ -258,7 +306,8 @@ int main(int argc, char **argv)
     else if (mt)
         bench_mtrate(nthreads);
     else if (rank == 0)
-        fprintf(stderr, "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N)\n", test);
+        fprintf(stderr, "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N, ring R)\n",
+                test);
     fflush(stdout);
     MPI_Finalize();
     return 0;

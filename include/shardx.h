@@ -70,8 +70,9 @@ extern "C" {
 #define SX_VERSION (SX_VERSION_MAJOR * 10000 + SX_VERSION_MINOR * 100 + SX_VERSION_PATCH)
 /** The API's own version: incremented when a function, type or constant of
  *  this header is added or changed, so code can test for one with the
- *  preprocessor (SX_API_VERSION >= N). 1: this header's API. */
-#define SX_API_VERSION 1
+ *  preprocessor (SX_API_VERSION >= N). 1: this header's API;
+ *  2: sx_engine_caller_yields. */
+#define SX_API_VERSION 2
 /** @} */
 
 /** Most iovec entries one sx_send, sx_send_ex or sx_sendi takes. */
@@ -343,6 +344,22 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * a datagram, or calls sched_yield.
  */
 SX_API int sx_progress(sx_engine_h engine);
+
+/**
+ * Says whether the callers of sx_progress() on @p engine give their core
+ * up (sched_yield) whenever it returns 0, as Open MPI's opal_progress does
+ * under mpi_yield_when_idle (set when mpirun places more ranks than
+ * slots). While @p yes is non-zero, and SX_YIELD is not "never", a call
+ * that finds nothing waits at once, at most 500 us, for a datagram to any
+ * of the engine's shards (the runtime may let one thread progress for all
+ * its others), and progresses the shards that ended the wait before it
+ * returns: the caller gets work instead of handing its core to whoever is
+ * runnable, and a CPU-bound neighbour no longer holds it for the rest of
+ * its time slice. Only for a caller that has nothing else to poll: the
+ * wait does not end for anything but the engine's own traffic. Any
+ * thread, at any time; off at creation.
+ */
+SX_API int sx_engine_caller_yields(sx_engine_h engine, int yes);
 
 /**
  * A file descriptor that becomes readable when the engine may have work

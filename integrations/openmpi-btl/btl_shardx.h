@@ -80,6 +80,7 @@ typedef struct mca_btl_shardx_module {
     bool count_ops;
     atomic_uint_fast64_t n_sendi, n_sendi_queued, n_send, n_send_inline, n_put, n_get, n_reg;
     atomic_uint_fast64_t n_batch_threads; /* threads moved to SCHED_BATCH */
+    atomic_uint_fast64_t n_caller_yields; /* sx_engine_caller_yields turned on */
 } mca_btl_shardx_module_t;
 
 #define SHARDX_COUNT(m, field)                                               \
@@ -125,6 +126,7 @@ typedef struct mca_btl_shardx_component {
     bool loopback_only;
     int free_list_max; /* btl_shardx_free_list_max */
     bool sched_batch;  /* btl_shardx_sched_batch: see mca_btl_shardx_progress */
+    bool idle_wait;    /* btl_shardx_idle_wait: see shardx_follow_yield_when_idle */
     int verbose;       /* btl_shardx_verbose */
     int output;        /* opal_output stream */
 } mca_btl_shardx_component_t;

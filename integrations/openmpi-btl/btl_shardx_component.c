@@ -90,6 +90,15 @@ static int shardx_component_register(void)
         "0: never change a thread's policy)",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->sched_batch);
+    c->idle_wait = true;
+    (void)mca_base_component_var_register(
+        &c->super.btl_version, "idle_wait",
+        "When Open MPI yields the core after every progress pass that finds nothing "
+        "(mpi_yield_when_idle, set when ranks outnumber slots) and no BTL but self shares the "
+        "progress loop, let shardx wait up to 500 us for a datagram instead and return with what "
+        "woke it (sx_engine_caller_yields). 0: return at once, and let Open MPI yield",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->idle_wait);
     c->verbose = 0;
     (void)mca_base_component_var_register(
         &c->super.btl_version, "verbose",

@@ -8,6 +8,7 @@
 
 #include "opal/class/opal_bitmap.h"
 #include "opal/datatype/opal_convertor.h"
+#include "opal/mca/btl/base/base.h"
 #include "opal/mca/hwloc/base/base.h"
 #include "opal/mca/pmix/pmix.h"
 #include "opal/runtime/opal.h"
@@ -456,11 +457,63 @@ static void shardx_thread_to_batch(void)
  * 8-10 us against 11.5-12 alone. docs/tuning.md, section "Open MPI BTL:
  * threads that wait", has the measurements.
  */
+/*
+ * Whether a progress call that finds nothing may wait for shardx's
+ * traffic instead of returning 0. Under mpi_yield_when_idle (which
+ * ompi_mpi_init sets at its end, from the user or from the runtime's
+ * finding that ranks outnumber slots), opal_progress calls sched_yield
+ * after every pass that found no event, and beside CPU-bound processes
+ * that hands them the core for the rest of their slice: four ranks on two
+ * cores beside two busy loops ran our suite's threads test 2-2.5 times
+ * slower than over tcp. So the engine is told (sx_engine_caller_yields)
+ * and waits for a datagram instead, waking onto the core with work. Only
+ * when no BTL but self shares the progress loop: a wait that only
+ * shardx's datagrams end would hold up another BTL's traffic (vader's
+ * shared memory) by up to the wait.
+ */
+static bool shardx_alone(void)
+{
+    mca_btl_base_selected_module_t *sm;
+    OPAL_LIST_FOREACH(sm, &mca_btl_base_modules_initialized, mca_btl_base_selected_module_t)
+    {
+        const char *name = sm->btl_component->btl_version.mca_component_name;
+        if (strcmp(name, "shardx") != 0 && strcmp(name, "self") != 0)
+            return false;
+    }
+    return true;
+}
+
+static void shardx_follow_yield_when_idle(sx_engine_h engine)
+{
+    static int seen = -1; /* opal_progress_yield_when_idle at the last call */
+    int now = opal_progress_yield_when_idle ? 1 : 0;
+
+    if (__atomic_load_n(&seen, __ATOMIC_RELAXED) == now)
+        return;
+    __atomic_store_n(&seen, now, __ATOMIC_RELAXED);
+    const char *why = "returns at once when it finds nothing";
+    bool wait = false;
+    if (now && !mca_btl_shardx_component.idle_wait)
+        why = "returns at once (btl_shardx_idle_wait 0)";
+    else if (now && !shardx_alone())
+        why = "returns at once: other BTLs share the progress loop";
+    else if (now) {
+        why = "waits for a datagram instead";
+        wait = true;
+        SHARDX_COUNT(&mca_btl_shardx_module, n_caller_yields);
+    }
+    (void)sx_engine_caller_yields(engine, wait);
+    opal_output_verbose(5, mca_btl_shardx_component.output,
+                        "btl shardx: Open MPI %s when idle; shardx %s",
+                        now ? "yields" : "does not yield", why);
+}
+
 int mca_btl_shardx_progress(void)
 {
     sx_engine_h engine = mca_btl_shardx_module.engine;
     if (engine == NULL)
         return 0;
+    shardx_follow_yield_when_idle(engine);
     int n = sx_progress(engine);
     if (opal_using_threads() && !shardx_progress_policy_checked) {
         const void *me = &shardx_progress_me;
@@ -885,20 +938,25 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
     /* Operations still pending complete as cancelled while the engine
      * shuts down; with closing set they are only freed. */
     atomic_store_explicit(&m->closing, true, memory_order_release);
+    uint64_t wakeups = 0;
+    if (m->count_ops)
+        (void)sx_stats_value(m->engine, "progress_wakeups", &wakeups);
     sx_engine_destroy(m->engine);
     m->engine = NULL;
     if (m->count_ops)
-        opal_output(0,
-                    "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
-                    "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu",
-                    (unsigned long long)atomic_load(&m->n_sendi),
-                    (unsigned long long)atomic_load(&m->n_sendi_queued),
-                    (unsigned long long)atomic_load(&m->n_send),
-                    (unsigned long long)atomic_load(&m->n_send_inline),
-                    (unsigned long long)atomic_load(&m->n_put),
-                    (unsigned long long)atomic_load(&m->n_get),
-                    (unsigned long long)atomic_load(&m->n_reg),
-                    (unsigned long long)atomic_load(&m->n_batch_threads));
+        opal_output(
+            0,
+            "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
+            "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
+            "caller_yields=%llu idle_wakeups=%llu",
+            (unsigned long long)atomic_load(&m->n_sendi),
+            (unsigned long long)atomic_load(&m->n_sendi_queued),
+            (unsigned long long)atomic_load(&m->n_send),
+            (unsigned long long)atomic_load(&m->n_send_inline),
+            (unsigned long long)atomic_load(&m->n_put), (unsigned long long)atomic_load(&m->n_get),
+            (unsigned long long)atomic_load(&m->n_reg),
+            (unsigned long long)atomic_load(&m->n_batch_threads),
+            (unsigned long long)atomic_load(&m->n_caller_yields), (unsigned long long)wakeups);
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",

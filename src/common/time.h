@@ -15,6 +15,13 @@ static inline uint64_t sx_time_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/** @p ns nanoseconds as a timespec, for ppoll, epoll_pwait2 and timerfds. */
+static inline struct timespec sx_ns_to_ts(uint64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u),
+                             .tv_nsec = (long)(ns % 1000000000u)};
+}
+
 /** The same clock at the kernel's tick resolution (1 to 4 ms), for a few
  *  nanoseconds a read: time stamps only a diagnosis looks at (how long an
  *  operation has been pending) take it on the fast path. */

@@ -393,6 +393,8 @@ static void sx_engine_free(struct sx_engine *e)
     sx_engine_progress_stop(e);
     if (e->event_fd >= 0)
         close(e->event_fd);
+    if (e->wait_fd >= 0)
+        close(e->wait_fd);
     /* The OOB's thread may hand messages to the shards: it goes first. */
     sx_engine_bootstrap_fini(e);
     /* The connection methods' context names the OOB endpoint too: the oob
@@ -475,6 +477,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     atomic_init(&e->closing, false);
     pthread_mutex_init(&e->join_lock, NULL);
     e->event_fd = -1;
+    e->wait_fd = -1;
 
     rc = sx_config_load(&e->cfg, kv, kv_count);
     if (rc != SX_OK) {
@@ -516,6 +519,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_create_shards(e);
+    if (rc != SX_OK)
+        goto fail;
+    rc = sx_engine_wait_init(e);
     if (rc != SX_OK)
         goto fail;
     /* No channel exists yet, and no thread but ours reads env. */
@@ -692,21 +698,33 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
     return SX_OK;
 }
 
-/* An idle caller's turn to give its core up (yield.h): sched_yield, or a
- * wait on shard @p home's sockets (no token held: whoever sends through
- * the shard meanwhile runs its request itself) until a datagram comes or
- * SX_YIELD_WAIT_NS pass. */
-static void sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_action_t act)
+/* Most shards one idle wait hands back as readable. */
+#define SX_IDLE_READY_MAX 16u
+
+/*
+ * An idle caller's turn to give its core up (yield.h): sched_yield, or a
+ * wait (no token held: whoever sends through a shard meanwhile runs its
+ * request itself) until a datagram comes or SX_YIELD_WAIT_NS pass, on
+ * shard @p home's sockets or, for SX_YIELD_WAIT_ANY, on every shard's.
+ * Writes the shards found readable to @p ready and returns how many: the
+ * caller progresses them before it returns, so that a caller that gives
+ * its core up whenever it gets 0 (Open MPI's opal_progress) gets the work
+ * that woke it instead, and keeps the core it was woken onto.
+ */
+static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home, sx_yield_action_t act,
+                                    unsigned ready[SX_IDLE_READY_MAX])
 {
     struct pollfd pfd[SX_SHARD_TL_COUNT];
     nfds_t n = 0;
 
     if (act == SX_YIELD_SPIN)
-        return;
+        return 0;
     if (act == SX_YIELD_SCHED) {
         (void)sched_yield();
-        return;
+        return 0;
     }
+    if (act == SX_YIELD_WAIT_ANY && e->wait_fd >= 0)
+        return sx_engine_wait_any(e, SX_YIELD_WAIT_NS, ready, SX_IDLE_READY_MAX);
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
         sx_tl_iface_t *iface = e->shards[home]->ifaces[t];
         int fd = iface != NULL ? iface->ops->wait_fd(iface) : -1;
@@ -715,10 +733,22 @@ static void sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_action_t
     }
     if (n == 0) {
         (void)sched_yield();
-        return;
+        return 0;
     }
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)SX_YIELD_WAIT_NS};
-    (void)ppoll(pfd, n, &ts, NULL);
+    struct timespec ts = sx_ns_to_ts(SX_YIELD_WAIT_NS);
+    if (ppoll(pfd, n, &ts, NULL) <= 0)
+        return 0;
+    ready[0] = home;
+    return 1;
+}
+
+static unsigned sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_action_t act,
+                               unsigned ready[SX_IDLE_READY_MAX])
+{
+    unsigned n = sx_engine_idle_wait(e, home, act, ready);
+    if (n > 0)
+        atomic_fetch_add_explicit(&e->yield.wakeups, 1, memory_order_relaxed);
+    return n;
 }
 
 /* How often (a power of two) a progress call may visit another shard, and
@@ -737,7 +767,12 @@ SX_API int sx_progress(sx_engine_h engine)
         sx_rlock_lock(&engine->global_lock);
         n = sx_shard_progress(engine->shards[0]);
         sx_rlock_unlock(&engine->global_lock);
-        sx_engine_idle(engine, 0, sx_yield_after(&engine->yield, n, false));
+        unsigned ready[SX_IDLE_READY_MAX];
+        if (sx_engine_idle(engine, 0, sx_yield_after(&engine->yield, n, false), ready) > 0) {
+            sx_rlock_lock(&engine->global_lock);
+            n = sx_shard_progress(engine->shards[0]);
+            sx_rlock_unlock(&engine->global_lock);
+        }
         return n;
     }
     uintptr_t slot = sx_engine_slot(engine);
@@ -772,9 +807,24 @@ SX_API int sx_progress(sx_engine_h engine)
         }
     }
     /* Nothing found: spin a little, then give the core up while threads
-     * outnumber cores (yield.h). */
-    sx_engine_idle(engine, home, sx_yield_after(&engine->yield, n, mine < 0));
+     * outnumber cores (yield.h), and progress what ended the wait. */
+    unsigned ready[SX_IDLE_READY_MAX];
+    unsigned woken =
+        sx_engine_idle(engine, home, sx_yield_after(&engine->yield, n, mine < 0), ready);
+    for (unsigned i = 0; i < woken; i++) {
+        int k = ready[i] == home ? sx_shard_progress_home(engine->shards[home])
+                                 : sx_shard_progress(engine->shards[ready[i]]);
+        n += k > 0 ? k : 0;
+    }
     return n;
+}
+
+SX_API int sx_engine_caller_yields(sx_engine_h engine, int yes)
+{
+    if (engine == NULL)
+        return SX_ERR_INVALID_PARAM;
+    atomic_store_explicit(&engine->yield.caller_yields, yes != 0, memory_order_relaxed);
+    return SX_OK;
 }
 
 static int am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, sx_am_msg_cb_t msg_cb, void *arg)

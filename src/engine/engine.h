@@ -86,6 +86,9 @@ struct sx_engine {
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;
     int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */
+    /* Every shard's transport fds, each tagged with its shard's index
+     * (epoll data.u32): what SX_YIELD_WAIT_ANY waits on. -1 if none. */
+    int wait_fd;
     /* Connection methods (src/cpc/): the components that run, with the
      * narrow context the engine gives them. */
     sx_cpc_t cpc;
@@ -150,6 +153,13 @@ void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
 int sx_engine_epoll_add_fd(int epfd, int fd);
 int sx_engine_epoll_add_shard(int epfd, struct sx_shard *shard);
 int sx_engine_epoll_del_shard(int epfd, struct sx_shard *shard);
+/** Builds engine->wait_fd once the shards are open (creating thread). */
+int sx_engine_wait_init(struct sx_engine *engine);
+/** Waits at most @p timeout_ns for a datagram to any shard; writes the
+ *  indices of the shards found readable (no repeats, at most @p max) to
+ *  @p ready and returns how many. Any thread; no token held. */
+unsigned sx_engine_wait_any(struct sx_engine *engine, uint64_t timeout_ns, unsigned *ready,
+                            unsigned max);
 
 /** Starts the progress threads when SX_PROGRESS=thread. */
 int sx_engine_progress_start(struct sx_engine *engine);

@@ -67,6 +67,53 @@ int sx_engine_epoll_del_shard(int epfd, sx_shard_t *shard)
     return rc;
 }
 
+int sx_engine_wait_init(struct sx_engine *e)
+{
+    e->wait_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->wait_fd < 0) {
+        sx_error("progress", "epoll_create1 for the idle wait: %s", strerror(errno));
+        return SX_ERR_IO;
+    }
+    for (unsigned i = 0; i < e->nshards; i++) {
+        for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+            sx_tl_iface_t *iface = e->shards[i]->ifaces[t];
+            int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
+            struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+            if (fd >= 0 && epoll_ctl(e->wait_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+                sx_error("progress", "shard %u: epoll_ctl for the idle wait: %s", i,
+                         strerror(errno));
+                return SX_ERR_IO;
+            }
+        }
+    }
+    return SX_OK;
+}
+
+unsigned sx_engine_wait_any(struct sx_engine *e, uint64_t timeout_ns, unsigned *ready, unsigned max)
+{
+    struct epoll_event ev[16];
+    struct timespec ts = sx_ns_to_ts(timeout_ns);
+    unsigned found = 0;
+
+    if (e->wait_fd < 0)
+        return 0;
+    if (max > sizeof(ev) / sizeof(ev[0]))
+        max = sizeof(ev) / sizeof(ev[0]);
+    /* Nanoseconds: epoll_wait's milliseconds would turn 500 us into 1 ms
+     * or none (service.c does the same). */
+    int n = epoll_pwait2(e->wait_fd, ev, (int)max, &ts, NULL);
+    if (n < 0 && errno == ENOSYS)
+        n = epoll_wait(e->wait_fd, ev, (int)max, (int)((timeout_ns + 999999) / 1000000));
+    for (int i = 0; i < n; i++) {
+        unsigned k = 0;
+        while (k < found && ready[k] != ev[i].data.u32)
+            k++;
+        if (k == found)
+            ready[found++] = ev[i].data.u32;
+    }
+    return found;
+}
+
 static void sx_progress_sleep(sx_progress_thread_t *t, uint64_t until)
 {
     struct epoll_event ev[8];
@@ -78,8 +125,7 @@ static void sx_progress_sleep(sx_progress_thread_t *t, uint64_t until)
     if (until != UINT64_MAX && sx_u64_before(now, until) && until - now < cap)
         wait = until - now;
     if (wait > 0) {
-        struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u),
-                              .tv_nsec = (long)(wait % 1000000000u)};
+        struct timespec ts = sx_ns_to_ts(wait);
         /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not
          * round up to a millisecond. */
         if (epoll_pwait2(t->epfd, ev, 8, &ts, NULL) < 0 && errno == ENOSYS)

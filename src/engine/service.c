@@ -24,12 +24,6 @@
  * could hide. */
 #define SX_SERVICE_SLEEP_MAX_NS (1000ull * 1000000ull)
 
-static struct timespec sx_ns_to_ts(uint64_t ns)
-{
-    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u),
-                             .tv_nsec = (long)(ns % 1000000000u)};
-}
-
 static void sx_service_arm(sx_service_t *svc, uint64_t at)
 {
     struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};

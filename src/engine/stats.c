@@ -31,6 +31,7 @@ enum {
     SX_EXTRA_SERVICE_WAKEUPS,
     SX_EXTRA_YIELDS,
     SX_EXTRA_OVERSUBSCRIBED,
+    SX_EXTRA_WAKEUPS,
     SX_EXTRA_COUNT
 };
 #define SX_NCOUNTERS (SX_NSHARD_COUNTERS + SX_DROP_COUNT + SX_EXTRA_COUNT)
@@ -81,6 +82,11 @@ static void sx_counter_at(struct sx_engine *e, size_t i, sx_counter_t *out)
         out->name = "oversubscribed_checks";
         out->description = "SX_YIELD=auto checks (at most 100 a second) that found threads "
                            "outnumbering cores";
+    } else if (i - SX_NSHARD_COUNTERS - SX_DROP_COUNT == SX_EXTRA_WAKEUPS) {
+        v = atomic_load_explicit(&e->yield.wakeups, memory_order_relaxed);
+        out->name = "progress_wakeups";
+        out->description = "of those, waits a datagram ended: the caller progressed the shards "
+                           "it came to before returning";
     } else {
         for (unsigned s = 0; s < e->nshards; s++) {
             sx_hotel_stats_t h;

@@ -51,6 +51,8 @@ void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus)
                      strerror(errno));
     }
     atomic_init(&y->over, y->hint);
+    atomic_init(&y->caller_yields, false);
+    atomic_init(&y->wakeups, 0);
     atomic_init(&y->checked_ns, 0);
 }
 
@@ -119,6 +121,10 @@ sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
     }
     if (y->mode == SX_YIELD_NEVER)
         return SX_YIELD_SPIN;
+    if (atomic_load_explicit(&y->caller_yields, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
+        return SX_YIELD_WAIT_ANY;
+    }
     unsigned s = sx_yield_streak;
     if (s < SX_YIELD_SPINS)
         sx_yield_streak = ++s;

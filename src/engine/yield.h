@@ -65,13 +65,18 @@ typedef struct sx_yield {
     unsigned cpus;   /* CPUs in the creating thread's cpuset */
     unsigned online; /* online CPUs of the machine */
     bool hint;       /* the launcher said the node is oversubscribed */
-    int loadavg_fd;  /* /proc/loadavg, or -1 */
+    /* sx_engine_caller_yields: the caller gives its core up whenever
+     * sx_progress returns 0 (Open MPI's opal_progress under
+     * mpi_yield_when_idle). Any thread writes it, any reads it. */
+    atomic_bool caller_yields;
+    int loadavg_fd; /* /proc/loadavg, or -1 */
     atomic_bool over;
     atomic_uint_fast64_t checked_ns;
     atomic_uint_fast64_t seen_ns[SX_YIELD_CALLERS]; /* a caller slot's last spin */
     /* Multi-writer counters (any caller), read by sx_stats_get. */
     atomic_uint_fast64_t yields;
     atomic_uint_fast64_t over_checks; /* verdicts that found oversubscription */
+    atomic_uint_fast64_t wakeups;     /* waits a datagram ended */
 } sx_yield_t;
 
 /** Reads the launcher's hint and the machine's shape. @p cpus is the
@@ -81,15 +86,36 @@ void sx_yield_fini(sx_yield_t *y);
 
 /* What a caller that found nothing does now (sx_yield_after). */
 typedef enum sx_yield_action {
-    SX_YIELD_SPIN = 0,  /* call again at once */
-    SX_YIELD_WAIT = 1,  /* wait on the home shard's fds, at most SX_YIELD_WAIT_NS */
-    SX_YIELD_SCHED = 2, /* sched_yield: another thread holds the home shard */
+    SX_YIELD_SPIN = 0,     /* call again at once */
+    SX_YIELD_WAIT = 1,     /* wait on the home shard's fds, at most SX_YIELD_WAIT_NS */
+    SX_YIELD_SCHED = 2,    /* sched_yield: another thread holds the home shard */
+    SX_YIELD_WAIT_ANY = 3, /* wait on every shard's fds, at most SX_YIELD_WAIT_NS:
+                              the caller yields when idle (caller_yields) */
 } sx_yield_action_t;
 
 /* The longest wait of an idle caller while oversubscribed: a datagram
  * ends it at once; timers (delayed ACKs, retransmissions) of a shard
  * whose callers all wait fire up to this late. */
 #define SX_YIELD_WAIT_NS (500ull * 1000ull)
+
+/*
+ * A caller that gives its core up whenever sx_progress returns 0 (it said
+ * so with sx_engine_caller_yields) gets SX_YIELD_WAIT_ANY at its first
+ * empty call, with no spin before it and no verdict: its runtime has
+ * judged the node oversubscribed (Open MPI sets mpi_yield_when_idle when
+ * mpirun places more ranks than slots; with Open MPI 4.1 the ranks of
+ * `mpirun -np 4 --oversubscribe` on 2 cores yield without
+ * OMPI_MCA_mpi_yield_when_idle in their environment, so the hint above
+ * misses it) and would hand the core to whoever is runnable. Beside
+ * CPU-bound processes that costs their whole slice at every empty call,
+ * while a sleeper that a datagram wakes preempts them and, since
+ * sx_progress then handles what woke it, returns work, so the runtime
+ * does not yield. It waits on every shard, not its home one: such a
+ * runtime parks its other threads (Open MPI 4.1's request wait lets one
+ * thread progress for all), so nobody else watches their shards. Four
+ * ranks on two cores beside two busy loops, a ring of sendrecvs 0 B to
+ * 1 MiB: docs/tuning.md, "Callers that yield when idle".
+ */
 
 /**
  * Called by every sx_progress with what it handled (@p n) and whether the

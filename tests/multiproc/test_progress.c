@@ -4,7 +4,9 @@
  * calling sx_progress, including after the threads went to sleep (no lost
  * wake-up), and an engine is destroyed while its threads sleep in epoll;
  * sx_engine_fd becomes readable when a datagram is waiting; the engine's
- * service waits out a callback that holds a shard for long.
+ * service waits out a callback that holds a shard for long; a caller that
+ * yields when idle (sx_engine_caller_yields) waits at once, on every
+ * shard.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -295,6 +297,99 @@ static void test_service_meets_a_callback_that_computes(void **state)
     sx_engine_destroy(b);
 }
 
+/* sx_engine_caller_yields: a caller that gives its core up whenever
+ * sx_progress returns 0 waits at its first empty call (progress_yields
+ * counts each), not after SX_YIELD's 32 spins; SX_YIELD=never still
+ * spins. */
+static void test_caller_yields_waits_at_once(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "2"}};
+    const sx_config_kv_t kv_never[] = {{"SHARDS", "2"}, {"YIELD", "never"}};
+    sx_engine_h b = am_engine(kv, 1), c = am_engine(kv_never, 2);
+    uint64_t y0 = 0, y1 = 0, w = 0;
+    unsigned empty = 0;
+
+    assert_int_equal(sx_stats_value(b, "progress_yields", &y0), SX_OK);
+    assert_int_equal(sx_engine_caller_yields(b, 1), SX_OK);
+    /* No peer: nothing can arrive, so every call waits its 500 us out. */
+    for (int i = 0; i < 6; i++)
+        empty += sx_progress(b) == 0;
+    assert_int_equal(sx_stats_value(b, "progress_yields", &y1), SX_OK);
+    assert_true(empty >= 1);
+    assert_int_equal(y1 - y0, empty);
+    assert_int_equal(sx_stats_value(b, "progress_wakeups", &w), SX_OK);
+    assert_int_equal(w, 0);
+
+    assert_int_equal(sx_engine_caller_yields(c, 1), SX_OK);
+    for (int i = 0; i < 40; i++)
+        (void)sx_progress(c);
+    assert_int_equal(sx_stats_value(c, "progress_yields", &y1), SX_OK);
+    assert_int_equal(y1, 0);
+    assert_int_equal(sx_engine_caller_yields(NULL, 1), SX_ERR_INVALID_PARAM);
+    sx_engine_destroy(b);
+    sx_engine_destroy(c);
+}
+
+/* Open MPI lets one thread progress for the threads it parks, so a caller
+ * that yields when idle waits on every shard, not its home one: here all
+ * of b's traffic lands on its shard 1 and the only caller is at home on
+ * shard 0. Waits that b's datagrams ended must be counted (a wait on the
+ * home shard alone never ends early here), and every message arrives
+ * once, in order, every byte checked. */
+typedef struct rx_handler {
+    am_rx_t rx;
+} rx_handler_t;
+
+static void on_rx(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    (void)peer_id;
+    (void)tag;
+    am_check(&((rx_handler_t *)arg)->rx, data, len);
+}
+
+static void test_caller_yields_wakes_for_any_shard(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv_a[] = {{"PROGRESS", "thread"}, {"SHARDS", "2"}};
+    const sx_config_kv_t kv_b[] = {{"SHARDS", "2"}, {"SERVICE_US", "0"}};
+    sx_engine_h a = am_engine(kv_a, 2), b = am_engine(kv_b, 2);
+    rx_handler_t h = {{0}};
+    counters_t c = {0};
+    enum { n = 300, len = 3000 };
+    static uint8_t buf[n][len];
+    uint64_t wakeups = 0;
+
+    /* a sends from its shard 1, so b's shard 1 receives (peer.h). */
+    assert_int_equal(sx_thread_bind(a, 1), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    sx_peer_h to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    assert_int_equal(sx_am_register(b, 4, on_rx, &h), SX_OK);
+    assert_int_equal(sx_engine_caller_yields(b, 1), SX_OK);
+    for (unsigned i = 0; i < n; i++) {
+        am_fill(buf[i], len, i);
+        struct iovec iov = {buf[i], len};
+        assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    }
+    uint64_t start = sx_time_ns();
+    while (h.rx.received < n && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        (void)sx_progress(b);
+    uint64_t settle = sx_time_ns();
+    while (atomic_load(&c.completed) < n && sx_time_ns() - settle < AM_TEST_LIMIT_NS)
+        (void)sx_progress(b); /* b's ACKs leave from its shard 1 */
+    assert_int_equal(atomic_load(&c.completed), n);
+    assert_int_equal(atomic_load(&c.failed), 0);
+    assert_int_equal(h.rx.received, n);
+    assert_int_equal(h.rx.errors, 0);
+    assert_int_equal(sx_stats_value(b, "progress_wakeups", &wakeups), SX_OK);
+    print_message("    waits that b's datagrams to shard 1 ended: %llu\n",
+                  (unsigned long long)wakeups);
+    assert_true(wakeups > 0);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +399,8 @@ int main(void)
         cmocka_unit_test(test_engine_fd),
         cmocka_unit_test(test_engine_fd_timers),
         cmocka_unit_test(test_service_meets_a_callback_that_computes),
+        cmocka_unit_test(test_caller_yields_waits_at_once),
+        cmocka_unit_test(test_caller_yields_wakes_for_any_shard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

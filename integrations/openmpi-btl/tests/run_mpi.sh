@@ -6,7 +6,7 @@
 #
 # mpirun runs NP ranks with ob1 over `btl shardx,self` only (so a BTL that
 # failed to load cannot be replaced by tcp: ob1 then finds no path and the
-# job fails), btl_shardx_verbose=1 (each rank prints the operations of
+# job fails; SXT_BTLS replaces the list), btl_shardx_verbose=1 (each rank prints the operations of
 # each protocol path at finalize) and the given arguments. The test passes
 # when mpirun exits 0 and the counters, summed over ranks, meet EXPECT:
 # comma-separated conditions such as "get>0,put=0" ("-" for none), so a
@@ -24,7 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$mpirun" -np "$np" --oversubscribe --mca pml ob1 --mca btl shardx,self \
+"$mpirun" -np "$np" --oversubscribe --mca pml ob1 --mca btl "${SXT_BTLS:-shardx,self}" \
     --mca btl_shardx_verbose 1 "$@" >"$out" 2>&1
 rc=$?
 cat "$out"
