@@ -341,7 +341,10 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * is progressing is skipped, never waited for. A call that finds nothing
  * after 32 such calls in a row may give the core up before it returns
  * while threads outnumber cores (SX_YIELD): it waits at most 500 us for
- * a datagram, or calls sched_yield.
+ * a datagram, or calls sched_yield. A wait that a datagram ends is
+ * followed by a pass over the shard it came to, whose events are counted
+ * in the return value. After sx_engine_caller_yields() it waits at the
+ * first empty call.
  */
 SX_API int sx_progress(sx_engine_h engine);
 
