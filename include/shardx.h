@@ -352,15 +352,19 @@ SX_API int sx_progress(sx_engine_h engine);
  * Says whether the callers of sx_progress() on @p engine give their core
  * up (sched_yield) whenever it returns 0, as Open MPI's opal_progress does
  * under mpi_yield_when_idle (set when mpirun places more ranks than
- * slots). While @p yes is non-zero, and SX_YIELD is not "never", a call
- * that finds nothing waits at once, at most 500 us, for a datagram to any
- * of the engine's shards (the runtime may let one thread progress for all
- * its others), and progresses the shards that ended the wait before it
- * returns: the caller gets work instead of handing its core to whoever is
- * runnable, and a CPU-bound neighbour no longer holds it for the rest of
- * its time slice. Only for a caller that has nothing else to poll: the
- * wait does not end for anything but the engine's own traffic. Any
- * thread, at any time; off at creation.
+ * slots). While @p yes is non-zero, a call that finds nothing waits at
+ * once, at most 500 us, for a datagram to any of the engine's shards (the
+ * runtime may let one thread progress for all its others), and
+ * progresses the shards that ended the wait before it returns: the caller
+ * gets work instead of handing its core to whoever is runnable, and a
+ * CPU-bound neighbour no longer holds it for the rest of its time slice.
+ * With SX_YIELD=auto it waits only while the machine shows more threads
+ * calling in than CPUs or more runnable tasks than online CPUs (otherwise
+ * the runtime's yield costs nothing, and a wait would add a wake-up to
+ * every message); "always" waits regardless, "never" never. Only for a
+ * caller that has nothing else to poll: the wait does not end for
+ * anything but the engine's own traffic. Any thread, at any time; off at
+ * creation.
  */
 SX_API int sx_engine_caller_yields(sx_engine_h engine, int yes);
 

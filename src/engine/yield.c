@@ -50,7 +50,7 @@ void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus)
             sx_debug("yield", "/proc/loadavg: %s; oversubscription judged from the cpuset alone",
                      strerror(errno));
     }
-    atomic_init(&y->over, y->hint);
+    atomic_init(&y->over, false);
     atomic_init(&y->caller_yields, false);
     atomic_init(&y->wakeups, 0);
     atomic_init(&y->checked_ns, 0);
@@ -88,26 +88,25 @@ static unsigned sx_yield_runnable(const sx_yield_t *y)
     return (end != p && *end == '/') ? (unsigned)running : 0;
 }
 
-/* The auto verdict, re-made by one thread at most every SX_YIELD_CHECK_NS. */
-static bool sx_yield_verdict(sx_yield_t *y, uint64_t now)
+/* What the machine shows, re-measured by one thread at most every
+ * SX_YIELD_CHECK_NS: more callers spinning than the cpuset has CPUs, or
+ * more runnable tasks than online CPUs. The launcher's hint is not part
+ * of it (sx_yield_after adds it where it applies). */
+static bool sx_yield_measured(sx_yield_t *y, uint64_t now)
 {
     uint64_t last = atomic_load_explicit(&y->checked_ns, memory_order_relaxed);
     if (now - last < SX_YIELD_CHECK_NS ||
         !atomic_compare_exchange_strong_explicit(&y->checked_ns, &last, now, memory_order_relaxed,
                                                  memory_order_relaxed))
         return atomic_load_explicit(&y->over, memory_order_relaxed);
-    bool over = y->hint;
     unsigned callers = 0;
     for (unsigned i = 0; i < SX_YIELD_CALLERS; i++) {
         uint64_t seen = atomic_load_explicit(&y->seen_ns[i], memory_order_relaxed);
         if (seen != 0 && now - seen < SX_YIELD_CALLER_NS)
             callers++;
     }
-    if (callers > y->cpus)
-        over = true;
-    if (!over && sx_yield_runnable(y) > y->online)
-        over = true;
-    if (over)
+    bool over = callers > y->cpus || sx_yield_runnable(y) > y->online;
+    if (over || y->hint)
         atomic_fetch_add_explicit(&y->over_checks, 1, memory_order_relaxed);
     atomic_store_explicit(&y->over, over, memory_order_relaxed);
     return over;
@@ -121,14 +120,13 @@ sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
     }
     if (y->mode == SX_YIELD_NEVER)
         return SX_YIELD_SPIN;
-    if (atomic_load_explicit(&y->caller_yields, memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
-        return SX_YIELD_WAIT_ANY;
-    }
+    /* A caller that yields itself on 0 has no spin to bound: its runtime
+     * yields after every empty call (yield.h). */
+    bool caller_yields = atomic_load_explicit(&y->caller_yields, memory_order_relaxed);
     unsigned s = sx_yield_streak;
     if (s < SX_YIELD_SPINS)
         sx_yield_streak = ++s;
-    if (s < SX_YIELD_SPINS && !busy)
+    if (s < SX_YIELD_SPINS && !busy && !caller_yields)
         return SX_YIELD_SPIN;
     bool give_up = true;
     if (y->mode == SX_YIELD_AUTO) {
@@ -143,10 +141,15 @@ sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
             sx_yield_marked_ns = now;
             atomic_store_explicit(&y->seen_ns[sx_yield_slot - 1], now, memory_order_relaxed);
         }
-        give_up = sx_yield_verdict(y, now);
+        /* The launcher's hint says the runtime yields, not that anything
+         * else wants the core: for such a caller only the machine's own
+         * state counts (yield.h). */
+        give_up = sx_yield_measured(y, now) || (y->hint && !caller_yields);
     }
     if (!give_up)
         return SX_YIELD_SPIN;
     atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
+    if (caller_yields)
+        return SX_YIELD_WAIT_ANY;
     return busy ? SX_YIELD_SCHED : SX_YIELD_WAIT;
 }

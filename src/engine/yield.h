@@ -100,21 +100,25 @@ typedef enum sx_yield_action {
 
 /*
  * A caller that gives its core up whenever sx_progress returns 0 (it said
- * so with sx_engine_caller_yields) gets SX_YIELD_WAIT_ANY at its first
- * empty call, with no spin before it and no verdict: its runtime has
- * judged the node oversubscribed (Open MPI sets mpi_yield_when_idle when
- * mpirun places more ranks than slots; with Open MPI 4.1 the ranks of
- * `mpirun -np 4 --oversubscribe` on 2 cores yield without
- * OMPI_MCA_mpi_yield_when_idle in their environment, so the hint above
- * misses it) and would hand the core to whoever is runnable. Beside
- * CPU-bound processes that costs their whole slice at every empty call,
- * while a sleeper that a datagram wakes preempts them and, since
- * sx_progress then handles what woke it, returns work, so the runtime
- * does not yield. It waits on every shard, not its home one: such a
- * runtime parks its other threads (Open MPI 4.1's request wait lets one
- * thread progress for all), so nobody else watches their shards. Four
- * ranks on two cores beside two busy loops, a ring of sendrecvs 0 B to
- * 1 MiB: docs/tuning.md, "Callers that yield when idle".
+ * so with sx_engine_caller_yields; Open MPI's opal_progress under
+ * mpi_yield_when_idle, which mpirun sets when it places more ranks than
+ * slots: with Open MPI 4.1 the ranks of `mpirun -np 4 --oversubscribe` on
+ * 2 cores yield without OMPI_MCA_mpi_yield_when_idle in their
+ * environment, so the hint above misses it) gets SX_YIELD_WAIT_ANY from
+ * its first empty call, with no spin before it, while the machine shows
+ * more callers than CPUs or more runnable tasks than online CPUs (auto),
+ * or always (always). When another task wants the core, the runtime's
+ * sched_yield hands it over for the rest of that task's slice at every
+ * empty call, while a sleeper that a datagram wakes preempts it and,
+ * since sx_progress then handles what woke it, returns work, so the
+ * runtime does not yield. When nothing else wants the core the runtime's
+ * yield costs nothing and a wait only adds a wake-up to every message:
+ * the launcher's hint alone (two ranks told to yield on two namespace
+ * hosts that share two cores) does not make such a caller wait. It waits
+ * on every shard, not its home one: such a runtime parks its other
+ * threads (Open MPI 4.1's request wait lets one thread progress for all),
+ * so nobody else watches their shards. Measured: docs/tuning.md, "Open
+ * MPI BTL: callers that yield when idle".
  */
 
 /**
