@@ -338,24 +338,13 @@ static void test_caller_yields_waits_at_once(void **state)
  * shard 0. Waits that b's datagrams ended must be counted (a wait on the
  * home shard alone never ends early here), and every message arrives
  * once, in order, every byte checked. */
-typedef struct rx_handler {
-    am_rx_t rx;
-} rx_handler_t;
-
-static void on_rx(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
-{
-    (void)peer_id;
-    (void)tag;
-    am_check(&((rx_handler_t *)arg)->rx, data, len);
-}
-
 static void test_caller_yields_wakes_for_any_shard(void **state)
 {
     (void)state;
     const sx_config_kv_t kv_a[] = {{"PROGRESS", "thread"}, {"SHARDS", "2"}};
     const sx_config_kv_t kv_b[] = {{"SHARDS", "2"}, {"SERVICE_US", "0"}, {"YIELD", "always"}};
     sx_engine_h a = am_engine(kv_a, 2), b = am_engine(kv_b, 3);
-    rx_handler_t h = {{0}};
+    long_handler_t h = {.engine = b};
     counters_t c = {0};
     enum { n = 300, len = 3000 };
     static uint8_t buf[n][len];
@@ -366,7 +355,7 @@ static void test_caller_yields_wakes_for_any_shard(void **state)
     assert_int_equal(sx_thread_bind(b, 0), SX_OK);
     sx_peer_h to_b = am_connect(a, b, 2);
     (void)am_connect(b, a, 1);
-    assert_int_equal(sx_am_register(b, 4, on_rx, &h), SX_OK);
+    assert_int_equal(sx_am_register(b, 4, on_checked, &h), SX_OK);
     assert_int_equal(sx_engine_caller_yields(b, 1), SX_OK);
     for (unsigned i = 0; i < n; i++) {
         am_fill(buf[i], len, i);
