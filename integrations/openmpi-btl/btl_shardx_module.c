@@ -434,30 +434,6 @@ static void shardx_thread_to_batch(void)
 }
 
 /*
- * Progress for ob1, and the hand-off between waiting threads. Under
- * MPI_THREAD_MULTIPLE, Open MPI 4.1's request wait
- * (opal/threads/wait_sync.c) lets one thread call opal_progress and parks
- * the others on condition variables, passing the progress role on as
- * requests complete. ob1 signals a waiter while holding its mutex: a
- * woken SCHED_OTHER thread can preempt the signaller and block on that
- * mutex, a SCHED_BATCH one does not preempt on wake-up (sched(7)). So each
- * thread that takes part in a hand-off (the role changed hands within
- * SHARDX_HANDOFF_NS) moves from SCHED_OTHER to SCHED_BATCH once
- * (btl_shardx_sched_batch, on by default; other policies are left alone,
- * and the nice value's CPU share is kept). With one waiting thread the
- * role never moves and nothing changes.
- *
- * This call used to end with sched_yield while the role moved, so that a
- * woken waiter got the CPU the progressing thread spins on. Beside
- * CPU-bound processes that handed them the core for the rest of their
- * slice at every hand-off: mpi_bench mt 2 beside two busy loops took
- * 3.5-3.8 ms per message (tcp: 3-9 us). Without it, and with shardx's own
- * SX_YIELD for callers that find nothing while threads outnumber cores:
- * 3.0-3.2 us beside the busy loops, 3.2 us (against 6.8-7.0) alone; mt 4
- * 8-10 us against 11.5-12 alone. docs/tuning.md, section "Open MPI BTL:
- * threads that wait", has the measurements.
- */
-/*
  * Whether a progress call that finds nothing may wait for shardx's
  * traffic instead of returning 0. Under mpi_yield_when_idle (which
  * ompi_mpi_init sets at its end, from the user or from the runtime's
@@ -466,8 +442,9 @@ static void shardx_thread_to_batch(void)
  * that hands them the core for the rest of their slice: four ranks on two
  * cores beside two busy loops ran our suite's threads test 2-2.5 times
  * slower than over tcp. So the engine is told (sx_engine_caller_yields)
- * and waits for a datagram instead, waking onto the core with work. Only
- * when no BTL but self shares the progress loop: a wait that only
+ * and, while the machine is oversubscribed (SX_YIELD), waits for a
+ * datagram instead, waking onto the core with work. Only when no BTL but
+ * self shares the progress loop: a wait that only
  * shardx's datagrams end would hold up another BTL's traffic (vader's
  * shared memory) by up to the wait.
  */
@@ -508,6 +485,30 @@ static void shardx_follow_yield_when_idle(sx_engine_h engine)
                         now ? "yields" : "does not yield", why);
 }
 
+/*
+ * Progress for ob1, and the hand-off between waiting threads. Under
+ * MPI_THREAD_MULTIPLE, Open MPI 4.1's request wait
+ * (opal/threads/wait_sync.c) lets one thread call opal_progress and parks
+ * the others on condition variables, passing the progress role on as
+ * requests complete. ob1 signals a waiter while holding its mutex: a
+ * woken SCHED_OTHER thread can preempt the signaller and block on that
+ * mutex, a SCHED_BATCH one does not preempt on wake-up (sched(7)). So each
+ * thread that takes part in a hand-off (the role changed hands within
+ * SHARDX_HANDOFF_NS) moves from SCHED_OTHER to SCHED_BATCH once
+ * (btl_shardx_sched_batch, on by default; other policies are left alone,
+ * and the nice value's CPU share is kept). With one waiting thread the
+ * role never moves and nothing changes.
+ *
+ * This call used to end with sched_yield while the role moved, so that a
+ * woken waiter got the CPU the progressing thread spins on. Beside
+ * CPU-bound processes that handed them the core for the rest of their
+ * slice at every hand-off: mpi_bench mt 2 beside two busy loops took
+ * 3.5-3.8 ms per message (tcp: 3-9 us). Without it, and with shardx's own
+ * SX_YIELD for callers that find nothing while threads outnumber cores:
+ * 3.0-3.2 us beside the busy loops, 3.2 us (against 6.8-7.0) alone; mt 4
+ * 8-10 us against 11.5-12 alone. docs/tuning.md, section "Open MPI BTL:
+ * threads that wait", has the measurements.
+ */
 int mca_btl_shardx_progress(void)
 {
     sx_engine_h engine = mca_btl_shardx_module.engine;
