@@ -122,7 +122,9 @@
       "runs. Time this process did not run does not count, and a busy peer still answers "     \
       "(SX_SERVICE_US).")                                                                      \
     X(CHECKSUM, BOOL, checksum, "yes", 0, 0, NULL,                                             \
-      "CRC32C over every payload (the header checksum is always on).")                         \
+      "CRC32C over every payload that leaves this host (the header checksum is always on); "   \
+      "datagrams to a peer on this host (loopback, or the same process) never leave memory "   \
+      "and carry none.")                                                                       \
     X(CHECK_SOURCE, BOOL, check_source, "yes", 0, 0, NULL,                                     \
       "Take a peer's datagrams only from an IP address its card offers (udp), and drop the "   \
       "rest as drop_source; no: for networks that rewrite source addresses (NAT) or peers "    \

@@ -30,6 +30,16 @@ static inline sx_tl_iface_t *sx_chan_iface(const sx_chan_t *c)
     return c->shard->ifaces[c->tl];
 }
 
+/* Whether a data packet's payload carries a CRC32C: SX_CHECKSUM, on paths
+ * that leave this host (sx_tl_ops_t.dest_local). */
+static inline bool sx_chan_wants_crc(const sx_chan_t *c)
+{
+    const sx_tl_iface_t *iface = sx_chan_iface(c);
+    return c->shard->env->conf.checksum &&
+           (iface->ops->dest_local == NULL ||
+            !iface->ops->dest_local((sx_tl_iface_t *)iface, c->dest));
+}
+
 static inline void sx_op_append(sx_op_t **head, sx_op_t **tail, sx_op_t *op)
 {
     op->next = NULL;

@@ -171,7 +171,7 @@ bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
             h.payload_len = (uint16_t)(SX_WIRE_FRAG_LEN + len);
             uint32_t crc;
             const uint32_t *crcp = NULL;
-            if (c->shard->env->conf.checksum) {
+            if (sx_chan_wants_crc(c)) {
                 crc = sx_crc32c(sx_crc32c(0, head + SX_WIRE_HDR_LEN, SX_WIRE_FRAG_LEN), data, len);
                 crcp = &crc;
             }

@@ -245,9 +245,10 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
     sx_chan_ack_fields_locked(c, &h);
     uint32_t crc;
     const uint32_t *crcp = NULL;
-    if (payload_len > 0 && c->shard->env->conf.checksum) {
+    if (payload_len > 0 && sx_chan_wants_crc(c)) {
         crc = sx_crc32c(0, buf + SX_WIRE_HDR_LEN, payload_len);
         crcp = &crc;
+        sx_stat_add(&c->shard->stats.crc_sent, 1);
     }
     sx_wire_write_hdr(buf, &h, crcp);
     /* Every packet carries the current acknowledgement. */

@@ -112,7 +112,8 @@ struct sx_shard_guest {
     X(pmtu_blackholes, "datagram sizes given up later: large packets lost, small ones answered") \
     X(frags_sent, "fragments of packets built before a smaller datagram size was found")         \
     X(frags_assembled, "packets put back together from fragments")                               \
-    X(sendi_held, "sx_sendi messages held back to share a datagram (SX_SENDI_HOLD_US)")
+    X(sendi_held, "sx_sendi messages held back to share a datagram (SX_SENDI_HOLD_US)")          \
+    X(crc_sent, "data packets sent with a payload CRC32C (SX_CHECKSUM, paths off this host)")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;

@@ -493,6 +493,13 @@ static int self_wait_fd(sx_tl_iface_t *iface)
     return ((self_iface_t *)iface)->slot->efd;
 }
 
+static bool self_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+{
+    (void)iface;
+    (void)dest;
+    return true;
+}
+
 const sx_tl_ops_t sx_tl_self_ops = {
     .name = "self",
     .exclusivity = SX_TL_EXCL_SELF,
@@ -518,4 +525,6 @@ const sx_tl_ops_t sx_tl_self_ops = {
     /* The slot's eventfd, readable while datagrams may be queued; any
      * thread. */
     .wait_fd = self_wait_fd,
+    /* Always: the datagram is a heap copy inside this process. */
+    .dest_local = self_dest_local,
 };

@@ -246,6 +246,18 @@ struct sx_tl_ops {
      */
     size_t (*dest_mtu)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
 
+    /**
+     * Whether datagrams to @p dest never leave this host's memory (udp: it
+     * sends to the peer's loopback address, which it chose because the
+     * peer's card names this host and network namespace; self: the same
+     * process): no wire, no NIC, so the payload's CRC32C would guard
+     * nothing the kernel's own copy does not, and channels leave it out
+     * (SX_CHECKSUM). Token holder; never blocks. May be NULL: they leave
+     * the host (decorators such as fault, which corrupts on purpose, stand
+     * for a network and leave it NULL).
+     */
+    bool (*dest_local)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
+
     /** Writes the address @p dest sends to now, readable ("udp
      *  10.1.0.2:40000"), for diagnoses; at most @p cap bytes with the NUL.
      *  Token holder; never blocks. May be NULL (callers print the card's

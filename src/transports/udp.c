@@ -462,6 +462,18 @@ static size_t udp_dest_mtu(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     return u->dests[dest].mtu;
 }
 
+static bool udp_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    if (dest >= u->ndests || !u->dests[dest].live)
+        return false;
+    const udp_sa_t *sa = &u->dests[dest].sa;
+    if (sa->sa.sa_family == AF_INET)
+        return (ntohl(sa->in4.sin_addr.s_addr) >> 24) == 127; /* 127/8 (RFC 1122 3.2.1.3) */
+    return sa->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&sa->in6.sin6_addr);
+}
+
 static void udp_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, size_t cap)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -1067,6 +1079,7 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     /* The route's MTU, asked of the kernel at insert (IP_MTU); token
      * holder; never blocks. */
     .dest_mtu = udp_dest_mtu,
+    .dest_local = udp_dest_local,
     /* "udp a.b.c.d:port" of the candidate in use; token holder. */
     .dest_str = udp_dest_str,
     /* The next candidate (udp_addrs.c: loopback on this host, same subnet,

@@ -12,7 +12,10 @@
 # parameter is set: the defaults must find the other hosts. The job
 # passes when sx_run exits 0 and a rank ran on every host (and, with
 # SXRUN_JOB_LOSS set, the switch's loss rules dropped frames; with
-# SXRUN_JOB_IPV6 set, host 1 sent IPv6 datagrams).
+# SXRUN_JOB_IPV6 set, host 1 sent IPv6 datagrams; with SXRUN_JOB_CRC set,
+# the ranks' engines, which print their counters, sent data packets with
+# a payload CRC32C: the hosts' paths leave the host in shardx's eyes,
+# unlike loopback, where SX_CHECKSUM leaves it out).
 set -euo pipefail
 
 sx_run=$1 np=$2
@@ -31,6 +34,7 @@ udp6_out() { awk '$1 == "Udp6OutDatagrams" {print $2}' /proc/net/snmp6 2>/dev/nu
 udp6_before=$(udp6_out)
 
 rc=0
+[[ -n ${SXRUN_JOB_CRC:-} ]] && export SX_STATS=json
 # shellcheck disable=SC2016 # expanded by the rank's shell, on its host
 "$sx_run" -H "$CLUSTER_HOSTS" -n "$np" --agent "$CLUSTER_AGENT" --timeout 240 -- \
     /bin/sh -c 'echo "sxrun_job: rank $SX_RUN_RANK on $(hostname)"; exec "$@"' sh "$@" \
@@ -66,5 +70,13 @@ if [[ -n ${SXRUN_JOB_LOSS:-} ]]; then
         exit 1
     fi
     echo "sxrun_job: the switch dropped $dropped frames on the way"
+fi
+if [[ -n ${SXRUN_JOB_CRC:-} ]]; then
+    crc=$(grep -o '"crc_sent":[0-9]*' "$out" | awk -F: '{s += $2} END {print s + 0}')
+    if ((crc == 0)); then
+        echo "sxrun_job: FAILED: no data packet carried a payload CRC32C across hosts" >&2
+        exit 1
+    fi
+    echo "sxrun_job: $crc data packets carried a payload CRC32C"
 fi
 echo "sxrun_job: OK: $np ranks on $CLUSTER_HOSTS, MTU ${CLUSTER_MTU:-?}"
