@@ -601,11 +601,24 @@ static uint64_t sxb_bw_count(const sxb_opts_t *opts, size_t size)
     return n < 64 ? 64 : n > 100000 ? 100000 : n;
 }
 
+/* Payload bytes this rank's engine copied in user space so far, out and
+ * in (copy_tx_bytes + copy_rx_bytes). */
+static uint64_t sxb_copied(sx_engine_h e)
+{
+    uint64_t tx = 0, rx = 0;
+    (void)sx_stats_value(e, "copy_tx_bytes", &tx);
+    (void)sx_stats_value(e, "copy_rx_bytes", &rx);
+    return tx + rx;
+}
+
 /*
  * Unidirectional bandwidth: a windowed stream of each size from rank 0 to
  * rank 1 over one engine session, then the raw-UDP one-way floor for the
  * sizes one datagram holds. MB/s = 10^6 payload bytes per second between
- * rank 1's first and last delivery.
+ * rank 1's first and last delivery. copies/B: the payload bytes both
+ * engines copied in user space during the timed stream, per payload byte
+ * delivered (the kernel's two copies, into and out of the socket, come on
+ * top).
  */
 int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 {
@@ -624,24 +637,39 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     if (human)
         printf("\n# unidirectional bandwidth: sx_send stream, window %u; MB/s = 10^6 payload "
                "bytes/s\n# from rank 1's first to last delivery; udp: raw-UDP one-way stream of "
-               "the same datagrams\n# (lost ones not counted); ratio = shardx / udp\n"
-               "%9s %8s %10s %12s %10s %7s\n",
-               opts->window, "size", "messages", "MB_per_s", "msgs_per_s", "udp_MB/s", "ratio");
+               "the same datagrams\n# (lost ones not counted); ratio = shardx / udp; copies/B: "
+               "payload bytes both engines\n# copied in user space per byte delivered (the "
+               "kernel adds two)\n"
+               "%9s %8s %10s %12s %10s %7s %9s\n",
+               opts->window, "size", "messages", "MB_per_s", "msgs_per_s", "udp_MB/s", "ratio",
+               "copies/B");
     if (sxb_am_open(&am, ctl, NULL, NULL) != 0) {
         free(buf);
         return -1;
     }
     double *mbps = calloc(nsizes, sizeof(*mbps)), *rates = calloc(nsizes, sizeof(*rates));
-    bool ok = mbps != NULL && rates != NULL;
+    double *copies = calloc(nsizes, sizeof(*copies));
+    bool ok = mbps != NULL && rates != NULL && copies != NULL;
     for (size_t s = 0; ok && s < nsizes; s++) {
         uint64_t count = sxb_bw_count(opts, sizes[s]), tx_ns = 0, warm_ns = 0;
         uint64_t warmup = count / 10 + 1;
         sxb_rx_report_t rep;
-        ok = sxb_stream(&am, buf, sizes[s], warmup, opts->window, false, &warm_ns, &rep) == 0 &&
-             sxb_stream(&am, buf, sizes[s], count, opts->window, false, &tx_ns, &rep) == 0;
+        ok = sxb_stream(&am, buf, sizes[s], warmup, opts->window, false, &warm_ns, &rep) == 0;
+        uint64_t copied = sxb_copied(am.engine);
+        ok = ok && sxb_stream(&am, buf, sizes[s], count, opts->window, false, &tx_ns, &rep) == 0;
         double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
         rates[s] = rx_s > 0 ? (double)rep.count / rx_s : NAN;
         mbps[s] = rates[s] * (double)sizes[s] / 1e6;
+        /* Rank 1 hands rank 0 what its engine copied during the stream. */
+        copied = sxb_copied(am.engine) - copied;
+        if (ok && ctl->rank == 1) {
+            ok = sxb_ctl_write(ctl, &copied, sizeof(copied)) == 0;
+        } else if (ok) {
+            uint64_t theirs = 0;
+            ok = sxb_ctl_read(ctl, &theirs, sizeof(theirs), sxb_am_poll, &am) == 0;
+            double bytes = (double)count * (double)sizes[s];
+            copies[s] = bytes > 0 ? (double)(copied + theirs) / bytes : NAN;
+        }
     }
     int rc = sxb_am_close(&am, "bw", "bw", ok);
     sxb_udp_t u = {.fd = -1};
@@ -661,6 +689,8 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         sxb_metric(&r, "msg_rate", rates[s]);
         if (sizes[s] > 0 && !isnan(floor_rate))
             sxb_metric(&r, "ratio_to_floor", mbps[s] / floor_mbps);
+        if (!isnan(copies[s]))
+            sxb_metric(&r, "copies_per_byte", copies[s]);
         sxb_record_add(&r);
         if (!isnan(floor_rate)) {
             r = sxb_record("floor_bw", "raw", sizes[s]);
@@ -672,15 +702,17 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             printf("%9zu %8llu %10.1f %12.0f", sizes[s], (unsigned long long)count, mbps[s],
                    rates[s]);
             if (isnan(floor_rate))
-                printf(" %10s %7s\n", "-", "-");
+                printf(" %10s %7s", "-", "-");
             else
-                printf(" %10.1f %7.2f\n", floor_mbps, sizes[s] ? mbps[s] / floor_mbps : NAN);
+                printf(" %10.1f %7.2f", floor_mbps, sizes[s] ? mbps[s] / floor_mbps : NAN);
+            printf(" %9.2f\n", copies[s]);
             fflush(stdout);
         }
     }
     sxb_udp_close(&u);
     free(mbps);
     free(rates);
+    free(copies);
     free(buf);
     if (rc == 0)
         sxb_print_counters(ctl, opts, first_counters);

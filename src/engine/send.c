@@ -173,6 +173,7 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
                 memcpy(op->inline_data + off, iov[i].iov_base, iov[i].iov_len);
                 off += iov[i].iov_len;
             }
+            sx_stat_add(&shard->stats.copy_tx_bytes, len);
             op->iovcnt = 1;
             op->iov[0].iov_base = op->inline_data;
             op->iov[0].iov_len = len;

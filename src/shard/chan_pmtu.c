@@ -309,6 +309,7 @@ void sx_chan_recv_frag_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
     s->bits[f.index / 64] |= bit;
     s->got++;
     memcpy(s->buf + SX_WIRE_HDR_LEN + f.offset, f.data, f.len);
+    sx_stat_add(&c->shard->stats.copy_rx_bytes, f.len);
     if (s->got < s->count)
         return;
     /* Whole: the packet as it was sent, with the latest fragment's

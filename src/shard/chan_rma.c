@@ -36,9 +36,10 @@ uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_fr
     }
     f->resp.status = op->status;
     p += sx_wire_write_frame(p, f);
-    if (src != NULL)
+    if (src != NULL) {
         memcpy(p, src, len);
-    else
+        sx_stat_add(&c->shard->stats.copy_tx_bytes, len);
+    } else
         memset(p, 0, len);
     sx_rcu_read_unlock(&mem->rcu);
     return p + len;
@@ -77,8 +78,10 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
         c->put_status = SX_OK; /* the first chunk of a new PUT */
     sx_rcu_read_lock();
     uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status);
-    if (dst != NULL && c->put_status == SX_OK)
+    if (dst != NULL && c->put_status == SX_OK) {
         memcpy(dst, f->data, f->len);
+        sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
+    }
     sx_rcu_read_unlock(&env->mem->rcu);
     if (dst == NULL && c->put_status == SX_OK)
         c->put_status = status;
@@ -153,6 +156,7 @@ void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
             op->status = SX_ERR_IO;
         } else {
             memcpy(op->dst + op->got, f->data, f->len);
+            sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
             op->got += f->len;
         }
     }

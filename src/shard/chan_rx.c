@@ -248,6 +248,7 @@ static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *p
                 c->asm_drop = true;
             } else {
                 memcpy(c->asm_buf, f.data, f.len);
+                sx_stat_add(&c->shard->stats.copy_rx_bytes, f.len);
             }
             break;
         case SX_FRAME_AM_MORE:
@@ -256,8 +257,10 @@ static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *p
                 chan_abort_assembly(c);
                 break;
             }
-            if (c->asm_buf != NULL)
+            if (c->asm_buf != NULL) {
                 memcpy(c->asm_buf + c->asm_got, f.data, f.len);
+                sx_stat_add(&c->shard->stats.copy_rx_bytes, f.len);
+            }
             c->asm_got += f.len;
             break;
         case SX_FRAME_PUT:
@@ -378,6 +381,7 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
     if (c->ooo[i].buf == NULL)
         return SX_DROP_NO_BUFFER;
     memcpy(c->ooo[i].buf, data, len);
+    sx_stat_add(&c->shard->stats.copy_rx_bytes, len);
     c->ooo[i].len = (uint32_t)len;
     c->ooo_bits[i / 64] |= 1ull << (i % 64);
     c->ooo_count++;

@@ -327,6 +327,7 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
         } else {
             p += sx_wire_write_frame(p, &f);
             op_copy(op, p, plan[i].len);
+            sx_stat_add(&c->shard->stats.copy_tx_bytes, plan[i].len);
             p += plan[i].len;
         }
         op->off += plan[i].len;

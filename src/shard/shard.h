@@ -113,7 +113,10 @@ struct sx_shard_guest {
     X(frags_sent, "fragments of packets built before a smaller datagram size was found")         \
     X(frags_assembled, "packets put back together from fragments")                               \
     X(sendi_held, "sx_sendi messages held back to share a datagram (SX_SENDI_HOLD_US)")          \
-    X(crc_sent, "data packets sent with a payload CRC32C (SX_CHECKSUM, paths off this host)")
+    X(crc_sent, "data packets sent with a payload CRC32C (SX_CHECKSUM, paths off this host)")    \
+    X(copy_tx_bytes, "payload bytes copied in user space on the way out (sx_sendi, packets)")    \
+    X(copy_rx_bytes, "payload bytes copied in user space on the way in (reassembly, out of "     \
+                     "order, fragments, PUT and GET data into memory)")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;
