@@ -110,9 +110,14 @@ typedef struct sx_txpkt {
     struct sx_chan *chan;
     sx_hotel_key_t key;
     uint32_t seq;
-    uint32_t len; /* datagram bytes in data[] */
-    uint32_t cap; /* bytes data[] holds; a large or a full-size packet goes
-                   * back to its shard's pool (chan_tx.c, chan_pkt_pooled) */
+    uint32_t len;       /* datagram bytes: in data[], or the first head of them there and
+                         * the rest at ext */
+    uint32_t head;      /* with ext: the header and frame header in data[] */
+    const uint8_t *ext; /* zero copy: the payload's data, in the memory of the operation
+                         * it belongs to, which lives until every packet of it is
+                         * acknowledged (chan_tx.c, chan_zero_copy); NULL: all in data[] */
+    uint32_t cap;       /* bytes data[] holds; a large or a full-size packet goes
+                         * back to its shard's pool (chan_tx.c, chan_pkt_pooled) */
     uint64_t first_sent_ns;
     uint64_t last_sent_ns;
     uint64_t deadline_ns; /* when its hotel room evicts it (a retransmission) */

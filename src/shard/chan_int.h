@@ -67,6 +67,10 @@ void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op);
 
 /** Frees a data packet, or keeps it in the shard's pool of large ones. */
 void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+/* Copies a zero-copy packet's payload into the packet (data[] has room for
+ * it) and leaves it self-contained: for the paths that cut a packet into
+ * fragments. */
+void sx_chan_pkt_materialize_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
 /** Sends a probe: a standalone ACK asking for an ACK at once. */
 void sx_chan_send_probe_locked(sx_chan_t *c);

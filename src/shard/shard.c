@@ -306,15 +306,24 @@ void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
     q->tl = tl;
     q->tx[i].dest = dest;
     q->tx[i].iovcnt = 1;
+    /* A zero-copy packet: its head here, its payload in the operation's
+     * memory (chan_tx.c, chan_zero_copy). */
+    const uint8_t *ext = pkt != NULL ? pkt->ext : NULL;
+    size_t ext_len = ext != NULL ? len - pkt->head : 0;
     q->tx[i].iov[0].iov_base = (void *)data;
-    q->tx[i].iov[0].iov_len = len;
+    q->tx[i].iov[0].iov_len = len - ext_len;
+    if (ext != NULL) {
+        q->tx[i].iov[1].iov_base = (void *)ext;
+        q->tx[i].iov[1].iov_len = ext_len;
+        q->tx[i].iovcnt = 2;
+    }
     /* SX_AUTH: a datagram whose header asks for a tag gets it here, as it
      * leaves, so a retransmission's new acknowledgement is under it. */
     if (len >= SX_WIRE_HDR_LEN && (sx_get16(data + 2) & SX_PKTF_AUTH)) {
-        sx_auth_seal(&shard->env->auth, data, len, NULL, 0, q->tag[i]);
-        q->tx[i].iov[1].iov_base = q->tag[i];
-        q->tx[i].iov[1].iov_len = SX_WIRE_TAG_LEN;
-        q->tx[i].iovcnt = 2;
+        sx_auth_seal(&shard->env->auth, data, len - ext_len, ext, ext_len, q->tag[i]);
+        q->tx[i].iov[q->tx[i].iovcnt].iov_base = q->tag[i];
+        q->tx[i].iov[q->tx[i].iovcnt].iov_len = SX_WIRE_TAG_LEN;
+        q->tx[i].iovcnt++;
     }
     q->tx[i].ctx = pkt;
     q->chan[i] = chan;

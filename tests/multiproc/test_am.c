@@ -688,10 +688,12 @@ static void test_checksum_off_host_only(void **state)
     size_t mtu = net.mtu;
     sx_engine_destroy(probe);
     send_sizes_crc(sizes, 3, NULL, 0, &local);
-    /* The copy counters over the same path: sx_send's bytes once into
-     * packets; the 200000-byte message, which spans datagrams, once more
-     * into its reassembly buffer, and the 3000-byte one too where it does
-     * not fit one datagram (ofi's udp provider: 1472 bytes). */
+    /* The copy counters over the same path: sx_send's bytes go out from
+     * the caller's memory (zero copy), all but chunks under 1 KiB (the
+     * last of each message at most); the 200000-byte message, which spans
+     * datagrams, is copied into its reassembly buffer, and the 3000-byte
+     * one too where it does not fit one datagram (ofi's udp provider:
+     * 1472 bytes). */
     {
         pair_t p = pair_new();
         ctx_t rx = {.rx = {.sizes = sizes, .nsizes = 2}}, tx = {0};
@@ -708,7 +710,7 @@ static void test_checksum_off_host_only(void **state)
         assert_int_equal(rx.rx.errors, 0);
         assert_int_equal(sx_stats_value(p.a, "copy_tx_bytes", &tx_copied), SX_OK);
         assert_int_equal(sx_stats_value(p.b, "copy_rx_bytes", &rx_copied), SX_OK);
-        assert_int_equal(tx_copied, sizes[0] + sizes[1]);
+        assert_true(tx_copied < 2 * 1024);
         assert_int_equal(rx_copied, sizes[1] + (sizes[0] + 128 <= mtu ? 0 : sizes[0]));
         pair_free(&p);
     }
