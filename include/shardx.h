@@ -339,7 +339,7 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * starves when fewer threads than shards call in. Returns the number of
  * events handled (>= 0), or a negative status; a shard that another thread
  * is progressing is skipped, never waited for. A call that finds nothing
- * after 32 such calls in a row may give the core up before it returns
+ * after 16 such calls in a row may give the core up before it returns
  * while threads outnumber cores (SX_YIELD): it waits at most 500 us for
  * a datagram, or calls sched_yield. A wait that a datagram ends is
  * followed by a pass over the shard it came to, whose events are counted

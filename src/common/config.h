@@ -138,7 +138,7 @@
       "poll: callers progress the engine with sx_progress. thread: one progress thread "       \
       "per shard, spinning SX_SPIN_US and then sleeping in epoll.")                            \
     X(YIELD, ENUM, yield, "auto", 0, 0, "auto|always|never",                                   \
-      "What an sx_progress caller does after 32 empty calls in a row: give its core up on "    \
+      "What an sx_progress caller does after 16 empty calls in a row: give its core up on "    \
       "each further empty call (wait up to 500 us on its home shard's sockets; sched_yield "   \
       "when another thread holds that shard). auto: only while the process or machine is "     \
       "oversubscribed (OMPI_MCA_mpi_yield_when_idle set by mpirun, more calling threads than " \

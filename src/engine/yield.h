@@ -50,9 +50,14 @@
 /* Word indices of SX_YIELD (config.h). */
 enum { SX_YIELD_AUTO = 0, SX_YIELD_ALWAYS = 1, SX_YIELD_NEVER = 2 };
 
-/* Empty sx_progress calls in a row before a caller may yield (about 20-50
- * us of polling on a VM: a ping-pong's answer usually comes sooner). */
-#define SX_YIELD_SPINS 32u
+/* Empty sx_progress calls in a row before a caller may yield, while the
+ * machine is oversubscribed (about 10-25 us of polling on a VM). Fewer
+ * leave the core to a peer sooner, more catch an answer that is on its
+ * way: two ranks of two threads on two cores (sx_bench mt) did better
+ * with 4 or 16 than with 32, an MPI ping-pong of two threads per rank
+ * beside two busy loops better with 16 or 32 than with 4 or 8
+ * (docs/tuning.md, "Oversubscription: SX_YIELD"). */
+#define SX_YIELD_SPINS 16u
 /* How often the auto verdict is re-made. */
 #define SX_YIELD_CHECK_NS (10ull * 1000000ull)
 /* A caller counts as calling in if it spun within this long. */
