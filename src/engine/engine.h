@@ -153,6 +153,10 @@ void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
 int sx_engine_epoll_add_fd(int epfd, int fd);
 int sx_engine_epoll_add_shard(int epfd, struct sx_shard *shard);
 int sx_engine_epoll_del_shard(int epfd, struct sx_shard *shard);
+struct epoll_event;
+/** epoll_pwait2 with a timeout in nanoseconds (UINT64_MAX: none), falling
+ *  back to epoll_wait's milliseconds on kernels without it; its result. */
+int sx_engine_epoll_wait_ns(int epfd, struct epoll_event *ev, int max, uint64_t timeout_ns);
 /** Builds engine->wait_fd once the shards are open (creating thread). */
 int sx_engine_wait_init(struct sx_engine *engine);
 /** Waits at most @p timeout_ns for a datagram to any shard; writes the

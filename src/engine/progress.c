@@ -43,15 +43,43 @@ int sx_engine_epoll_add_fd(int epfd, int fd)
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? SX_OK : SX_ERR_IO;
 }
 
-int sx_engine_epoll_add_shard(int epfd, sx_shard_t *shard)
+/* Adds the shard's interfaces' fds to @p epfd, each tagged with itself
+ * (data.fd) or, with @p by_index, with the shard's index (data.u32). */
+static int sx_engine_epoll_add_ifaces(int epfd, sx_shard_t *shard, bool by_index)
 {
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
         sx_tl_iface_t *iface = shard->ifaces[t];
         int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
-        if (fd >= 0 && sx_engine_epoll_add_fd(epfd, fd) != SX_OK)
+        if (fd < 0)
+            continue;
+        struct epoll_event ev = {.events = EPOLLIN};
+        if (by_index)
+            ev.data.u32 = shard->index;
+        else
+            ev.data.fd = fd;
+        if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
             return SX_ERR_IO;
     }
     return SX_OK;
+}
+
+int sx_engine_epoll_add_shard(int epfd, sx_shard_t *shard)
+{
+    return sx_engine_epoll_add_ifaces(epfd, shard, false);
+}
+
+int sx_engine_epoll_wait_ns(int epfd, struct epoll_event *ev, int max, uint64_t timeout_ns)
+{
+    struct timespec ts = sx_ns_to_ts(timeout_ns);
+
+    /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not round
+     * up to a millisecond, as epoll_wait's timeout would (the fallback for
+     * kernels before 5.11). */
+    int n = epoll_pwait2(epfd, ev, max, timeout_ns == UINT64_MAX ? NULL : &ts, NULL);
+    if (n < 0 && errno == ENOSYS)
+        n = epoll_wait(epfd, ev, max,
+                       timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
+    return n;
 }
 
 int sx_engine_epoll_del_shard(int epfd, sx_shard_t *shard)
@@ -75,15 +103,9 @@ int sx_engine_wait_init(struct sx_engine *e)
         return SX_ERR_IO;
     }
     for (unsigned i = 0; i < e->nshards; i++) {
-        for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
-            sx_tl_iface_t *iface = e->shards[i]->ifaces[t];
-            int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
-            struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
-            if (fd >= 0 && epoll_ctl(e->wait_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-                sx_error("progress", "shard %u: epoll_ctl for the idle wait: %s", i,
-                         strerror(errno));
-                return SX_ERR_IO;
-            }
+        if (sx_engine_epoll_add_ifaces(e->wait_fd, e->shards[i], true) != SX_OK) {
+            sx_error("progress", "shard %u: epoll_ctl for the idle wait: %s", i, strerror(errno));
+            return SX_ERR_IO;
         }
     }
     return SX_OK;
@@ -92,18 +114,13 @@ int sx_engine_wait_init(struct sx_engine *e)
 unsigned sx_engine_wait_any(struct sx_engine *e, uint64_t timeout_ns, unsigned *ready, unsigned max)
 {
     struct epoll_event ev[16];
-    struct timespec ts = sx_ns_to_ts(timeout_ns);
     unsigned found = 0;
 
     if (e->wait_fd < 0)
         return 0;
     if (max > sizeof(ev) / sizeof(ev[0]))
         max = sizeof(ev) / sizeof(ev[0]);
-    /* Nanoseconds: epoll_wait's milliseconds would turn 500 us into 1 ms
-     * or none (service.c does the same). */
-    int n = epoll_pwait2(e->wait_fd, ev, (int)max, &ts, NULL);
-    if (n < 0 && errno == ENOSYS)
-        n = epoll_wait(e->wait_fd, ev, (int)max, (int)((timeout_ns + 999999) / 1000000));
+    int n = sx_engine_epoll_wait_ns(e->wait_fd, ev, (int)max, timeout_ns);
     for (int i = 0; i < n; i++) {
         unsigned k = 0;
         while (k < found && ready[k] != ev[i].data.u32)
@@ -124,13 +141,8 @@ static void sx_progress_sleep(sx_progress_thread_t *t, uint64_t until)
     uint64_t wait = (until == UINT64_MAX || until - now > cap) ? cap : 0;
     if (until != UINT64_MAX && sx_u64_before(now, until) && until - now < cap)
         wait = until - now;
-    if (wait > 0) {
-        struct timespec ts = sx_ns_to_ts(wait);
-        /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not
-         * round up to a millisecond. */
-        if (epoll_pwait2(t->epfd, ev, 8, &ts, NULL) < 0 && errno == ENOSYS)
-            (void)epoll_wait(t->epfd, ev, 8, (int)((wait + 999999) / 1000000));
-    }
+    if (wait > 0)
+        (void)sx_engine_epoll_wait_ns(t->epfd, ev, 8, wait);
     uint64_t drained;
     if (read(t->shard->wake_fd, &drained, sizeof(drained)) < 0 && errno != EAGAIN)
         sx_debug("progress", "shard %u: eventfd read failed", t->shard->index);

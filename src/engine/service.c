@@ -81,14 +81,7 @@ static void sx_service_drain(sx_service_t *svc)
 static void sx_service_wait(sx_service_t *svc, uint64_t timeout_ns)
 {
     struct epoll_event ev[8];
-    struct timespec ts = sx_ns_to_ts(timeout_ns);
-
-    /* epoll_pwait2 takes nanoseconds: a 50 us delayed ACK must not round
-     * up to a millisecond (progress.c does the same). */
-    int n = epoll_pwait2(svc->epfd, ev, 8, timeout_ns == UINT64_MAX ? NULL : &ts, NULL);
-    if (n < 0 && errno == ENOSYS)
-        n = epoll_wait(svc->epfd, ev, 8,
-                       timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
+    int n = sx_engine_epoll_wait_ns(svc->epfd, ev, 8, timeout_ns);
     for (int i = 0; i < n; i++) {
         if (ev[i].data.fd == svc->timerfd)
             sx_service_drain(svc);
