@@ -32,6 +32,7 @@ enum {
     SX_EXTRA_YIELDS,
     SX_EXTRA_OVERSUBSCRIBED,
     SX_EXTRA_WAKEUPS,
+    SX_EXTRA_MEM_SHADOW,
     SX_EXTRA_COUNT
 };
 #define SX_NCOUNTERS (SX_NSHARD_COUNTERS + SX_DROP_COUNT + SX_EXTRA_COUNT)
@@ -87,6 +88,11 @@ static void sx_counter_at(struct sx_engine *e, size_t i, sx_counter_t *out)
         out->name = "progress_wakeups";
         out->description = "of those, waits a datagram ended: the caller progressed the shards "
                            "it came to before returning";
+    } else if (i - SX_NSHARD_COUNTERS - SX_DROP_COUNT == SX_EXTRA_MEM_SHADOW) {
+        v = atomic_load_explicit(&e->mem.shadow_bytes, memory_order_relaxed);
+        out->name = "mem_shadow_bytes";
+        out->description = "bytes deregistrations copied for GET answers sent from the region "
+                           "and not yet acknowledged";
     } else {
         for (unsigned s = 0; s < e->nshards; s++) {
             sx_hotel_stats_t h;

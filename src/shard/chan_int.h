@@ -151,8 +151,10 @@ void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f);
 void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f);
 
 /** Writes a GET answer's frame at @p p, reading the region now; returns
- *  the end of what it wrote. */
+ *  the end of what it wrote. With @p zc_pkt, the bytes may instead stay in
+ *  the region: zc_pkt's ext and pin are then set and only the frame header
+ *  written (shard/mem.h, Pins). */
 uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_frame_t *f,
-                                           uint8_t *p, uint32_t len);
+                                           uint8_t *p, uint32_t len, sx_txpkt_t *zc_pkt);
 
 #endif /* SX_SHARD_CHAN_INT_H */

@@ -2,7 +2,8 @@
 /*
  * Channels, emulated RMA (chan.h): the target's side of PUT and GET
  * (key, access and range checked in shard/mem.c before a byte is
- * touched; a GET's data read from the region as its answer is sent), and
+ * touched; a GET's data read from the region as its answer is sent, or
+ * sent from the region itself under a pin), and
  * the initiator's matching of answers to its outstanding operations.
  */
 #include <stdlib.h>
@@ -20,22 +21,30 @@
  * of memory the owner may have freed.
  */
 uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_frame_t *f,
-                                           uint8_t *p, uint32_t len)
+                                           uint8_t *p, uint32_t len, sx_txpkt_t *zc_pkt)
 {
     sx_mem_table_t *mem = c->shard->env->mem;
     const uint8_t *src = NULL;
+    sx_mem_t *pin = NULL;
 
     sx_rcu_read_lock();
     if (op->status == SX_OK && len > 0) {
         sx_wire_rma_t r = {
             .addr = op->raddr + op->off, .key = op->rkey, .op_addr = op->raddr, .op_len = op->len};
         int st;
-        src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st);
+        src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st, zc_pkt != NULL ? &pin : NULL);
         if (src == NULL)
             op->status = st;
     }
     f->resp.status = op->status;
     p += sx_wire_write_frame(p, f);
+    if (pin != NULL) {
+        zc_pkt->ext = src;
+        zc_pkt->pin = pin;
+        sx_stat_add(&c->shard->stats.region_zc_sent, 1);
+        sx_rcu_read_unlock(&mem->rcu);
+        return p;
+    }
     if (src != NULL) {
         memcpy(p, src, len);
         sx_stat_add(&c->shard->stats.copy_tx_bytes, len);
@@ -77,7 +86,7 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     if (f->rma.addr == f->rma.op_addr)
         c->put_status = SX_OK; /* the first chunk of a new PUT */
     sx_rcu_read_lock();
-    uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status);
+    uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status, NULL);
     if (dst != NULL && c->put_status == SX_OK) {
         memcpy(dst, f->data, f->len);
         sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
@@ -117,7 +126,7 @@ void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     }
     if (f->rma.op_len <= env->conf.max_msg) {
         sx_rcu_read_lock();
-        (void)sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status);
+        (void)sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_READ, f->rma.op_len, &status, NULL);
         sx_rcu_read_unlock(&env->mem->rcu);
     }
     sx_op_t *resp = chan_new_resp(c, f->rma.op_id, status, 0);

@@ -14,6 +14,7 @@
 #include "shard/chan.h"
 #include "shard/chan_int.h"
 #include "shard/conn.h"
+#include "shard/mem.h"
 #include "shard/peer.h"
 
 /*
@@ -81,6 +82,9 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
 void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     sx_shard_t *s = c->shard;
+
+    if (pkt->pin != NULL)
+        sx_mem_unpin(pkt->pin);
 
     if (chan_pkt_pooled(c, pkt->cap) && s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
         pkt->rtx_next = s->pkt_pool;
@@ -303,8 +307,9 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
  * chunk in order, so every packet that points into it is acknowledged
  * and will not be sent again; a channel that fails sends nothing more.
  * Retransmissions read the same memory. Small frames are still copied,
- * so that many share a datagram. A GET's answer is still read from its
- * region as it is built: the region may go before it is acknowledged.
+ * so that many share a datagram. A GET's answer is sent from its region
+ * the same way, under a pin, since the region may be deregistered before
+ * the answer is acknowledged (shard/mem.h, Pins; chan_region_zero_copy).
  * Not under SX_AUTH: libsodium's SipHash has no streaming form, so a tag
  * over two pieces joins them first (auth.c), a copy anyway. Returns where
  * the bytes are, or NULL.
@@ -336,9 +341,26 @@ void sx_chan_pkt_materialize_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     if (pkt->ext == NULL)
         return;
-    memcpy(pkt->data + pkt->head, pkt->ext, pkt->len - pkt->head);
+    if (pkt->pin != NULL) {
+        memcpy(pkt->data + pkt->head, sx_mem_pin_read_begin(pkt->pin, pkt->ext),
+               pkt->len - pkt->head);
+        sx_mem_pin_read_end(pkt->pin);
+        sx_mem_unpin(pkt->pin);
+        pkt->pin = NULL;
+    } else
+        memcpy(pkt->data + pkt->head, pkt->ext, pkt->len - pkt->head);
     sx_stat_add(&c->shard->stats.copy_tx_bytes, pkt->len - pkt->head);
     pkt->ext = NULL;
+}
+
+/* Whether a GET answer's chunk of @p len bytes, alone in its packet, may
+ * be sent from the region itself (shard/mem.h, Pins): large enough, no
+ * SX_AUTH tag (chan_zero_copy), and a transport done with the bytes when
+ * post_send returns, so that the read the batch begins at staging and
+ * ends after posting covers every use of them (shard/mem.h, Pins). */
+static bool chan_region_zero_copy(sx_chan_t *c, unsigned n, uint32_t len)
+{
+    return n == 1 && len >= SX_ZC_MIN && c->tag_len == 0 && sx_chan_iface(c)->caps.sync_send;
 }
 
 /* Builds the next data packet from the send queue, or returns NULL. */
@@ -384,7 +406,9 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
             op->first_frame = (uint16_t)i;
         }
         if (op->from_region) {
-            p = sx_chan_write_region_frame_locked(c, op, &f, p, plan[i].len);
+            bool zc = chan_region_zero_copy(c, n, plan[i].len);
+            p = sx_chan_write_region_frame_locked(c, op, &f, p, plan[i].len, zc ? pkt : NULL);
+            ext = pkt->ext;
         } else if (n == 1 && (ext = chan_zero_copy(c, op, &plan[i])) != NULL) {
             p += sx_wire_write_frame(p, &f);
             op_skip(op, plan[i].len);
@@ -410,8 +434,14 @@ static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
     pkt->len = (uint32_t)(SX_WIRE_HDR_LEN + bytes);
     pkt->ext = ext;
     pkt->head = ext != NULL ? (uint32_t)(p - pkt->data) : pkt->len;
-    chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes, 0, ext,
-                   ext != NULL ? pkt->len - pkt->head : 0);
+    if (pkt->pin != NULL) {
+        /* The checksum reads the region (shard/mem.h, Pins). */
+        chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes, 0,
+                       sx_mem_pin_read_begin(pkt->pin, ext), pkt->len - pkt->head);
+        sx_mem_pin_read_end(pkt->pin);
+    } else
+        chan_write_hdr(c, pkt->data, SX_PKT_DATA, seq, (uint16_t)bytes, 0, ext,
+                       ext != NULL ? pkt->len - pkt->head : 0);
     sx_stat_add(&c->shard->stats.frames_sent, n);
     return pkt;
 }

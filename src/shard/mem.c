@@ -2,20 +2,39 @@
 /* Registered memory; see mem.h. */
 #include "shard/mem.h"
 
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 
 #include <shardx.h>
 
+#include "common/log.h"
 #include "common/time.h"
 
+static void sx_mem_unref(sx_mem_t *m)
+{
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    free(atomic_load_explicit(&m->shadow, memory_order_relaxed));
+    free(m);
+}
+
+/* The table's reference, let go a grace period after removal. */
 static void sx_mem_free(sx_rcu_entry_t *entry)
 {
-    free(caa_container_of(entry, sx_mem_t, entry));
+    sx_mem_unref(caa_container_of(entry, sx_mem_t, entry));
+}
+
+void sx_mem_unpin(sx_mem_t *pin)
+{
+    atomic_fetch_sub_explicit(&pin->pins, 1, memory_order_release);
+    sx_mem_unref(pin);
 }
 
 int sx_mem_table_init(sx_mem_table_t *table)
 {
+    atomic_init(&table->shadow_bytes, 0);
     int rc = sx_rcu_table_init(&table->rcu);
     table->created = rc == SX_OK;
     return rc;
@@ -38,6 +57,10 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
     m->len = len;
     m->access = access;
     m->owner = owner;
+    atomic_init(&m->refs, 1);
+    atomic_init(&m->pins, 0);
+    atomic_init(&m->readers, 0);
+    atomic_init(&m->shadow, NULL);
     m->entry.free_fn = sx_mem_free;
     /* Keys are random so that a peer cannot guess one it was not given;
      * a collision (or zero) just draws again. */
@@ -59,24 +82,52 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
 
 int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
 {
+    /* Ours until this returns, whatever the table's grace period does. */
+    atomic_fetch_add_explicit(&mem->refs, 1, memory_order_relaxed);
     int rc = sx_rcu_table_remove(&table->rcu, mem->entry.id);
-    if (rc != SX_OK)
+    if (rc != SX_OK) {
+        sx_mem_unref(mem);
         return rc;
+    }
     /* Wait out readers that found the region before it was removed, so no
-     * remote write lands once this returns. */
+     * remote write lands once this returns, and no new pin is taken. */
     synchronize_rcu();
+    if (atomic_load(&mem->pins) > 0) {
+        /* Answers sent from the region and not yet acknowledged: they read
+         * a copy from now on, once the reads that began before the switch
+         * are done (mem.h, Pins). */
+        uint8_t *copy = malloc(mem->len > 0 ? mem->len : 1);
+        if (copy != NULL) {
+            memcpy(copy, mem->addr, mem->len);
+            atomic_store(&mem->shadow, copy); /* sequentially consistent: see Pins */
+            atomic_fetch_add_explicit(&table->shadow_bytes, mem->len, memory_order_relaxed);
+            while (atomic_load_explicit(&mem->readers, memory_order_acquire) > 0)
+                sched_yield();
+        } else {
+            sx_warn("mem",
+                    "sx_mem_deregister: no memory for a copy of %zu bytes that %u "
+                    "unacknowledged packets still send from: waiting for their "
+                    "acknowledgement",
+                    mem->len, atomic_load(&mem->pins));
+            while (atomic_load(&mem->pins) > 0)
+                sched_yield();
+        }
+    }
+    sx_mem_unref(mem);
     return SX_OK;
 }
 
 uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigned need,
-                          uint64_t len, int *status)
+                          uint64_t len, int *status, sx_mem_t **pin_p)
 {
+    if (pin_p != NULL)
+        *pin_p = NULL;
     sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(&table->rcu, r->key);
     if (e == NULL) {
         *status = SX_ERR_ACCESS; /* no such key, or deregistered */
         return NULL;
     }
-    const sx_mem_t *m = caa_container_of(e, sx_mem_t, entry);
+    sx_mem_t *m = caa_container_of(e, sx_mem_t, entry);
     if ((m->access & need) != need) {
         *status = SX_ERR_ACCESS;
         return NULL;
@@ -88,5 +139,12 @@ uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigne
         return NULL;
     }
     *status = SX_OK;
+    if (pin_p != NULL && m->len <= SX_MEM_PIN_MAX) {
+        /* Inside the read section that found it: a deregistration's grace
+         * period waits for this, then sees the pin. */
+        atomic_fetch_add(&m->refs, 1);
+        atomic_fetch_add(&m->pins, 1);
+        *pin_p = m;
+    }
     return m->addr + (r->addr - base);
 }

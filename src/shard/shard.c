@@ -17,6 +17,7 @@
 #include "shard/chan.h"
 #include "shard/conn.h"
 #include "shard/handlers.h"
+#include "shard/mem.h"
 #include "shard/peer.h"
 
 #define SX_SHARD_POLL_BATCH 32
@@ -310,6 +311,9 @@ void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
      * memory (chan_tx.c, chan_zero_copy). */
     const uint8_t *ext = pkt != NULL ? pkt->ext : NULL;
     size_t ext_len = ext != NULL ? len - pkt->head : 0;
+    q->pin[i] = ext != NULL ? pkt->pin : NULL;
+    if (q->pin[i] != NULL) /* read where it is now, until posted (shard/mem.h, Pins) */
+        ext = sx_mem_pin_read_begin(q->pin[i], ext);
     q->tx[i].iov[0].iov_base = (void *)data;
     q->tx[i].iov[0].iov_len = len - ext_len;
     if (ext != NULL) {
@@ -349,6 +353,10 @@ void sx_shard_tx_post_locked(sx_shard_t *shard)
                            : 0;
     unsigned n = q->n < credits ? q->n : credits;
     int rc = n > 0 ? iface->ops->post_send(iface, q->tx, n, &posted) : SX_OK;
+    for (unsigned i = 0; i < q->n; i++) {
+        if (q->pin[i] != NULL)
+            sx_mem_pin_read_end(q->pin[i]);
+    }
     if (rc == SX_OK && posted < q->n) {
         rc = SX_ERR_AGAIN;
         sx_stat_add(&shard->stats.tx_no_credits, q->n - posted);

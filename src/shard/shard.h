@@ -115,6 +115,7 @@ struct sx_shard_guest {
     X(sendi_held, "sx_sendi messages held back to share a datagram (SX_SENDI_HOLD_US)")          \
     X(crc_sent, "data packets sent with a payload CRC32C (SX_CHECKSUM, paths off this host)")    \
     X(copy_tx_bytes, "payload bytes copied in user space on the way out (sx_sendi, packets)")    \
+    X(region_zc_sent, "GET answer packets sent from the registered region itself (a pin each)")  \
     X(copy_rx_bytes, "payload bytes copied in user space on the way in (reassembly, out of "     \
                      "order, fragments, PUT and GET data into memory)")
 
@@ -134,6 +135,9 @@ typedef struct sx_shard_txq {
     sx_tl_tx_t tx[SX_SHARD_TX_BATCH];
     struct sx_chan *chan[SX_SHARD_TX_BATCH];
     struct sx_txpkt *pkt[SX_SHARD_TX_BATCH]; /* NULL for an ACK */
+    /* A staged packet's pinned region (shard/mem.h, Pins), whose read
+     * began at staging and ends when the batch is posted; NULL: none. */
+    struct sx_mem *pin[SX_SHARD_TX_BATCH];
     uint8_t ack_buf[SX_SHARD_TX_BATCH][SX_WIRE_HDR_LEN];
     uint8_t tag[SX_SHARD_TX_BATCH][SX_WIRE_TAG_LEN]; /* SX_AUTH: each datagram's tag */
 } sx_shard_txq_t;

@@ -164,6 +164,101 @@ static void test_access_rights(void **state)
     rig_free(&wo);
 }
 
+static uint64_t stat_of(sx_engine_h e, const char *name)
+{
+    uint64_t v = 0;
+    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
+    return v;
+}
+
+/*
+ * A GET's answer is sent from the target's region itself (shard/mem.h,
+ * Pins). The target deregisters the region, overwrites and frees it while
+ * the answer is still unacknowledged: the initiator is not progressed
+ * (and neither engine has a service thread to acknowledge for it) until
+ * then. Every byte must still arrive as it was when the answer was sent,
+ * read from the copy deregistration made; with @p fault, the target's
+ * datagrams are lost, duplicated and reordered, so retransmissions read
+ * the copy too. Without a pin left (the answer acknowledged first),
+ * deregistration copies nothing.
+ */
+static void get_outlives_deregistration(const char *fault)
+{
+    const sx_config_kv_t kv[] = {{"SERVICE_US", "0"}, {"FAULT", fault}};
+    const size_t len = 1u << 20;
+    sx_engine_h a = am_engine(kv, 1), b = am_engine(kv, fault != NULL ? 2 : 1);
+    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    sx_peer_h a_to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    uint8_t *region = malloc(len), *back = malloc(len), *want = malloc(len);
+    am_fill(want, len, 77);
+    memcpy(region, want, len);
+    sx_mem_h mem;
+    assert_int_equal(sx_mem_register(b, region, len, SX_MEM_REMOTE_READ, &mem), SX_OK);
+
+    /* Connected, and the region answers from itself. */
+    done_t d = {0};
+    assert_int_equal(sx_get(a_to_b, back, len, addr_of(region), sx_mem_rkey(mem), on_done, &d),
+                     SX_INPROGRESS);
+    assert_true(am_progress_until(a, b, &d.count, 1));
+    assert_int_equal(d.last_status, SX_OK);
+    assert_memory_equal(back, want, len);
+    uint64_t zc = stat_of(b, "region_zc_sent");
+    assert_true(zc >= len / 65536);
+
+    /* The request reaches b, and b sends the answer; a hears none of it. */
+    memset(back, 0, len);
+    assert_int_equal(sx_get(a_to_b, back, len, addr_of(region), sx_mem_rkey(mem), on_done, &d),
+                     SX_INPROGRESS);
+    uint64_t start = sx_time_ns();
+    sx_progress(a);
+    while (stat_of(b, "region_zc_sent") == zc) { /* only b has faults */
+        sx_progress(b);
+        assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+    }
+    assert_int_equal(d.count, 1);
+    assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
+    assert_int_equal(stat_of(b, "mem_shadow_bytes"), len);
+    memset(region, 0xee, len);
+    free(region);
+
+    assert_true(am_progress_until(a, b, &d.count, 2));
+    assert_int_equal(d.last_status, SX_OK);
+    assert_memory_equal(back, want, len);
+    if (fault != NULL)
+        assert_true(stat_of(b, "rtx_timeout") + stat_of(b, "rtx_dupack") + stat_of(b, "rtx_sack") >
+                    0);
+
+    /* Acknowledged before deregistration: no copy. A small GET after it
+     * (copied, no pin) carries a's acknowledgement of the whole answer. */
+    region = malloc(len);
+    memcpy(region, want, len);
+    assert_int_equal(sx_mem_register(b, region, len, SX_MEM_REMOTE_READ, &mem), SX_OK);
+    assert_int_equal(sx_get(a_to_b, back, len, addr_of(region), sx_mem_rkey(mem), on_done, &d),
+                     SX_INPROGRESS);
+    assert_true(am_progress_until(a, b, &d.count, 3));
+    assert_int_equal(d.last_status, SX_OK);
+    assert_memory_equal(back, want, len);
+    assert_int_equal(sx_get(a_to_b, back, 16, addr_of(region), sx_mem_rkey(mem), on_done, &d),
+                     SX_INPROGRESS);
+    assert_true(am_progress_until(a, b, &d.count, 4));
+    assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
+    assert_int_equal(stat_of(b, "mem_shadow_bytes"), len);
+    free(region);
+    free(back);
+    free(want);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
+static void test_get_outlives_deregistration(void **state)
+{
+    (void)state;
+    get_outlives_deregistration(NULL);
+    get_outlives_deregistration("loss=0.2,dup=0.05,reorder=0.1,seed=7");
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -187,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_remote_access_errors),
         cmocka_unit_test(test_access_rights),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_get_outlives_deregistration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
