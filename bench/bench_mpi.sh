@@ -9,7 +9,9 @@
 # the 2-thread latency runs again beside two CPU-burning processes (busy
 # loops), shardx against tcp, and so do our MPI suite's threads test with
 # four ranks of two threads (--oversubscribe) and mpi_bench's ring of four
-# ranks: jobs that share their cores.
+# ranks: jobs that share their cores. Four ranks (--oversubscribe) also
+# time 1 MiB collectives (mpi_bench coll: allreduce, alltoall, bcast) over
+# each transport, in rounds like the rest.
 #
 #   bench/bench_mpi.sh [BUILD_DIR [RESULTS_DIR]]   (default: build, BUILD_DIR/bench-results)
 #
@@ -109,6 +111,22 @@ for ((round = 1; round <= repeat; round++)); do
     done
 done
 
+# Collectives of 1 MiB over four ranks (one machine only), in rounds.
+if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
+    for ((round = 1; round <= repeat; round++)); do
+        for t in "${transports[@]}"; do
+            echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks" >&2
+            # shellcheck disable=SC2086
+            if line=$(timeout 300 mpirun -np 4 --oversubscribe ${args[$t]} "$bench" coll 2>/dev/null | grep '^{' | tail -n 1) &&
+                [[ -n $line ]]; then
+                echo "{\"transport\": \"$t\", \"round\": $round, \"result\": $line}" >>"$raw"
+            else
+                echo "bench_mpi: $t: coll failed; left out" >&2
+            fi
+        done
+    done
+fi
+
 # Beside two busy loops (one machine only): the 2-thread latency, shardx
 # and tcp alternating, the burners killed whatever happens.
 if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
@@ -202,6 +220,9 @@ for r in rows:
         add("suite_np4_busy_s", x["seconds"])
     elif x["test"] == "ring":
         add("ring_np4_busy_s", x["seconds"])
+    elif x["test"] == "coll":
+        for c in ("allreduce", "alltoall", "bcast"):
+            add("%s_1MiB_np4_us" % c, x["%s_us" % c])
     elif x["test"] == "mtrate":
         add("mtrate%d_msgs_per_s" % x["threads"], x["messages_per_s"])
 
@@ -230,11 +251,14 @@ for t, d in samples.items():
             out[k] = median(v)
             sp[k] = {"min": min(v), "max": max(v), "runs": len(v)}
 
-def lat8(t):
+def lat(t, size):
     for p in res.get(t, {}).get("pingpong", []):
-        if p["size"] == 8:
+        if p["size"] == size:
             return p["latency_us"]
     return None
+
+def lat8(t):
+    return lat(t, 8)
 
 def ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
@@ -276,6 +300,15 @@ if not hosts:
                                                        tcp.get("mt2_busy_latency_us"))
     ratios["mt2_8KiB_over_mt2_4KiB"] = ratio(sx.get("mt2_8192B_latency_us"),
                                              sx.get("mt2_4096B_latency_us"))
+    # Issue 22's (the data path): large messages and collectives.
+    for size, name in ((8192, "8KiB"), (1048576, "1MiB"), (4194304, "4MiB")):
+        ratios["latency_%s_shardx_over_tcp" % name] = ratio(lat("shardx", size), lat("tcp", size))
+    ratios["bandwidth_1MiB_shardx_over_tcp"] = ratio(bw("shardx", 1048576), bw("tcp", 1048576))
+    for c in ("allreduce", "alltoall"):
+        k = "%s_1MiB_np4_us" % c
+        ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
+    other["bcast_1MiB_np4_shardx_over_tcp"] = ratio(sx.get("bcast_1MiB_np4_us"),
+                                                    tcp.get("bcast_1MiB_np4_us"))
 floor_ratios = {
     "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
     "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
@@ -286,6 +319,12 @@ targets = {
     "mt2_latency_over_shardx_1thread": "<= 3",
     "mt2_busy_latency_shardx_over_tcp": "<= 1",
     "mt2_8KiB_over_mt2_4KiB": "<= 3",
+    "latency_8KiB_shardx_over_tcp": "<= 1",
+    "latency_1MiB_shardx_over_tcp": "<= 1",
+    "latency_4MiB_shardx_over_tcp": "<= 1",
+    "bandwidth_1MiB_shardx_over_tcp": ">= 0.9",
+    "allreduce_1MiB_np4_shardx_over_tcp": "<= 1",
+    "alltoall_1MiB_np4_shardx_over_tcp": "<= 1",
 }
 if hosts:
     targets = {
@@ -348,6 +387,14 @@ for t in res:
                                                        fmt(d.get("mt2_busy_latency_us")),
                                                        fmt(d.get("suite_np4_busy_s"), "%.2f"),
                                                        fmt(d.get("ring_np4_busy_s"), "%.3f")))
+if not hosts:
+    print("\n%-9s %18s %18s %18s" % ("transport", "allreduce 1 MiB us", "alltoall 1 MiB us",
+                                     "bcast 1 MiB us"))
+    for t in res:
+        d = res[t]
+        print("%-9s %18s %18s %18s" % (t, fmt(d.get("allreduce_1MiB_np4_us")),
+                                       fmt(d.get("alltoall_1MiB_np4_us")),
+                                       fmt(d.get("bcast_1MiB_np4_us"))))
 print("\nratios (medians of %s rounds, load average %.2f on %d CPUs):"
       % (os.environ.get("BENCH_REPEAT", "3"), load[0], os.cpu_count()))
 for k, v in ratios.items():

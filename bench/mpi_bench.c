@@ -20,6 +20,11 @@
  *                        whole loop's time. Run with more ranks than cores
  *                        (and beside busy loops) it shows how a transport
  *                        fares when every step waits for a descheduled rank
+ *   mpi_bench coll [S]   any number of ranks: MPI_Allreduce (S bytes of
+ *                        doubles, summed), MPI_Alltoall (S bytes to each
+ *                        rank, as osu_alltoall counts) and MPI_Bcast of S
+ *                        bytes (1 MiB); the time of one call, the slowest
+ *                        rank's
  *
  * Each figure is the median of several batches, so one batch slowed by
  * a busy machine does not set it. The program prints figures; it never
@@ -65,7 +70,8 @@ static double pingpong(MPI_Comm comm, int tag, char *buf, int size, int iters)
 
 static void bench_pingpong(void)
 {
-    static const int sizes[] = {0, 8, 64, 512, 4096, 32768, 262144, 1048576, 4194304, 16777216};
+    static const int sizes[] = {0,     8,      64,      512,     4096,    8192,
+                                32768, 262144, 1048576, 4194304, 16777216};
     const int n = sizeof(sizes) / sizeof(sizes[0]);
     char *buf = calloc(1, 16777216);
 
@@ -277,6 +283,48 @@ static void bench_ring(int rounds, int nranks)
     free(rb);
 }
 
+/* One collective @p iters times; the slowest rank's time per call, in µs. */
+static double coll_time(int which, char *a, char *b, int size, int nranks, int iters)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (which == 0)
+            MPI_Allreduce(a, b, size / 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        else if (which == 1)
+            MPI_Alltoall(a, size, MPI_BYTE, b, size, MPI_BYTE, MPI_COMM_WORLD);
+        else
+            MPI_Bcast(a, size, MPI_BYTE, 0, MPI_COMM_WORLD);
+    }
+    double t = (MPI_Wtime() - t0) * 1e6 / iters;
+    (void)nranks;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+
+static void bench_coll(int size, int nranks)
+{
+    static const char *const names[] = {"allreduce", "alltoall", "bcast"};
+    size_t room = (size_t)size * (size_t)nranks;
+    char *a = calloc(1, room), *b = calloc(1, room);
+    const int iters = 10;
+
+    if (rank == 0)
+        printf("{\"test\": \"coll\", \"ranks\": %d, \"size\": %d", nranks, size);
+    for (int k = 0; k < 3; k++) {
+        double t[BATCHES];
+        coll_time(k, a, b, size, nranks, 2); /* warm-up: connections, registrations */
+        for (int i = 0; i < BATCHES; i++)
+            t[i] = coll_time(k, a, b, size, nranks, iters);
+        if (rank == 0)
+            printf(", \"%s_us\": %.1f", names[k], median(t, BATCHES));
+    }
+    if (rank == 0)
+        printf("}\n");
+    free(a);
+    free(b);
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "pingpong";
@@ -287,15 +335,17 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, mt ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int ring = strcmp(test, "ring") == 0;
+    int ring = strcmp(test, "ring") == 0 || strcmp(test, "coll") == 0;
     if ((ring ? size < 2 : size != 2) ||
         (mt && (provided < MPI_THREAD_MULTIPLE || nthreads < 1 || nthreads > 64))) {
         if (rank == 0)
             fprintf(stderr, "mpi_bench: needs 2 ranks, 2 or more for ring (and "
-                            "MPI_THREAD_MULTIPLE, 1..64 threads for mt)\n");
+                            "MPI_THREAD_MULTIPLE, 1..64 threads for mt; coll too)\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (ring)
+    if (strcmp(test, "coll") == 0)
+        bench_coll(argc > 2 && atoi(argv[2]) >= 8 ? atoi(argv[2]) : 1048576, size);
+    else if (ring)
         bench_ring(argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : 20, size);
     else if (strcmp(test, "pingpong") == 0)
         bench_pingpong();
@@ -306,7 +356,8 @@ int main(int argc, char **argv)
     else if (mt)
         bench_mtrate(nthreads);
     else if (rank == 0)
-        fprintf(stderr, "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N, ring R)\n",
+        fprintf(stderr,
+                "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N, ring R, coll S)\n",
                 test);
     fflush(stdout);
     MPI_Finalize();
