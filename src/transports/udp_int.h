@@ -21,11 +21,12 @@
 
 #include "transports/transport.h"
 
-#define UDP_RX_BATCH   32                  /* receive buffers per socket */
-#define UDP_CTRL_MAX   256                 /* longest datagram sent or received on the ACK path */
-#define UDP_ADDRS_MAX  8                   /* addresses a card offers for one interface */
-#define UDP_CAND_MAX   (UDP_ADDRS_MAX + 1) /* a peer's, and loopback on this host */
-#define UDP_FILTER_MAX 16                  /* items in an SX_BIND_ADDR filter */
+#define UDP_RX_BATCH       32  /* receive buffers per socket */
+#define UDP_V6_QUIET_POLLS 16u /* udp_poll: an unused IPv6 socket, every 16th */
+#define UDP_CTRL_MAX       256 /* longest datagram sent or received on the ACK path */
+#define UDP_ADDRS_MAX      8   /* addresses a card offers for one interface */
+#define UDP_CAND_MAX       (UDP_ADDRS_MAX + 1) /* a peer's, and loopback on this host */
+#define UDP_FILTER_MAX     16                  /* items in an SX_BIND_ADDR filter */
 
 /* An IPv4 or IPv6 socket address: sa.sa_family says which. */
 typedef union udp_sa {
@@ -112,6 +113,7 @@ typedef struct udp_rx {
     udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
     uint32_t last_ovfl;         /* the socket's drop counter as last reported */
     bool batch;                 /* the last poll found datagrams back to back: use recvmmsg */
+    unsigned dirty;             /* msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
      * buffer that GRO filled with several datagrams can hold more than a
      * poll's room), from offset pend_off in buffer pend_i; seg[i] is the
@@ -130,6 +132,10 @@ typedef struct udp_iface {
      * none. IPv4 stays on fd, so that a host without IPv6 runs as it
      * did. */
     int fd6;
+    /* Until a datagram first comes to fd6, poll reads it only every
+     * UDP_V6_QUIET_POLLS calls (udp_poll); from then on at every call. */
+    bool v6_seen;
+    unsigned v6_polls;
 
     /* Bound to the wildcard address: the card offers laddrs and the host
      * key (udp_addrs.c); otherwise local's address alone. */

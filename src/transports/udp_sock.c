@@ -460,9 +460,12 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
         return SX_ERR_NO_MEMORY;
     for (unsigned i = 0; i < UDP_RX_BATCH; i++) {
         rx->iov[i] = (struct iovec){.iov_base = rx->mem + i * buflen, .iov_len = buflen};
-        rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
-        rx->msgs[i].msg_hdr.msg_iovlen = 1;
+        rx->msgs[i].msg_hdr = (struct msghdr){.msg_iov = &rx->iov[i],
+                                              .msg_iovlen = 1,
+                                              .msg_name = &rx->src[i],
+                                              .msg_control = rx->ctrl[i].buf};
     }
+    rx->dirty = UDP_RX_BATCH; /* the lengths are set at the first read */
     return SX_OK;
 }
 
