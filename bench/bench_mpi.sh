@@ -89,6 +89,21 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]] &&
     echo "bench_mpi: the raw-UDP floor failed; left out" >&2
     : >"$floor"
 fi
+# Runs mpirun with the arguments after the first three and appends
+# mpi_bench's JSON line to $raw for transport $2, with the fields $3
+# (', "round": N' or ', "busy": true'). A run that fails or hangs (a busy
+# machine, a transport that is missing) leaves its figure out instead of
+# stopping the comparison, and says which ($1).
+run_bench() {
+    local what=$1 t=$2 fields=$3 line
+    shift 3
+    if line=$(timeout 300 mpirun "$@" 2>/dev/null | grep '^{' | tail -n 1) && [[ -n $line ]]; then
+        echo "{\"transport\": \"$t\"$fields, \"result\": $line}" >>"$raw"
+    else
+        echo "bench_mpi: $t: $what failed; left out" >&2
+    fi
+}
+
 # Transports alternate within each test and tests within each round, so a
 # change of load on the machine during the run falls on all of them
 # alike, not on one.
@@ -98,15 +113,8 @@ for ((round = 1; round <= repeat; round++)); do
     for test in "${tests[@]}"; do
         for t in "${transports[@]}"; do
             echo "bench_mpi: round $round of $repeat: $t: $test" >&2
-            # A run that fails or hangs (a busy machine, a transport that is
-            # missing) leaves its figure out instead of stopping the comparison.
             # shellcheck disable=SC2086
-            if line=$(timeout 300 mpirun "${where[@]}" ${args[$t]} "$bench" $test 2>/dev/null | grep '^{' | tail -n 1) &&
-                [[ -n $line ]]; then
-                echo "{\"transport\": \"$t\", \"round\": $round, \"result\": $line}" >>"$raw"
-            else
-                echo "bench_mpi: $t: $test failed; left out" >&2
-            fi
+            run_bench "$test" "$t" ", \"round\": $round" "${where[@]}" ${args[$t]} "$bench" $test
         done
     done
 done
@@ -117,12 +125,7 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
         for t in "${transports[@]}"; do
             echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks" >&2
             # shellcheck disable=SC2086
-            if line=$(timeout 300 mpirun -np 4 --oversubscribe ${args[$t]} "$bench" coll 2>/dev/null | grep '^{' | tail -n 1) &&
-                [[ -n $line ]]; then
-                echo "{\"transport\": \"$t\", \"round\": $round, \"result\": $line}" >>"$raw"
-            else
-                echo "bench_mpi: $t: coll failed; left out" >&2
-            fi
+            run_bench coll "$t" ", \"round\": $round" -np 4 --oversubscribe ${args[$t]} "$bench" coll
         done
     done
 fi
@@ -139,12 +142,8 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
         for t in shardx tcp; do
             echo "bench_mpi: $t: mt 2 beside two busy loops (round $round)" >&2
             # shellcheck disable=SC2086
-            if line=$(timeout 300 mpirun "${where[@]}" ${args[$t]} "$bench" mt 2 200 2>/dev/null | grep '^{' | tail -n 1) &&
-                [[ -n $line ]]; then
-                echo "{\"transport\": \"$t\", \"busy\": true, \"result\": $line}" >>"$raw"
-            else
-                echo "bench_mpi: $t: mt 2 beside busy loops failed; left out" >&2
-            fi
+            run_bench "mt 2 beside busy loops" "$t" ", \"busy\": true" "${where[@]}" ${args[$t]} \
+                "$bench" mt 2 200
         done
     done
     # Our MPI suite's threads test, four ranks of two threads on this
@@ -172,12 +171,8 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
         for t in shardx tcp; do
             echo "bench_mpi: $t: ring, 4 ranks, beside two busy loops (round $round)" >&2
             # shellcheck disable=SC2086
-            if line=$(timeout 300 mpirun -np 4 --oversubscribe ${args[$t]} "$bench" ring 2>/dev/null | grep '^{' | tail -n 1) &&
-                [[ -n $line ]]; then
-                echo "{\"transport\": \"$t\", \"busy\": true, \"result\": $line}" >>"$raw"
-            else
-                echo "bench_mpi: $t: ring beside busy loops failed; left out" >&2
-            fi
+            run_bench "ring beside busy loops" "$t" ", \"busy\": true" -np 4 --oversubscribe \
+                ${args[$t]} "$bench" ring
         done
     done
     kill "${burners[@]}" 2>/dev/null || true
