@@ -117,7 +117,7 @@ typedef struct sx_txpkt {
                          * it belongs to, which lives until every packet of it is
                          * acknowledged (chan_tx.c, chan_zero_copy); NULL: all in data[] */
     struct sx_mem *pin; /* a GET answer's: ext lies in this region, read through
-                         * sx_mem_pin_data_rcu; let go when the packet is freed */
+                         * sx_mem_pin_read_begin; let go when the packet is freed */
     uint32_t cap;       /* bytes data[] holds; a large or a full-size packet goes
                          * back to its shard's pool (chan_tx.c, chan_pkt_pooled) */
     uint64_t first_sent_ns;
