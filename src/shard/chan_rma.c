@@ -25,32 +25,35 @@ uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_fr
 {
     sx_mem_table_t *mem = c->shard->env->mem;
     const uint8_t *src = NULL;
-    sx_mem_t *pin = NULL;
+    sx_mem_t *m = NULL;
+    bool pinned = false;
 
     sx_rcu_read_lock();
     if (op->status == SX_OK && len > 0) {
         sx_wire_rma_t r = {
             .addr = op->raddr + op->off, .key = op->rkey, .op_addr = op->raddr, .op_len = op->len};
         int st;
-        src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st, zc_pkt != NULL ? &pin : NULL);
+        src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st, &m);
         if (src == NULL)
             op->status = st;
+        else if (!(pinned = zc_pkt != NULL && sx_mem_pin_rcu(m)))
+            sx_mem_access_begin_rcu(m); /* the copy runs after the read section */
     }
+    sx_rcu_read_unlock(&mem->rcu);
     f->resp.status = op->status;
     p += sx_wire_write_frame(p, f);
-    if (pin != NULL) {
+    if (pinned) {
         zc_pkt->ext = src;
-        zc_pkt->pin = pin;
+        zc_pkt->pin = m;
         sx_stat_add(&c->shard->stats.region_zc_sent, 1);
-        sx_rcu_read_unlock(&mem->rcu);
         return p;
     }
     if (src != NULL) {
         memcpy(p, src, len);
+        sx_mem_access_end(m);
         sx_stat_add(&c->shard->stats.copy_tx_bytes, len);
     } else
         memset(p, 0, len);
-    sx_rcu_read_unlock(&mem->rcu);
     return p + len;
 }
 
@@ -85,13 +88,18 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
 
     if (f->rma.addr == f->rma.op_addr)
         c->put_status = SX_OK; /* the first chunk of a new PUT */
+    sx_mem_t *m = NULL;
     sx_rcu_read_lock();
-    uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status, NULL);
-    if (dst != NULL && c->put_status == SX_OK) {
+    uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status, &m);
+    bool write = dst != NULL && c->put_status == SX_OK;
+    if (write)
+        sx_mem_access_begin_rcu(m); /* the copy runs after the read section */
+    sx_rcu_read_unlock(&env->mem->rcu);
+    if (write) {
         memcpy(dst, f->data, f->len);
+        sx_mem_access_end(m);
         sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
     }
-    sx_rcu_read_unlock(&env->mem->rcu);
     if (dst == NULL && c->put_status == SX_OK)
         c->put_status = status;
     if (!(f->flags & SX_FRAMEF_LAST))

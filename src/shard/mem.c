@@ -59,7 +59,7 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
     m->owner = owner;
     atomic_init(&m->refs, 1);
     atomic_init(&m->pins, 0);
-    atomic_init(&m->readers, 0);
+    atomic_init(&m->accesses, 0);
     atomic_init(&m->shadow, NULL);
     m->entry.free_fn = sx_mem_free;
     /* Keys are random so that a peer cannot guess one it was not given;
@@ -89,20 +89,17 @@ int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
         sx_mem_unref(mem);
         return rc;
     }
-    /* Wait out readers that found the region before it was removed, so no
-     * remote write lands once this returns, and no new pin is taken. */
+    /* Wait out readers that found the region before it was removed: no
+     * new access or pin begins after this (mem.h, Accesses). */
     synchronize_rcu();
     if (atomic_load(&mem->pins) > 0) {
         /* Answers sent from the region and not yet acknowledged: they read
-         * a copy from now on, once the reads that began before the switch
-         * are done (mem.h, Pins). */
+         * a copy from now on (mem.h, Pins). */
         uint8_t *copy = malloc(mem->len > 0 ? mem->len : 1);
         if (copy != NULL) {
             memcpy(copy, mem->addr, mem->len);
             atomic_store(&mem->shadow, copy); /* sequentially consistent: see Pins */
             atomic_fetch_add_explicit(&table->shadow_bytes, mem->len, memory_order_relaxed);
-            while (atomic_load_explicit(&mem->readers, memory_order_acquire) > 0)
-                sched_yield();
         } else {
             sx_warn("mem",
                     "sx_mem_deregister: no memory for a copy of %zu bytes that %u "
@@ -113,15 +110,30 @@ int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
                 sched_yield();
         }
     }
+    /* The copies that began before: no remote write lands, and no read of
+     * the region is under way, once this returns. */
+    while (atomic_load(&mem->accesses) > 0) /* sequentially consistent: see Pins */
+        sched_yield();
     sx_mem_unref(mem);
     return SX_OK;
 }
 
-uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigned need,
-                          uint64_t len, int *status, sx_mem_t **pin_p)
+bool sx_mem_pin_rcu(sx_mem_t *m)
 {
-    if (pin_p != NULL)
-        *pin_p = NULL;
+    if (m->len > SX_MEM_PIN_MAX)
+        return false;
+    /* Inside the read section that found it: a deregistration's grace
+     * period waits for this, then sees the pin. */
+    atomic_fetch_add(&m->refs, 1);
+    atomic_fetch_add(&m->pins, 1);
+    return true;
+}
+
+uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigned need,
+                          uint64_t len, int *status, sx_mem_t **mem_p)
+{
+    if (mem_p != NULL)
+        *mem_p = NULL;
     sx_rcu_entry_t *e = sx_rcu_table_lookup_rcu(&table->rcu, r->key);
     if (e == NULL) {
         *status = SX_ERR_ACCESS; /* no such key, or deregistered */
@@ -139,12 +151,7 @@ uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigne
         return NULL;
     }
     *status = SX_OK;
-    if (pin_p != NULL && m->len <= SX_MEM_PIN_MAX) {
-        /* Inside the read section that found it: a deregistration's grace
-         * period waits for this, then sees the pin. */
-        atomic_fetch_add(&m->refs, 1);
-        atomic_fetch_add(&m->pins, 1);
-        *pin_p = m;
-    }
+    if (mem_p != NULL)
+        *mem_p = m;
     return m->addr + (r->addr - base);
 }

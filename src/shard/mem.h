@@ -7,8 +7,20 @@
  * The regions live in an RCU table (locks/rcu_table.h) keyed by the remote
  * key: the RMA target looks them up on every PUT and GET chunk without a
  * lock. A region is freed only after a grace period, and removal waits one
- * out, so no remote write lands in a region once sx_mem_table_remove has
- * returned.
+ * out, so no new access to it begins once sx_mem_table_remove has returned.
+ *
+ * Accesses: a read section holds only the lookup and the check. The copy
+ * itself (a PUT chunk into the region, a GET answer's chunk out of it)
+ * runs after it, counted in the region's `accesses` (begun inside the
+ * read section that found the region, sx_mem_access_begin_rcu, ended by
+ * sx_mem_access_end), and removal, after its grace period, waits for
+ * those to end: no remote write lands in a region once
+ * sx_mem_table_remove has returned, and no read of it is under way.
+ * Not the grace period itself: liburcu's synchronize_rcu sleeps 10 ms
+ * when a reader stays in its read section longer than a few spins
+ * (urcu-bp's wait_for_readers), and a copy of 64 KiB is several of them;
+ * the copying build of the MPI 1 MiB ping-pong had 2-4 of 2,400
+ * deregistrations past 100 us, each about 10 ms.
  *
  * Pins: a GET's answer is sent from the region itself (zero copy,
  * chan_tx.c) and the packets that point into it may need sending again
@@ -16,17 +28,15 @@
  * it. Each such packet holds a pin. Deregistration never waits for the
  * peer: if pins remain once no reader can take a new one, it copies the
  * region to a shadow that the pinned packets read from then on, and waits
- * for the reads of the region that began before the switch (each between
- * sx_mem_pin_read_begin and _end: a checksum, a copy, a post_send, and
- * every transport that gets pinned packets is done with them when
- * post_send returns). Not a grace period: liburcu's synchronize_rcu
- * sleeps 10 ms when a reader stays in its read section longer than a few
- * spins, and a post of 17 datagrams of 64 KiB is 100 us; measured in an
- * MPI 1 MiB ping-pong, whose every message deregisters its buffer, that
- * put 17 of 2,400 deregistrations past 100 us and the one-way time from
- * 250 to 320 us. The begin and end are a Dekker pair: a reader that
- * counts itself in before the shadow is published is waited for, one
- * that comes later sees the shadow. The region's record lives until the
+ * for the accesses that began before the switch. A pinned packet's reads
+ * (a checksum, a copy, a post_send: every transport that gets pinned
+ * packets is done with them when post_send returns) begin outside any
+ * read section, sx_mem_pin_read_begin: a read section held across a post
+ * of 17 datagrams of 64 KiB (100 us) put 17 of 2,400 deregistrations of
+ * an MPI 1 MiB ping-pong past 100 us and its one-way time from 250 to
+ * 320 us. Its begin and the shadow's publication are a Dekker pair: a
+ * reader that counts itself in before the shadow is published is waited
+ * for, one that comes later sees the shadow. The region's record lives until the
  * table and the last pin let go of it. In the common case (the answer
  * acknowledged before the initiator tells the owner it is done) there is
  * no copy and no wait.
@@ -37,8 +47,11 @@
  *   -------------------------+-----------------------+----------------------------
  *   sx_mem_table_add         | any thread            | the table's writer lock
  *   sx_mem_table_remove      | any thread, not in a  | writer lock, then waits for
- *                            | read section          | a grace period
+ *                            | read section          | a grace period and accesses
  *   sx_mem_check_rcu         | any thread            | inside sx_rcu_read_lock()
+ *   sx_mem_access_begin_rcu, | any thread            | inside the read section that
+ *   sx_mem_pin_rcu           |                       | found the region; atomic
+ *   sx_mem_access_end        | who began it          | atomic
  *   sx_mem_pin_read_begin/end| a pin's holder        | atomic (Pins)
  *   sx_mem_unpin             | a pin's holder        | atomic
  *   sx_mem_table_init / fini | one thread, no others |
@@ -63,7 +76,7 @@ typedef struct sx_mem {
     const void *owner;         /* the engine that registered it (opaque here) */
     atomic_uint refs;          /* the table's, a deregistration's, and one per pin */
     atomic_uint pins;          /* packets that point into the region */
-    atomic_uint readers;       /* reads of pinned bytes under way (Pins) */
+    atomic_uint accesses;      /* copies to or from the region under way (Accesses) */
     _Atomic(uint8_t *) shadow; /* after deregistration with pins: the copy */
 } sx_mem_t;
 
@@ -99,13 +112,30 @@ int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem);
  * this chunk (@p len bytes at r->addr) inside the operation. Every
  * comparison is written so that hostile 64-bit values cannot overflow it.
  * Returns where the chunk starts, usable until the read section ends, or
- * NULL with *status set (SX_ERR_ACCESS, SX_ERR_OUT_OF_RANGE). With
- * @p pin_p, a region of at most SX_MEM_PIN_MAX bytes is pinned and
- * *pin_p set (else NULL): the chunk may then be read after the read
- * section ends, through sx_mem_pin_read_begin, until sx_mem_unpin.
+ * NULL with *status set (SX_ERR_ACCESS, SX_ERR_OUT_OF_RANGE); *mem_p is
+ * the region (NULL on error), for sx_mem_access_begin_rcu or
+ * sx_mem_pin_rcu.
  */
 uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigned need,
-                          uint64_t len, int *status, sx_mem_t **pin_p);
+                          uint64_t len, int *status, sx_mem_t **mem_p);
+
+/** Counts an access to @p m that runs after the read section that found
+ *  it: the bytes sx_mem_check_rcu returned stay usable until
+ *  sx_mem_access_end. Keep it short: a deregistration spins on it. */
+static inline void sx_mem_access_begin_rcu(sx_mem_t *m)
+{
+    atomic_fetch_add(&m->accesses, 1);
+}
+
+static inline void sx_mem_access_end(sx_mem_t *m)
+{
+    atomic_fetch_sub_explicit(&m->accesses, 1, memory_order_release);
+}
+
+/** Pins @p m, in the read section that found it, if it is at most
+ *  SX_MEM_PIN_MAX bytes: its bytes may then be read after the section
+ *  ends, through sx_mem_pin_read_begin, until sx_mem_unpin. */
+bool sx_mem_pin_rcu(sx_mem_t *m);
 
 /** Begins a read of the pinned bytes that were at @p p and returns where
  *  they are now: @p p, or the same place in the shadow after
@@ -113,17 +143,17 @@ uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigne
  *  deregistration spins on it). */
 static inline const uint8_t *sx_mem_pin_read_begin(sx_mem_t *pin, const uint8_t *p)
 {
-    atomic_fetch_add(&pin->readers, 1); /* sequentially consistent: see Pins */
+    atomic_fetch_add(&pin->accesses, 1); /* sequentially consistent: see Pins */
     const uint8_t *shadow = atomic_load(&pin->shadow);
     return shadow != NULL ? shadow + (p - pin->addr) : p;
 }
 
 static inline void sx_mem_pin_read_end(sx_mem_t *pin)
 {
-    atomic_fetch_sub_explicit(&pin->readers, 1, memory_order_release);
+    sx_mem_access_end(pin);
 }
 
-/** Lets go of a pin taken by sx_mem_check_rcu. */
+/** Lets go of a pin taken by sx_mem_pin_rcu. */
 void sx_mem_unpin(sx_mem_t *pin);
 
 #endif /* SX_SHARD_MEM_H */

@@ -6,6 +6,7 @@
  * while the target's bytes stay untouched.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
@@ -269,6 +270,72 @@ static void test_get_outlives_deregistration(void **state)
     get_outlives_deregistration("loss=0.2,dup=0.05,reorder=0.1,seed=8", true);
 }
 
+/* Completions counted from the engines' progress threads. */
+typedef struct adone {
+    atomic_uint_fast64_t count, ok, denied;
+} adone_t;
+
+static void on_adone(void *arg, int status)
+{
+    adone_t *d = arg;
+    atomic_fetch_add(status == SX_OK ? &d->ok : &d->denied,
+                     status == SX_OK || status == SX_ERR_ACCESS);
+    atomic_fetch_add(&d->count, 1);
+}
+
+/*
+ * No PUT lands in a region once its deregistration has returned, while
+ * both engines' progress threads keep a stream of 64 KiB PUTs going: the
+ * target's copies run outside the read section that found the region
+ * (shard/mem.h, Accesses), and deregistration waits for those under way.
+ * The region, zeroed right after, must stay zero; every PUT completes
+ * exactly once, those after with SX_ERR_ACCESS.
+ */
+static void test_put_stops_at_deregistration(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"PROGRESS", "thread"}};
+    const size_t len = 4u << 20, chunk = 64u << 10;
+    const unsigned puts = 256, before = 32;
+    sx_engine_h a = am_engine(kv, 1), b = am_engine(kv, 1);
+    sx_peer_h a_to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    uint8_t *region = malloc(len), *src = malloc(chunk);
+    memset(region, 0, len);
+    memset(src, 0x11, chunk);
+    sx_mem_h mem;
+    assert_int_equal(sx_mem_register(b, region, len, SX_MEM_REMOTE_WRITE, &mem), SX_OK);
+    uint64_t key = sx_mem_rkey(mem);
+
+    adone_t d = {0};
+    uint64_t start = sx_time_ns();
+    for (unsigned i = 0; i < puts; i++) {
+        if (i == before) {
+            while (atomic_load(&d.count) < before / 2) /* some landed */
+                assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+            assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
+            memset(region, 0, len);
+        }
+        int rc;
+        while ((rc = sx_put(a_to_b, src, chunk, addr_of(region + (i * chunk) % len), key, on_adone,
+                            &d)) == SX_ERR_AGAIN)
+            assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+        assert_int_equal(rc, SX_INPROGRESS);
+    }
+    while (atomic_load(&d.count) < puts)
+        assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+    assert_int_equal(atomic_load(&d.ok) + atomic_load(&d.denied), puts);
+    assert_true(atomic_load(&d.ok) >= before / 2);
+    assert_true(atomic_load(&d.denied) >= puts - before);
+    for (size_t i = 0; i < len; i++)
+        if (region[i] != 0)
+            fail_msg("byte %zu written after deregistration returned", i);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+    free(region);
+    free(src);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -293,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_access_rights),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_get_outlives_deregistration),
+        cmocka_unit_test(test_put_stops_at_deregistration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
