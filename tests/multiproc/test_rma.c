@@ -212,7 +212,23 @@ static void get_outlives_deregistration(const char *fault, bool thread)
     assert_int_equal(d.last_status, SX_OK);
     assert_memory_equal(back, want, len);
     uint64_t zc = stat_of(b, "region_zc_sent");
-    assert_true(zc >= len / 65536);
+    const char *tl = getenv("SX_TRANSPORTS");
+    if (tl == NULL || strcmp(tl, "udp") == 0)
+        assert_true(zc >= len / 65536); /* loopback's 65,000-byte datagrams: every chunk */
+    if (zc == 0) {
+        /* Datagrams too small for a chunk to be sent from the region
+         * (libfabric's udp provider: 1,472 bytes, below SX_ZC_REGION_MIN):
+         * answers are copied, and nothing here outlives a deregistration. */
+        print_message("no answer sent from the region over %s: the rest is skipped\n", tl);
+        assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
+        assert_int_equal(stat_of(b, "mem_shadow_bytes"), 0);
+        free(region);
+        free(back);
+        free(want);
+        sx_engine_destroy(a);
+        sx_engine_destroy(b);
+        return;
+    }
 
     /* The request reaches b, and b sends the answer; a hears none of it. */
     memset(back, 0, len);
