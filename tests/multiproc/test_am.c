@@ -711,7 +711,12 @@ static void test_checksum_off_host_only(void **state)
         assert_int_equal(sx_stats_value(p.a, "copy_tx_bytes", &tx_copied), SX_OK);
         assert_int_equal(sx_stats_value(p.b, "copy_rx_bytes", &rx_copied), SX_OK);
         assert_true(tx_copied < 2 * 1024);
-        assert_int_equal(rx_copied, sizes[1] + (sizes[0] + 128 <= mtu ? 0 : sizes[0]));
+        /* A packet that arrives ahead of a gap (the kernel dropped one on
+         * a loaded machine: TSan, ofi) is copied aside too, a datagram
+         * each: a fresh clone's TSan run once copied 9,088 bytes more. */
+        uint64_t aside = 0, want = sizes[1] + (sizes[0] + 128 <= mtu ? 0 : sizes[0]);
+        assert_int_equal(sx_stats_value(p.b, "rx_out_of_order", &aside), SX_OK);
+        assert_true(rx_copied >= want && rx_copied - want <= aside * mtu);
         pair_free(&p);
     }
     send_sizes_crc(sizes, 3, kv_net, 1, &network);
