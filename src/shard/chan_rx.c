@@ -496,6 +496,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
             c->ack_now = true;
             goto sack;
         }
+        sx_stat_add(&c->shard->stats.rx_kept_behind, 1);
         chan_absorb_kept(c);
         chan_owe_ack(c, 1);
         if (c->ooo_count != 0)

@@ -73,6 +73,7 @@ struct sx_shard_guest {
     X(acks_sent, "standalone ACK packets")                                                       \
     X(rx_packets, "datagrams received")                                                          \
     X(rx_out_of_order, "packets kept aside ahead of a gap")                                      \
+    X(rx_kept_behind, "packets in order kept aside for the next caller to deliver")              \
     X(rtx_timeout, "retransmissions after a timeout")                                            \
     X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                             \
     X(rtx_sack, "fast retransmissions of SACK holes")                                            \
