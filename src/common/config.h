@@ -104,6 +104,17 @@
       "and read datagrams the kernel coalesced (UDP GRO), where it has them (Linux 5.0): "     \
       "bulk data on a 1500-byte path then costs a system call per 44 datagrams or fewer. "     \
       "no: one sendmmsg entry per datagram.")                                                  \
+    X(CONGESTION, ENUM, cc, "auto", 0, 0, "auto|on|off",                                       \
+      "Congestion control: one window in bytes per destination host, shared by the engine's "  \
+      "channels to it, paced, halved on loss and cut when round trips show a queue "           \
+      "(SX_CONGESTION_DELAY_US). auto: for datagrams that leave this host; on: also over "     \
+      "loopback "                                                                              \
+      "(tests); off: only the send window, byte budget and the peer's receive window bound "   \
+      "a channel.")                                                                            \
+    X(CONGESTION_DELAY_US, UINT, cc_delay_us, "500", 0, 1000000, NULL,                         \
+      "Queueing delay the congestion window tolerates: a round trip this much above the "      \
+      "smallest of the last 10 s shrinks the window (Swift's decrease), before the queue "     \
+      "overflows; 0: react to losses only.")                                                   \
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                                \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")               \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                         \
@@ -230,6 +241,8 @@ typedef struct sx_config {
     bool udp_ack_socket;
     uint64_t udp_connect;
     bool udp_gso;
+    int cc;
+    uint64_t cc_delay_us;
     uint64_t ack_delay_us;
     uint64_t ack_every;
     uint64_t rto_min_us;

@@ -157,6 +157,18 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
             c->peer_rwnd_ack + c->peer_rwnd_pkts - c->snd_una, c->peer_rwnd_bytes, c->rcv_nxt,
             c->ooo_count, c->ooo_bytes, c->rcv_nxt - c->rcv_dlv, c->backlog_bytes, c->ack_pending,
             sx_ops_count(c->sendq), sx_ops_count(c->ackq), sx_ops_count(c->rmaq), c->resp_queued);
+    if (c->cc != NULL) {
+        const sx_cc_t *cc = c->cc;
+        uint64_t ssthresh = atomic_load(&cc->ssthresh);
+        char ss[32] = "none (slow start)";
+        if (ssthresh != UINT64_MAX)
+            snprintf(ss, sizeof(ss), "%" PRIu64 " bytes", ssthresh);
+        fprintf(out,
+                "    congestion (the host's, shared): window %" PRIu64 " bytes, %" PRId64
+                " in flight, threshold %s, srtt %.3f ms, min rtt %.3f ms\n",
+                atomic_load(&cc->cwnd), atomic_load(&cc->inflight), ss,
+                sx_ms(atomic_load(&cc->srtt_ns)), sx_ms(atomic_load(&cc->min_rtt_ns)));
+    }
     if (c->failed)
         fprintf(out, "    failed with %s\n", sx_status_name(c->failed));
     /* Ages come from the coarse clock the operations were stamped with. */

@@ -134,6 +134,11 @@ static void sx_engine_init_env(struct sx_engine *e)
     sx_handlers_init(&e->handlers);
     e->env.handlers = &e->handlers;
     e->env.mem = &e->mem;
+    p->cc_mode = c->cc;
+    p->cc_delay_ns = c->cc_delay_us * 1000u;
+    sx_cc_table_init(&e->cc, p->cc_delay_ns);
+    e->cc_created = true;
+    e->env.cc = &e->cc;
 }
 
 _Static_assert(SX_TL_SINK_ACK_LEN == SX_WIRE_HDR_LEN, "the sink hands up whole ACK headers");
@@ -421,6 +426,8 @@ static void sx_engine_free(struct sx_engine *e)
     }
     sx_peer_table_fini(&e->peers);
     sx_mem_table_fini(&e->mem);
+    if (e->cc_created)
+        sx_cc_table_fini(&e->cc);
     sx_cpc_fini(&e->cpc);
     sx_tl_self_domain_destroy(e->self_domain);
     sx_handlers_fini(&e->handlers);

@@ -31,6 +31,7 @@
 #include "engine/topo.h"
 #include "engine/yield.h"
 #include "locks/rlock.h"
+#include "shard/cc.h"
 #include "shard/env.h"
 #include "shard/handlers.h"
 #include "shard/inbox.h"
@@ -61,6 +62,8 @@ struct sx_engine {
     sx_peer_table_t peers;  /* by the peer engine's epoch (shard/peer.h) */
     sx_handlers_t handlers; /* active-message and error handlers (shard/handlers.h) */
     sx_mem_table_t mem;     /* registered regions, by key (shard/mem.h) */
+    sx_cc_table_t cc;       /* congestion controllers, by destination host (shard/cc.h) */
+    bool cc_created;
     void *self_domain;
     /* Transports (src/transports/registry.c): what the selection saw of
      * each, the network transport it chose (under the fault decorator when

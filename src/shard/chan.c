@@ -129,6 +129,7 @@ sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned 
     c->peer_rwnd_bytes = (uint32_t)p->max_inflight; /* at most 1 GiB */
     sx_timer_init(&c->ack_timer, sx_chan_ack_timer, c);
     sx_timer_init(&c->persist_timer, sx_chan_persist_timer, c);
+    sx_chan_cc_attach_locked(c);
     /* sx_peer_add chose the peer's method before publishing it. */
     c->conn_method = peer->conn_method;
     c->conn_method->ops->ep_init_locked(c->conn_method, c);
@@ -151,6 +152,8 @@ static void chan_free_window(sx_chan_t *c)
     }
     c->rtx = c->rtx_tail = NULL;
     c->snd_una = c->snd_nxt;
+    if (c->cc != NULL)
+        sx_cc_forget(c->cc, c->inflight_bytes); /* no ACK will take them out */
     c->inflight_bytes = 0;
 }
 
@@ -223,6 +226,7 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
     c->failed = status;
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
     sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->cc_timer);
     if (c->conn_method->ops->ep_finalize_locked != NULL)
         c->conn_method->ops->ep_finalize_locked(c->conn_method, c);
     chan_free_window(c);

@@ -40,6 +40,7 @@
 
 #include "common/wheel.h"
 #include "hotel/hotel.h"
+#include "shard/cc.h"
 #include "shard/conn.h"
 #include "shard/inbox.h"
 #include "shard/peer.h"
@@ -191,6 +192,12 @@ typedef struct sx_chan {
     uint32_t peer_rwnd_ack;
     uint32_t peer_rwnd_pkts;
     uint32_t peer_rwnd_bytes;
+    /* Congestion control (shard/cc.h): the destination host's controller,
+     * shared with other channels to it; NULL where SX_CONGESTION leaves this
+     * channel out. A flush it stopped re-arms cc_timer for when the
+     * pacing clock or the window lets it go on. */
+    struct sx_cc *cc;
+    sx_timer_t cc_timer;
     bool rwnd_stalled; /* a flush stopped at the peer's window */
     sx_timer_t persist_timer;
     unsigned persist_backoff;

@@ -104,6 +104,25 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
 /** Takes the cumulative and selective ACK of a packet from the peer. */
 void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack);
 
+/* chan_cc.c */
+
+/** Gives a new channel its destination host's congestion controller, as
+ *  SX_CONGESTION says (NULL: none), and its retry timer. */
+void sx_chan_cc_attach_locked(sx_chan_t *c);
+
+/** Whether a new packet may go now: the host's window has room and its
+ *  pacing clock allows; if not, counts the stall and arms cc_timer to
+ *  kick the channel when it may. Only for a channel with a controller. */
+bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now);
+
+/** cc_timer's callback: the channel flushes again. */
+void sx_chan_cc_timer(sx_timer_t *timer, void *arg);
+
+/** Loss and round-trip signals for the controller (none: no-ops); they
+ *  count the window's cuts in the shard's stats. */
+void sx_chan_cc_lost_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool persistent, uint64_t now);
+void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
+
 /* chan_rx.c */
 
 /** The delayed ACK's timer (RFC 1122 4.2.3.2). */

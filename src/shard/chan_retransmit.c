@@ -83,8 +83,9 @@ void sx_chan_rto_restart_locked(sx_chan_t *c)
 }
 
 /* RFC 6298 section 2: SRTT and RTTVAR from a sample R. */
-static void chan_rtt_sample(sx_chan_t *c, uint64_t r)
+static void chan_rtt_sample(sx_chan_t *c, uint64_t r, uint64_t now)
 {
+    sx_chan_cc_rtt_locked(c, r, now);
     if (c->srtt_ns == 0) {
         c->srtt_ns = r;
         c->rttvar_ns = r / 2;
@@ -159,6 +160,8 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
     c->backoff++;
     c->probes++;
+    /* Two timeouts without an ACK between: persistent congestion. */
+    sx_chan_cc_lost_locked(c, pkt, c->backoff >= 2, now);
     c->in_rto_recovery = true;
     c->rto_recover = c->snd_nxt;
     c->rto_at_ns = now;
@@ -341,6 +344,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
     }
     if (sx_u32_before(c->snd_una, h->ack)) {
         uint64_t sample = 0;
+        size_t acked = 0;
         bool original_acked = false;
         while (sx_u32_before(c->snd_una, h->ack)) {
             sx_txpkt_t *pkt = c->win[c->snd_una & mask];
@@ -368,12 +372,15 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                 if (pkt->queued)
                     chan_unqueue_rtx(c, pkt);
                 c->inflight_bytes -= pkt->len;
+                acked += pkt->len;
                 sx_chan_pkt_free_locked(c, pkt);
             }
             c->snd_una++;
         }
+        if (c->cc != NULL)
+            sx_cc_acked(c->cc, acked, now);
         if (sample != 0) {
-            chan_rtt_sample(c, sample);
+            chan_rtt_sample(c, sample, now);
         } else if (c->backoff > 0 && c->srtt_ns != 0) {
             /* New data acknowledged: drop the back-off even without a
              * sample (every acknowledged packet may have been resent, so
@@ -422,6 +429,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                 c->in_recovery = true;
                 c->recover = c->snd_nxt;
                 sx_stat_add(&c->shard->stats.rtx_dupack, 1);
+                sx_chan_cc_lost_locked(c, pkt, false, now);
                 sx_chan_queue_rtx_locked(c, pkt);
             }
         }
@@ -455,13 +463,14 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             highest = s;
         }
         if (sack_sample != 0)
-            chan_rtt_sample(c, sack_sample);
+            chan_rtt_sample(c, sack_sample, now);
         uint64_t reo = c->srtt_ns / 4;
         for (uint32_t s = c->snd_una; sx_u32_before(s, highest); s++) {
             sx_txpkt_t *pkt = c->win[s & mask];
             if (pkt != NULL && !pkt->sacked && !pkt->queued &&
                 pkt->last_sent_ns + reo < c->rack_ns) {
                 sx_stat_add(&c->shard->stats.rtx_sack, 1);
+                sx_chan_cc_lost_locked(c, pkt, false, now);
                 sx_chan_queue_rtx_locked(c, pkt);
             }
         }

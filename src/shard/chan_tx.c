@@ -532,6 +532,9 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         pkt->queued = false;
         pkt->transmissions++;
         pkt->last_sent_ns = now;
+        sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);
+        if (c->cc != NULL)
+            sx_cc_paced(c->cc, pkt->len, now); /* it takes its time; it never waits */
         sent++;
     }
     /* New packets while the window, the byte budget and the hotel allow. */
@@ -554,6 +557,10 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             }
             break;
         }
+        /* Congestion control: the destination host's window and pacing
+         * clock (shard/cc.h). */
+        if (c->cc != NULL && !sx_chan_cc_allows_locked(c, now))
+            break;
         sx_txpkt_t *pkt = chan_build_packet(c);
         if (pkt == NULL)
             break;
@@ -565,6 +572,10 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->win[pkt->seq & (sx_chan_window(c) - 1)] = pkt;
         c->snd_nxt++;
         c->inflight_bytes += pkt->len;
+        if (c->cc != NULL) {
+            sx_cc_sent(c->cc, pkt->len);
+            sx_cc_paced(c->cc, pkt->len, now);
+        }
         pkt->first_sent_ns = now;
         pkt->last_sent_ns = now;
         pkt->transmissions = 1;
@@ -576,6 +587,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         }
         chan_stage(c, pkt->data, pkt->len, pkt);
         sx_stat_add(&c->shard->stats.data_sent, 1);
+        sx_stat_add(&c->shard->stats.data_bytes, pkt->len);
         sent++;
     }
     if (c->ack_now || c->ack_pending >= p->ack_every)

@@ -30,6 +30,7 @@
 struct sx_peer_table;
 struct sx_handlers;
 struct sx_mem_table;
+struct sx_cc_table;
 
 /* Most message frames one data packet carries (aggregation, DESIGN.md §4). */
 #define SX_PKT_MAX_FRAMES 64
@@ -50,6 +51,8 @@ typedef struct sx_chan_conf {
     bool check_source;   /* SX_CHECK_SOURCE: drop_source for datagrams from elsewhere */
     unsigned max_frames; /* frames per packet: SX_PKT_MAX_FRAMES; 1 when SX_AGGREGATE=no */
     uint64_t max_msg;
+    int cc_mode;          /* SX_CONGESTION: SX_CC_AUTO, _ON, _OFF (shard/cc.h) */
+    uint64_t cc_delay_ns; /* SX_CONGESTION_DELAY_US: the delay signal's target; 0 off */
 } sx_chan_conf_t;
 
 typedef struct sx_shard_env {
@@ -59,6 +62,7 @@ typedef struct sx_shard_env {
     struct sx_peer_table *peers;
     struct sx_handlers *handlers;
     struct sx_mem_table *mem;
+    struct sx_cc_table *cc; /* congestion controllers (shard/cc.h): their own atomics */
     /* The engine's service (engine/service.h), when it runs: a caller's
      * progress pass keeps it away, calling svc_push when less than
      * svc_half_ns is left before *svc_until. NULL svc_until: no service. */

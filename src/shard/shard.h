@@ -80,6 +80,13 @@ struct sx_shard_guest {
     X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)")       \
     X(ack_unsent, "ACKs for data never sent, ignored without moving any state")                  \
     X(window_stalls, "flushes stopped by a full window or byte budget")                          \
+    X(data_bytes, "bytes of data packets sent for the first time")                               \
+    X(rtx_bytes, "bytes of data packets sent again")                                             \
+    X(cc_window_stalls, "flushes stopped by the congestion window of the destination host")      \
+    X(cc_pace_waits, "flushes stopped by the pacing clock of the destination host")              \
+    X(cc_loss_cuts, "congestion window halvings after a loss (once per round trip)")             \
+    X(cc_delay_cuts, "congestion window cuts for a queue the round trips showed (delay signal)") \
+    X(cc_collapses, "congestion window falls to its minimum (persistent congestion)")            \
     X(hotel_full, "packets that waited for a hotel room")                                        \
     X(tx_again, "sends refused by a full interface")                                             \
     X(tx_no_credits, "datagrams held back for want of send credits")                             \

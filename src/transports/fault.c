@@ -757,6 +757,12 @@ static void fault_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, s
         snprintf(buf, cap, "(destination %u)", (unsigned)dest);
 }
 
+static uint64_t fault_dest_host(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    return inner->ops->dest_host != NULL ? inner->ops->dest_host(inner, dest) : 0;
+}
+
 static int fault_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap)
 {
     sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
@@ -793,6 +799,7 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     /* The inner interface's answers and address change; token holder. */
     .dest_mtu = fault_dest_mtu,
     .dest_str = fault_dest_str,
+    .dest_host = fault_dest_host,
     .addr_next = fault_addr_next,
     .src_matches = fault_src_matches,
     /* Delegates; held datagrams to it are dropped on release; token holder. */

@@ -258,6 +258,15 @@ struct sx_tl_ops {
      */
     bool (*dest_local)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
 
+    /**
+     * A key that names the host @p dest's datagrams go to, the same for
+     * every destination there (udp: its IP address, hashed), or 0 when
+     * it cannot tell: congestion control shares one window among the
+     * channels to one host (shard/cc.h). Token holder; never blocks. May
+     * be NULL, as 0: each peer then counts as a host of its own.
+     */
+    uint64_t (*dest_host)(sx_tl_iface_t *iface, sx_tl_dest_t dest);
+
     /** Writes the address @p dest sends to now, readable ("udp
      *  10.1.0.2:40000"), for diagnoses; at most @p cap bytes with the NUL.
      *  Token holder; never blocks. May be NULL (callers print the card's

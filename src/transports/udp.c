@@ -474,6 +474,29 @@ static bool udp_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     return sa->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&sa->in6.sin6_addr);
 }
 
+static uint64_t udp_dest_host(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+    const uint8_t *ip;
+    size_t n;
+
+    if (dest >= u->ndests)
+        return 1;
+    const udp_sa_t *sa = &u->dests[dest].sa;
+    if (sa->sa.sa_family == AF_INET6) {
+        ip = sa->in6.sin6_addr.s6_addr;
+        n = sizeof(sa->in6.sin6_addr);
+    } else {
+        ip = (const uint8_t *)&sa->in4.sin_addr;
+        n = sizeof(sa->in4.sin_addr);
+    }
+    /* FNV-1a over the address alone: every port of the host is one key. */
+    uint64_t h = 0xcbf29ce484222325ull ^ sa->sa.sa_family;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ip[i]) * 0x100000001b3ull;
+    return h != 0 ? h : 1;
+}
+
 static void udp_dest_str(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *buf, size_t cap)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -1091,6 +1114,7 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * holder; never blocks. */
     .dest_mtu = udp_dest_mtu,
     .dest_local = udp_dest_local,
+    .dest_host = udp_dest_host,
     /* "udp a.b.c.d:port" of the candidate in use; token holder. */
     .dest_str = udp_dest_str,
     /* The next candidate (udp_addrs.c: loopback on this host, same subnet,

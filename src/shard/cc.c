@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Congestion control: the per-host window, its signals and the pacing
+ * clock (cc.h has the algorithm and what it follows).
+ */
+#include "shard/cc.h"
+
+#include <stdlib.h>
+
+#define RELAXED memory_order_relaxed
+
+void sx_cc_table_init(sx_cc_table_t *table, uint64_t delay_ns)
+{
+    pthread_mutex_init(&table->lock, NULL);
+    table->head = NULL;
+    table->delay_ns = delay_ns;
+}
+
+void sx_cc_table_fini(sx_cc_table_t *table)
+{
+    sx_cc_t *cc = table->head;
+    while (cc != NULL) {
+        sx_cc_t *next = cc->next;
+        free(cc);
+        cc = next;
+    }
+    table->head = NULL;
+    pthread_mutex_destroy(&table->lock);
+}
+
+static uint64_t cc_min_window(const sx_cc_t *cc)
+{
+    return (uint64_t)SX_CC_MIN_PKTS * atomic_load_explicit(&cc->mss, RELAXED);
+}
+
+sx_cc_t *sx_cc_get(sx_cc_table_t *table, uint64_t host, uint32_t mss)
+{
+    sx_cc_t *cc;
+
+    pthread_mutex_lock(&table->lock);
+    for (cc = table->head; cc != NULL; cc = cc->next)
+        if (cc->host == host)
+            break;
+    if (cc == NULL && (cc = calloc(1, sizeof(*cc))) != NULL) {
+        cc->host = host;
+        atomic_init(&cc->mss, mss);
+        /* RFC 9002 section 7.2: ten datagrams, at most 14,720 bytes
+         * unless two datagrams are more. */
+        uint64_t iw = (uint64_t)SX_CC_IW_PKTS * mss;
+        uint64_t cap = 14720 > 2 * (uint64_t)mss ? 14720 : 2 * (uint64_t)mss;
+        atomic_init(&cc->cwnd, iw < cap ? iw : cap);
+        atomic_init(&cc->ssthresh, UINT64_MAX);
+        cc->next = table->head;
+        table->head = cc;
+    } else if (cc != NULL && mss > atomic_load_explicit(&cc->mss, RELAXED)) {
+        atomic_store_explicit(&cc->mss, mss, RELAXED);
+    }
+    pthread_mutex_unlock(&table->lock);
+    return cc;
+}
+
+bool sx_cc_window_open(sx_cc_t *cc, size_t len, uint64_t now)
+{
+    int64_t inflight = atomic_load_explicit(&cc->inflight, RELAXED);
+    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+
+    /* One packet may always go when none is out: a window smaller than a
+     * datagram must not stall the host for good. */
+    if (inflight <= 0 || (uint64_t)inflight + len <= cwnd)
+        return true;
+    atomic_store_explicit(&cc->limited_ns, now, RELAXED);
+    return false;
+}
+
+/* The clock no further back than a burst's credit: a pause earns one
+ * burst, no more. */
+static uint64_t cc_pace_base(uint64_t clock, uint64_t now)
+{
+    return clock + SX_CC_BURST_NS < now ? now - SX_CC_BURST_NS : clock;
+}
+
+uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t now)
+{
+    uint64_t base = cc_pace_base(atomic_load_explicit(&cc->pace_ns, RELAXED), now);
+    return base > now ? base : 0;
+}
+
+void sx_cc_paced(sx_cc_t *cc, size_t len, uint64_t now)
+{
+    uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
+    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+
+    if (srtt == 0 || cwnd == 0)
+        return; /* no sample yet: the window alone bounds the burst */
+    /* interval = len * srtt / (gain * cwnd): gain 2 in slow start, 1.25
+     * after (RFC 9002 section 7.7), as 8/4 and 5/4. */
+    bool slow = cwnd < atomic_load_explicit(&cc->ssthresh, RELAXED);
+    unsigned __int128 num = (unsigned __int128)len * srtt * 4;
+    uint64_t interval = (uint64_t)(num / ((unsigned __int128)cwnd * (slow ? 8 : 5)));
+    uint64_t clock = atomic_load_explicit(&cc->pace_ns, RELAXED);
+    while (!atomic_compare_exchange_weak_explicit(
+        &cc->pace_ns, &clock, cc_pace_base(clock, now) + interval, RELAXED, RELAXED)) {
+    }
+}
+
+void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now)
+{
+    atomic_fetch_sub_explicit(&cc->inflight, (int64_t)len, RELAXED);
+    /* RFC 7661: a window the senders did not fill in the last two round
+     * trips says nothing about the path; it does not grow. */
+    uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
+    uint64_t limited = atomic_load_explicit(&cc->limited_ns, RELAXED);
+    if (limited == 0 || (srtt != 0 && now - limited > 2 * srtt))
+        return;
+    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+    if (cwnd >= SX_CC_MAX_BYTES)
+        return;
+    if (cwnd < atomic_load_explicit(&cc->ssthresh, RELAXED)) {
+        atomic_fetch_add_explicit(&cc->cwnd, len, RELAXED); /* slow start */
+        return;
+    }
+    /* Congestion avoidance: a datagram per window acknowledged (RFC
+     * 5681 section 3.1's byte counting). */
+    uint64_t grow = atomic_fetch_add_explicit(&cc->grow, len, RELAXED) + len;
+    if (grow >= cwnd) {
+        atomic_fetch_sub_explicit(&cc->grow, cwnd, RELAXED);
+        atomic_fetch_add_explicit(&cc->cwnd, atomic_load_explicit(&cc->mss, RELAXED), RELAXED);
+    }
+}
+
+/* Takes the round trip after cut_ns for a decrease: true when this caller
+ * is the one to make it (a signal from a packet sent after the last cut,
+ * and no other shard cut meanwhile). */
+static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now)
+{
+    uint64_t cut = atomic_load_explicit(&cc->cut_ns, RELAXED);
+
+    if (sent_ns <= cut)
+        return false;
+    return atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED);
+}
+
+static void cc_set_window(sx_cc_t *cc, uint64_t cwnd)
+{
+    uint64_t floor = cc_min_window(cc);
+
+    if (cwnd < floor)
+        cwnd = floor;
+    atomic_store_explicit(&cc->cwnd, cwnd, RELAXED);
+    atomic_store_explicit(&cc->ssthresh, cwnd, RELAXED);
+    atomic_store_explicit(&cc->grow, 0, RELAXED);
+}
+
+bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
+{
+    uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
+    atomic_store_explicit(&cc->srtt_ns, srtt == 0 ? rtt : (7 * srtt + rtt) / 8, RELAXED);
+
+    uint64_t min = atomic_load_explicit(&cc->min_rtt_ns, RELAXED);
+    uint64_t at = atomic_load_explicit(&cc->min_rtt_at_ns, RELAXED);
+    if (min == 0 || rtt <= min || now - at > SX_CC_MIN_RTT_WINDOW_NS) {
+        atomic_store_explicit(&cc->min_rtt_ns, rtt, RELAXED);
+        atomic_store_explicit(&cc->min_rtt_at_ns, now, RELAXED);
+        return false;
+    }
+    uint64_t queued = rtt - min;
+    if (delay_ns == 0 || queued <= delay_ns || !cc_claim_cut(cc, now - rtt, now))
+        return false;
+    /* Swift's multiplicative decrease: 1 - beta (delay - target) / delay,
+     * beta 0.8, never below one half. */
+    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+    uint64_t cut = (uint64_t)((unsigned __int128)cwnd * 4 * (queued - delay_ns) / (5 * queued));
+    if (cut > cwnd / 2)
+        cut = cwnd / 2;
+    cc_set_window(cc, cwnd - cut);
+    return true;
+}
+
+int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
+{
+    if (persistent) {
+        /* RFC 9002 section 7.6: the path may have changed; start over
+         * from the minimum, with half the old window as the threshold. */
+        uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+        atomic_store_explicit(&cc->cut_ns, now, RELAXED);
+        uint64_t floor = cc_min_window(cc);
+        atomic_store_explicit(&cc->ssthresh, cwnd / 2 > floor ? cwnd / 2 : floor, RELAXED);
+        atomic_store_explicit(&cc->cwnd, floor, RELAXED);
+        atomic_store_explicit(&cc->grow, 0, RELAXED);
+        return 2;
+    }
+    if (!cc_claim_cut(cc, sent_ns, now))
+        return 0;
+    cc_set_window(cc, atomic_load_explicit(&cc->cwnd, RELAXED) / 2); /* RFC 5681 (4) */
+    return 1;
+}

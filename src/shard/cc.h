@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Congestion control (DESIGN.md section 4): one window in bytes per
+ * destination host, shared by every channel of every shard of the engine
+ * whose datagrams go there, so that 16 shards sending to one host take
+ * one share of its link, not 16.
+ *
+ * The algorithm, and what each part follows:
+ *   - window and slow start in bytes, AIMD in congestion avoidance (RFC
+ *     5681 section 3.1; RFC 9002 section 7 for the byte form): the window
+ *     starts at SX_CC_IW_PKTS datagrams (RFC 9002 section 7.2), doubles
+ *     per round trip below ssthresh, and grows by one datagram per window
+ *     acknowledged above it; it grows only while the senders use it (RFC
+ *     7661: an application-limited window does not grow);
+ *   - loss (RACK or duplicate ACKs finding a hole, a retransmission
+ *     timeout): the window halves, once per round trip: a loss of a packet
+ *     sent before the last decrease is the same congestion event (RFC
+ *     9002 section 7.3.2's recovery period, RFC 6582's for NewReno);
+ *   - persistent congestion (a timeout backed off twice: two timeouts
+ *     without an ACK between): the window falls to its minimum, two
+ *     datagrams (RFC 9002 section 7.6);
+ *   - delay (Swift, Kumar et al., SIGCOMM 2020; TIMELY, Mittal et al.,
+ *     SIGCOMM 2015): a round-trip sample more than SX_CONGESTION_DELAY_US above
+ *     the smallest of the last 10 s (the path's own, queues empty) says a
+ *     queue is building; the window shrinks by 0.8 (delay - target) /
+ *     delay, at most by half, once per round trip, before the queue
+ *     overflows into losses. The same rule as for losses keeps it to one
+ *     cut per round trip. SX_CONGESTION_DELAY_US=0 turns the signal off;
+ *   - pacing (RFC 9002 section 7.7; Linux's fq pacing): the senders to
+ *     one host share a clock that lets a datagram go every
+ *     len * srtt / (gain * cwnd) ns, gain 2 in slow start and 1.25 after,
+ *     with a credit of SX_CC_BURST_NS for a burst after a pause; a
+ *     channel the clock holds back re-arms its flush on the shard's wheel.
+ *
+ * ECN (IP_RECVTOS) is not used: the queues these tests shape (tc tbf)
+ * drop, they do not mark; the delay signal stands where ECN would.
+ *
+ * Which channels use it (SX_CONGESTION): auto, those whose datagrams leave this
+ * host (the transport's dest_local says no); on, every network channel
+ * (a test of loopback through the fault decorator); off, none. A channel
+ * without it behaves as before: only its window, byte budget and the
+ * peer's receive window bound it.
+ *
+ * Synchronization: a controller is shared by shards, so every field is
+ * atomic and each call takes any thread (the callers are token holders of
+ * their shards); updates that read and write several fields (a decrease)
+ * race benignly: two shards cutting at once cut once (the CAS on cut_ns
+ * decides), and growth may lose an increment to a concurrent one, never
+ * more. The table (sx_cc_table_t) adds controllers under a mutex, at
+ * channel creation only, and frees them at engine destruction.
+ */
+#ifndef SX_SHARD_CC_H
+#define SX_SHARD_CC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SX_CC_IW_PKTS           10             /* initial window, datagrams */
+#define SX_CC_MIN_PKTS          2              /* minimum window, datagrams */
+#define SX_CC_MAX_BYTES         (1ull << 30)   /* a ceiling for the window */
+#define SX_CC_MIN_RTT_WINDOW_NS 10000000000ull /* the smallest RTT of 10 s */
+#define SX_CC_BURST_NS          50000ull       /* pacing credit after a pause */
+
+/* SX_CONGESTION's words (common/config.h). */
+enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };
+
+typedef struct sx_cc {
+    uint64_t host;               /* the destination host's key (sx_tl_ops_t.dest_host) */
+    _Atomic uint32_t mss;        /* the largest datagram of a channel to it */
+    _Atomic uint64_t cwnd;       /* bytes */
+    _Atomic uint64_t ssthresh;   /* bytes; UINT64_MAX: still in slow start */
+    _Atomic int64_t inflight;    /* bytes sent and not acknowledged, all channels */
+    _Atomic uint64_t grow;       /* bytes acknowledged towards the next increase (CA) */
+    _Atomic uint64_t cut_ns;     /* the last decrease; losses of packets sent before
+                                  * it are the same event */
+    _Atomic uint64_t limited_ns; /* a sender last found the window full */
+    _Atomic uint64_t srtt_ns;    /* smoothed over every channel's samples */
+    _Atomic uint64_t min_rtt_ns; /* smallest sample since min_rtt_at_ns */
+    _Atomic uint64_t min_rtt_at_ns;
+    _Atomic uint64_t pace_ns; /* the pacing clock: when the next datagram may go */
+    struct sx_cc *next;       /* the table's list */
+} sx_cc_t;
+
+typedef struct sx_cc_table {
+    pthread_mutex_t lock; /* list; a cold path: channel creation */
+    sx_cc_t *head;
+    uint64_t delay_ns; /* SX_CONGESTION_DELAY_US */
+} sx_cc_table_t;
+
+void sx_cc_table_init(sx_cc_table_t *table, uint64_t delay_ns);
+
+/** Frees every controller; no channel may use one any more. */
+void sx_cc_table_fini(sx_cc_table_t *table);
+
+/** The controller of @p host, created on first use for datagrams of at
+ *  most @p mss bytes (a later, larger one raises it); NULL when out of
+ *  memory (the channel then goes without). Any thread. */
+sx_cc_t *sx_cc_get(sx_cc_table_t *table, uint64_t host, uint32_t mss);
+
+/** Whether a new packet of @p len bytes fits the window now; if not, the
+ *  sender is window-limited (remembered for growth). */
+bool sx_cc_window_open(sx_cc_t *cc, size_t len, uint64_t now);
+
+/** The pacing clock: 0 when a datagram may go now, else when to look
+ *  again. */
+uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t now);
+
+/** A datagram of @p len bytes left: advances the pacing clock by its
+ *  share of a round trip (retransmissions too, which never wait). */
+void sx_cc_paced(sx_cc_t *cc, size_t len, uint64_t now);
+
+/** A new packet of @p len bytes left (not a retransmission). */
+static inline void sx_cc_sent(sx_cc_t *cc, size_t len)
+{
+    atomic_fetch_add_explicit(&cc->inflight, (int64_t)len, memory_order_relaxed);
+}
+
+/** @p len bytes left the flight without an acknowledgement (a channel
+ *  failed or was destroyed with packets out). */
+static inline void sx_cc_forget(sx_cc_t *cc, size_t len)
+{
+    atomic_fetch_sub_explicit(&cc->inflight, (int64_t)len, memory_order_relaxed);
+}
+
+/** A cumulative ACK took @p len bytes out of flight. */
+void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now);
+
+/** A round-trip sample @p rtt, of a packet sent at now - rtt: the
+ *  smoothed RTT, the minimum, and the delay signal. @p delay_ns is the
+ *  target (0: no delay signal). Returns whether it cut the window. */
+bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now);
+
+/** A packet last sent at @p sent_ns was lost (RACK, duplicate ACKs, a
+ *  timeout); @p persistent: a timeout backed off twice. Returns 0 (the
+ *  same event as an earlier cut), 1 (the window halved), 2 (it fell to
+ *  its minimum). */
+int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now);
+
+#endif /* SX_SHARD_CC_H */

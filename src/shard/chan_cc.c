@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Channels, congestion control (chan.h, shard/cc.h): which channels use
+ * their destination host's controller, the flush's test against its
+ * window and pacing clock, and the signals the ACK path gives it.
+ */
+#include "common/time.h"
+#include "shard/cc.h"
+#include "shard/chan.h"
+#include "shard/chan_int.h"
+#include "shard/peer.h"
+
+void sx_chan_cc_attach_locked(sx_chan_t *c)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+    sx_tl_iface_t *iface = sx_chan_iface(c);
+
+    sx_timer_init(&c->cc_timer, sx_chan_cc_timer, c);
+    if (c->tl != SX_SHARD_TL_NET || c->shard->env->cc == NULL || p->cc_mode == SX_CC_OFF)
+        return;
+    /* auto: a path with no link (loopback) has no queue to share, and the
+     * receiver's socket is flow control's (the receive window). */
+    if (p->cc_mode == SX_CC_AUTO && iface->ops->dest_local != NULL &&
+        iface->ops->dest_local(iface, c->dest))
+        return;
+    uint64_t host = iface->ops->dest_host != NULL ? iface->ops->dest_host(iface, c->dest) : 0;
+    if (host == 0)
+        host = c->peer->epoch; /* the transport cannot tell: the peer is a host */
+    c->cc = sx_cc_get(c->shard->env->cc, host, (uint32_t)c->dgram_max);
+}
+
+void sx_chan_cc_timer(sx_timer_t *timer, void *arg)
+{
+    sx_chan_t *c = arg;
+
+    (void)timer;
+    if (!c->failed && (c->sendq != NULL || c->rtx != NULL))
+        sx_chan_kick_locked(c);
+}
+
+static void chan_cc_retry(sx_chan_t *c, uint64_t at)
+{
+    if (!sx_timer_is_pending(&c->cc_timer))
+        sx_wheel_add(c->shard->wheel, &c->cc_timer, at);
+}
+
+bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
+{
+    sx_cc_t *cc = c->cc;
+
+    if (!sx_cc_window_open(cc, 1, now)) {
+        /* An ACK of ours kicks this channel; one of another channel to the
+         * host (another shard's, perhaps) does not: look again in a
+         * quarter of a round trip. */
+        uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, memory_order_relaxed);
+        uint64_t tick = sx_wheel_tick_ns(c->shard->wheel);
+        sx_stat_add(&c->shard->stats.cc_window_stalls, 1);
+        chan_cc_retry(c, now + (srtt / 4 > tick ? srtt / 4 : tick));
+        return false;
+    }
+    uint64_t at = sx_cc_pace_wait(cc, now);
+    if (at != 0) {
+        sx_stat_add(&c->shard->stats.cc_pace_waits, 1);
+        chan_cc_retry(c, at);
+        return false;
+    }
+    return true;
+}
+
+void sx_chan_cc_lost_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool persistent, uint64_t now)
+{
+    if (c->cc == NULL)
+        return;
+    int cut = sx_cc_lost(c->cc, pkt->last_sent_ns, persistent, now);
+    if (cut == 1)
+        sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
+    else if (cut == 2)
+        sx_stat_add(&c->shard->stats.cc_collapses, 1);
+}
+
+void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now)
+{
+    if (c->cc != NULL && sx_cc_rtt(c->cc, rtt, c->shard->env->conf.cc_delay_ns, now))
+        sx_stat_add(&c->shard->stats.cc_delay_cuts, 1);
+}

@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Unit tests for the congestion controller (src/shard/cc.h): the initial
+ * window, slow start and its RFC 7661 guard, congestion avoidance, one
+ * halving per round trip, persistent congestion, Swift's delay cut, the
+ * pacing clock, the per-host table and its atomics under two threads.
+ * The clock is the test's: every call takes `now`.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "shard/cc.h"
+
+#define US  1000ull
+#define MSS 1472u
+
+static uint64_t cwnd(sx_cc_t *cc)
+{
+    return atomic_load(&cc->cwnd);
+}
+
+/* A controller with a round trip of @p rtt measured at @p now. */
+static sx_cc_t *cc_new(sx_cc_table_t *t, uint32_t mss, uint64_t rtt, uint64_t now)
+{
+    sx_cc_t *cc = sx_cc_get(t, 42, mss);
+    assert_non_null(cc);
+    if (rtt != 0)
+        assert_false(sx_cc_rtt(cc, rtt, 500 * US, now));
+    return cc;
+}
+
+/* Fills the window as a sender would: packets of @p len while it is open. */
+static uint64_t fill(sx_cc_t *cc, size_t len, uint64_t now)
+{
+    uint64_t sent = 0;
+    while (sx_cc_window_open(cc, len, now)) {
+        sx_cc_sent(cc, len);
+        sent += len;
+    }
+    return sent;
+}
+
+static void test_initial_window(void **state)
+{
+    (void)state;
+    static const uint32_t mss[] = {1472, 8900, 65000};
+    static const uint64_t want[] = {14720, 17800, 130000}; /* RFC 9002 section 7.2 */
+    for (size_t i = 0; i < 3; i++) {
+        sx_cc_table_t t;
+        sx_cc_table_init(&t, 500 * US);
+        sx_cc_t *cc = sx_cc_get(&t, 7, mss[i]);
+        assert_int_equal(cwnd(cc), want[i]);
+        assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
+        sx_cc_table_fini(&t);
+    }
+}
+
+static void test_table_per_host(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 0);
+    sx_cc_t *a = sx_cc_get(&t, 1, MSS), *b = sx_cc_get(&t, 2, MSS);
+    assert_ptr_not_equal(a, b);
+    assert_ptr_equal(sx_cc_get(&t, 1, 8900), a); /* shared; the larger datagram kept */
+    assert_int_equal(atomic_load(&a->mss), 8900);
+    assert_ptr_equal(sx_cc_get(&t, 1, MSS), a);
+    assert_int_equal(atomic_load(&a->mss), 8900);
+    sx_cc_table_fini(&t);
+}
+
+static void test_window_and_slow_start(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    /* Nothing in flight: even a packet larger than the window may go. */
+    assert_true(sx_cc_window_open(cc, 100000, now));
+    assert_int_equal(fill(cc, MSS, now), 10 * MSS);
+    assert_int_equal(atomic_load(&cc->limited_ns), now);
+    /* Slow start: the window grows by what is acknowledged. */
+    for (int i = 0; i < 10; i++)
+        sx_cc_acked(cc, MSS, now + 100 * US);
+    assert_int_equal(atomic_load(&cc->inflight), 0);
+    assert_int_equal(cwnd(cc), 20 * MSS);
+    /* Not limited for more than two round trips: acknowledgements of a
+     * window the senders did not fill grow nothing (RFC 7661). */
+    sx_cc_sent(cc, MSS);
+    sx_cc_acked(cc, MSS, now + 400 * US);
+    assert_int_equal(cwnd(cc), 20 * MSS);
+    sx_cc_table_fini(&t);
+}
+
+static void test_loss_halves_once_per_round_trip(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    atomic_store(&cc->cwnd, 64 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 50 * US, false, now), 1);
+    assert_int_equal(cwnd(cc), 32 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 32 * MSS);
+    /* Another packet of the same flight (sent before the cut): the same
+     * event. */
+    assert_int_equal(sx_cc_lost(cc, now - 10 * US, false, now + 20 * US), 0);
+    assert_int_equal(cwnd(cc), 32 * MSS);
+    /* One sent after it: congestion again. */
+    assert_int_equal(sx_cc_lost(cc, now + 30 * US, false, now + 200 * US), 1);
+    assert_int_equal(cwnd(cc), 16 * MSS);
+    /* Never below two datagrams. */
+    for (uint64_t i = 1; i < 10; i++)
+        (void)sx_cc_lost(cc, now + 1000 * US * i, false, now + 1000 * US * i + 1);
+    assert_int_equal(cwnd(cc), 2 * MSS);
+    sx_cc_table_fini(&t);
+}
+
+static void test_congestion_avoidance(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    atomic_store(&cc->cwnd, 20 * MSS);
+    (void)sx_cc_lost(cc, now - 1, false, now);
+    assert_int_equal(cwnd(cc), 10 * MSS);
+    /* A window's worth acknowledged, window-limited: one datagram more. */
+    uint64_t w = cwnd(cc);
+    assert_int_equal(fill(cc, MSS, now + 1), w);
+    for (uint64_t i = 0; i < w / MSS; i++)
+        sx_cc_acked(cc, MSS, now + 50 * US);
+    assert_int_equal(cwnd(cc), 11 * MSS);
+    sx_cc_table_fini(&t);
+}
+
+static void test_persistent_congestion(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    assert_int_equal(cwnd(cc), 2 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
+    /* Slow start back up to the threshold. */
+    assert_int_equal(fill(cc, MSS, now + 1), 2 * MSS);
+    sx_cc_acked(cc, 2 * MSS, now + 100 * US);
+    assert_int_equal(cwnd(cc), 4 * MSS);
+    sx_cc_table_fini(&t);
+}
+
+static void test_delay_signal(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    atomic_store(&cc->cwnd, 100 * MSS);
+    /* Within the target: nothing. */
+    assert_false(sx_cc_rtt(cc, 550 * US, 500 * US, now + 1000 * US));
+    assert_int_equal(cwnd(cc), 100 * MSS);
+    /* 1,000 us queued, 500 tolerated: 1 - 0.8 x 500 / 1000 = 0.6. */
+    assert_true(sx_cc_rtt(cc, 1100 * US, 500 * US, now + 3000 * US));
+    assert_int_equal(cwnd(cc), 60 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
+    /* A sample of a packet sent before that cut: the same queue. */
+    assert_false(sx_cc_rtt(cc, 2000 * US, 500 * US, now + 3500 * US));
+    /* A much longer queue later: at most half. */
+    assert_true(sx_cc_rtt(cc, 10100 * US, 500 * US, now + 20000 * US));
+    assert_int_equal(cwnd(cc), 30 * MSS);
+    /* A target of 0 turns the signal off. */
+    assert_false(sx_cc_rtt(cc, 50000 * US, 0, now + 100000 * US));
+    assert_int_equal(cwnd(cc), 30 * MSS);
+    /* The minimum is of the last 10 s: after that a sample replaces it. */
+    assert_int_equal(atomic_load(&cc->min_rtt_ns), 100 * US);
+    assert_false(sx_cc_rtt(cc, 300 * US, 500 * US, now + SX_CC_MIN_RTT_WINDOW_NS + 1));
+    assert_int_equal(atomic_load(&cc->min_rtt_ns), 300 * US);
+    sx_cc_table_fini(&t);
+}
+
+static void test_pacing(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = sx_cc_get(&t, 42, MSS);
+
+    /* No round trip measured: nothing to pace by. */
+    sx_cc_paced(cc, MSS, now);
+    assert_int_equal(sx_cc_pace_wait(cc, now), 0);
+    /* SRTT 100 us, window 10 datagrams, slow start (gain 2): a datagram
+     * every 100 / 20 = 5 us; a pause's credit is 50 us: ten of them. */
+    assert_false(sx_cc_rtt(cc, 100 * US, 500 * US, now));
+    unsigned sent = 0;
+    while (sx_cc_pace_wait(cc, now) == 0 && sent < 100) {
+        sx_cc_paced(cc, MSS, now);
+        sent++;
+    }
+    assert_int_equal(sent, 11); /* the credit's ten, and the one due now */
+    assert_int_equal(sx_cc_pace_wait(cc, now), now + 5 * US);
+    /* Congestion avoidance (gain 1.25): 100 us x 1472 / (1.25 x 14720). */
+    atomic_store(&cc->ssthresh, 10 * MSS);
+    uint64_t at = sx_cc_pace_wait(cc, now);
+    sx_cc_paced(cc, MSS, at);
+    assert_int_equal(sx_cc_pace_wait(cc, at), at + 8 * US);
+    sx_cc_table_fini(&t);
+}
+
+/* Two threads send and acknowledge through one controller: every byte
+ * taken into flight comes out again. */
+static void *hammer(void *arg)
+{
+    sx_cc_t *cc = arg;
+    for (int i = 0; i < 100000; i++) {
+        sx_cc_sent(cc, MSS);
+        (void)sx_cc_window_open(cc, MSS, 1000 + (uint64_t)i);
+        sx_cc_paced(cc, MSS, 1000 + (uint64_t)i);
+        sx_cc_acked(cc, MSS, 1000 + (uint64_t)i);
+        if (i % 1000 == 0)
+            (void)sx_cc_lost(cc, (uint64_t)i, false, 1000 + (uint64_t)i);
+    }
+    return NULL;
+}
+
+static void test_shared_by_threads(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t, 500 * US);
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, 1000);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, hammer, cc), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(atomic_load(&cc->inflight), 0);
+    assert_true(cwnd(cc) >= 2 * MSS && cwnd(cc) <= SX_CC_MAX_BYTES);
+    sx_cc_table_fini(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_initial_window),
+        cmocka_unit_test(test_table_per_host),
+        cmocka_unit_test(test_window_and_slow_start),
+        cmocka_unit_test(test_loss_halves_once_per_round_trip),
+        cmocka_unit_test(test_congestion_avoidance),
+        cmocka_unit_test(test_persistent_congestion),
+        cmocka_unit_test(test_delay_signal),
+        cmocka_unit_test(test_pacing),
+        cmocka_unit_test(test_shared_by_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
