@@ -6,6 +6,8 @@
 #   make test-asan   the same tests under ASan+UBSan, in build-asan/
 #   make test-tsan   the same tests under ThreadSanitizer, in build-tsan/
 #   make bench-mpi   the shardx Open MPI BTL against the tcp BTL and UCX
+#   make bench-incast  congestion control: incast into one shaped host of
+#                    the namespace cluster (needs root; skipped without)
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 SX_WERROR  ?= ON
 CMAKE_ARGS ?=
@@ -13,7 +15,7 @@ CTEST_ARGS ?=
 
 CONFIGURE = cmake -S . -DSX_WERROR=$(SX_WERROR) $(CMAKE_ARGS)
 
-.PHONY: all deps build docs test bench bench-all bench-readme bench-mpi build-asan test-asan build-tsan test-tsan fuzz install format clean
+.PHONY: all deps build docs test bench bench-all bench-readme bench-mpi bench-incast build-asan test-asan build-tsan test-tsan fuzz install format clean
 
 all: build
 
@@ -80,11 +82,14 @@ bench: build
 	@echo "bench: JSON (run1/ .. run$(BENCH_REPEAT)/), PNGs and results.md in $(RESULTS)/"
 
 # Everything sx_bench has (adds rate and bw, BENCH_REPEAT rounds of them
-# too; about 15 seconds more on 2 cores).
+# too; about 15 seconds more on 2 cores), then the incast benchmark
+# (bench-incast; it says so and is skipped where no namespace cluster can be
+# made, as without root).
 bench-all: bench
 	$(call bench_rounds,$(BENCH_MORE))
 	bench/plot.sh $(RESULTS) $(RESULTS)/run*/*.json
 	bench/results.sh $(RESULTS)/run*/*.json > $(RESULTS)/results.md
+	BENCH_REPEAT=$(BENCH_REPEAT) bench/bench_incast.sh build
 
 # Puts the last run's results.md and plots into the README's results
 # section (between its bench-results markers) and docs/bench/.
@@ -101,6 +106,17 @@ bench-readme:
 bench-mpi: build
 	BENCH_REPEAT=$(BENCH_REPEAT) bench/bench_mpi.sh build
 	BENCH_REPEAT=$(BENCH_REPEAT) bench/bench_mpi_hosts.sh build
+
+# Congestion control under incast (issue 23): 2 and 4 senders into one host
+# of the namespace cluster, its switch port shaped to 1 Gbit/s with a
+# 256 KB queue; sx_bench incast with and without congestion control, the
+# shardx and tcp BTLs (mpi_bench incast), an 8-byte prober's p99 and a TCP
+# flow beside shardx; a table, the issue's ratios,
+# build/bench-results/incast.json and incast.png (bench/bench_incast.sh;
+# BENCH_REPEAT rounds of BENCH_INCAST_SECONDS, 5, each; about 3 minutes a
+# round on 2 cores). Needs root; skipped with a message without.
+bench-incast: build
+	BENCH_REPEAT=$(BENCH_REPEAT) bench/bench_incast.sh build
 
 build-asan: deps
 	@$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSX_SANITIZE=address >/dev/null

@@ -25,6 +25,13 @@
  *                        rank, as osu_alltoall counts) and MPI_Bcast of S
  *                        bytes (1 MiB); the time of one call, the slowest
  *                        rank's
+ *   mpi_bench incast [S [T [W]]]  any number of ranks: ranks 1..N-1 each
+ *                        keep W (8) MPI_Isends of S bytes (1 MiB) in
+ *                        flight to rank 0 for T (5) seconds; rank 0
+ *                        reports each sender's goodput and messages, the
+ *                        total and Jain's fairness index over the senders
+ *                        (bench/bench_incast.sh, the tcp BTL's figure for
+ *                        shardx's congestion control to be read against)
  *
  * Each figure is the median of several batches, so one batch slowed by
  * a busy machine does not set it. The program prints figures; it never
@@ -325,6 +332,109 @@ static void bench_coll(int size, int nranks)
     free(b);
 }
 
+/* Incast: every rank but 0 streams S-byte messages to rank 0, W in
+ * flight, for T seconds, then W empty messages. They share one tag, so
+ * MPI's order between a pair of ranks puts the empty ones after the data,
+ * and rank 0, which keeps W receives posted per sender and posts another
+ * for each data message, has none left once all W empty ones came: nothing
+ * to cancel. Rank 0 times each sender from the common start (a barrier
+ * after one warm-up message each, which sets up the connections) to that
+ * sender's last data message, and the total up to the last of them. */
+static void bench_incast(int size, double seconds, int window, int nranks)
+{
+    const int tag = 7, nsend = nranks - 1;
+    char *buf = malloc((size_t)size * (size_t)window * (rank == 0 ? (size_t)nsend : 1));
+    MPI_Request *req = malloc(sizeof(*req) * (size_t)window * (size_t)(rank == 0 ? nsend : 1));
+    char host[MPI_MAX_PROCESSOR_NAME] = {0}, *hosts = NULL;
+    int len;
+
+    if (!buf || !req) {
+        fprintf(stderr, "mpi_bench: incast: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(buf, 0x5a, (size_t)size * (size_t)window);
+    MPI_Get_processor_name(host, &len);
+    if (rank == 0)
+        hosts = calloc((size_t)nranks, MPI_MAX_PROCESSOR_NAME);
+    MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0,
+               MPI_COMM_WORLD);
+    if (rank != 0) {
+        MPI_Send(buf, size, MPI_BYTE, 0, tag + 1, MPI_COMM_WORLD); /* warm-up */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < window; i++)
+            MPI_Isend(buf + (size_t)i * (size_t)size, size, MPI_BYTE, 0, tag, MPI_COMM_WORLD,
+                      &req[i]);
+        for (;;) {
+            int i;
+            MPI_Waitany(window, req, &i, MPI_STATUS_IGNORE);
+            if (MPI_Wtime() - t0 >= seconds)
+                break;
+            MPI_Isend(buf + (size_t)i * (size_t)size, size, MPI_BYTE, 0, tag, MPI_COMM_WORLD,
+                      &req[i]);
+        }
+        MPI_Waitall(window, req, MPI_STATUSES_IGNORE);
+        for (int i = 0; i < window; i++)
+            MPI_Isend(NULL, 0, MPI_BYTE, 0, tag, MPI_COMM_WORLD, &req[i]);
+        MPI_Waitall(window, req, MPI_STATUSES_IGNORE);
+    } else {
+        double *last = calloc((size_t)nranks, sizeof(double));
+        long long *msgs = calloc((size_t)nranks, sizeof(long long));
+        int open = nsend * window;
+
+        for (int r = 1; r < nranks; r++)
+            MPI_Recv(buf, size, MPI_BYTE, r, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (int r = 1; r < nranks; r++)
+            for (int i = 0; i < window; i++) {
+                int k = (r - 1) * window + i;
+                MPI_Irecv(buf + (size_t)k * (size_t)size, size, MPI_BYTE, r, tag, MPI_COMM_WORLD,
+                          &req[k]);
+            }
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime(), end = t0;
+        while (open > 0) {
+            MPI_Status st;
+            int k, count;
+            MPI_Waitany(nsend * window, req, &k, &st);
+            MPI_Get_count(&st, MPI_BYTE, &count);
+            if (count == 0) { /* one of the sender's closing messages */
+                open--;
+                continue;
+            }
+            int r = st.MPI_SOURCE;
+            msgs[r]++;
+            last[r] = MPI_Wtime();
+            if (last[r] > end)
+                end = last[r];
+            MPI_Irecv(buf + (size_t)k * (size_t)size, size, MPI_BYTE, r, tag, MPI_COMM_WORLD,
+                      &req[k]);
+        }
+        double total = 0, sum = 0, sumsq = 0;
+        printf("{\"test\": \"incast\", \"ranks\": %d, \"size\": %d, \"seconds\": %g, "
+               "\"window\": %d, \"host\": \"%s\", \"senders\": [",
+               nranks, size, seconds, window, hosts);
+        for (int r = 1; r < nranks; r++) {
+            double bytes = (double)msgs[r] * size, t = last[r] - t0;
+            double mbps = t > 0 ? bytes / t / 1e6 : 0;
+            total += bytes;
+            sum += mbps;
+            sumsq += mbps * mbps;
+            printf("%s{\"rank\": %d, \"host\": \"%s\", \"mbps\": %.1f, \"msgs\": %lld}",
+                   r > 1 ? ", " : "", r, hosts + (size_t)r * MPI_MAX_PROCESSOR_NAME, mbps, msgs[r]);
+        }
+        /* Jain's index, (sum x)^2 / (n sum x^2) (Jain, Chiu and Hawe, DEC-TR-301,
+         * 1984): 1 when every sender got the same rate, 1/n when one got it all. */
+        printf("], \"goodput_mbps\": %.1f, \"jain\": %.3f}\n",
+               end > t0 ? total / (end - t0) / 1e6 : 0.0,
+               sumsq > 0 ? sum * sum / (nsend * sumsq) : 0.0);
+        free(last);
+        free(msgs);
+    }
+    free(hosts);
+    free(req);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "pingpong";
@@ -335,15 +445,20 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, mt ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int ring = strcmp(test, "ring") == 0 || strcmp(test, "coll") == 0;
+    int ring =
+        strcmp(test, "ring") == 0 || strcmp(test, "coll") == 0 || strcmp(test, "incast") == 0;
     if ((ring ? size < 2 : size != 2) ||
         (mt && (provided < MPI_THREAD_MULTIPLE || nthreads < 1 || nthreads > 64))) {
         if (rank == 0)
-            fprintf(stderr, "mpi_bench: needs 2 ranks, 2 or more for ring (and "
-                            "MPI_THREAD_MULTIPLE, 1..64 threads for mt; coll too)\n");
+            fprintf(stderr, "mpi_bench: needs 2 ranks, 2 or more for ring, coll and incast "
+                            "(and MPI_THREAD_MULTIPLE, 1..64 threads for mt)\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (strcmp(test, "coll") == 0)
+    if (strcmp(test, "incast") == 0)
+        bench_incast(argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : 1048576,
+                     argc > 3 && atof(argv[3]) > 0 ? atof(argv[3]) : 5.0,
+                     argc > 4 && atoi(argv[4]) > 0 ? atoi(argv[4]) : 8, size);
+    else if (strcmp(test, "coll") == 0)
         bench_coll(argc > 2 && atoi(argv[2]) >= 8 ? atoi(argv[2]) : 1048576, size);
     else if (ring)
         bench_ring(argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : 20, size);
@@ -357,7 +472,8 @@ int main(int argc, char **argv)
         bench_mtrate(nthreads);
     else if (rank == 0)
         fprintf(stderr,
-                "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N, ring R, coll S)\n",
+                "mpi_bench: unknown test '%s' (pingpong, rate, mt N, mtrate N, ring R, coll S, "
+                "incast S T W)\n",
                 test);
     fflush(stdout);
     MPI_Finalize();

@@ -2,15 +2,15 @@
 /*
  * sx_bench: shardx's benchmark tool (first version, issue 6).
  *
- *   sx_bench <latency|floor|loss|rate|mt> [--json] [--size N] [--iters N] [--window N]
- *            [--seed N] [--no-bind] [--mode sharded|global|both] [--threads LIST]
- *            [--oversubscribe]
+ *   sx_bench <latency|floor|loss|rate|mt|bw|incast> [--json] [--size N] [--iters N]
+ *            [--window N] [--seed N] [--no-bind] [--mode sharded|global|both]
+ *            [--threads LIST] [--oversubscribe] [--seconds S] [--verify] [--probe]
  *
  * Two processes take part, rank 0 (which prints) and rank 1: started by a
  * launcher (`sx_run -n 2 sx_bench ...`, `mpirun -np 2 --bind-to none
  * sx_bench ...`), or, run on its own, sx_bench forks rank 1 itself
  * (sx_bench_ctl.c). They exchange business cards and everything else over
- * a control channel.
+ * a control channel. incast takes any number of ranks (sx_bench.h).
  *
  * Both ranks busy-poll, so each needs a core of its own: by default rank r
  * is pinned to the r-th CPU of the inherited affinity mask, as mpirun binds
@@ -329,6 +329,18 @@ static void sxb_print_json(FILE *out, const struct utsname *un, long cores, cons
     fputs("]}\n", out);
 }
 
+/* sxb_print_json's signature for incast's object, which has no use for
+ * the machine's details beyond its host name. */
+static void sxb_incast_json_any(FILE *out, const struct utsname *un, long cores,
+                                const char *version, double load1)
+{
+    (void)un;
+    (void)cores;
+    (void)version;
+    (void)load1;
+    sxb_incast_json(out);
+}
+
 /* Metric keys of every record, each once, in order of first appearance. */
 static size_t sxb_metric_keys(const char **keys, size_t max)
 {
@@ -376,12 +388,14 @@ static void sxb_print_csv(void)
 
 static void sxb_usage(FILE *out)
 {
-    fprintf(out, "usage: sx_bench <latency|bw|rate|mt|loss|floor> [--json|--csv]\n"
+    fprintf(out, "usage: sx_bench <latency|bw|rate|mt|loss|floor|incast> [--json|--csv]\n"
                  "                [--json-file F] [--size N] [--iters N] [--window N] [--seed "
                  "N] [--no-bind] [--mode M]\n"
                  "                [--threads LIST] [--oversubscribe] [--transport NAME]\n"
+                 "                [--seconds S] [--verify] [--probe]\n"
                  "Start it with `sx_run -n 2 sx_bench ...` or `mpirun -np 2 --bind-to none\n"
-                 "sx_bench ...`; run alone, it forks its second rank itself.\n"
+                 "sx_bench ...` (incast: -n N, any N >= 2); run alone, it forks its second\n"
+                 "rank itself.\n"
                  "  latency  ping-pong half round trip (median, p99), 0 B .. 4 MiB, beside\n"
                  "           the raw-UDP floor measured in the same run\n"
                  "  bw       unidirectional bandwidth with a window, 0 B .. 4 MiB, beside\n"
@@ -394,6 +408,14 @@ static void sxb_usage(FILE *out)
                  "           injection-only variant over the sink transport\n"
                  "  loss     goodput and completion latency at 0, 0.1, 1, 5, 10 %% loss\n"
                  "  floor    raw-UDP ping-pong and one-way message rate only\n"
+                 "  incast   ranks 1..N-1 stream --size messages (default 64 KiB, window 8)\n"
+                 "           into rank 0 for --seconds (default 10); rank 0 prints each\n"
+                 "           sender's goodput, the total, Jain's fairness index, the\n"
+                 "           retransmitted share and the congestion-control counters\n"
+                 "  --seconds  incast: how long the senders stream (fractions allowed)\n"
+                 "  --verify incast: check every byte and sequence number at rank 0\n"
+                 "  --probe  incast: the last rank ping-pongs 8 B with rank 0 instead of\n"
+                 "           streaming (round trip p50, p99, max; needs N >= 3)\n"
                  "  --json   one JSON object on stdout: machine, config, results, counters\n"
                  "  --csv    the results as CSV on stdout, one record per line\n"
                  "  --json-file FILE  also write the JSON object to FILE (the table still\n"
@@ -403,7 +425,8 @@ static void sxb_usage(FILE *out)
                  "           loss: messages per loss rate (default: 64 MiB worth);\n"
                  "           mt: messages per configuration, split over the threads\n"
                  "           (default 300000)\n"
-                 "  --window messages in flight (default 64; rate: 64 and 256)\n"
+                 "  --window messages in flight (default 64; rate: 64 and 256; incast: 8\n"
+                 "           per sender)\n"
                  "  --no-bind  leave both ranks unpinned (default: one CPU each; mt never\n"
                  "           pins)\n"
                  "  --mode   sharded|global (sets SX_THREAD_MODE); mt also takes both,\n"
@@ -472,6 +495,15 @@ static int sxb_check_args(sxb_opts_t *o)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
+    if (o->cmd != SXB_INCAST && (o->seconds_set || o->verify || o->probe)) {
+        fprintf(stderr, "sx_bench: --seconds, --verify and --probe are for incast\n");
+        return -1;
+    }
+    if (o->cmd == SXB_INCAST && o->verify && o->size_set && o->size < 16) {
+        fprintf(stderr, "sx_bench: incast --verify needs --size 16 or more (a message starts "
+                        "with its sender and sequence number)\n");
+        return -1;
+    }
     if (o->cmd != SXB_MT) {
         if (o->modes == (SXB_MODE_SHARDED | SXB_MODE_GLOBAL) || o->nthreads > 0 ||
             o->oversubscribe) {
@@ -509,11 +541,27 @@ static int sxb_parse_size(const char *text, uint64_t *v_p)
     return 0;
 }
 
+/* A value for --seconds: a positive decimal number, at most an hour. */
+static int sxb_parse_seconds(const char *text, double *v_p)
+{
+    char *end = NULL;
+
+    if (text == NULL || text[0] == '\0')
+        return -1;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || *end != '\0' || !(v > 0) || v > 3600)
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
 /* 0: run; 1: --help or --version printed, exit 0; -1: bad arguments, the
  * error already named. */
 static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
 {
-    static const char *const cmds[] = {"latency", "floor", "loss", "rate", "mt", "bw"};
+    static const char *const cmds[] = {"latency", "floor", "loss", "rate", "mt", "bw", "incast"};
+    const size_t ncmds = sizeof(cmds) / sizeof(cmds[0]);
     enum {
         OPT_JSON = 256,
         OPT_CSV,
@@ -527,6 +575,9 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
         OPT_ITERS,
         OPT_WINDOW,
         OPT_SEED,
+        OPT_SECONDS,
+        OPT_VERIFY,
+        OPT_PROBE,
         OPT_VERSION,
     };
     static const struct option longopts[] = {
@@ -542,6 +593,9 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
         {"iters", required_argument, NULL, OPT_ITERS},
         {"window", required_argument, NULL, OPT_WINDOW},
         {"seed", required_argument, NULL, OPT_SEED},
+        {"seconds", required_argument, NULL, OPT_SECONDS},
+        {"verify", no_argument, NULL, OPT_VERIFY},
+        {"probe", no_argument, NULL, OPT_PROBE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -549,7 +603,7 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
     uint64_t v;
     const char *cmd = NULL;
 
-    *o = (sxb_opts_t){.window = 64, .seed = 1, .bind = true};
+    *o = (sxb_opts_t){.window = 64, .seed = 1, .bind = true, .seconds = 10};
     /* The benchmark's name may come first or after the options. */
     optind = 1;
     opterr = 0;
@@ -622,6 +676,16 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             bad = sxb_parse_u64(optarg, 0, UINT64_MAX, &v) != 0;
             o->seed = v;
             break;
+        case OPT_SECONDS:
+            bad = sxb_parse_seconds(optarg, &o->seconds) != 0;
+            o->seconds_set = true;
+            break;
+        case OPT_VERIFY:
+            o->verify = true;
+            break;
+        case OPT_PROBE:
+            o->probe = true;
+            break;
         case ':':
             fprintf(stderr, "sx_bench: %s needs a value (see sx_bench --help)\n", argv[optind - 1]);
             return -1;
@@ -636,15 +700,16 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
         }
     }
     if (cmd == NULL) {
-        fprintf(stderr, "sx_bench: which benchmark? (latency, bw, rate, mt, loss, floor; see "
-                        "sx_bench --help)\n");
+        fprintf(stderr, "sx_bench: which benchmark? (latency, bw, rate, mt, loss, floor, incast; "
+                        "see sx_bench --help)\n");
         return -1;
     }
     size_t c = 0;
-    while (c < 6 && strcmp(cmd, cmds[c]) != 0)
+    while (c < ncmds && strcmp(cmd, cmds[c]) != 0)
         c++;
-    if (c == 6) {
-        fprintf(stderr, "sx_bench: unknown benchmark '%s' (latency, bw, rate, mt, loss, floor)\n",
+    if (c == ncmds) {
+        fprintf(stderr,
+                "sx_bench: unknown benchmark '%s' (latency, bw, rate, mt, loss, floor, incast)\n",
                 cmd);
         return -1;
     }
@@ -696,6 +761,8 @@ static int sxb_run(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         return sxb_bench_mt(ctl, opts);
     case SXB_BW:
         return sxb_bench_bw(ctl, opts);
+    case SXB_INCAST:
+        return sxb_bench_incast(ctl, opts);
     }
     return -1;
 }
@@ -710,7 +777,7 @@ int main(int argc, char **argv)
         return 0;
     if (parsed < 0)
         return 2;
-    if (sxb_ctl_start(&ctl) != 0)
+    if (sxb_ctl_start(&ctl, opts.cmd == SXB_INCAST) != 0)
         return 1;
     /* mt runs threads on several shards: see the comment at the top. */
     if (opts.bind && opts.cmd != SXB_MT)
@@ -735,7 +802,8 @@ int main(int argc, char **argv)
     double load[1] = {NAN};
     (void)getloadavg(load, 1);
     if (sxb_human(&ctl, &opts)) {
-        static const char *const names[] = {"latency", "floor", "loss", "rate", "mt", "bw"};
+        static const char *const names[] = {"latency", "floor", "loss",  "rate",
+                                            "mt",      "bw",    "incast"};
         const char *threads = "1 thread per rank";
         const char *pinned = opts.bind ? ", ranks pinned to CPUs" : "";
         if (opts.cmd == SXB_MT) {
@@ -750,14 +818,18 @@ int main(int argc, char **argv)
     }
 
     int rc = sxb_ctl_finish(&ctl, sxb_run(&ctl, &opts));
+    /* incast's object is its own: one line that scripts pick out of a
+     * job's output (bench/bench_incast.sh, tests/cluster/incast_job.sh). */
+    void (*print_json)(FILE *, const struct utsname *, long, const char *, double) =
+        opts.cmd == SXB_INCAST ? sxb_incast_json_any : sxb_print_json;
     if (rc == 0 && ctl.rank == 0 && opts.json)
-        sxb_print_json(stdout, &un, cores, bi.version, load[0]);
+        print_json(stdout, &un, cores, bi.version, load[0]);
     if (rc == 0 && ctl.rank == 0 && opts.json_file != NULL) {
         FILE *f = fopen(opts.json_file, "w");
         if (f == NULL) {
             rc = sxb_fail("cannot write %s: %s", opts.json_file, strerror(errno));
         } else {
-            sxb_print_json(f, &un, cores, bi.version, load[0]);
+            print_json(f, &un, cores, bi.version, load[0]);
             if (fclose(f) != 0)
                 rc = sxb_fail("cannot write %s: %s", opts.json_file, strerror(errno));
         }

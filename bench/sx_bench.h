@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_bench: shared declarations of the benchmark driver (sx_bench.c), the
- * raw-UDP floor (sx_bench_udp.c), the shardx benchmarks (sx_bench_am.c)
- * and the multithreaded scaling benchmark (sx_bench_mt.c).
+ * raw-UDP floor (sx_bench_udp.c), the shardx benchmarks (sx_bench_am.c),
+ * the multithreaded scaling benchmark (sx_bench_mt.c) and incast
+ * (sx_bench_incast.c).
  *
  * Two processes take part: rank 0 (the parent, which prints) and rank 1
  * (a child it forks before anything else runs). They talk over a pair of
@@ -10,6 +11,11 @@
  * the figures rank 1 measured. Every wait is bounded by SXB_WAIT_LIMIT_NS
  * and watches for the other process's death, so a crash or a hang on one
  * side turns into an error on the other instead of a stuck pair.
+ *
+ * incast is the exception: a launcher may start any number of ranks, and
+ * they meet through the engine's own sx_engine_join and sx_job_barrier
+ * instead of a control channel (sxb_ctl_t.job); run alone, it forks one
+ * sender and uses the channel like the others.
  */
 #ifndef SX_BENCH_H
 #define SX_BENCH_H
@@ -17,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -31,7 +38,15 @@
  * transport does on loopback). */
 #define SXB_UDP_MAX 65000u
 
-typedef enum sxb_cmd { SXB_LATENCY, SXB_FLOOR, SXB_LOSS, SXB_RATE, SXB_MT, SXB_BW } sxb_cmd_t;
+typedef enum sxb_cmd {
+    SXB_LATENCY,
+    SXB_FLOOR,
+    SXB_LOSS,
+    SXB_RATE,
+    SXB_MT,
+    SXB_BW,
+    SXB_INCAST,
+} sxb_cmd_t;
 
 /* mt: most threads per rank (the tag of a message is its thread's index,
  * and tags are 8 bits) and most entries in a --threads list. */
@@ -60,6 +75,11 @@ typedef struct sxb_opts {
     unsigned nthreads;                     /* entries in threads[]; 0: the default list */
     unsigned threads[SXB_MAX_THREAD_LIST]; /* --threads, in the order given */
     bool oversubscribe;                    /* allow more threads than online CPUs */
+    /* incast only */
+    double seconds; /* --seconds: how long the senders stream */
+    bool seconds_set;
+    bool verify; /* --verify: check every byte, every sequence number */
+    bool probe;  /* --probe: the last rank ping-pongs with rank 0 instead */
 } sxb_opts_t;
 
 /* The control channel to the other rank. */
@@ -69,6 +89,10 @@ typedef struct sxb_ctl {
     int wfd;       /* forked: blocking pipe; launched: the same socket as rfd */
     pid_t child;   /* forked, rank 0: rank 1's pid */
     bool launched; /* started by sx_run or a PMIx launcher (sx_bench_ctl.c) */
+    /* A launched job of any size (incast): no control channel (rfd and wfd
+     * are -1); rank is the launcher's, and the engine's sx_engine_join and
+     * sx_job_barrier stand in for the channel's card exchange and barrier. */
+    bool job;
 } sxb_ctl_t;
 
 /* Called while a control-channel read waits, e.g. to keep an engine
@@ -77,7 +101,7 @@ typedef int (*sxb_idle_fn)(void *arg);
 
 /* ---- result records (rank 0) ---------------------------------------------- */
 
-#define SXB_MAX_METRICS 12
+#define SXB_MAX_METRICS 24
 
 typedef struct sxb_metric {
     const char *key; /* static string */
@@ -127,8 +151,10 @@ void sxb_counters_print(size_t first);
 /* Whether a launcher (sx_run, or mpirun and other PMIx servers) started us. */
 bool sxb_launched(void);
 /* Becomes rank 0 or 1: meets the other process through the launcher's
- * modex, or forks it. Returns 0, or -1 after printing why. */
-int sxb_ctl_start(sxb_ctl_t *ctl);
+ * modex, or forks it. With @p job and a launcher, takes the launcher's
+ * rank from the environment and meets nobody (sxb_ctl_t.job). Returns 0,
+ * or -1 after printing why. */
+int sxb_ctl_start(sxb_ctl_t *ctl, bool job);
 /* Ends the run with status @p rc: a forked rank 1 exits here; rank 0 reaps
  * it (killing it when @p rc says the run failed). Returns the run's status. */
 int sxb_ctl_finish(sxb_ctl_t *ctl, int rc);
@@ -200,6 +226,16 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
 int sxb_bench_loss(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+/* Swaps business cards with the other rank over the control channel and
+ * adds it as a peer whose id is its rank. 0, or -1 with the reason printed. */
+int sxb_card_swap(const sxb_ctl_t *ctl, sx_engine_h e, sx_peer_h *peer_p);
+
+/* ---- incast (sx_bench_incast.c) ------------------------------------------- */
+
+/* Ranks 1..N-1 stream into rank 0 (the last one ping-pongs with --probe). */
+int sxb_bench_incast(const sxb_ctl_t *ctl, const sxb_opts_t *opts);
+/* Rank 0, after a successful run: incast's one-line JSON object. */
+void sxb_incast_json(FILE *out);
 
 /* ---- multithreaded scaling (sx_bench_mt.c) -------------------------------- */
 

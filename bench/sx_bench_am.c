@@ -185,15 +185,48 @@ static int sxb_am_drain(sxb_am_t *am)
     return sxb_ctl_barrier(am->ctl, sxb_am_poll, am);
 }
 
+int sxb_card_swap(const sxb_ctl_t *ctl, sx_engine_h e, sx_peer_h *peer_p)
+{
+    uint8_t *card = NULL, *peer_card = NULL;
+    size_t len = 0;
+    uint32_t len32, peer_len = 0;
+    int rc = sx_engine_address(e, NULL, &len);
+
+    if (rc != SX_ERR_TRUNCATED || len == 0 || len > SXB_CARD_MAX || (card = malloc(len)) == NULL ||
+        (rc = sx_engine_address(e, card, &len)) != SX_OK) {
+        sxb_fail("sx_engine_address: %s (%zu bytes)", sx_strerror(rc), len);
+        goto fail;
+    }
+    len32 = (uint32_t)len;
+    if (sxb_ctl_write(ctl, &len32, sizeof(len32)) != 0 || sxb_ctl_write(ctl, card, len) != 0 ||
+        sxb_ctl_read(ctl, &peer_len, sizeof(peer_len), NULL, NULL) != 0)
+        goto fail;
+    if (peer_len == 0 || peer_len > SXB_CARD_MAX || (peer_card = malloc(peer_len)) == NULL) {
+        sxb_fail("bad business card length %u from the other rank", peer_len);
+        goto fail;
+    }
+    if (sxb_ctl_read(ctl, peer_card, peer_len, NULL, NULL) != 0)
+        goto fail;
+    rc = sx_peer_add(e, (uint64_t)(1 - ctl->rank), peer_card, peer_len, peer_p);
+    if (rc != SX_OK) {
+        sxb_fail("sx_peer_add: %s", sx_strerror(rc));
+        goto fail;
+    }
+    free(card);
+    free(peer_card);
+    return 0;
+fail:
+    free(card);
+    free(peer_card);
+    return -1;
+}
+
 /* Opens a session's engine; @p fault (FAULT) and @p aggregate (AGGREGATE)
  * go into its configuration when not NULL. */
 static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault, const char *aggregate)
 {
     sx_config_kv_t kv[2];
     size_t nkv = 0;
-    uint8_t *card = NULL, *peer_card = NULL;
-    size_t len = 0;
-    uint32_t len32, peer_len = 0;
     int rc;
 
     memset(am, 0, sizeof(*am));
@@ -218,33 +251,10 @@ static int sxb_am_open(sxb_am_t *am, const sxb_ctl_t *ctl, const char *fault, co
         sxb_fail("engine set-up: %s", sx_strerror(rc));
         goto fail;
     }
-    rc = sx_engine_address(am->engine, NULL, &len);
-    if (rc != SX_ERR_TRUNCATED || len == 0 || len > SXB_CARD_MAX || (card = malloc(len)) == NULL ||
-        (rc = sx_engine_address(am->engine, card, &len)) != SX_OK) {
-        sxb_fail("sx_engine_address: %s (%zu bytes)", sx_strerror(rc), len);
+    if (sxb_card_swap(ctl, am->engine, &am->peer) != 0)
         goto fail;
-    }
-    len32 = (uint32_t)len;
-    if (sxb_ctl_write(ctl, &len32, sizeof(len32)) != 0 || sxb_ctl_write(ctl, card, len) != 0 ||
-        sxb_ctl_read(ctl, &peer_len, sizeof(peer_len), NULL, NULL) != 0)
-        goto fail;
-    if (peer_len == 0 || peer_len > SXB_CARD_MAX || (peer_card = malloc(peer_len)) == NULL) {
-        sxb_fail("bad business card length %u from the other rank", peer_len);
-        goto fail;
-    }
-    if (sxb_ctl_read(ctl, peer_card, peer_len, NULL, NULL) != 0)
-        goto fail;
-    rc = sx_peer_add(am->engine, (uint64_t)(1 - ctl->rank), peer_card, peer_len, &am->peer);
-    if (rc != SX_OK) {
-        sxb_fail("sx_peer_add: %s", sx_strerror(rc));
-        goto fail;
-    }
-    free(card);
-    free(peer_card);
     return 0;
 fail:
-    free(card);
-    free(peer_card);
     sx_engine_destroy(am->engine);
     am->engine = NULL;
     return -1;

@@ -102,6 +102,8 @@ static bool sxb_ctl_hung_up(const sxb_ctl_t *ctl)
 /* Whether the other rank is gone (exited or hung up). */
 static bool sxb_other_gone(const sxb_ctl_t *ctl)
 {
+    if (ctl->job)
+        return false; /* no channel; the launcher ends a job whose rank failed */
     if (ctl->launched)
         return sxb_ctl_hung_up(ctl);
     if (ctl->rank == 0)
@@ -113,7 +115,7 @@ int sxb_check(const sxb_ctl_t *ctl, uint64_t deadline_ns, const char *what)
 {
     int other = 1 - ctl->rank;
 
-    if (ctl->launched && sxb_ctl_hung_up(ctl))
+    if (ctl->launched && !ctl->job && sxb_ctl_hung_up(ctl))
         return sxb_fail("rank %d closed the control channel (it exited) while waiting for %s",
                         other, what);
     if (!ctl->launched && ctl->rank == 0 && g_child_exited)
@@ -385,13 +387,44 @@ static int sxb_ctl_fork(sxb_ctl_t *ctl)
     return 0;
 }
 
-int sxb_ctl_start(sxb_ctl_t *ctl)
+/*
+ * A launched job of any size (incast): the rank comes from the launcher's
+ * environment, read here only so that rank 0 alone prints the header and
+ * errors name their rank; the engine's sx_engine_join reads the modex
+ * (which allows one exchange per process: meeting here as well would
+ * spend it) and sxb_bench_incast checks that the two agree.
+ */
+static int sxb_ctl_job(sxb_ctl_t *ctl)
+{
+    static const char *const vars[] = {SX_RUN_ENV_RANK, "PMIX_RANK", "OMPI_COMM_WORLD_RANK"};
+    uint64_t rank = UINT64_MAX;
+
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && rank == UINT64_MAX; i++) {
+        const char *v = getenv(vars[i]);
+        char *end = NULL;
+        if (v == NULL || *v == '\0')
+            continue;
+        errno = 0;
+        unsigned long long r = strtoull(v, &end, 10);
+        if (errno == 0 && *end == '\0' && r < (1u << 20))
+            rank = r;
+    }
+    if (rank == UINT64_MAX)
+        return sxb_fail("started by a launcher, but none of %s, PMIX_RANK, OMPI_COMM_WORLD_RANK "
+                        "gives this process's rank",
+                        SX_RUN_ENV_RANK);
+    *ctl = (sxb_ctl_t){.rank = (int)rank, .rfd = -1, .wfd = -1, .launched = true, .job = true};
+    g_rank = ctl->rank;
+    return 0;
+}
+
+int sxb_ctl_start(sxb_ctl_t *ctl, bool job)
 {
     *ctl = (sxb_ctl_t){.rank = 0, .rfd = -1, .wfd = -1};
     /* Writes to a dead rank's pipe or socket must fail with EPIPE, not
      * kill us. */
     signal(SIGPIPE, SIG_IGN);
-    int rc = sxb_launched() ? sxb_ctl_meet(ctl) : sxb_ctl_fork(ctl);
+    int rc = !sxb_launched() ? sxb_ctl_fork(ctl) : job ? sxb_ctl_job(ctl) : sxb_ctl_meet(ctl);
     if (rc != 0)
         return rc;
     signal(SIGALRM, sxb_on_sigalrm);
@@ -441,6 +474,10 @@ static int sxb_reap(pid_t child, bool kill_first)
 int sxb_ctl_finish(sxb_ctl_t *ctl, int rc)
 {
     fflush(NULL);
+    /* A job has no channel: its last sx_job_barrier was the goodbye, and
+     * the launcher reports a rank that failed. */
+    if (ctl->job)
+        return rc;
     if (!ctl->launched && ctl->rank == 1)
         _exit(rc == 0 ? 0 : 1); /* rank 0 reaps us */
     if (!ctl->launched)

@@ -106,15 +106,14 @@
       "no: one sendmmsg entry per datagram.")                                                  \
     X(CONGESTION, ENUM, cc, "auto", 0, 0, "auto|on|off",                                       \
       "Congestion control: one window in bytes per destination host, shared by the engine's "  \
-      "channels to it, paced, halved on loss and cut when round trips show a queue "           \
-      "(SX_CONGESTION_DELAY_US). auto: for datagrams that leave this host; on: also over "     \
-      "loopback "                                                                              \
-      "(tests); off: only the send window, byte budget and the peer's receive window bound "   \
-      "a channel.")                                                                            \
+      "channels to it, paced, halved on loss, its slow start ended when round trips show a "   \
+      "queue (SX_CONGESTION_DELAY_US). auto: for datagrams that leave this host; on: also "    \
+      "over loopback (tests); off: only the send window, byte budget and the peer's receive "  \
+      "window bound a channel.")                                                               \
     X(CONGESTION_DELAY_US, UINT, cc_delay_us, "500", 0, 1000000, NULL,                         \
-      "Queueing delay the congestion window tolerates: a round trip this much above the "      \
-      "smallest of the last 10 s shrinks the window (Swift's decrease), before the queue "     \
-      "overflows; 0: react to losses only.")                                                   \
+      "Queueing delay that ends the congestion window's slow start (HyStart++): a round trip " \
+      "this much above the smallest of the last 5 to 10 s; the window then grows by a "        \
+      "datagram per round trip until a loss. 0: losses alone.")                                \
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                                \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")               \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                         \

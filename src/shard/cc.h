@@ -12,20 +12,25 @@
  *     per round trip below ssthresh, and grows by one datagram per window
  *     acknowledged above it; it grows only while the senders use it (RFC
  *     7661: an application-limited window does not grow);
- *   - loss (RACK or duplicate ACKs finding a hole, a retransmission
- *     timeout): the window halves, once per round trip: a loss of a packet
- *     sent before the last decrease is the same congestion event (RFC
- *     9002 section 7.3.2's recovery period, RFC 6582's for NewReno);
+ *   - loss (RACK or duplicate ACKs finding a hole; after a timeout, the
+ *     packets it resends once an ACK shows it was no spurious one): the
+ *     window halves, once per round trip: a loss of a packet sent before
+ *     the last decrease is the same congestion event (RFC 9002 section
+ *     7.3.2's recovery period, RFC 6582's for NewReno). A timeout alone
+ *     changes nothing (RFC 9002 section 6.2: a probe timeout is no loss);
  *   - persistent congestion (a timeout backed off twice: two timeouts
  *     without an ACK between): the window falls to its minimum, two
  *     datagrams (RFC 9002 section 7.6);
- *   - delay (Swift, Kumar et al., SIGCOMM 2020; TIMELY, Mittal et al.,
- *     SIGCOMM 2015): a round-trip sample more than SX_CONGESTION_DELAY_US above
- *     the smallest of the last 10 s (the path's own, queues empty) says a
- *     queue is building; the window shrinks by 0.8 (delay - target) /
- *     delay, at most by half, once per round trip, before the queue
- *     overflows into losses. The same rule as for losses keeps it to one
- *     cut per round trip. SX_CONGESTION_DELAY_US=0 turns the signal off;
+ *   - delay, in the first slow start (HyStart++, RFC 9406): a round-trip sample more
+ *     than SX_CONGESTION_DELAY_US above the smallest of the last 5 to 10 s
+ *     (the path's own, queues empty) says a queue is building: slow start
+ *     ends there, before it overflows the queue by as much again, and the
+ *     window grows additively from then on. Delay does not cut the
+ *     window: a first version cut it by Swift's rule (Kumar et al.,
+ *     SIGCOMM 2020) in congestion avoidance too, and beside one TCP flow,
+ *     which keeps the queue full, shardx got 0.5 MB/s of a 125 MB/s link
+ *     (bench/bench_incast.sh); a loss-based window shares it with TCP.
+ *     SX_CONGESTION_DELAY_US=0 turns the signal off;
  *   - pacing (RFC 9002 section 7.7; Linux's fq pacing): the senders to
  *     one host share a clock that lets a datagram go every
  *     len * srtt / (gain * cwnd) ns, gain 2 in slow start and 1.25 after,
@@ -61,24 +66,25 @@
 #define SX_CC_IW_PKTS           10             /* initial window, datagrams */
 #define SX_CC_MIN_PKTS          2              /* minimum window, datagrams */
 #define SX_CC_MAX_BYTES         (1ull << 30)   /* a ceiling for the window */
-#define SX_CC_MIN_RTT_WINDOW_NS 10000000000ull /* the smallest RTT of 10 s */
+#define SX_CC_MIN_RTT_WINDOW_NS 10000000000ull /* the smallest RTT of 5 to 10 s */
 #define SX_CC_BURST_NS          50000ull       /* pacing credit after a pause */
 
 /* SX_CONGESTION's words (common/config.h). */
 enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };
 
 typedef struct sx_cc {
-    uint64_t host;               /* the destination host's key (sx_tl_ops_t.dest_host) */
-    _Atomic uint32_t mss;        /* the largest datagram of a channel to it */
-    _Atomic uint64_t cwnd;       /* bytes */
-    _Atomic uint64_t ssthresh;   /* bytes; UINT64_MAX: still in slow start */
-    _Atomic int64_t inflight;    /* bytes sent and not acknowledged, all channels */
-    _Atomic uint64_t grow;       /* bytes acknowledged towards the next increase (CA) */
-    _Atomic uint64_t cut_ns;     /* the last decrease; losses of packets sent before
-                                  * it are the same event */
-    _Atomic uint64_t limited_ns; /* a sender last found the window full */
-    _Atomic uint64_t srtt_ns;    /* smoothed over every channel's samples */
-    _Atomic uint64_t min_rtt_ns; /* smallest sample since min_rtt_at_ns */
+    uint64_t host;                    /* the destination host's key (sx_tl_ops_t.dest_host) */
+    _Atomic uint32_t mss;             /* the largest datagram of a channel to it */
+    _Atomic uint64_t cwnd;            /* bytes */
+    _Atomic uint64_t ssthresh;        /* bytes; UINT64_MAX: still in slow start */
+    _Atomic int64_t inflight;         /* bytes sent and not acknowledged, all channels */
+    _Atomic uint64_t grow;            /* bytes acknowledged towards the next increase (CA) */
+    _Atomic uint64_t cut_ns;          /* the last decrease; losses of packets sent before
+                                       * it are the same event */
+    _Atomic uint64_t limited_ns;      /* a sender last found the window full */
+    _Atomic uint64_t srtt_ns;         /* smoothed over every channel's samples */
+    _Atomic uint64_t min_rtt_ns;      /* smallest sample since min_rtt_at_ns ... */
+    _Atomic uint64_t min_rtt_next_ns; /* ... and since half a window after it */
     _Atomic uint64_t min_rtt_at_ns;
     _Atomic uint64_t pace_ns; /* the pacing clock: when the next datagram may go */
     struct sx_cc *next;       /* the table's list */
@@ -112,25 +118,28 @@ uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t now);
  *  share of a round trip (retransmissions too, which never wait). */
 void sx_cc_paced(sx_cc_t *cc, size_t len, uint64_t now);
 
-/** A new packet of @p len bytes left (not a retransmission). */
+/** A packet of @p len bytes entered the flight (RFC 6675's pipe: sent,
+ *  or sent again after it was presumed lost). */
 static inline void sx_cc_sent(sx_cc_t *cc, size_t len)
 {
     atomic_fetch_add_explicit(&cc->inflight, (int64_t)len, memory_order_relaxed);
 }
 
-/** @p len bytes left the flight without an acknowledgement (a channel
- *  failed or was destroyed with packets out). */
+/** @p len bytes left the flight: acknowledged, SACKed, presumed lost, or
+ *  their channel failed. */
 static inline void sx_cc_forget(sx_cc_t *cc, size_t len)
 {
     atomic_fetch_sub_explicit(&cc->inflight, (int64_t)len, memory_order_relaxed);
 }
 
-/** A cumulative ACK took @p len bytes out of flight. */
+/** @p len bytes arrived (a cumulative ACK or a SACK said so; each byte
+ *  once): the window grows (they leave the flight by sx_cc_forget). */
 void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now);
 
 /** A round-trip sample @p rtt, of a packet sent at now - rtt: the
  *  smoothed RTT, the minimum, and the delay signal. @p delay_ns is the
- *  target (0: no delay signal). Returns whether it cut the window. */
+ *  queueing delay that ends slow start (0: no delay signal). Returns
+ *  whether it ended slow start. */
 bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now);
 
 /** A packet last sent at @p sent_ns was lost (RACK, duplicate ACKs, a

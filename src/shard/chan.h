@@ -127,6 +127,7 @@ typedef struct sx_txpkt {
     uint16_t transmissions;
     bool sacked;
     bool queued;               /* waiting in the channel's retransmit queue */
+    bool in_pipe;              /* counted in its congestion controller's flight */
     struct sx_txpkt *rtx_next; /* also the link in the shard's pool */
     uint8_t data[];            /* header + payload */
 } sx_txpkt_t;
@@ -195,9 +196,13 @@ typedef struct sx_chan {
     /* Congestion control (shard/cc.h): the destination host's controller,
      * shared with other channels to it; NULL where SX_CONGESTION leaves this
      * channel out. A flush it stopped re-arms cc_timer for when the
-     * pacing clock or the window lets it go on. */
+     * pacing clock or the window lets it go on. What counts against the
+     * window is the pipe of RFC 6675: packets sent and neither
+     * acknowledged, SACKed nor presumed lost (a retransmission enters it
+     * again). */
     struct sx_cc *cc;
     sx_timer_t cc_timer;
+    size_t cc_pipe;    /* bytes of ours in cc's flight (the packets in_pipe) */
     bool rwnd_stalled; /* a flush stopped at the peer's window */
     sx_timer_t persist_timer;
     unsigned persist_backoff;

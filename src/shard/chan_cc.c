@@ -67,10 +67,29 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
     return true;
 }
 
-void sx_chan_cc_lost_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool persistent, uint64_t now)
+void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    if (c->cc == NULL || pkt->in_pipe)
+        return;
+    pkt->in_pipe = true;
+    c->cc_pipe += pkt->len;
+    sx_cc_sent(c->cc, pkt->len);
+}
+
+void sx_chan_cc_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    if (c->cc == NULL || !pkt->in_pipe)
+        return;
+    pkt->in_pipe = false;
+    c->cc_pipe -= pkt->len;
+    sx_cc_forget(c->cc, pkt->len);
+}
+
+void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now)
 {
     if (c->cc == NULL)
         return;
+    sx_chan_cc_out_locked(c, pkt);
     int cut = sx_cc_lost(c->cc, pkt->last_sent_ns, persistent, now);
     if (cut == 1)
         sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
@@ -81,5 +100,5 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool persistent
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now)
 {
     if (c->cc != NULL && sx_cc_rtt(c->cc, rtt, c->shard->env->conf.cc_delay_ns, now))
-        sx_stat_add(&c->shard->stats.cc_delay_cuts, 1);
+        sx_stat_add(&c->shard->stats.cc_delay_exits, 1);
 }

@@ -118,9 +118,16 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now);
 /** cc_timer's callback: the channel flushes again. */
 void sx_chan_cc_timer(sx_timer_t *timer, void *arg);
 
+/** @p pkt enters the pipe (sent, or sent again after it left) or leaves
+ *  it (acknowledged, SACKed, presumed lost, freed); each once. No-ops
+ *  without a controller. */
+void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+void sx_chan_cc_out_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+
 /** Loss and round-trip signals for the controller (none: no-ops); they
- *  count the window's cuts in the shard's stats. */
-void sx_chan_cc_lost_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool persistent, uint64_t now);
+ *  count the window's cuts in the shard's stats. A lost packet leaves
+ *  the pipe. */
+void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now);
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
 
 /* chan_rx.c */

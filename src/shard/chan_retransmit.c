@@ -160,8 +160,11 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
     c->backoff++;
     c->probes++;
-    /* Two timeouts without an ACK between: persistent congestion. */
-    sx_chan_cc_lost_locked(c, pkt, c->backoff >= 2, now);
+    /* Two timeouts without an ACK between: persistent congestion. One
+     * alone may be spurious (a peer descheduled): the packets it resends
+     * count as losses once an ACK says it was not (chan_rto_recovery_step). */
+    if (c->backoff >= 2)
+        sx_chan_cc_lost_locked(c, pkt, true, now);
     c->in_rto_recovery = true;
     c->rto_recover = c->snd_nxt;
     c->rto_at_ns = now;
@@ -171,6 +174,7 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
     sx_debug("chan", "%s: seq %u timed out after %llu us (rto %llu us, una %u nxt %u)",
              c->peer->name, pkt->seq, (unsigned long long)((now - pkt->first_sent_ns) / 1000),
              (unsigned long long)(c->rto_ns / 1000), c->snd_una, c->snd_nxt);
+    sx_chan_cc_out_locked(c, pkt); /* presumed lost: out of the pipe until resent */
     sx_chan_queue_rtx_locked(c, pkt);
 }
 
@@ -208,7 +212,7 @@ static void chan_complete_acked(sx_chan_t *c)
  * timeout per packet. Packets SACKed or resent since the timeout are
  * skipped.
  */
-static void chan_rto_recovery_step(sx_chan_t *c)
+static void chan_rto_recovery_step(sx_chan_t *c, uint64_t now)
 {
     uint32_t mask = sx_chan_window(c) - 1;
     unsigned sent = 0;
@@ -222,6 +226,7 @@ static void chan_rto_recovery_step(sx_chan_t *c)
         if (pkt == NULL || pkt->sacked || pkt->queued || pkt->last_sent_ns > c->rto_at_ns)
             continue;
         sx_stat_add(&c->shard->stats.rtx_timeout, 1);
+        sx_chan_cc_lost_locked(c, pkt, false, now);
         sx_chan_queue_rtx_locked(c, pkt);
         sent++;
     }
@@ -372,7 +377,9 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                 if (pkt->queued)
                     chan_unqueue_rtx(c, pkt);
                 c->inflight_bytes -= pkt->len;
-                acked += pkt->len;
+                if (!pkt->sacked)
+                    acked += pkt->len; /* a SACK counted the rest */
+                sx_chan_cc_out_locked(c, pkt);
                 sx_chan_pkt_free_locked(c, pkt);
             }
             c->snd_una++;
@@ -401,7 +408,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             sx_stat_add(&c->shard->stats.rto_spurious, 1);
         }
         if (c->in_rto_recovery)
-            chan_rto_recovery_step(c);
+            chan_rto_recovery_step(c, now);
         /* RFC 6298 (5.3): new data acknowledged restarts the timer, now
          * on the oldest packet still out; its own deadline may date from a
          * backed-off round. */
@@ -444,6 +451,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
     if (h->sack != 0) {
         uint32_t highest = h->ack;
         uint64_t sack_sample = 0;
+        size_t sacked = 0;
         for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
             if (!(h->sack & (1ull << i)))
                 continue;
@@ -452,8 +460,11 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                 continue;
             sx_txpkt_t *pkt = c->win[s & mask];
             if (pkt != NULL) {
-                if (!pkt->sacked)
+                if (!pkt->sacked) {
                     chan_pmtu_acked(c, pkt);
+                    sx_chan_cc_out_locked(c, pkt);
+                    sacked += pkt->len;
+                }
                 if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
                     sack_sample = now - pkt->first_sent_ns; /* newest wins */
                 pkt->sacked = true;
@@ -462,6 +473,8 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             }
             highest = s;
         }
+        if (sacked != 0 && c->cc != NULL)
+            sx_cc_acked(c->cc, sacked, now);
         if (sack_sample != 0)
             chan_rtt_sample(c, sack_sample, now);
         uint64_t reo = c->srtt_ns / 4;

@@ -533,8 +533,10 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         pkt->transmissions++;
         pkt->last_sent_ns = now;
         sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);
-        if (c->cc != NULL)
+        if (c->cc != NULL) {
+            sx_chan_cc_in_locked(c, pkt);
             sx_cc_paced(c->cc, pkt->len, now); /* it takes its time; it never waits */
+        }
         sent++;
     }
     /* New packets while the window, the byte budget and the hotel allow. */
@@ -573,12 +575,14 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->snd_nxt++;
         c->inflight_bytes += pkt->len;
         if (c->cc != NULL) {
-            sx_cc_sent(c->cc, pkt->len);
+            sx_chan_cc_in_locked(c, pkt);
             sx_cc_paced(c->cc, pkt->len, now);
         }
         pkt->first_sent_ns = now;
         pkt->last_sent_ns = now;
         pkt->transmissions = 1;
+        sx_stat_add(&c->shard->stats.data_sent, 1);
+        sx_stat_add(&c->shard->stats.data_bytes, pkt->len);
         if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
             /* No room to time it: send it later as a retransmission. */
             sx_stat_add(&c->shard->stats.hotel_full, 1);
@@ -586,8 +590,6 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
             break;
         }
         chan_stage(c, pkt->data, pkt->len, pkt);
-        sx_stat_add(&c->shard->stats.data_sent, 1);
-        sx_stat_add(&c->shard->stats.data_bytes, pkt->len);
         sent++;
     }
     if (c->ack_now || c->ack_pending >= p->ack_every)

@@ -85,7 +85,7 @@ struct sx_shard_guest {
     X(cc_window_stalls, "flushes stopped by the congestion window of the destination host")      \
     X(cc_pace_waits, "flushes stopped by the pacing clock of the destination host")              \
     X(cc_loss_cuts, "congestion window halvings after a loss (once per round trip)")             \
-    X(cc_delay_cuts, "congestion window cuts for a queue the round trips showed (delay signal)") \
+    X(cc_delay_exits, "slow starts ended by a queue the round trips showed (HyStart++)")         \
     X(cc_collapses, "congestion window falls to its minimum (persistent congestion)")            \
     X(hotel_full, "packets that waited for a hotel room")                                        \
     X(tx_again, "sends refused by a full interface")                                             \

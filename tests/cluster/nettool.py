@@ -14,8 +14,14 @@ be missing: run inside a host with `cluster.sh exec`.
       for that line, not for a time), takes one connection, reads BYTES and
       prints "received BYTES in SECONDS after FIRST": SECONDS from the
       return of the first recv, which got FIRST bytes, to the last byte.
-  nettool.py send HOST PORT BYTES
-      Connects to HOST:PORT and sends BYTES.
+      BYTES 0: whatever comes until the sender closes (at least a byte).
+      --progress: also a line "progress TIME BYTES" (TIME: seconds since
+      the epoch) every 0.2 s while data comes, so that a caller can take
+      the rate over a window of its own (bench/bench_incast.sh).
+  nettool.py send HOST PORT BYTES [--seconds S]
+      Connects to HOST:PORT and sends BYTES; with --seconds, stops after S
+      seconds if that comes first (BYTES 0: no limit but the time), a flow
+      of a given length, as bench/bench_incast.sh's beside shardx's.
 """
 import argparse
 import os
@@ -89,24 +95,34 @@ def sink(args):
     print("ready", flush=True)
     conn, _ = srv.accept()
     got, first, first_len = 0, None, 0
-    while got < args.bytes:
+    next_report = 0.0
+    while args.bytes == 0 or got < args.bytes:
         chunk = conn.recv(1 << 20)
         if not chunk:
             break
         if first is None:
             first, first_len = time.monotonic(), len(chunk)
         got += len(chunk)
+        if args.progress and time.monotonic() >= next_report:
+            print("progress %.3f %d" % (time.time(), got), flush=True)
+            next_report = time.monotonic() + 0.2
     took = time.monotonic() - first if first is not None else 0.0
     print("received %d in %.3f after %d" % (got, took, first_len), flush=True)
+    if args.bytes == 0:
+        return 0 if got > 0 else 1
     return 0 if got == args.bytes else 1
 
 
 def send(args):
+    if args.bytes == 0 and args.seconds is None:
+        print("send: BYTES 0 needs --seconds", file=sys.stderr)
+        return 2
+    end = time.monotonic() + args.seconds if args.seconds is not None else None
     with socket.create_connection((args.host, args.port), timeout=60) as s:
         block = b"x" * (1 << 16)
-        left = args.bytes
-        while left > 0:
-            n = min(left, len(block))
+        left = args.bytes if args.bytes > 0 else float("inf")
+        while left > 0 and (end is None or time.monotonic() < end):
+            n = int(min(left, len(block)))
             s.sendall(block[:n])
             left -= n
     return 0
@@ -124,10 +140,12 @@ def main():
     q = sub.add_parser("sink")
     q.add_argument("port", type=int)
     q.add_argument("bytes", type=int)
+    q.add_argument("--progress", action="store_true")
     q = sub.add_parser("send")
     q.add_argument("host")
     q.add_argument("port", type=int)
     q.add_argument("bytes", type=int)
+    q.add_argument("--seconds", type=float)
     args = p.parse_args()
     return {"ping": ping, "sink": sink, "send": send}[args.cmd](args)
 

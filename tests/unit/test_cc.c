@@ -87,13 +87,16 @@ static void test_window_and_slow_start(void **state)
     assert_int_equal(fill(cc, MSS, now), 10 * MSS);
     assert_int_equal(atomic_load(&cc->limited_ns), now);
     /* Slow start: the window grows by what is acknowledged. */
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 10; i++) {
+        sx_cc_forget(cc, MSS);
         sx_cc_acked(cc, MSS, now + 100 * US);
+    }
     assert_int_equal(atomic_load(&cc->inflight), 0);
     assert_int_equal(cwnd(cc), 20 * MSS);
     /* Not limited for more than two round trips: acknowledgements of a
      * window the senders did not fill grow nothing (RFC 7661). */
     sx_cc_sent(cc, MSS);
+    sx_cc_forget(cc, MSS);
     sx_cc_acked(cc, MSS, now + 400 * US);
     assert_int_equal(cwnd(cc), 20 * MSS);
     sx_cc_table_fini(&t);
@@ -139,8 +142,10 @@ static void test_congestion_avoidance(void **state)
     /* A window's worth acknowledged, window-limited: one datagram more. */
     uint64_t w = cwnd(cc);
     assert_int_equal(fill(cc, MSS, now + 1), w);
-    for (uint64_t i = 0; i < w / MSS; i++)
+    for (uint64_t i = 0; i < w / MSS; i++) {
+        sx_cc_forget(cc, MSS);
         sx_cc_acked(cc, MSS, now + 50 * US);
+    }
     assert_int_equal(cwnd(cc), 11 * MSS);
     sx_cc_table_fini(&t);
 }
@@ -157,8 +162,12 @@ static void test_persistent_congestion(void **state)
     assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
     assert_int_equal(cwnd(cc), 2 * MSS);
     assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
+    /* Once: at the minimum, a further timeout changes nothing. */
+    assert_int_equal(sx_cc_lost(cc, now + 1, true, now + 2), 0);
+    assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
     /* Slow start back up to the threshold. */
     assert_int_equal(fill(cc, MSS, now + 1), 2 * MSS);
+    sx_cc_forget(cc, 2 * MSS);
     sx_cc_acked(cc, 2 * MSS, now + 100 * US);
     assert_int_equal(cwnd(cc), 4 * MSS);
     sx_cc_table_fini(&t);
@@ -173,24 +182,38 @@ static void test_delay_signal(void **state)
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
     atomic_store(&cc->cwnd, 100 * MSS);
-    /* Within the target: nothing. */
+    /* Within the target: slow start goes on. */
     assert_false(sx_cc_rtt(cc, 550 * US, 500 * US, now + 1000 * US));
-    assert_int_equal(cwnd(cc), 100 * MSS);
-    /* 1,000 us queued, 500 tolerated: 1 - 0.8 x 500 / 1000 = 0.6. */
-    assert_true(sx_cc_rtt(cc, 1100 * US, 500 * US, now + 3000 * US));
-    assert_int_equal(cwnd(cc), 60 * MSS);
-    assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
-    /* A sample of a packet sent before that cut: the same queue. */
-    assert_false(sx_cc_rtt(cc, 2000 * US, 500 * US, now + 3500 * US));
-    /* A much longer queue later: at most half. */
-    assert_true(sx_cc_rtt(cc, 10100 * US, 500 * US, now + 20000 * US));
-    assert_int_equal(cwnd(cc), 30 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
     /* A target of 0 turns the signal off. */
-    assert_false(sx_cc_rtt(cc, 50000 * US, 0, now + 100000 * US));
-    assert_int_equal(cwnd(cc), 30 * MSS);
-    /* The minimum is of the last 10 s: after that a sample replaces it. */
+    assert_false(sx_cc_rtt(cc, 50000 * US, 0, now + 2000 * US));
+    assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
+    /* 1,000 us queued, 500 tolerated: slow start ends where it is
+     * (HyStart++); the window is not cut. */
+    assert_true(sx_cc_rtt(cc, 1100 * US, 500 * US, now + 3000 * US));
+    assert_int_equal(cwnd(cc), 100 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 100 * MSS);
+    /* In congestion avoidance a queue changes nothing: losses decide. */
+    assert_false(sx_cc_rtt(cc, 10100 * US, 500 * US, now + 20000 * US));
+    assert_int_equal(cwnd(cc), 100 * MSS);
+    /* Nor in a slow start after persistent congestion (RFC 9406 section
+     * 4.3: the first slow start only). */
+    assert_int_equal(sx_cc_lost(cc, now + 30000 * US, true, now + 40000 * US), 2);
+    assert_false(sx_cc_rtt(cc, 10100 * US, 500 * US, now + 50000 * US));
+    assert_int_equal(atomic_load(&cc->ssthresh), 50 * MSS);
+    /* The minimum is of the last 5 to 10 s: when the window ends, the
+     * smallest sample of its second half takes over, not the next one
+     * (a standing queue's). */
     assert_int_equal(atomic_load(&cc->min_rtt_ns), 100 * US);
-    assert_false(sx_cc_rtt(cc, 300 * US, 500 * US, now + SX_CC_MIN_RTT_WINDOW_NS + 1));
+    uint64_t half = now + SX_CC_MIN_RTT_WINDOW_NS / 2 + 1;
+    (void)sx_cc_rtt(cc, 250 * US, 0, half);
+    (void)sx_cc_rtt(cc, 200 * US, 0, half + 1);
+    (void)sx_cc_rtt(cc, 900 * US, 0, half + 2);
+    assert_int_equal(atomic_load(&cc->min_rtt_ns), 100 * US);
+    (void)sx_cc_rtt(cc, 5000 * US, 0, now + SX_CC_MIN_RTT_WINDOW_NS + 1);
+    assert_int_equal(atomic_load(&cc->min_rtt_ns), 200 * US);
+    /* Without samples in the second half, the next one starts over. */
+    assert_false(sx_cc_rtt(cc, 300 * US, 500 * US, now + 3 * SX_CC_MIN_RTT_WINDOW_NS));
     assert_int_equal(atomic_load(&cc->min_rtt_ns), 300 * US);
     sx_cc_table_fini(&t);
 }
@@ -233,6 +256,7 @@ static void *hammer(void *arg)
         sx_cc_sent(cc, MSS);
         (void)sx_cc_window_open(cc, MSS, 1000 + (uint64_t)i);
         sx_cc_paced(cc, MSS, 1000 + (uint64_t)i);
+        sx_cc_forget(cc, MSS);
         sx_cc_acked(cc, MSS, 1000 + (uint64_t)i);
         if (i % 1000 == 0)
             (void)sx_cc_lost(cc, (uint64_t)i, false, 1000 + (uint64_t)i);
