@@ -136,7 +136,7 @@ static void sx_engine_init_env(struct sx_engine *e)
     e->env.mem = &e->mem;
     p->cc_mode = c->cc;
     p->cc_delay_ns = c->cc_delay_us * 1000u;
-    sx_cc_table_init(&e->cc, p->cc_delay_ns);
+    sx_cc_table_init(&e->cc);
     e->cc_created = true;
     e->env.cc = &e->cc;
 }

@@ -9,11 +9,10 @@
 
 #define RELAXED memory_order_relaxed
 
-void sx_cc_table_init(sx_cc_table_t *table, uint64_t delay_ns)
+void sx_cc_table_init(sx_cc_table_t *table)
 {
     pthread_mutex_init(&table->lock, NULL);
     table->head = NULL;
-    table->delay_ns = delay_ns;
 }
 
 void sx_cc_table_fini(sx_cc_table_t *table)

@@ -93,10 +93,9 @@ typedef struct sx_cc {
 typedef struct sx_cc_table {
     pthread_mutex_t lock; /* list; a cold path: channel creation */
     sx_cc_t *head;
-    uint64_t delay_ns; /* SX_CONGESTION_DELAY_US */
 } sx_cc_table_t;
 
-void sx_cc_table_init(sx_cc_table_t *table, uint64_t delay_ns);
+void sx_cc_table_init(sx_cc_table_t *table);
 
 /** Frees every controller; no channel may use one any more. */
 void sx_cc_table_fini(sx_cc_table_t *table);

@@ -52,7 +52,7 @@ static void test_initial_window(void **state)
     static const uint64_t want[] = {14720, 17800, 130000}; /* RFC 9002 section 7.2 */
     for (size_t i = 0; i < 3; i++) {
         sx_cc_table_t t;
-        sx_cc_table_init(&t, 500 * US);
+        sx_cc_table_init(&t);
         sx_cc_t *cc = sx_cc_get(&t, 7, mss[i]);
         assert_int_equal(cwnd(cc), want[i]);
         assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
@@ -64,7 +64,7 @@ static void test_table_per_host(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 0);
+    sx_cc_table_init(&t);
     sx_cc_t *a = sx_cc_get(&t, 1, MSS), *b = sx_cc_get(&t, 2, MSS);
     assert_ptr_not_equal(a, b);
     assert_ptr_equal(sx_cc_get(&t, 1, 8900), a); /* shared; the larger datagram kept */
@@ -78,7 +78,7 @@ static void test_window_and_slow_start(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
@@ -106,7 +106,7 @@ static void test_loss_halves_once_per_round_trip(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
@@ -132,7 +132,7 @@ static void test_congestion_avoidance(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
@@ -154,7 +154,7 @@ static void test_persistent_congestion(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
@@ -177,7 +177,7 @@ static void test_delay_signal(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
@@ -222,7 +222,7 @@ static void test_pacing(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = sx_cc_get(&t, 42, MSS);
 
@@ -268,7 +268,7 @@ static void test_shared_by_threads(void **state)
 {
     (void)state;
     sx_cc_table_t t;
-    sx_cc_table_init(&t, 500 * US);
+    sx_cc_table_init(&t);
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, 1000);
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
