@@ -3,13 +3,14 @@
 # A cluster of hosts made of network namespaces, for the tests (issue 20).
 #
 #   cluster.sh up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...
-#                        [--loss HOST:PERCENT]... [--ipv6]
+#                        [--loss HOST:PERCENT]... [--ecn HOST:MBIT:KBYTES]... [--ipv6]
 #   cluster.sh down NAME
 #   cluster.sh exec NAME HOST [CMD...]
 #   cluster.sh hosts NAME
 #   cluster.sh mtu NAME M
 #   cluster.sh loss NAME HOST PERCENT
 #   cluster.sh dropped NAME
+#   cluster.sh marked NAME
 #
 # `up` makes hosts NAME1..NAMEN. Each is a network namespace with `lo` and
 # one interface `sx0` (the same name on every host) carrying A.B.C.i/24,
@@ -64,6 +65,25 @@
 # `dropped` prints how many frames the loss rules have dropped so far, so
 # that a test can tell that its loss happened.
 #
+# `--ecn HOST:MBIT:KBYTES` makes the switch port towards HOST an ECN
+# marking one, as a datacenter switch with a marking threshold is (DCTCP,
+# RFC 8257 section 3.1): an nftables token bucket filling at MBIT Mbit/s
+# and holding KBYTES kB stands for the port's queue (the bucket runs dry
+# exactly when frames arrive faster than MBIT long enough to queue
+# KBYTES), and an ECN-capable IPv4 frame (ECT(0) or ECT(1)) that finds it
+# dry leaves marked CE (RFC 3168). Frames of every kind draw on the bucket;
+# others pass unmarked. With --shape at the same port, MBIT a little under
+# the shaped rate marks before the tbf queue drops: this kernel has no AQM
+# qdisc (fq_codel, red) that marks by itself. `marked` prints how many
+# frames the switch marked so far.
+#
+# The bucket counts frames of the MTU (plus 14 bytes of Ethernet header),
+# as a switch's buffer counts cells: nft's byte limit holds a whole
+# second of its rate besides the burst, so it cannot stand for a queue of
+# kilobytes, while its packet limit holds just the burst. So that it sees
+# frames, not GSO super-frames, --ecn also makes every host cut its GSO
+# sends into frames itself, as `mtu` does.
+#
 # `loss` needs the nft command (Debian's nftables, which
 # scripts/install-deps.sh installs) and the kernel's nf_tables for
 # bridges; the switch's rules live in its namespace, in table `bridge sx`.
@@ -98,13 +118,14 @@ die() {
 usage() {
     cat >&2 <<EOF
 usage: $PROG up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURST]]...
-                      [--loss HOST:PERCENT]... [--ipv6]
+                      [--loss HOST:PERCENT]... [--ecn HOST:MBIT:KBYTES]... [--ipv6]
        $PROG down NAME
        $PROG exec NAME HOST [CMD...]
        $PROG hosts NAME
        $PROG mtu NAME M
        $PROG loss NAME HOST PERCENT
        $PROG dropped NAME
+       $PROG marked NAME
 EOF
     exit 2
 }
@@ -289,7 +310,7 @@ cmd_up() {
         die 2 "bad host count '$n' (1..250)"
     fi
     N=$((10#$n)) MTU=1500 SUBNET=10.77.0
-    local -a shapes=() losses=()
+    local -a shapes=() losses=() ecns=()
     local ipv6=0
     while (($#)); do
         case $1 in
@@ -320,6 +341,13 @@ cmd_up() {
             (($# >= 2)) || usage
             [[ $2 =~ ^[^:]+:[^:]+$ ]] || die 2 "bad loss '$2' (HOST:PERCENT)"
             losses+=("$2")
+            shift 2
+            ;;
+        --ecn)
+            (($# >= 2)) || usage
+            [[ $2 =~ ^[^:]+:[0-9]{1,6}:[0-9]{1,6}$ ]] ||
+                die 2 "bad ecn '$2' (HOST:MBIT:KBYTES, integers)"
+            ecns+=("$2")
             shift 2
             ;;
         --ipv6)
@@ -420,7 +448,21 @@ cmd_up() {
     for spec in "${losses[@]}"; do
         set_loss "$name" "${spec%%:*}" "${spec#*:}"
     done
-    ((${#losses[@]} == 0)) || switch_rules "$name"
+    local mbit kbytes
+    for spec in "${ecns[@]}"; do
+        IFS=: read -r host mbit kbytes <<<"$spec"
+        h=$(resolve_host "$name" "$host") || exit 2
+        ((10#$mbit > 0 && 10#$kbytes > 0)) || die 2 "bad ecn '$spec': MBIT and KBYTES above 0"
+        # Frames per second and frames of queue, MTU-sized, at least one.
+        echo "$(((10#$mbit * 125000 + MTU + 13) / (MTU + 14))) $(((10#$kbytes * 1000 + MTU + 13) / (MTU + 14)))" >"$state/ecn.p${h#"$name"}"
+    done
+    if ((${#ecns[@]})); then
+        for ((i = 1; i <= N; i++)); do
+            ip -n "$name$i" link set "$IFNAME" gso_max_segs 1 ||
+                die 1 "cannot make $name$i cut its GSO sends into frames"
+        done
+    fi
+    ((${#losses[@]} + ${#ecns[@]} == 0)) || switch_rules "$name"
 
     poll 100 links_ready "$name" || die 1 "the links of cluster $name did not come up in 5 s"
     trap - EXIT INT TERM HUP
@@ -476,18 +518,28 @@ cmd_exec() {
 # (frames in 10000 dropped towards host I), in one nft transaction: the
 # old rules go and the new ones come at once.
 switch_rules() {
-    local name=$1 state=$STATE_ROOT/$1 f rules= err
+    local name=$1 state=$STATE_ROOT/$1 f rules= marks= err rate burst
     command -v nft >/dev/null ||
-        die 1 "nft not found: loss needs nftables (scripts/install-deps.sh installs it)"
+        die 1 "nft not found: loss and ecn need nftables (scripts/install-deps.sh installs it)"
     for f in "$state"/loss.p*; do
         [[ -f $f ]] || continue
         rules+="add rule bridge sx path oifname \"${f##*/loss.}\" numgen random mod 10000 < $(<"$f") counter drop"$'\n'
     done
+    # Marking in a chain of its own, after the loss rules, so that
+    # `dropped` counts drops only.
+    for f in "$state"/ecn.p*; do
+        [[ -f $f ]] || continue
+        read -r rate burst <"$f"
+        marks+="add rule bridge sx marking oifname \"${f##*/ecn.}\" limit rate over $rate/second burst $burst packets ip ecn != not-ect ip ecn set ce counter"$'\n'
+    done
     if ! err=$(nsenter --net="$NETNS_DIR/${name}sw" nft -f - 2>&1 <<EOF
 add table bridge sx
 add chain bridge sx path { type filter hook forward priority 0; policy accept; }
+add chain bridge sx marking { type filter hook forward priority 1; policy accept; }
 flush chain bridge sx path
+flush chain bridge sx marking
 $rules
+$marks
 EOF
     ); then
         die 1 "cluster $name: nft refused the switch's rules: ${err%%$'\n'*}"
@@ -561,6 +613,21 @@ cmd_dropped() {
     echo "$total"
 }
 
+cmd_marked() {
+    (($# == 1)) || usage
+    local name=$1 out total=0 n
+    check_name "$name"
+    [[ -e $NETNS_DIR/${name}sw ]] || die 1 "cluster $name has no switch (${name}sw)"
+    if ! out=$(nsenter --net="$NETNS_DIR/${name}sw" nft list chain bridge sx marking 2>/dev/null); then
+        echo 0
+        return
+    fi
+    for n in $(grep -o 'counter packets [0-9]*' <<<"$out" | awk '{print $3}'); do
+        total=$((total + n))
+    done
+    echo "$total"
+}
+
 (($#)) || usage
 sub=$1
 shift
@@ -572,5 +639,6 @@ hosts) cmd_hosts "$@" ;;
 mtu) cmd_mtu "$@" ;;
 loss) cmd_loss "$@" ;;
 dropped) cmd_dropped "$@" ;;
+marked) cmd_marked "$@" ;;
 *) usage ;;
 esac

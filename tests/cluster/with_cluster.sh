@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Runs a command on a namespace cluster made for it (cluster.sh), for ctest:
 #
-#   with_cluster.sh N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]...
+#   with_cluster.sh N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]... [--ecn HOST:MBIT:KBYTES]...
 #                   [--subnet A.B.C] [--ipv6] -- CMD...
 #
 # brings up N hosts with MTU M under a name of its own (sx<pid><letter>,
@@ -30,7 +30,7 @@ cluster=$here/cluster.sh
 state_root=${CLUSTER_STATE_DIR:-/run/sxcluster}
 
 usage() {
-    echo "usage: ${0##*/} N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]... [--subnet A.B.C] [--ipv6] -- CMD..." >&2
+    echo "usage: ${0##*/} N MTU [--shape HOST:RATE:QUEUE[:BURST]]... [--loss HOST:PERCENT]... [--ecn HOST:MBIT:KBYTES]... [--subnet A.B.C] [--ipv6] -- CMD..." >&2
     exit 2
 }
 
@@ -40,7 +40,7 @@ shift 2
 up_args=(--mtu "$mtu")
 while (($#)) && [[ $1 != -- ]]; do
     case $1 in
-    --shape | --subnet | --loss)
+    --shape | --subnet | --loss | --ecn)
         (($# >= 2)) || usage
         up_args+=("$1" "$2")
         shift 2
