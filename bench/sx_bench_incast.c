@@ -61,7 +61,7 @@
 /* Counters each sender reports, in this order (sx_stats_value names). */
 static const char *const sxb_inc_counter_names[] = {
     "data_bytes",   "rtx_bytes",        "rtx_timeout",   "cc_loss_cuts",  "cc_delay_exits",
-    "cc_collapses", "cc_window_stalls", "cc_pace_waits", "chan_failures",
+    "cc_collapses", "cc_window_stalls", "cc_pace_waits", "chan_failures", "cc_ecn_cuts",
 };
 enum {
     SXB_INC_NCOUNTERS = sizeof(sxb_inc_counter_names) / sizeof(sxb_inc_counter_names[0]),
@@ -147,6 +147,7 @@ typedef struct sxb_inc_result {
     double p50_us, p99_us, max_us;
     uint64_t probe_n;
     bool verified;
+    uint64_t rx_ecn_ce; /* rank 0's: data datagrams that came marked CE; UINT64_MAX unknown */
 } sxb_inc_result_t;
 
 static sxb_inc_result_t g_inc;
@@ -824,6 +825,8 @@ static int sxb_inc_result(sxb_inc_t *inc, double interval_s, bool ok)
     }
     /* chan_failures: rank 0's and the prober's too; a channel failure
      * anywhere spoils the run. */
+    if (sx_stats_value(inc->engine, "rx_ecn_ce", &g->rx_ecn_ce) != SX_OK)
+        g->rx_ecn_ce = UINT64_MAX;
     uint64_t v = 0;
     if (sx_stats_value(inc->engine, "chan_failures", &v) == SX_OK)
         g->sum[SXB_INC_CHAN_FAILURES] += v;
@@ -855,6 +858,7 @@ static int sxb_inc_result(sxb_inc_t *inc, double interval_s, bool ok)
     sxb_metric(&rec, "rtx_pct", g->rtx_pct);
     for (int k = 0; k < SXB_INC_NCOUNTERS; k++)
         sxb_metric(&rec, sxb_inc_counter_names[k], g->have[k] ? (double)g->sum[k] : NAN);
+    sxb_metric(&rec, "rx_ecn_ce", g->rx_ecn_ce != UINT64_MAX ? (double)g->rx_ecn_ce : NAN);
     sxb_metric(&rec, "probe_p50_us", g->p50_us);
     sxb_metric(&rec, "probe_p99_us", g->p99_us);
     sxb_metric(&rec, "probe_max_us", g->max_us);
@@ -880,12 +884,14 @@ static int sxb_inc_result(sxb_inc_t *inc, double interval_s, bool ok)
            sxb_inc_num(g->have[2] ? g->sum[2] : UINT64_MAX),
            (unsigned long long)g->sum[SXB_INC_CHAN_FAILURES]);
     printf("cc (summed over the senders): loss_cuts %.0f, delay_cuts %.0f, collapses %.0f, "
-           "window_stalls %.0f, pace_waits %.0f\n",
+           "window_stalls %.0f, pace_waits %.0f, ecn_cuts %.0f; CE-marked datagrams at rank 0 "
+           "%.0f\n",
            sxb_inc_num(g->have[3] ? g->sum[3] : UINT64_MAX),
            sxb_inc_num(g->have[4] ? g->sum[4] : UINT64_MAX),
            sxb_inc_num(g->have[5] ? g->sum[5] : UINT64_MAX),
            sxb_inc_num(g->have[6] ? g->sum[6] : UINT64_MAX),
-           sxb_inc_num(g->have[7] ? g->sum[7] : UINT64_MAX));
+           sxb_inc_num(g->have[7] ? g->sum[7] : UINT64_MAX),
+           sxb_inc_num(g->have[9] ? g->sum[9] : UINT64_MAX), sxb_inc_num(g->rx_ecn_ce));
     if (g->probe)
         printf("probe (rank %d <-> rank 0, %u B round trips, %llu of them): p50 %.1f us, p99 "
                "%.1f us, max %.1f us\n",
@@ -981,6 +987,10 @@ void sxb_incast_json(FILE *out)
         else
             fprintf(out, ",\"%s\":null", sxb_inc_counter_names[k]);
     }
+    if (g->rx_ecn_ce != UINT64_MAX)
+        fprintf(out, ",\"rx_ecn_ce\":%llu", (unsigned long long)g->rx_ecn_ce);
+    else
+        fputs(",\"rx_ecn_ce\":null", out);
     const double probe[3] = {g->p50_us, g->p99_us, g->max_us};
     static const char *const keys[3] = {"probe_p50_us", "probe_p99_us", "probe_max_us"};
     for (int k = 0; k < 3; k++) {

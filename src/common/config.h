@@ -114,6 +114,11 @@
       "Queueing delay that ends the congestion window's slow start (HyStart++): a round trip " \
       "this much above the smallest of the last 5 to 10 s; the window then grows by a "        \
       "datagram per round trip until a loss. 0: losses alone.")                                \
+    X(CONGESTION_ECN, BOOL, cc_ecn, "yes", 0, 0, NULL,                                         \
+      "ECN (RFC 3168) with congestion control on: udp data datagrams leave marked ECT(0), "    \
+      "receivers count the CE marks routers set and echo the counts in every ACK, and a "      \
+      "count that grew halves the window as a loss would, once per round trip, with nothing "  \
+      "lost. no: not ECN-capable (routers drop instead of marking).")                          \
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                                \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")               \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                         \
@@ -240,6 +245,7 @@ typedef struct sx_config {
     bool udp_ack_socket;
     uint64_t udp_connect;
     bool udp_gso;
+    bool cc_ecn;
     int cc;
     uint64_t cc_delay_us;
     uint64_t ack_delay_us;

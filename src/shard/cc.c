@@ -49,6 +49,7 @@ sx_cc_t *sx_cc_get(sx_cc_table_t *table, uint64_t host, uint32_t mss)
         uint64_t cap = 14720 > 2 * (uint64_t)mss ? 14720 : 2 * (uint64_t)mss;
         atomic_init(&cc->cwnd, iw < cap ? iw : cap);
         atomic_init(&cc->ssthresh, UINT64_MAX);
+        atomic_init(&cc->alpha, SX_CC_ALPHA_ONE); /* RFC 8257 section 3.3: from 1 */
         cc->next = table->head;
         table->head = cc;
     } else if (cc != NULL && mss > atomic_load_explicit(&cc->mss, RELAXED)) {
@@ -210,4 +211,38 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
         return 0;
     cc_set_window(cc, atomic_load_explicit(&cc->cwnd, RELAXED) / 2); /* RFC 5681 (4) */
     return 1;
+}
+
+bool sx_cc_ecn(sx_cc_t *cc, uint32_t ect, uint32_t ce, uint64_t sent_ns, uint64_t now)
+{
+    uint64_t total = atomic_fetch_add_explicit(&cc->ecn_total, (uint64_t)ect + ce, RELAXED);
+    uint64_t marked = atomic_fetch_add_explicit(&cc->ecn_marked, ce, RELAXED);
+    uint64_t at = atomic_load_explicit(&cc->ecn_at_ns, RELAXED);
+    uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
+
+    total += (uint64_t)ect + ce;
+    marked += ce;
+    /* Once a round trip, alpha = (1 - g) alpha + g F, F the share marked
+     * (RFC 8257 section 3.3); the CAS makes one shard the updater. */
+    if (at == 0) {
+        atomic_compare_exchange_strong_explicit(&cc->ecn_at_ns, &at, now, RELAXED, RELAXED);
+    } else if (now - at >= srtt && total != 0 &&
+               atomic_compare_exchange_strong_explicit(&cc->ecn_at_ns, &at, now, RELAXED,
+                                                       RELAXED)) {
+        atomic_fetch_sub_explicit(&cc->ecn_total, total, RELAXED);
+        atomic_fetch_sub_explicit(&cc->ecn_marked, marked, RELAXED);
+        uint32_t alpha = atomic_load_explicit(&cc->alpha, RELAXED);
+        uint64_t f = marked * SX_CC_ALPHA_ONE / total;
+        if (f > SX_CC_ALPHA_ONE)
+            f = SX_CC_ALPHA_ONE; /* a peer's counts are untrusted */
+        alpha = alpha - (alpha >> SX_CC_ALPHA_SHIFT) + (uint32_t)(f >> SX_CC_ALPHA_SHIFT);
+        atomic_store_explicit(&cc->alpha, alpha, RELAXED);
+    }
+    if (ce == 0 || !cc_claim_cut(cc, sent_ns, now))
+        return false;
+    /* cwnd = cwnd (1 - alpha / 2) (RFC 8257 section 3.3). */
+    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+    uint64_t alpha = atomic_load_explicit(&cc->alpha, RELAXED);
+    cc_set_window(cc, cwnd - cwnd * alpha / (2 * SX_CC_ALPHA_ONE));
+    return true;
 }

@@ -37,8 +37,18 @@
  *     with a credit of SX_CC_BURST_NS for a burst after a pause; a
  *     channel the clock holds back re-arms its flush on the shard's wheel.
  *
- * ECN (IP_RECVTOS) is not used: the queues these tests shape (tc tbf)
- * drop, they do not mark; the delay signal stands where ECN would.
+ *   - ECN (RFC 3168; sx_cc_ecn): receivers echo running counts of the
+ *     ECT and CE marks of the datagrams they got (wire.h). A CE mark cuts
+ *     the window once per round trip, as a loss does, but by DCTCP's
+ *     measure (RFC 8257 section 3.3): by alpha / 2, alpha the moving
+ *     average (gain 1/16, updated every round trip) of the share of
+ *     datagrams marked, from 1, so a first mark halves it, as RFC 3168's
+ *     response does, and a queue that a few marks keep at a switch's
+ *     threshold costs a few percent a round trip instead of half. A
+ *     window halved on every round trip with marks left 80 of 125 MB/s
+ *     used, two senders through a port marking above 64 kB (bench/
+ *     bench_incast.sh --ecn). Datacenter marking is what this answers,
+ *     as DCTCP's does; the paths shardx serves are a job's network.
  *
  * Which channels use it (SX_CONGESTION): auto, those whose datagrams leave this
  * host (the transport's dest_local says no); on, every network channel
@@ -68,6 +78,8 @@
 #define SX_CC_MAX_BYTES         (1ull << 30)   /* a ceiling for the window */
 #define SX_CC_MIN_RTT_WINDOW_NS 10000000000ull /* the smallest RTT of 5 to 10 s */
 #define SX_CC_BURST_NS          50000ull       /* pacing credit after a pause */
+#define SX_CC_ALPHA_ONE         1024u          /* alpha's fixed point: 1.0 */
+#define SX_CC_ALPHA_SHIFT       4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
 
 /* SX_CONGESTION's words (common/config.h). */
 enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };
@@ -87,7 +99,13 @@ typedef struct sx_cc {
     _Atomic uint64_t min_rtt_next_ns; /* ... and since half a window after it */
     _Atomic uint64_t min_rtt_at_ns;
     _Atomic uint64_t pace_ns; /* the pacing clock: when the next datagram may go */
-    struct sx_cc *next;       /* the table's list */
+    /* ECN: DCTCP's alpha (in 1/SX_CC_ALPHA_ONE), and the datagrams
+     * acknowledged with an ECN count and those marked CE since ecn_at_ns,
+     * the start of the round trip that updates it next. */
+    _Atomic uint32_t alpha;
+    _Atomic uint64_t ecn_total, ecn_marked;
+    _Atomic uint64_t ecn_at_ns;
+    struct sx_cc *next; /* the table's list */
 } sx_cc_t;
 
 typedef struct sx_cc_table {
@@ -146,5 +164,11 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now);
  *  same event as an earlier cut), 1 (the window halved), 2 (it fell to
  *  its minimum). */
 int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now);
+
+/** An ACK raised the peer's ECN counts by @p ect (datagrams that came
+ *  unmarked but ECN-capable) and @p ce (marked CE); @p sent_ns is when
+ *  the newest packet it acknowledges was sent. Returns whether the window
+ *  was cut (a CE mark, the first since a packet sent after the last cut). */
+bool sx_cc_ecn(sx_cc_t *cc, uint32_t ect, uint32_t ce, uint64_t sent_ns, uint64_t now);
 
 #endif /* SX_SHARD_CC_H */

@@ -202,7 +202,12 @@ typedef struct sx_chan {
      * again). */
     struct sx_cc *cc;
     sx_timer_t cc_timer;
-    size_t cc_pipe;    /* bytes of ours in cc's flight (the packets in_pipe) */
+    size_t cc_pipe; /* bytes of ours in cc's flight (the packets in_pipe) */
+    /* ECN (wire.h): the running counts of ECT and CE data datagrams
+     * received, which every ACK echoes, and the peer's counts as its
+     * newest ACK gave them. */
+    uint32_t rx_ecn_ect, rx_ecn_ce;
+    uint32_t peer_ecn_ect, peer_ecn_ce;
     bool rwnd_stalled; /* a flush stopped at the peer's window */
     sx_timer_t persist_timer;
     unsigned persist_backoff;
@@ -306,6 +311,10 @@ void sx_chan_kick_locked(sx_chan_t *chan);
 
 /** Queues @p op (taking ownership) and marks the channel ready. */
 void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
+
+/** A data datagram for @p c arrived with the ECN field @p ecn
+ *  (SX_TL_ECN_*): counted for its ACKs to echo (wire.h). */
+void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn);
 
 /** Handles a validated packet addressed to this channel. */
 void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_t *data,

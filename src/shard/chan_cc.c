@@ -97,6 +97,40 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint
         sx_stat_add(&c->shard->stats.cc_collapses, 1);
 }
 
+void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn)
+{
+    if (ecn == SX_TL_ECN_CE) {
+        c->rx_ecn_ce++;
+        sx_stat_add(&c->shard->stats.rx_ecn_ce, 1);
+    } else if (ecn != SX_TL_ECN_NOT_ECT) {
+        c->rx_ecn_ect++;
+    }
+}
+
+void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
+{
+    /* Counts only grow (mod 2^32): an ACK overtaken by a newer one carries
+     * smaller counts and says nothing new. */
+    int32_t ect = (int32_t)(h->ecn_ect - c->peer_ecn_ect);
+    int32_t ce = (int32_t)(h->ecn_ce - c->peer_ecn_ce);
+    if (ect < 0)
+        ect = 0;
+    if (ce < 0)
+        ce = 0;
+    if (ect == 0 && ce == 0)
+        return;
+    c->peer_ecn_ect += (uint32_t)ect;
+    c->peer_ecn_ce += (uint32_t)ce;
+    if (c->cc == NULL)
+        return;
+    /* RFC 9002 section 7.1 (and RFC 3168 section 6.1.2): a CE mark is a
+     * congestion event, once per round trip, told by the send time of the
+     * newest packet acknowledged, which RACK keeps (rack_ns); how far
+     * the window falls is DCTCP's (shard/cc.h). */
+    if (sx_cc_ecn(c->cc, (uint32_t)ect, (uint32_t)ce, c->rack_ns, now))
+        sx_stat_add(&c->shard->stats.cc_ecn_cuts, 1);
+}
+
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now)
 {
     if (c->cc != NULL && sx_cc_rtt(c->cc, rtt, c->shard->env->conf.cc_delay_ns, now))

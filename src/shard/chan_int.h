@@ -115,6 +115,10 @@ void sx_chan_cc_attach_locked(sx_chan_t *c);
  *  kick the channel when it may. Only for a channel with a controller. */
 bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now);
 
+/** The ECN counts of an ACK (@p h): a CE count that grew since the last
+ *  ACK is a congestion event for the window (shard/cc.h). */
+void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now);
+
 /** cc_timer's callback: the channel flushes again. */
 void sx_chan_cc_timer(sx_timer_t *timer, void *arg);
 

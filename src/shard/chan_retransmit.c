@@ -488,4 +488,5 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             }
         }
     }
+    sx_chan_cc_ecn_ack_locked(c, h, now);
 }

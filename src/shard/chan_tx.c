@@ -229,6 +229,8 @@ void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h)
 {
     h->ack = c->rcv_nxt;
     h->sack = c->rcv_sack;
+    h->ecn_ect = c->rx_ecn_ect;
+    h->ecn_ce = c->rx_ecn_ce;
     sx_chan_rwnd_locked(c, &h->rwnd_pkts, &h->rwnd_bytes);
     c->rwnd_adv_pkts = h->rwnd_pkts;
     c->rwnd_adv_bytes = h->rwnd_bytes;

@@ -380,7 +380,7 @@ static void sx_shard_drop(sx_shard_t *shard, sx_drop_reason_t why)
 
 void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
-    sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len, NULL, 0);
+    sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len, NULL, 0, SX_TL_ECN_NOT_ECT);
 }
 
 bool sx_shard_src_ok_locked(sx_shard_t *shard, sx_chan_t *c, const void *src, size_t src_len)
@@ -463,7 +463,8 @@ static sx_drop_reason_t sx_shard_auth_check(sx_shard_t *shard, const sx_wire_hdr
 }
 
 static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
-                                     size_t len, bool via_oob, const void *src, size_t src_len)
+                                     size_t len, bool via_oob, const void *src, size_t src_len,
+                                     uint8_t ecn)
 {
     const sx_shard_env_t *env = shard->env;
     sx_wire_hdr_t h;
@@ -508,6 +509,8 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
     }
     if (!sx_shard_src_ok_locked(shard, c, src, src_len))
         return;
+    if (h.type == SX_PKT_DATA)
+        sx_chan_cc_ecn_rx_locked(c, ecn);
     if (h.type == SX_PKT_CTRL)
         sx_conn_recv_ctrl_locked(c, &h, data, len);
     else if (h.flags & SX_PKTF_FRAG)
@@ -517,15 +520,15 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
 }
 
 void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len,
-                               const void *src, size_t src_len)
+                               const void *src, size_t src_len, uint8_t ecn)
 {
-    sx_shard_recv_any_locked(shard, tl, data, len, false, src, src_len);
+    sx_shard_recv_any_locked(shard, tl, data, len, false, src, src_len, ecn);
 }
 
 void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
     /* The OOB connection is the peer's own: no datagram source to check. */
-    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true, NULL, 0);
+    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true, NULL, 0, SX_TL_ECN_NOT_ECT);
 }
 
 static int sx_shard_poll_locked(sx_shard_t *shard)
@@ -545,8 +548,8 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
         }
         for (int i = 0; i < n; i++) {
             if (ev[i].type == SX_TL_EV_RECV)
-                sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len, ev[i].src,
-                                          ev[i].src_len);
+                sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len, ev[i].src, ev[i].src_len,
+                                          ev[i].ecn);
             else if (ev[i].type == SX_TL_EV_SEND_DONE && shard->tx_inflight[t] > 0)
                 shard->tx_inflight[t]--; /* a send credit comes back */
         }

@@ -87,6 +87,8 @@ struct sx_shard_guest {
     X(cc_loss_cuts, "congestion window halvings after a loss (once per round trip)")             \
     X(cc_delay_exits, "slow starts ended by a queue the round trips showed (HyStart++)")         \
     X(cc_collapses, "congestion window falls to its minimum (persistent congestion)")            \
+    X(cc_ecn_cuts, "congestion window halvings after CE marks the peer echoed (ECN)")            \
+    X(rx_ecn_ce, "data datagrams received marked CE (ECN: a router's congestion signal)")        \
     X(hotel_full, "packets that waited for a hotel room")                                        \
     X(tx_again, "sends refused by a full interface")                                             \
     X(tx_no_credits, "datagrams held back for want of send credits")                             \
@@ -330,10 +332,10 @@ void sx_shard_wake(sx_shard_t *shard);
 bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p);
 
 /** Handles one datagram received on interface @p tl from @p src (an
- *  event's src and src_len; NULL when the transport cannot say). Token
- *  holder only. */
+ *  event's src and src_len; NULL when the transport cannot say) with the
+ *  ECN field @p ecn (SX_TL_ECN_*). Token holder only. */
 void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len,
-                               const void *src, size_t src_len);
+                               const void *src, size_t src_len, uint8_t ecn);
 
 /** The same for a datagram from the network interface, its source not
  *  known (the fuzzer's). */

@@ -35,7 +35,7 @@ const char *sx_drop_reason_text(sx_drop_reason_t reason)
 
 /*
  * The Internet checksum (RFC 1071): one's-complement sum of 16-bit words.
- * It is cheap and catches the header corruption a CRC would, for a 56-byte
+ * It is cheap and catches the header corruption a CRC would, for a 64-byte
  * header; payloads get CRC32C, which is much stronger over long data.
  * Every header sent and received is summed, so it adds 32-bit
  * little-endian words into a 64-bit accumulator and folds once at the end
@@ -82,6 +82,8 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
     sx_put32(out + 44, payload_crc != NULL ? *payload_crc : 0);
     sx_put32(out + 48, hdr->rwnd_pkts);
     sx_put32(out + 52, hdr->rwnd_bytes);
+    sx_put32(out + 56, hdr->ecn_ect);
+    sx_put32(out + 60, hdr->ecn_ce);
     sx_put16(out + 42, sx_wire_csum16(out, SX_WIRE_HDR_LEN));
 }
 
@@ -115,6 +117,8 @@ void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_s
     sx_put64(pkt + 32, ack->sack);
     sx_put32(pkt + 48, ack->rwnd_pkts);
     sx_put32(pkt + 52, ack->rwnd_bytes);
+    sx_put32(pkt + 56, ack->ecn_ect);
+    sx_put32(pkt + 60, ack->ecn_ce);
     sx_put16(pkt + 42, 0);
     sx_put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
 }
@@ -141,6 +145,8 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
     hdr->payload_len = sx_get16(data + 40);
     hdr->rwnd_pkts = sx_get32(data + 48);
     hdr->rwnd_bytes = sx_get32(data + 52);
+    hdr->ecn_ect = sx_get32(data + 56);
+    hdr->ecn_ce = sx_get32(data + 60);
     if (hdr->type != SX_PKT_DATA && hdr->type != SX_PKT_ACK && hdr->type != SX_PKT_CTRL)
         return SX_DROP_TYPE;
     if (hdr->flags & ~SX_PKTF_KNOWN)

@@ -7,7 +7,7 @@
  *
  * A datagram is one packet header followed by zero or more frames:
  *
- *   packet header (56 bytes)
+ *   packet header (64 bytes)
  *     0  u8   version            SX_WIRE_VERSION
  *     1  u8   type               SX_PKT_DATA, SX_PKT_ACK or SX_PKT_CTRL
  *     2  u16  flags              SX_PKTF_*
@@ -25,6 +25,9 @@
  *                                from `ack` on (its right edge is ack + rwnd_pkts)
  *    52  u32  rwnd_bytes         receive window: bytes the receiver can still
  *                                hold beyond `ack`
+ *    56  u32  ecn_ect            ECN: DATA datagrams of this channel received
+ *                                with ECT(0) or ECT(1), mod 2^32
+ *    60  u32  ecn_ce             ECN: those received marked CE, mod 2^32
  *
  *   frame header (8 bytes), then a kind-specific extension, then data
  *     0  u8   kind               SX_FRAME_*
@@ -36,7 +39,12 @@
  * is flow control (RFC 9293 section 3.8.6): data that arrived and was
  * acknowledged but not yet delivered to the application takes room in the
  * receiver, and the sender keeps what it has in flight inside what the
- * latest ACK advertised. SX_PKTF_PROBE asks for an ACK at once: a closed
+ * latest ACK advertised. ecn_ect and ecn_ce, valid with SX_PKTF_ACK too,
+ * are running counts of the ECN field of the DATA datagrams received (RFC
+ * 3168; counts, not a flag, as QUIC's ACK_ECN frame has them, RFC 9000
+ * section 13.4.1): the sender takes a count that grew as a congestion
+ * signal (shard/cc.h), and a lost ACK loses nothing, the next one carries
+ * the total. SX_PKTF_PROBE asks for an ACK at once: a closed
  * window's probe (the persist timer) and a liveness probe both use it.
  *
  * SX_PKTF_AUTH: the datagram ends with a 16-byte tag after the payload
@@ -94,8 +102,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SX_WIRE_VERSION   2 /* 2: the receive window (flow control) */
-#define SX_WIRE_HDR_LEN   56
+#define SX_WIRE_VERSION   3 /* 2: the receive window (flow control); 3: ECN counts */
+#define SX_WIRE_HDR_LEN   64
 #define SX_WIRE_FRAME_LEN 8
 #define SX_WIRE_SACK_BITS 64
 #define SX_WIRE_FRAG_LEN  8
@@ -190,6 +198,8 @@ typedef struct sx_wire_hdr {
     uint16_t payload_len;
     uint32_t rwnd_pkts;
     uint32_t rwnd_bytes;
+    uint32_t ecn_ect;
+    uint32_t ecn_ce;
 } sx_wire_hdr_t;
 
 /** A decoded fragment header (SX_PKTF_FRAG); data points at its slice. */
@@ -248,7 +258,7 @@ typedef struct sx_wire_frame {
 int sx_wire_ext_len(uint8_t kind);
 
 /**
- * Writes the 48-byte header for @p hdr into @p out, computing hdr_csum and,
+ * Writes the header for @p hdr into @p out, computing hdr_csum and,
  * when @p payload_crc is not NULL, setting SX_PKTF_CRC with that CRC.
  */
 void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc);
@@ -257,7 +267,7 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
  * Rewrites the acknowledgement fields (ack, sack, the receive window) and
  * flags of an already written header (a retransmitted packet carries the
  * current acknowledgement) and its checksum. @p ack supplies ack, sack,
- * rwnd_pkts and rwnd_bytes; @p flags_set is ORed in.
+ * rwnd_pkts, rwnd_bytes, ecn_ect and ecn_ce; @p flags_set is ORed in.
  */
 void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_set);
 

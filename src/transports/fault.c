@@ -24,6 +24,9 @@
  *                       shrinks under an established channel (needs path_mtu)
  *   tx_credits=N        advertise N send credits (fewer than the inner
  *                       transport's), so the layer above must ration them
+ *   ce=P                on receipt, mark an ECN-capable datagram (ECT(0) or
+ *                       ECT(1) in the event's ecn) CE with probability P, as
+ *                       a router that marks instead of dropping would
  *
  * P is a decimal probability in [0, 1]. "Control" is what
  * config->is_control says of a datagram's iov[0] (NULL: nothing is); the
@@ -37,12 +40,15 @@
  * same seed and the same sequence of sends give the same decisions, and
  * adding, say, a blackhole window does not shift the loss pattern. A send
  * refused by the inner transport (SX_ERR_AGAIN) rolls the generator back.
+ * ce draws from a second generator (rx_rng), once per ECN-capable datagram
+ * received, so receiving never shifts the send side's pattern.
  *
  * What is supported: inner transports with caps.sync_send (udp, self, ofi). The
  * decorator then copies only what it holds (reordered, delayed) or changes
  * (corrupted); everything else goes straight through. An inner transport
  * without sync_send is refused at open with SX_ERR_UNSUPPORTED. Faults are
- * applied on the send side only; poll passes the inner events through.
+ * applied on the send side, but for ce: poll passes the inner events
+ * through, with ce the ECN field of some rewritten.
  *
  * wait_fd is the inner one: it does not wake for a delayed or held
  * datagram falling due. An owner that sleeps on it must also wake for its
@@ -77,7 +83,7 @@ typedef struct fault_pkt {
 } fault_pkt_t;
 
 typedef struct fault_spec {
-    double loss, ctrl_loss, dup, reorder, corrupt;
+    double loss, ctrl_loss, dup, reorder, corrupt, ce;
     uint64_t delay_ns;
     uint64_t seed;
     bool blackhole, ctrl_blackout;
@@ -95,6 +101,7 @@ typedef struct fault_iface {
     int (*is_control)(const void *data, size_t len);
     uint64_t open_ns;
     uint64_t rng[4];
+    uint64_t rx_rng[4];                   /* ce's */
     fault_pkt_t *held;                    /* reorder: at most one per destination */
     fault_pkt_t *delay_head, *delay_tail; /* FIFO; the delay is uniform, so FIFO is due order */
     uint8_t *live;                        /* live[dest]: inserted and not removed */
@@ -118,9 +125,8 @@ static uint64_t fault_rotl(uint64_t x, int k)
     return (x << k) | (x >> (64 - k));
 }
 
-static uint64_t fault_next(fault_iface_t *f)
+static uint64_t fault_next_of(uint64_t *s)
 {
-    uint64_t *s = f->rng;
     uint64_t result = fault_rotl(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
 
@@ -131,6 +137,11 @@ static uint64_t fault_next(fault_iface_t *f)
     s[2] ^= t;
     s[3] = fault_rotl(s[3], 45);
     return result;
+}
+
+static uint64_t fault_next(fault_iface_t *f)
+{
+    return fault_next_of(f->rng);
 }
 
 /* One Bernoulli(p) trial; draws only when p is configured, so that an
@@ -208,8 +219,9 @@ static int fault_parse_window(const char *key, const char *value, uint64_t *star
 static int fault_parse_item(const char *key, const char *value, fault_spec_t *spec, unsigned *seen)
 {
     static const char *const keys[] = {
-        "loss", "ctrl_loss", "dup",           "reorder",  "corrupt",    "delay_us",
-        "seed", "blackhole", "ctrl_blackout", "path_mtu", "tx_credits", "path_mtu_after"};
+        "loss",       "ctrl_loss",      "dup",       "reorder",       "corrupt",
+        "delay_us",   "seed",           "blackhole", "ctrl_blackout", "path_mtu",
+        "tx_credits", "path_mtu_after", "ce"};
     unsigned k;
     uint64_t v;
 
@@ -220,7 +232,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     if (k == sizeof(keys) / sizeof(keys[0]))
         return fault_bad(key, value,
                          "the keys loss, ctrl_loss, dup, reorder, corrupt, delay_us, seed, "
-                         "blackhole, ctrl_blackout, path_mtu, tx_credits, path_mtu_after");
+                         "blackhole, ctrl_blackout, path_mtu, tx_credits, path_mtu_after, ce");
     if (*seen & (1u << k))
         return fault_bad(key, value, "each key at most once");
     *seen |= 1u << k;
@@ -262,6 +274,8 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         if (fault_parse_uint(value, '\0', UINT64_MAX, &spec->path_mtu_after, NULL) != SX_OK)
             return fault_bad(key, value, "datagrams, an unsigned 64-bit integer");
         return SX_OK;
+    case 12:
+        return fault_parse_prob(key, value, &spec->ce);
     default:
         spec->ctrl_blackout = true;
         return fault_parse_window(key, value, &spec->ctrl_blackout_start_ns,
@@ -609,6 +623,8 @@ static int fault_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     uint64_t x = spec.seed ^ ((uint64_t)config->shard * 0xd1b54a32d192ed03ull);
     for (unsigned i = 0; i < 4; i++)
         f->rng[i] = fault_splitmix64(&x);
+    for (unsigned i = 0; i < 4; i++)
+        f->rx_rng[i] = fault_splitmix64(&x);
     f->open_ns = sx_time_ns();
     sx_debug("fault", "shard %u: wrapping %s with '%s'", config->shard, config->inner_ops->name,
              config->fault != NULL ? config->fault : "");
@@ -701,6 +717,15 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     if (f->delay_head != NULL)
         fault_release_delayed(f, sx_time_ns());
     int rc = f->inner->ops->poll(f->inner, events, max);
+    for (int i = 0; i < rc && f->spec.ce > 0.0; i++) {
+        sx_tl_event_t *ev = &events[i];
+        if (ev->type != SX_TL_EV_RECV || (ev->ecn != SX_TL_ECN_ECT0 && ev->ecn != SX_TL_ECN_ECT1))
+            continue;
+        if ((double)(fault_next_of(f->rx_rng) >> 11) * 0x1.0p-53 < f->spec.ce) {
+            ev->ecn = SX_TL_ECN_CE;
+            f->fstats.ce_marked++;
+        }
+    }
     const sx_tl_stats_t *in = &f->inner->stats;
     f->base.stats.rx_datagrams = in->rx_datagrams;
     f->base.stats.rx_truncated = in->rx_truncated;

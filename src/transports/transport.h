@@ -78,11 +78,16 @@ typedef struct sx_tl_config {
      * or NULL/"" for every up interface, or a filter of them ("eth0",
      * "10.1.0.0/16", "^docker0"; udp_addrs.c) */
     const char *bind_addr;
-    size_t rcvbuf;                /* udp: requested SO_RCVBUF in bytes; 0 = leave default */
-    size_t sndbuf;                /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
-    int ack_socket;               /* udp: 1 = open a second socket for control datagrams */
-    unsigned udp_connect;         /* udp: destinations given a connected send socket */
-    bool udp_gso;                 /* udp: UDP GSO on send and GRO on receive, if the kernel can */
+    size_t rcvbuf;        /* udp: requested SO_RCVBUF in bytes; 0 = leave default */
+    size_t sndbuf;        /* udp: requested SO_SNDBUF in bytes; 0 = leave default */
+    int ack_socket;       /* udp: 1 = open a second socket for control datagrams */
+    unsigned udp_connect; /* udp: destinations given a connected send socket */
+    bool udp_gso;         /* udp: UDP GSO on send and GRO on receive, if the kernel can */
+    /* udp: ECN (RFC 3168): data datagrams leave marked ECT(0) and every
+     * received one reports its ECN field (sx_tl_event_t.ecn). Only for a
+     * sender that answers CE marks (congestion control on): a router that
+     * marks instead of dropping trusts the sender to slow down. */
+    bool ecn;
     const char *fault;            /* fault: the SX_FAULT specification */
     const sx_tl_ops_t *inner_ops; /* fault: the transport it decorates */
     void *self_domain;            /* self: the engine-wide rendezvous for self interfaces */
@@ -135,7 +140,12 @@ typedef struct sx_tl_event {
                           * src_matches reads it (udp: a sockaddr); valid
                           * until the next poll; NULL when it cannot say */
     size_t src_len;
+    uint8_t ecn; /* RECV: the ECN field of its IP header (SX_TL_ECN_*);
+                  * SX_TL_ECN_NOT_ECT when the transport cannot say */
 } sx_tl_event_t;
+
+/** The two ECN bits of an IP header (RFC 3168 section 5). */
+enum { SX_TL_ECN_NOT_ECT = 0, SX_TL_ECN_ECT1 = 1, SX_TL_ECN_ECT0 = 2, SX_TL_ECN_CE = 3 };
 
 /** Counters every interface keeps; read by its owner. */
 typedef struct sx_tl_stats {
@@ -337,7 +347,7 @@ extern const sx_tl_ops_t sx_tl_fault_ops;
 extern const sx_tl_ops_t sx_tl_sink_ops;
 
 /** sink: bytes of the answer a config->reflect callback writes. */
-#define SX_TL_SINK_ACK_LEN 56
+#define SX_TL_SINK_ACK_LEN 64
 /* Defined only when libfabric was found at build time (SX_HAVE_OFI). */
 extern const sx_tl_ops_t sx_tl_ofi_ops;
 /* Defined only when libibverbs was found at build time (SX_HAVE_VERBS). */
@@ -398,6 +408,7 @@ typedef struct sx_tl_fault_stats {
     uint64_t reordered;    /* held back behind a later datagram */
     uint64_t delayed;      /* held for delay_us */
     uint64_t corrupted;    /* sent with one bit flipped */
+    uint64_t ce_marked;    /* received ECN-capable and handed up marked CE (ce) */
 } sx_tl_fault_stats_t;
 
 /** fault: copies the fault counters of @p iface to *stats_p; for the owner

@@ -21,6 +21,11 @@
  * flow coalesced, which poll cuts at the size the kernel reports
  * (udp_rx_hand_up). docs/tuning.md, "UDP GSO and GRO", has the figures.
  *
+ * ECN (config->ecn: congestion control on and SX_CONGESTION_ECN): the data
+ * sockets send ECT(0) and read each datagram's ECN field (IP_RECVTOS,
+ * IPV6_RECVTCLASS) into the event; GRO coalesces only datagrams whose
+ * fields agree, so one field per read buffer is exact (udp_sock.c).
+ *
  * This file is the interface, its card address and its data path;
  * udp_sock.c binds, makes and sizes the sockets, and udp_int.h is what the
  * two files share.
@@ -211,6 +216,7 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &seg, &sl) == 0;
         u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
     }
+    u->ecn = config->ecn && sx_udp_ecn_open(u->fd, AF_INET, true);
     status = sx_udp_rx_init(&u->rx, u->fd, u->gro && mtu < UDP_GRO_BUF ? UDP_GRO_BUF : mtu);
     u->rx.limit = mtu;
     if (status == SX_OK && config->ack_socket)
@@ -271,6 +277,8 @@ static int udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config, size_t mtu)
         int one = 1;
         (void)setsockopt(u->fd6, SOL_UDP, UDP_GRO, &one, sizeof(one));
     }
+    if (u->ecn)
+        (void)sx_udp_ecn_open(u->fd6, AF_INET6, true);
     int status = sx_udp_rx_init(&u->rx6, u->fd6, u->rx.buflen);
     u->rx6.limit = mtu;
     return status;
@@ -855,13 +863,26 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
 }
 
 /* Reads the SO_RXQ_OVFL counter from one received buffer, if present,
- * and returns the datagram size a UDP_GRO control message gives (0: the
- * buffer is one datagram). */
-static uint32_t udp_read_ctrl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h)
+ * sets *ecn_p to its ECN field (IP_TOS, IPV6_TCLASS; Not-ECT without
+ * one), and returns the datagram size a UDP_GRO control message gives
+ * (0: the buffer is one datagram). */
+static uint32_t udp_read_ctrl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h, uint8_t *ecn_p)
 {
     uint32_t seg = 0;
 
+    *ecn_p = SX_TL_ECN_NOT_ECT;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
+            *ecn_p = *CMSG_DATA(c) & 3; /* one byte: ip(7) */
+            continue;
+        }
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int tclass;
+            memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
+            *ecn_p = (uint8_t)(tclass & 3);
+            continue;
+        }
         if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
             c->cmsg_len >= CMSG_LEN(sizeof(int))) {
             int s;
@@ -919,7 +940,8 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
                                           .data = rx->iov[i].iov_base,
                                           .len = 0,
                                           .src = &rx->src[i],
-                                          .src_len = h->msg_namelen};
+                                          .src_len = h->msg_namelen,
+                                          .ecn = rx->ecn[i]};
             rx->pend_i++;
             continue;
         }
@@ -934,6 +956,7 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
                 .len = part,
                 .src = &rx->src[i],
                 .src_len = h->msg_namelen,
+                .ecn = rx->ecn[i],
             };
             rx->pend_off += part;
         }
@@ -1011,7 +1034,7 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
     rx->batch = batch ? rc > 1 : true;
 
     for (int i = 0; i < rc; i++)
-        rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr);
+        rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr, &rx->ecn[i]);
     rx->pend_i = 0;
     rx->pend_n = (unsigned)rc;
     rx->pend_off = 0;

@@ -93,11 +93,11 @@ typedef struct udp_peer_addr {
     uint8_t prefix[UDP_ADDRS_MAX];
 } udp_peer_addr_t;
 
-/* Room for the SO_RXQ_OVFL and UDP_GRO control messages, aligned for
- * struct cmsghdr. */
+/* Room for the SO_RXQ_OVFL, UDP_GRO and IP_TOS (or IPV6_TCLASS, an int)
+ * control messages, aligned for struct cmsghdr. */
 typedef union udp_ctrl {
     struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int))];
+    char buf[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(int))];
 } udp_ctrl_t;
 
 /* One socket's receive side: UDP_RX_BATCH buffers of buflen bytes; the
@@ -121,6 +121,7 @@ typedef struct udp_rx {
     unsigned pend_i, pend_n;
     size_t pend_off;
     uint32_t seg[UDP_RX_BATCH];
+    uint8_t ecn[UDP_RX_BATCH]; /* buffer i's ECN field (GRO coalesces equal ones only) */
 } udp_rx_t;
 
 typedef struct udp_iface {
@@ -157,6 +158,7 @@ typedef struct udp_iface {
      * bench/gso_bench.c has why (docs/tuning.md, "UDP GSO and GRO"). */
     bool gso;
     bool gro;
+    bool ecn; /* sx_tl_config_t.ecn: data sockets mark ECT(0) and report the field */
 
     /* Connected send sockets: destinations that have one, and how many
      * may (config->udp_connect); sndbuf is what each asks for. */
@@ -203,6 +205,7 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
 
 /** Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);
+bool sx_udp_ecn_open(int fd, int family, bool recv);
 
 /** Opens the ACK socket. */
 int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config);

@@ -449,6 +449,30 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
     return SX_OK;
 }
 
+/*
+ * ECN on a data socket (RFC 3168; ip(7) IP_TOS and IP_RECVTOS, ipv6(7)
+ * IPV6_TCLASS and IPV6_RECVTCLASS): what it sends leaves marked ECT(0), the
+ * codepoint RFC 3168 section 5 gives senders, and with @p recv every read
+ * reports the field of the datagram. Pure ACKs keep the ACK socket's
+ * Not-ECT: no window answers a mark on one (RFC 3168 section 6.1.4).
+ * Returns whether the kernel took it.
+ */
+bool sx_udp_ecn_open(int fd, int family, bool recv)
+{
+    int ect = SX_TL_ECN_ECT0, one = 1;
+    bool v6 = family == AF_INET6;
+    int level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+
+    if (setsockopt(fd, level, v6 ? IPV6_TCLASS : IP_TOS, &ect, sizeof(ect)) != 0 ||
+        (recv &&
+         setsockopt(fd, level, v6 ? IPV6_RECVTCLASS : IP_RECVTOS, &one, sizeof(one)) != 0)) {
+        sx_warn("udp", "ECN on an %s socket: %s; its datagrams go without (not ECN-capable)",
+                v6 ? "IPv6" : "IPv4", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 /* Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
 {
@@ -613,6 +637,8 @@ void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
      * and enforces a floor). */
     int small = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    if (u->ecn)
+        (void)sx_udp_ecn_open(fd, v6 ? AF_INET6 : AF_INET, false);
     if (bind(fd, &local.sa, udp_sa_len(&local)) != 0 ||
         connect(fd, &d->sa.sa, udp_sa_len(&d->sa)) != 0) {
         sx_debug("udp", "connected send socket: %s; using the shared one", strerror(errno));

@@ -21,7 +21,12 @@
 # cc_loss_cuts + cc_delay_exits > 0 (a 1 Gbit/s port with a 256 KB queue
 # fed by several senders must build a queue; a window that never reacts
 # means congestion control did not see it). With INCAST_JOB_LOSS set, the
-# switch's loss rules (--loss) must have dropped frames. Goodput, fairness
+# switch's loss rules (--loss) must have dropped frames. With
+# INCAST_JOB_ECN set (the port marks, with_cluster.sh --ecn), the switch
+# must have marked frames CE, rank 0 must have counted that many marked
+# datagrams arrive (rx_ecn_ce: the kernel handed the ECN field up, IP_RECVTOS),
+# and the senders' windows must have answered them (cc_ecn_cuts > 0).
+# Goodput, fairness
 # and the share retransmitted are printed, never judged: speed is for
 # bench/bench_incast.sh.
 set -euo pipefail
@@ -66,9 +71,13 @@ if ! grep -q "incast_job: rank 0 on ${hosts[0]}\$" "$out"; then
     exit 1
 fi
 
-python3 - "$out" "$CLUSTER_HOSTS" "$(($(qdrops) - drops_before))" <<'PY'
+marked=-1
+if [[ -n ${INCAST_JOB_ECN:-} ]]; then
+    marked=$("$CLUSTER_TOOL" marked "$CLUSTER_NAME")
+fi
+python3 - "$out" "$CLUSTER_HOSTS" "$(($(qdrops) - drops_before))" "$marked" <<'PY'
 import json, re, sys
-out, hosts, qdrops = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+out, hosts, qdrops, marked = sys.argv[1], sys.argv[2].split(","), sys.argv[3], int(sys.argv[4])
 doc = None
 for line in open(out, errors="replace"):
     line = re.sub(r"^\[\d+\] ", "", line.strip())
@@ -100,9 +109,22 @@ for s in senders:
     seen.add(h)
     if int(s.get("msgs") or 0) <= 0:
         fail.append("sender rank %s delivered no message" % s.get("rank"))
-cuts = c("cc_loss_cuts") + c("cc_delay_exits")
+cuts = c("cc_loss_cuts") + c("cc_delay_exits") + c("cc_ecn_cuts")
+if marked >= 0:
+    # Rank 0's count covers the whole run, the switch's too (a fresh
+    # cluster; its loss rules drop before it marks): they differ only by
+    # marked frames the shaped port's queue dropped after.
+    if marked == 0:
+        fail.append("the switch marked no frame CE (no ECN-capable datagram met a dry bucket)")
+    elif not marked - int(qdrops) <= c("rx_ecn_ce") <= marked:
+        fail.append("rank 0 counted %d CE-marked datagrams, the switch marked %d and its "
+                    "queue dropped %s frames" % (c("rx_ecn_ce"), marked, qdrops))
+    if c("cc_ecn_cuts") == 0:
+        fail.append("the senders' windows never answered a CE mark (cc_ecn_cuts 0)")
+    print("incast_job: the switch marked %d frames CE; rank 0 counted %d; cc_ecn_cuts %d"
+          % (marked, c("rx_ecn_ce"), c("cc_ecn_cuts")))
 if cuts == 0:
-    fail.append("the window never reacted (cc_loss_cuts 0, cc_delay_exits 0): "
+    fail.append("the window never reacted (cc_loss_cuts, cc_delay_exits, cc_ecn_cuts 0): "
                 "congestion control did not see the queue")
 print("incast_job: goodput %s MB/s, Jain %s, retransmitted %s %%, rtx_timeout %d; "
       "cc_loss_cuts %d, cc_delay_exits %d, cc_collapses %d, cc_window_stalls %d, "

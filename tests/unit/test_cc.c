@@ -2,7 +2,8 @@
 /*
  * Unit tests for the congestion controller (src/shard/cc.h): the initial
  * window, slow start and its RFC 7661 guard, congestion avoidance, one
- * halving per round trip, persistent congestion, Swift's delay cut, the
+ * halving per round trip, ECN's DCTCP cut, persistent congestion, the
+ * delay signal (HyStart++), the
  * pacing clock, the per-host table and its atomics under two threads.
  * The clock is the test's: every call takes `now`.
  */
@@ -125,6 +126,59 @@ static void test_loss_halves_once_per_round_trip(void **state)
     for (uint64_t i = 1; i < 10; i++)
         (void)sx_cc_lost(cc, now + 1000 * US * i, false, now + 1000 * US * i + 1);
     assert_int_equal(cwnd(cc), 2 * MSS);
+    sx_cc_table_fini(&t);
+}
+
+/* ECN (RFC 8257's response): the first CE mark halves the window (alpha
+ * starts at 1), once per round trip like a loss; a round trip with few
+ * marks lowers alpha, and the next cut is as small as alpha says; counts
+ * that claim more marks than datagrams weigh as all marked, no more. */
+static void test_ecn_dctcp(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US, rtt = 100 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, rtt, now);
+
+    atomic_store(&cc->cwnd, 64 * MSS);
+    assert_int_equal(atomic_load(&cc->alpha), SX_CC_ALPHA_ONE);
+    /* Unmarked datagrams: no cut. */
+    assert_false(sx_cc_ecn(cc, 10, 0, now - 50 * US, now));
+    assert_int_equal(cwnd(cc), 64 * MSS);
+    /* A mark: halved (alpha 1), ssthresh with it. */
+    assert_true(sx_cc_ecn(cc, 5, 1, now - 40 * US, now + 1 * US));
+    assert_int_equal(cwnd(cc), 32 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 32 * MSS);
+    /* More marks on packets sent before the cut: the same event. */
+    assert_false(sx_cc_ecn(cc, 0, 3, now - 10 * US, now + 20 * US));
+    assert_int_equal(cwnd(cc), 32 * MSS);
+    /* Round trips of unmarked datagrams: alpha falls by g = 1/16 each. */
+    uint64_t at = now + 1 * US;
+    uint32_t alpha = atomic_load(&cc->alpha);
+    for (int i = 1; i <= 20; i++) {
+        at += rtt;
+        (void)sx_cc_ecn(cc, 100, 0, at - 50 * US, at);
+        uint32_t next = atomic_load(&cc->alpha);
+        assert_true(next < alpha);
+        alpha = next;
+    }
+    assert_true(alpha < SX_CC_ALPHA_ONE / 2);
+    /* A mark now cuts by alpha / 2 only. */
+    uint64_t w = cwnd(cc);
+    at += 10 * US;
+    assert_true(sx_cc_ecn(cc, 0, 1, at - 5 * US, at));
+    uint64_t want = w - w * atomic_load(&cc->alpha) / (2 * SX_CC_ALPHA_ONE);
+    assert_int_equal(cwnd(cc), want < 2 * MSS ? 2 * MSS : want);
+    assert_true(cwnd(cc) > w / 2);
+    /* A hostile count: more CE marks than datagrams counts as every one
+     * marked; alpha stays within [0, 1]. */
+    for (int i = 1; i <= 100; i++) {
+        at += rtt;
+        (void)sx_cc_ecn(cc, 0, UINT32_MAX, at - 50 * US, at);
+        assert_true(atomic_load(&cc->alpha) <= SX_CC_ALPHA_ONE);
+    }
+    assert_true(cwnd(cc) >= 2 * MSS);
     sx_cc_table_fini(&t);
 }
 
@@ -287,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_table_per_host),
         cmocka_unit_test(test_window_and_slow_start),
         cmocka_unit_test(test_loss_halves_once_per_round_trip),
+        cmocka_unit_test(test_ecn_dctcp),
         cmocka_unit_test(test_congestion_avoidance),
         cmocka_unit_test(test_persistent_congestion),
         cmocka_unit_test(test_delay_signal),

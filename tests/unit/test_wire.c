@@ -494,16 +494,24 @@ static void test_update_ack(void **state)
     sx_wire_write_hdr(pkt, &h, &crc);
 
     /* A retransmission gets the current ACK; the header stays valid, the
-     * payload CRC still matches, and only ack, sack, the window and flags
-     * change. */
-    sx_wire_hdr_t ack = {
-        .ack = 0xdeadbeefu, .sack = 0x8000000000000001ull, .rwnd_pkts = 7, .rwnd_bytes = 70000};
+     * payload CRC still matches, and only ack, sack, the window, the ECN
+     * counts and flags change. */
+    sx_wire_hdr_t ack = {.ack = 0xdeadbeefu,
+                         .sack = 0x8000000000000001ull,
+                         .rwnd_pkts = 7,
+                         .rwnd_bytes = 70000,
+                         .ecn_ect = 0x01020304u,
+                         .ecn_ce = 0xfffffffeu};
     sx_wire_update_ack(pkt, &ack, SX_PKTF_ACK);
     assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     assert_int_equal(out.ack, 0xdeadbeefu);
     assert_int_equal(out.sack, 0x8000000000000001ull);
     assert_int_equal(out.rwnd_pkts, 7);
     assert_int_equal(out.rwnd_bytes, 70000);
+    assert_int_equal(out.ecn_ect, 0x01020304u);
+    assert_int_equal(out.ecn_ce, 0xfffffffeu);
+    assert_int_equal(le32(pkt + 56), 0x01020304u); /* wire.h's offsets */
+    assert_int_equal(le32(pkt + 60), 0xfffffffeu);
     assert_int_equal(out.flags, SX_PKTF_ACK | SX_PKTF_CRC);
     assert_int_equal(out.seq, h.seq);
     assert_int_equal(out.src_epoch, h.src_epoch);
