@@ -20,6 +20,10 @@
 #   tcp beside  one sx_bench sender (host 2) and a TCP flow (nettool.py,
 #               host 3) into host 1 at once, auto and off, 1 MiB: both
 #               goodputs (2-sender cluster only)
+#   sx ecn,     sx_bench incast and --probe on a second cluster whose port
+#   probe ecn   towards host 1 also marks ECN-capable frames CE beyond 64 kB
+#               queued at 950 Mbit/s (with_cluster.sh --ecn 1:950:64), as a
+#               datacenter switch with a marking threshold does
 #
 # Each run also reads the shaped port's queue drops (tc -s on the switch's
 # p1, the delta over the run). Every run lasts BENCH_INCAST_SECONDS (5) of
@@ -42,7 +46,7 @@ root=$(cd "$here/.." && pwd)
 
 # ---- on host 1 of a cluster (bench_incast.sh --on-cluster N BUILD RAW) ----
 if [[ ${1:-} == --on-cluster ]]; then
-    nsend=$2 build=$3 raw=$4
+    nsend=$2 build=$3 raw=$4 marking=${5:-}
     IFS=, read -ra hosts <<<"$CLUSTER_HOSTS"
     secs=${BENCH_INCAST_SECONDS:-5} window=${BENCH_INCAST_WINDOW:-8}
     repeat=${BENCH_REPEAT:-3}
@@ -149,6 +153,17 @@ if [[ ${1:-} == --on-cluster ]]; then
         export OMPI_MCA_mca_base_component_path
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi
+    if [[ $marking == ecn ]]; then
+        # A port that marks CE (with_cluster.sh --ecn): sx_bench only, the
+        # BTLs' TCP does not ask for ECN.
+        for ((round = 1; round <= repeat; round++)); do
+            for size in 65536 1048576; do
+                sx_incast "sx ecn" "$size" "$round" auto "$incast_hosts" $((nsend + 1))
+                sx_incast "probe ecn" "$size" "$round" auto "$probe_hosts" $((nsend + 2)) --probe
+            done
+        done
+        exit 0
+    fi
     for ((round = 1; round <= repeat; round++)); do
         for size in 65536 1048576; do
             sx_incast "sx auto" "$size" "$round" auto "$incast_hosts" $((nsend + 1))
@@ -188,6 +203,12 @@ for nsend in 2 4; do
         exit 0
     fi
     ((rc == 0)) || { echo "bench_incast: the $nsend-sender cluster failed ($rc)" >&2; exit "$rc"; }
+    # The same port marking ECN-capable frames CE beyond 64 kB queued at
+    # 950 Mbit/s (DCTCP's threshold marking; tests/cluster/README.md).
+    echo "bench_incast: $nsend senders into host 1, the port marking ECN" >&2
+    "$root/tests/cluster/with_cluster.sh" $((nsend + 2)) 1500 --shape 1:1gbit:256kb \
+        --ecn 1:950:64 -- "$0" --on-cluster "$nsend" "$build" "$raw" ecn || rc=$?
+    ((rc == 0)) || { echo "bench_incast: the $nsend-sender ECN cluster failed ($rc)" >&2; exit "$rc"; }
 done
 
 python3 - "$raw" "$results" <<'PY'
@@ -195,9 +216,10 @@ import json, os, sys
 raw, outdir = sys.argv[1], sys.argv[2]
 LINK = 125.0  # MB/s: 1 Gbit/s, the shaped port towards host 1
 rows = [json.loads(l) for l in open(raw) if l.strip()]
-KINDS = ["sx auto", "sx off", "mpi tcp", "mpi shardx", "probe auto", "probe off",
-         "tcp beside auto", "tcp beside off"]
-FIELDS = ["goodput_mbps", "jain", "rtx_pct", "cc_loss_cuts", "cc_delay_exits", "cc_collapses",
+KINDS = ["sx auto", "sx off", "sx ecn", "mpi tcp", "mpi shardx", "probe auto", "probe off",
+         "probe ecn", "tcp beside auto", "tcp beside off"]
+FIELDS = ["goodput_mbps", "jain", "rtx_pct", "cc_loss_cuts", "cc_delay_exits", "cc_ecn_cuts",
+          "rx_ecn_ce", "cc_collapses",
           "cc_window_stalls", "cc_pace_waits", "rtx_timeout", "chan_failures", "probe_p50_us",
           "probe_p99_us", "probe_max_us"]
 
@@ -246,12 +268,16 @@ for size, sname in ((65536, "64KiB"), (1048576, "1MiB")):
     for n in (2, 4):
         ratios["rtx_pct_%dto1_%s_sx_auto" % (n, sname)] = get(n, "sx auto", size, "rtx_pct")
         ratios["rtx_pct_%dto1_%s_sx_off" % (n, sname)] = get(n, "sx off", size, "rtx_pct")
+    ratios["incast_2to1_%s_sx_ecn_over_link" % sname] = ratio(get(2, "sx ecn", size, "goodput_mbps"), LINK)
     ratios["jain_4to1_%s_sx_auto" % sname] = get(4, "sx auto", size, "jain")
+    ratios["jain_4to1_%s_sx_ecn" % sname] = get(4, "sx ecn", size, "jain")
     ratios["jain_4to1_%s_sx_off" % sname] = get(4, "sx off", size, "jain")
     ratios["jain_4to1_%s_tcp_btl" % sname] = get(4, "mpi tcp", size, "jain")
     for n in (2, 4):
         ratios["probe_p99_%dto1_%s_auto_over_off" % (n, sname)] = ratio(
             get(n, "probe auto", size, "probe_p99_us"), get(n, "probe off", size, "probe_p99_us"))
+        ratios["probe_p99_%dto1_%s_ecn_over_auto" % (n, sname)] = ratio(
+            get(n, "probe ecn", size, "probe_p99_us"), get(n, "probe auto", size, "probe_p99_us"))
 for cc in ("auto", "off"):
     sx = get(2, "tcp beside " + cc, 1048576, "goodput_mbps")
     tcp = get(2, "tcp beside " + cc, 1048576, "tcp_mbps")
@@ -267,7 +293,7 @@ json.dump(doc, open(os.path.join(outdir, "incast.json"), "w"), indent=2)
 # The plot's data: per case (senders, size) the goodput of each kind, median
 # min max; and the probe's p99.
 with open(os.path.join(outdir, "incast_goodput.dat"), "w") as f:
-    kinds = ["sx auto", "sx off", "mpi shardx", "mpi tcp"]
+    kinds = ["sx auto", "sx off", "sx ecn", "mpi shardx", "mpi tcp"]
     f.write("# case, then median min max of goodput MB/s for: %s\n" % "; ".join(kinds))
     for n in (2, 4):
         for size, sname in ((65536, "64 KiB"), (1048576, "1 MiB")):
@@ -277,11 +303,11 @@ with open(os.path.join(outdir, "incast_goodput.dat"), "w") as f:
                 cols.append("%.1f %.1f %.1f" % (median(v), min(v), max(v)) if v else "NaN NaN NaN")
             f.write('"%d->1, %s" %s\n' % (n, sname, " ".join(cols)))
 with open(os.path.join(outdir, "incast_probe.dat"), "w") as f:
-    f.write("# case, then median min max of the probe's p99 us: auto; off\n")
+    f.write("# case, then median min max of the probe's p99 us: auto; off; ecn\n")
     for n in (2, 4):
         for size, sname in ((65536, "64 KiB"), (1048576, "1 MiB")):
             cols = []
-            for k in ("probe auto", "probe off"):
+            for k in ("probe auto", "probe off", "probe ecn"):
                 v = samples.get((n, k, size), {}).get("probe_p99_us")
                 cols.append("%.1f %.1f %.1f" % (median(v), min(v), max(v)) if v else "NaN NaN NaN")
             f.write('"%d->1, %s" %s\n' % (n, sname, " ".join(cols)))
@@ -291,9 +317,9 @@ def fmt(v, f="%.1f"):
 print("\nincast into host 1 behind a 1 Gbit/s port (%.0f MB/s) with a 256 KB queue, MTU 1500; "
       "medians of %d round(s) of %g s" % (LINK, doc["rounds"], doc["seconds"]))
 hdr = ("case", "size", "MB/s", "link %", "per sender MB/s", "Jain", "rtx %", "loss cuts",
-       "delay exits", "collapses", "win stalls", "pace waits", "q drops", "p50 us", "p99 us",
+       "delay exits", "ECN cuts", "collapses", "win stalls", "pace waits", "q drops", "p50 us", "p99 us",
        "max us", "TCP MB/s")
-print("%-5s %-16s %7s %7s %7s %-17s %6s %6s %9s %10s %9s %10s %10s %8s %8s %8s %8s %8s"
+print("%-5s %-16s %7s %7s %7s %-17s %6s %6s %9s %10s %8s %9s %10s %10s %8s %8s %8s %8s %8s"
       % (hdr[0], "run", *hdr[1:]))
 for n in (2, 4):
     for size in (65536, 1048576):
@@ -305,11 +331,12 @@ for n in (2, 4):
             per = "/".join(fmt(d.get("sender%d_mbps" % i), "%.0f") for i in range(n + 1)
                            if "sender%d_mbps" % i in d)
             g = d.get("goodput_mbps")
-            print("%-5s %-16s %7s %7s %7s %-17s %6s %6s %9s %10s %9s %10s %10s %8s %8s %8s %8s %8s"
+            print("%-5s %-16s %7s %7s %7s %-17s %6s %6s %9s %10s %8s %9s %10s %10s %8s %8s %8s %8s %8s"
                   % ("%d->1" % n, k, "64K" if size == 65536 else "1M", fmt(g),
                      fmt(g / LINK * 100 if g is not None else None, "%.0f"), per or "-",
                      fmt(d.get("jain"), "%.3f"), fmt(d.get("rtx_pct"), "%.2f"),
                      fmt(d.get("cc_loss_cuts"), "%.0f"), fmt(d.get("cc_delay_exits"), "%.0f"),
+                     fmt(d.get("cc_ecn_cuts"), "%.0f"),
                      fmt(d.get("cc_collapses"), "%.0f"), fmt(d.get("cc_window_stalls"), "%.0f"),
                      fmt(d.get("cc_pace_waits"), "%.0f"), fmt(d.get("qdrops"), "%.0f"),
                      fmt(d.get("probe_p50_us")), fmt(d.get("probe_p99_us")),

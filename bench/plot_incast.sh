@@ -3,10 +3,12 @@
 # Plots `make bench-incast`'s results (bench_incast.sh writes the data files):
 #   bench/plot_incast.sh RESULTS_DIR    -> RESULTS_DIR/incast.png
 # Left: the goodput into host 1 per case (2 or 4 senders, 64 KiB or 1 MiB
-# messages) for sx_bench with congestion control (auto) and without (off),
-# and mpi_bench over the shardx and tcp BTLs, against the shaped link's
+# messages) for sx_bench with congestion control (auto), without (off) and
+# through a port that marks ECN (ecn), and mpi_bench over the shardx and
+# tcp BTLs, against the shaped link's
 # rate (1 Gbit/s, 125 MB/s). Right: the 8-byte prober's p99 round trip
-# through the same queue, congestion control on and off (log scale). Every
+# through the same queue, congestion control on and off and the marking
+# port (log scale). Every
 # bar is the median over bench_incast.sh's rounds (BENCH_REPEAT) with an
 # error bar from the smallest to the largest round.
 set -euo pipefail
@@ -40,15 +42,17 @@ set ylabel "goodput into host 1 (MB/s)"
 set yrange [0:175]
 plot "$good" using 2:3:4:xtic(1) title "sx_bench, congestion control", \
      "" using 5:6:7 title "sx_bench, SX_CONGESTION=off", \
-     "" using 8:9:10 title "MPI, shardx BTL", \
-     "" using 11:12:13 title "MPI, tcp BTL", \
+     "" using 8:9:10 title "sx_bench, the port marking ECN", \
+     "" using 11:12:13 title "MPI, shardx BTL", \
+     "" using 14:15:16 title "MPI, tcp BTL", \
      125 with lines lw 2 dt 2 lc rgb "black" title "link rate (125 MB/s)"
 set logscale y
 set yrange [*:*]
 set ylabel "8-byte prober's p99 round trip (us, log scale)"
 set key top left
 plot "$probe" using 2:3:4:xtic(1) title "congestion control", \
-     "" using 5:6:7 title "SX_CONGESTION=off"
+     "" using 5:6:7 title "SX_CONGESTION=off", \
+     "" using 8:9:10 title "the port marking ECN"
 unset multiplot
 GP
 echo "plot_incast: $dir/incast.png"

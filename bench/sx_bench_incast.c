@@ -140,6 +140,7 @@ typedef struct sxb_inc_result {
     char (*host)[64];
     double *mbps;
     uint64_t *msgs;
+    uint64_t (*counters)[SXB_INC_NCOUNTERS]; /* each sender's (UINT64_MAX: unknown) */
     double goodput, jain, rtx_pct;
     uint64_t sum[SXB_INC_NCOUNTERS];
     bool have[SXB_INC_NCOUNTERS];
@@ -791,7 +792,9 @@ static int sxb_inc_result(sxb_inc_t *inc, double interval_s, bool ok)
     g->host = calloc((size_t)n, sizeof(*g->host));
     g->mbps = calloc((size_t)n, sizeof(*g->mbps));
     g->msgs = calloc((size_t)n, sizeof(*g->msgs));
-    if (g->rank == NULL || g->host == NULL || g->mbps == NULL || g->msgs == NULL)
+    g->counters = calloc((size_t)n, sizeof(*g->counters));
+    if (g->rank == NULL || g->host == NULL || g->mbps == NULL || g->msgs == NULL ||
+        g->counters == NULL)
         return sxb_fail("incast: out of memory for the results");
     for (int k = 0; k < SXB_INC_NCOUNTERS; k++)
         g->have[k] = true;
@@ -816,6 +819,7 @@ static int sxb_inc_result(sxb_inc_t *inc, double interval_s, bool ok)
         sum += g->mbps[i];
         sumsq += g->mbps[i] * g->mbps[i];
         for (int k = 0; k < SXB_INC_NCOUNTERS; k++) {
+            g->counters[i][k] = src->rep.counters[k];
             if (src->rep.counters[k] == UINT64_MAX)
                 g->have[k] = false;
             else
@@ -975,7 +979,20 @@ void sxb_incast_json(FILE *out)
         fprintf(out, "%s{\"rank\":%d,\"host\":\"", i ? "," : "", g->rank[i]);
         for (const char *h = g->host[i]; *h; h++) /* host names need no escapes but these */
             fprintf(out, *h == '"' || *h == '\\' ? "\\%c" : "%c", *h);
-        fprintf(out, "\",\"mbps\":%.1f,\"msgs\":%llu}", g->mbps[i], (unsigned long long)g->msgs[i]);
+        fprintf(out, "\",\"mbps\":%.1f,\"msgs\":%llu", g->mbps[i], (unsigned long long)g->msgs[i]);
+        /* The sender's own congestion counters: which one a window cut,
+         * collapsed or timed out, when the shares differ. */
+        for (int k = 0; k < SXB_INC_NCOUNTERS; k++) {
+            if (strncmp(sxb_inc_counter_names[k], "cc_", 3) != 0 &&
+                strcmp(sxb_inc_counter_names[k], "rtx_timeout") != 0)
+                continue;
+            if (g->counters[i][k] == UINT64_MAX)
+                fprintf(out, ",\"%s\":null", sxb_inc_counter_names[k]);
+            else
+                fprintf(out, ",\"%s\":%llu", sxb_inc_counter_names[k],
+                        (unsigned long long)g->counters[i][k]);
+        }
+        fputc('}', out);
     }
     fprintf(out, "],\"goodput_mbps\":%.1f,\"jain\":", g->goodput);
     fprintf(out, isfinite(g->jain) ? "%.4f" : "null", g->jain);

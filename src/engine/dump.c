@@ -168,6 +168,11 @@ unsigned sx_dump_chan_locked(FILE *out, const sx_chan_t *c, uint64_t now, uint64
                 " in flight, threshold %s, srtt %.3f ms, min rtt %.3f ms\n",
                 atomic_load(&cc->cwnd), atomic_load(&cc->inflight), ss,
                 sx_ms(atomic_load(&cc->srtt_ns)), sx_ms(atomic_load(&cc->min_rtt_ns)));
+        fprintf(out,
+                "    ECN: the peer got %" PRIu32 " of ours marked CE (DCTCP alpha %.3f); we got "
+                "%" PRIu32 " ECN-capable, %" PRIu32 " marked CE\n",
+                c->peer_ecn_ce, (double)atomic_load(&cc->alpha) / SX_CC_ALPHA_ONE, c->rx_ecn_ect,
+                c->rx_ecn_ce);
     }
     if (c->failed)
         fprintf(out, "    failed with %s\n", sx_status_name(c->failed));
