@@ -117,8 +117,9 @@
     X(CONGESTION_ECN, BOOL, cc_ecn, "yes", 0, 0, NULL,                                         \
       "ECN (RFC 3168) with congestion control on: udp data datagrams leave marked ECT(0), "    \
       "receivers count the CE marks routers set and echo the counts in every ACK, and a "      \
-      "count that grew halves the window as a loss would, once per round trip, with nothing "  \
-      "lost. no: not ECN-capable (routers drop instead of marking).")                          \
+      "count that grew cuts the window once per round trip, by half at first and then by "     \
+      "half the share of datagrams marked (DCTCP), with nothing lost. no: not ECN-capable "    \
+      "(routers drop instead of marking).")                                                    \
     X(ACK_DELAY_US, UINT, ack_delay_us, "50", 0, 1000000, NULL,                                \
       "Delayed acknowledgement: longest wait before an ACK is sent on its own.")               \
     X(ACK_EVERY, UINT, ack_every, "16", 1, 4096, NULL,                                         \

@@ -598,12 +598,13 @@ cmd_loss() {
     say "cluster $name: $3 % of the frames towards $h are dropped"
 }
 
-cmd_dropped() {
-    (($# == 1)) || usage
-    local name=$1 out total=0 n
+# Prints the sum of the counters of chain $2 of the switch's table (0 when
+# the cluster has no such chain: no rule was ever made).
+chain_counted() {
+    local name=$1 chain=$2 out total=0 n
     check_name "$name"
     [[ -e $NETNS_DIR/${name}sw ]] || die 1 "cluster $name has no switch (${name}sw)"
-    if ! out=$(nsenter --net="$NETNS_DIR/${name}sw" nft list chain bridge sx path 2>/dev/null); then
+    if ! out=$(nsenter --net="$NETNS_DIR/${name}sw" nft list chain bridge sx "$chain" 2>/dev/null); then
         echo 0
         return
     fi
@@ -613,19 +614,14 @@ cmd_dropped() {
     echo "$total"
 }
 
+cmd_dropped() {
+    (($# == 1)) || usage
+    chain_counted "$1" path
+}
+
 cmd_marked() {
     (($# == 1)) || usage
-    local name=$1 out total=0 n
-    check_name "$name"
-    [[ -e $NETNS_DIR/${name}sw ]] || die 1 "cluster $name has no switch (${name}sw)"
-    if ! out=$(nsenter --net="$NETNS_DIR/${name}sw" nft list chain bridge sx marking 2>/dev/null); then
-        echo 0
-        return
-    fi
-    for n in $(grep -o 'counter packets [0-9]*' <<<"$out" | awk '{print $3}'); do
-        total=$((total + n))
-    done
-    echo "$total"
+    chain_counted "$1" marking
 }
 
 (($#)) || usage
