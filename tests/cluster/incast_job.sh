@@ -111,12 +111,14 @@ for s in senders:
         fail.append("sender rank %s delivered no message" % s.get("rank"))
 cuts = c("cc_loss_cuts") + c("cc_delay_exits") + c("cc_ecn_cuts")
 if marked >= 0:
-    # Rank 0's count covers the whole run, the switch's too (a fresh
-    # cluster; its loss rules drop before it marks): they differ only by
-    # marked frames the shaped port's queue dropped after.
+    # Rank 0's count covers the run up to its report, the switch's the
+    # whole run (a fresh cluster; its loss rules drop before it marks):
+    # they differ by marked frames the shaped queue dropped after, and
+    # those that came after rank 0 read its counters (a late duplicate):
+    # a few, where a receiver that did not read the field counts none.
     if marked == 0:
         fail.append("the switch marked no frame CE (no ECN-capable datagram met a dry bucket)")
-    elif not marked - int(qdrops) <= c("rx_ecn_ce") <= marked:
+    elif not 0.9 * (marked - int(qdrops)) <= c("rx_ecn_ce") <= marked:
         fail.append("rank 0 counted %d CE-marked datagrams, the switch marked %d and its "
                     "queue dropped %s frames" % (c("rx_ecn_ce"), marked, qdrops))
     if c("cc_ecn_cuts") == 0:
