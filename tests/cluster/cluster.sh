@@ -70,8 +70,8 @@
 # RFC 8257 section 3.1): an nftables token bucket filling at MBIT Mbit/s
 # and holding KBYTES kB stands for the port's queue (the bucket runs dry
 # exactly when frames arrive faster than MBIT long enough to queue
-# KBYTES), and an ECN-capable IPv4 frame (ECT(0) or ECT(1)) that finds it
-# dry leaves marked CE (RFC 3168). Frames of every kind draw on the bucket;
+# KBYTES), and an ECN-capable IPv4 or IPv6 frame (ECT(0) or ECT(1)) that
+# finds it dry leaves marked CE (RFC 3168). Frames of every kind draw on the bucket;
 # others pass unmarked. With --shape at the same port, MBIT a little under
 # the shaped rate marks before the tbf queue drops: this kernel has no AQM
 # qdisc (fq_codel, red) that marks by itself. `marked` prints how many
@@ -518,7 +518,7 @@ cmd_exec() {
 # (frames in 10000 dropped towards host I), in one nft transaction: the
 # old rules go and the new ones come at once.
 switch_rules() {
-    local name=$1 state=$STATE_ROOT/$1 f rules= marks= err rate burst
+    local name=$1 state=$STATE_ROOT/$1 f rules= marks= err rate burst port
     command -v nft >/dev/null ||
         die 1 "nft not found: loss and ecn need nftables (scripts/install-deps.sh installs it)"
     for f in "$state"/loss.p*; do
@@ -530,7 +530,13 @@ switch_rules() {
     for f in "$state"/ecn.p*; do
         [[ -f $f ]] || continue
         read -r rate burst <"$f"
-        marks+="add rule bridge sx marking oifname \"${f##*/ecn.}\" limit rate over $rate/second burst $burst packets ip ecn != not-ect ip ecn set ce counter"$'\n'
+        # One bucket for all frames, through a named limit; then the mark,
+        # for IPv4 and IPv6 alike.
+        port=${f##*/ecn.}
+        marks+="add limit bridge sx q_$port { rate over $rate/second burst $burst packets }"$'\n'
+        marks+="add rule bridge sx marking oifname \"$port\" limit name \"q_$port\" meta mark set 1"$'\n'
+        marks+="add rule bridge sx marking meta mark 1 ip ecn != not-ect ip ecn set ce counter"$'\n'
+        marks+="add rule bridge sx marking meta mark 1 ip6 ecn != not-ect ip6 ecn set ce counter"$'\n'
     done
     if ! err=$(nsenter --net="$NETNS_DIR/${name}sw" nft -f - 2>&1 <<EOF
 add table bridge sx

@@ -26,6 +26,8 @@
 # must have marked frames CE, rank 0 must have counted that many marked
 # datagrams arrive (rx_ecn_ce: the kernel handed the ECN field up, IP_RECVTOS),
 # and the senders' windows must have answered them (cc_ecn_cuts > 0).
+# With INCAST_JOB_IPV6 set (a cluster made with --ipv6, SX_BIND_ADDR=
+# fd77::/64), host 1 must have received IPv6 datagrams.
 # Goodput, fairness
 # and the share retransmitted are printed, never judged: speed is for
 # bench/bench_incast.sh.
@@ -52,6 +54,9 @@ qdrops() {
     echo "${d:-0}"
 }
 drops_before=$(qdrops)
+# IPv6 datagrams this host (host 1, the receiver) received so far.
+udp6_in() { awk '$1 == "Udp6InDatagrams" {print $2}' /proc/net/snmp6 2>/dev/null || echo 0; }
+udp6_before=$(udp6_in)
 
 echo "incast_job: $((np - 1)) senders -> ${hosts[0]}, ${seconds} s, sender fault '${fault:-none}'"
 rc=0
@@ -141,6 +146,14 @@ for f in fail:
     print("incast_job: FAILED: " + f)
 sys.exit(1 if fail else 0)
 PY
+if [[ -n ${INCAST_JOB_IPV6:-} ]]; then
+    got6=$(($(udp6_in) - udp6_before))
+    if ((got6 <= 0)); then
+        echo "incast_job: FAILED: host 1 received no IPv6 datagram" >&2
+        exit 1
+    fi
+    echo "incast_job: host 1 received $got6 IPv6 datagrams (a GRO read counts once)"
+fi
 # Loss on the switch's port (with_cluster.sh --loss) must have been met.
 if [[ -n ${INCAST_JOB_LOSS:-} ]]; then
     dropped=$("$CLUSTER_TOOL" dropped "$CLUSTER_NAME")
