@@ -510,9 +510,7 @@ void *sxb_mt_calloc_aligned(size_t n, size_t size)
 static int sxb_mt_open(sxb_mt_t *mt, const sxb_ctl_t *ctl, const sxb_opts_t *opts, const char *mode,
                        unsigned nthreads, size_t size, const uint8_t *buf)
 {
-    uint8_t *card = NULL, *peer_card = NULL;
-    size_t len = 0;
-    uint32_t hdr[2], peer_hdr[2];
+    uint32_t shards, peer_shards = 0;
     int rc;
 
     memset(mt, 0, sizeof(*mt));
@@ -560,37 +558,15 @@ static int sxb_mt_open(sxb_mt_t *mt, const sxb_ctl_t *ctl, const sxb_opts_t *opt
             goto fail;
         }
     }
-    rc = sx_engine_address(mt->engine, NULL, &len);
-    if (rc != SX_ERR_TRUNCATED || len == 0 || len > SXB_MT_CARD_MAX ||
-        (card = malloc(len)) == NULL || (rc = sx_engine_address(mt->engine, card, &len)) != SX_OK) {
-        sxb_fail("sx_engine_address: %s (%zu bytes)", sx_strerror(rc), len);
+    /* The cards, then the shard counts. */
+    shards = mt->shards;
+    if (sxb_card_swap(ctl, mt->engine, &mt->peer) != 0 ||
+        sxb_ctl_write(ctl, &shards, sizeof(shards)) != 0 ||
+        sxb_ctl_read(ctl, &peer_shards, sizeof(peer_shards), NULL, NULL) != 0)
         goto fail;
-    }
-    /* Card length and shard count, then the card. */
-    hdr[0] = (uint32_t)len;
-    hdr[1] = mt->shards;
-    if (sxb_ctl_write(ctl, hdr, sizeof(hdr)) != 0 || sxb_ctl_write(ctl, card, len) != 0 ||
-        sxb_ctl_read(ctl, peer_hdr, sizeof(peer_hdr), NULL, NULL) != 0)
-        goto fail;
-    if (peer_hdr[0] == 0 || peer_hdr[0] > SXB_MT_CARD_MAX ||
-        (peer_card = malloc(peer_hdr[0])) == NULL) {
-        sxb_fail("bad business card length %u from the other rank", peer_hdr[0]);
-        goto fail;
-    }
-    mt->peer_shards = peer_hdr[1];
-    if (sxb_ctl_read(ctl, peer_card, peer_hdr[0], NULL, NULL) != 0)
-        goto fail;
-    rc = sx_peer_add(mt->engine, (uint64_t)(1 - ctl->rank), peer_card, peer_hdr[0], &mt->peer);
-    if (rc != SX_OK) {
-        sxb_fail("sx_peer_add: %s", sx_strerror(rc));
-        goto fail;
-    }
-    free(card);
-    free(peer_card);
+    mt->peer_shards = peer_shards;
     return 0;
 fail:
-    free(card);
-    free(peer_card);
     sx_engine_destroy(mt->engine);
     mt->engine = NULL;
     free(mt->tx);
