@@ -62,12 +62,7 @@ if [[ ${1:-} == --on-cluster ]]; then
     log=$(mktemp)
     trap 'rm -f "$log"' EXIT
 
-    qdrops() {
-        local d
-        d=$(tc -s -n "${CLUSTER_NAME}sw" qdisc show dev p1 2>/dev/null |
-            awk '/dropped/ { sub(/,/, "", $7); print $7; exit }') || true
-        echo "${d:-0}"
-    }
+    qdrops() { "$CLUSTER_TOOL" qdropped "$CLUSTER_NAME" 1; }
     # record KIND SIZE ROUND DROPS EXTRA: the last incast JSON object of
     # $log, with what the run was, as one line of $raw.
     record() {

@@ -11,6 +11,7 @@
 #   cluster.sh loss NAME HOST PERCENT
 #   cluster.sh dropped NAME
 #   cluster.sh marked NAME
+#   cluster.sh qdropped NAME HOST
 #
 # `up` makes hosts NAME1..NAMEN. Each is a network namespace with `lo` and
 # one interface `sx0` (the same name on every host) carrying A.B.C.i/24,
@@ -77,6 +78,10 @@
 # qdisc (fq_codel, red) that marks by itself. `marked` prints how many
 # frames the switch marked so far.
 #
+# `qdropped NAME HOST` prints how many frames the queue of the port
+# towards HOST (--shape's tbf) has dropped so far; 0 for a port without
+# one.
+#
 # The bucket counts frames of the MTU (plus 14 bytes of Ethernet header),
 # as a switch's buffer counts cells: nft's byte limit holds a whole
 # second of its rate besides the burst, so it cannot stand for a queue of
@@ -126,6 +131,7 @@ usage: $PROG up NAME N [--mtu M] [--subnet A.B.C] [--shape HOST:RATE:QUEUE[:BURS
        $PROG loss NAME HOST PERCENT
        $PROG dropped NAME
        $PROG marked NAME
+       $PROG qdropped NAME HOST
 EOF
     exit 2
 }
@@ -630,6 +636,17 @@ cmd_marked() {
     chain_counted "$1" marking
 }
 
+cmd_qdropped() {
+    (($# == 2)) || usage
+    local name=$1 h d
+    check_name "$name"
+    [[ -e $NETNS_DIR/${name}sw ]] || die 1 "cluster $name has no switch (${name}sw)"
+    h=$(resolve_host "$name" "$2") || exit 2
+    d=$(tc -s -n "${name}sw" qdisc show dev "p${h#"$name"}" 2>/dev/null |
+        awk '/dropped/ { sub(/,/, "", $7); print $7; exit }') || true
+    echo "${d:-0}"
+}
+
 (($#)) || usage
 sub=$1
 shift
@@ -642,5 +659,6 @@ mtu) cmd_mtu "$@" ;;
 loss) cmd_loss "$@" ;;
 dropped) cmd_dropped "$@" ;;
 marked) cmd_marked "$@" ;;
+qdropped) cmd_qdropped "$@" ;;
 *) usage ;;
 esac

@@ -47,12 +47,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 # The shaped port's queue drops so far (tbf on the switch's p1).
-qdrops() {
-    local d
-    d=$(tc -s -n "${CLUSTER_NAME}sw" qdisc show dev p1 2>/dev/null |
-        awk '/dropped/ { sub(/,/, "", $7); print $7; exit }') || true
-    echo "${d:-0}"
-}
+qdrops() { "$CLUSTER_TOOL" qdropped "$CLUSTER_NAME" 1; }
 drops_before=$(qdrops)
 # IPv6 datagrams this host (host 1, the receiver) received so far.
 udp6_in() { awk '$1 == "Udp6InDatagrams" {print $2}' /proc/net/snmp6 2>/dev/null || echo 0; }
