@@ -524,7 +524,7 @@ cmd_exec() {
 # (frames in 10000 dropped towards host I), in one nft transaction: the
 # old rules go and the new ones come at once.
 switch_rules() {
-    local name=$1 state=$STATE_ROOT/$1 f rules= marks= err rate burst port
+    local name=$1 state=$STATE_ROOT/$1 f rules='' marks='' err rate burst port
     command -v nft >/dev/null ||
         die 1 "nft not found: loss and ecn need nftables (scripts/install-deps.sh installs it)"
     for f in "$state"/loss.p*; do
