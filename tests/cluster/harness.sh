@@ -100,6 +100,12 @@ done
 expect "$PWD x=1" "exec keeps the directory and the environment" \
     env x=1 "$C" exec "$name" 3 sh -c 'echo "$PWD x=$x"'
 
+# A shaped port sees frames: every host cuts its GSO sends itself.
+for i in 1 2 3; do
+    expect "1" "host $i: gso_max_segs 1 (the shaped port sees frames)" \
+        sh -c "ip -n $name$i -d link show sx0 | grep -o 'gso_max_segs [0-9]*' | cut -d' ' -f2"
+done
+
 # --- MTU -----------------------------------------------------------------
 check "MTU 9000: 8972 bytes of ICMP pass unfragmented (DF) from host 1 to 3" \
     "$C" exec "$name" 1 "$nettool" ping "${name}3" --df --size 8972
