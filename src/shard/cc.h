@@ -9,9 +9,13 @@
  *   - window and slow start in bytes, AIMD in congestion avoidance (RFC
  *     5681 section 3.1; RFC 9002 section 7 for the byte form): the window
  *     starts at SX_CC_IW_PKTS datagrams (RFC 9002 section 7.2), doubles
- *     per round trip below ssthresh, and grows by one datagram per window
- *     acknowledged above it; it grows only while the senders use it (RFC
- *     7661: an application-limited window does not grow);
+ *     per round trip below ssthresh, and grows by one datagram per
+ *     smoothed round trip of time above it, Reno's slope counted in time
+ *     as CUBIC's curve is (RFC 9438 section 4.1), so that a sender whose
+ *     ACKs wait for the CPU grows as fast as the others; it grows only
+ *     while the senders use it (RFC 7661: the flight reached half the
+ *     window, or a sender found it full; an application-limited window
+ *     does not grow);
  *   - loss (RACK or duplicate ACKs finding a hole; after a timeout, the
  *     packets it resends once an ACK shows it was no spurious one): the
  *     window halves, once per round trip: a loss of a packet sent before
@@ -80,6 +84,7 @@
 #define SX_CC_BURST_NS          50000ull       /* pacing credit after a pause */
 #define SX_CC_ALPHA_ONE         1024u          /* alpha's fixed point: 1.0 */
 #define SX_CC_ALPHA_SHIFT       4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
+#define SX_CC_GROW_CATCHUP      4              /* round trips of growth made up at once */
 
 /* SX_CONGESTION's words (common/config.h). */
 enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };
@@ -90,7 +95,8 @@ typedef struct sx_cc {
     _Atomic uint64_t cwnd;            /* bytes */
     _Atomic uint64_t ssthresh;        /* bytes; UINT64_MAX: still in slow start */
     _Atomic int64_t inflight;         /* bytes sent and not acknowledged, all channels */
-    _Atomic uint64_t grow;            /* bytes acknowledged towards the next increase (CA) */
+    _Atomic uint64_t grow_ns;         /* congestion avoidance: time counted towards growth
+                                       * up to here */
     _Atomic uint64_t cut_ns;          /* the last decrease; losses of packets sent before
                                        * it are the same event */
     _Atomic uint64_t limited_ns;      /* a sender last found the window full */

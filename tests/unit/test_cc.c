@@ -182,6 +182,20 @@ static void test_ecn_dctcp(void **state)
     sx_cc_table_fini(&t);
 }
 
+/* Acknowledges everything in flight in one call at @p at (a sender that
+ * reads its ACKs late gets them all at once). */
+static void ack_all(sx_cc_t *cc, uint64_t at)
+{
+    int64_t flight = atomic_load(&cc->inflight);
+    sx_cc_forget(cc, (size_t)flight);
+    sx_cc_acked(cc, (size_t)flight, at);
+}
+
+/* Congestion avoidance grows a datagram per smoothed round trip of time
+ * (100 us here) while the window is in use, however many ACKs carry it
+ * and however late they are read (a descheduled sender catches up
+ * SX_CC_GROW_CATCHUP round trips, no more); a window in use is one whose
+ * flight reached half of it, or that a sender found full. */
 static void test_congestion_avoidance(void **state)
 {
     (void)state;
@@ -193,14 +207,45 @@ static void test_congestion_avoidance(void **state)
     atomic_store(&cc->cwnd, 20 * MSS);
     (void)sx_cc_lost(cc, now - 1, false, now);
     assert_int_equal(cwnd(cc), 10 * MSS);
-    /* A window's worth acknowledged, window-limited: one datagram more. */
+    /* A window acknowledged a datagram at a time over one round trip:
+     * one datagram more, at the round trip's end and not before. */
     uint64_t w = cwnd(cc);
     assert_int_equal(fill(cc, MSS, now + 1), w);
-    for (uint64_t i = 0; i < w / MSS; i++) {
+    for (uint64_t i = 1; i <= w / MSS; i++) {
         sx_cc_forget(cc, MSS);
-        sx_cc_acked(cc, MSS, now + 50 * US);
+        sx_cc_acked(cc, MSS, now + i * 10 * US);
+        assert_int_equal(cwnd(cc), (i < 10 ? 10 : 11) * MSS);
     }
-    assert_int_equal(cwnd(cc), 11 * MSS);
+    /* Two round trips later, the next window acknowledged by a single
+     * ACK: two datagrams, as two round trips of small ACKs would give. */
+    (void)fill(cc, MSS, now + 150 * US);
+    ack_all(cc, now + 300 * US);
+    assert_int_equal(cwnd(cc), 13 * MSS);
+    /* ACKs read ten round trips late (the sender was descheduled): the
+     * window was in use all along (its flight was full), and growth
+     * catches up SX_CC_GROW_CATCHUP round trips, no more. */
+    (void)fill(cc, MSS, now + 310 * US);
+    ack_all(cc, now + 1300 * US);
+    assert_int_equal(cwnd(cc), (13 + SX_CC_GROW_CATCHUP) * MSS);
+    /* An application-limited window (one datagram out of 17, nobody
+     * waiting for the window) does not grow, nor does it earn growth for
+     * later: time counts from the last ACK that found it unused, and the
+     * next round trip in use adds one datagram. */
+    w = cwnd(cc);
+    for (uint64_t i = 1; i <= 10; i++) {
+        sx_cc_sent(cc, MSS);
+        ack_all(cc, now + 1300 * US + i * 100 * US);
+    }
+    assert_int_equal(cwnd(cc), w);
+    (void)fill(cc, MSS, now + 2300 * US);
+    ack_all(cc, now + 2400 * US);
+    assert_int_equal(cwnd(cc), w + MSS);
+    /* Half the window in flight, nobody waiting: in use (RFC 7661). */
+    uint64_t at = now + 2400 * US;
+    for (uint64_t i = 0; i < (w + MSS) / MSS / 2; i++)
+        sx_cc_sent(cc, MSS);
+    ack_all(cc, at + 100 * US);
+    assert_int_equal(cwnd(cc), w + 2 * MSS);
     sx_cc_table_fini(&t);
 }
 
