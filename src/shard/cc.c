@@ -59,9 +59,9 @@ sx_cc_t *sx_cc_get(sx_cc_table_t *table, uint64_t host, uint32_t mss)
     return cc;
 }
 
-bool sx_cc_window_open(sx_cc_t *cc, size_t len, uint64_t now)
+bool sx_cc_window_open(sx_cc_t *cc, size_t len, int64_t unposted, uint64_t now)
 {
-    int64_t inflight = atomic_load_explicit(&cc->inflight, RELAXED);
+    int64_t inflight = atomic_load_explicit(&cc->inflight, RELAXED) + unposted;
     uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
 
     /* One packet may always go when none is out: a window smaller than a
@@ -79,24 +79,30 @@ static uint64_t cc_pace_base(uint64_t clock, uint64_t now)
     return clock + SX_CC_BURST_NS < now ? now - SX_CC_BURST_NS : clock;
 }
 
-uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t now)
+uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t unposted_ns, uint64_t now)
 {
-    uint64_t base = cc_pace_base(atomic_load_explicit(&cc->pace_ns, RELAXED), now);
+    uint64_t base = cc_pace_base(atomic_load_explicit(&cc->pace_ns, RELAXED), now) + unposted_ns;
     return base > now ? base : 0;
 }
 
-void sx_cc_paced(sx_cc_t *cc, size_t len, uint64_t now)
+uint64_t sx_cc_pace_interval(sx_cc_t *cc, size_t len)
 {
     uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
     uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
 
     if (srtt == 0 || cwnd == 0)
-        return; /* no sample yet: the window alone bounds the burst */
+        return 0; /* no sample yet: the window alone bounds the burst */
     /* interval = len * srtt / (gain * cwnd): gain 2 in slow start, 1.25
      * after (RFC 9002 section 7.7), as 8/4 and 5/4. */
     bool slow = cwnd < atomic_load_explicit(&cc->ssthresh, RELAXED);
     unsigned __int128 num = (unsigned __int128)len * srtt * 4;
-    uint64_t interval = (uint64_t)(num / ((unsigned __int128)cwnd * (slow ? 8 : 5)));
+    return (uint64_t)(num / ((unsigned __int128)cwnd * (slow ? 8 : 5)));
+}
+
+void sx_cc_pace_advance(sx_cc_t *cc, uint64_t interval, uint64_t now)
+{
+    if (interval == 0)
+        return; /* the clock would stay where sx_cc_pace_wait reads it: no write to share */
     uint64_t clock = atomic_load_explicit(&cc->pace_ns, RELAXED);
     while (!atomic_compare_exchange_weak_explicit(
         &cc->pace_ns, &clock, cc_pace_base(clock, now) + interval, RELAXED, RELAXED)) {

@@ -153,8 +153,10 @@ static void chan_free_window(sx_chan_t *c)
     c->rtx = c->rtx_tail = NULL;
     c->snd_una = c->snd_nxt;
     if (c->cc != NULL)
-        sx_cc_forget(c->cc, c->cc_pipe); /* no ACK will take them out */
+        sx_cc_forget(c->cc, c->cc_pipe - (size_t)c->cc_unposted); /* no ACK will take them out */
     c->cc_pipe = 0;
+    c->cc_unposted = 0;
+    c->cc_pace_unposted = 0;
     c->inflight_bytes = 0;
 }
 

@@ -203,6 +203,11 @@ typedef struct sx_chan {
     struct sx_cc *cc;
     sx_timer_t cc_timer;
     size_t cc_pipe; /* bytes of ours in cc's flight (the packets in_pipe) */
+    /* What cc_pipe changed by and cc's shared flight has not yet: packets
+     * a flush sends, and those an ACK takes out, count there once per
+     * flush and per ACK instead of once each (sx_chan_cc_post_locked). */
+    int64_t cc_unposted;
+    uint64_t cc_pace_unposted; /* likewise, ns of the pacing clock */
     /* ECN (wire.h): the running counts of ECT and CE data datagrams
      * received, which every ACK echoes, and the peer's counts as its
      * newest ACK gave them. */

@@ -48,7 +48,7 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
 {
     sx_cc_t *cc = c->cc;
 
-    if (!sx_cc_window_open(cc, 1, now)) {
+    if (!sx_cc_window_open(cc, 1, c->cc_unposted, now)) {
         /* An ACK of ours kicks this channel; one of another channel to the
          * host (another shard's, perhaps) does not: look again in a
          * quarter of a round trip. */
@@ -58,7 +58,7 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
         chan_cc_retry(c, now + (srtt / 4 > tick ? srtt / 4 : tick));
         return false;
     }
-    uint64_t at = sx_cc_pace_wait(cc, now);
+    uint64_t at = sx_cc_pace_wait(cc, c->cc_pace_unposted, now);
     if (at != 0) {
         sx_stat_add(&c->shard->stats.cc_pace_waits, 1);
         chan_cc_retry(c, at);
@@ -73,7 +73,35 @@ void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt)
         return;
     pkt->in_pipe = true;
     c->cc_pipe += pkt->len;
-    sx_cc_sent(c->cc, pkt->len);
+    c->cc_unposted += (int64_t)pkt->len; /* the flush posts it */
+}
+
+void sx_chan_cc_paced_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    if (c->cc != NULL)
+        c->cc_pace_unposted += sx_cc_pace_interval(c->cc, pkt->len); /* the flush posts it */
+}
+
+void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+{
+    if (c->cc == NULL || !pkt->in_pipe)
+        return;
+    pkt->in_pipe = false;
+    c->cc_pipe -= pkt->len;
+    c->cc_unposted -= (int64_t)pkt->len; /* the ACK path posts it */
+}
+
+void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now)
+{
+    if (c->cc_pace_unposted != 0) {
+        sx_cc_pace_advance(c->cc, c->cc_pace_unposted, now);
+        c->cc_pace_unposted = 0;
+    }
+    if (c->cc_unposted > 0)
+        sx_cc_sent(c->cc, (size_t)c->cc_unposted);
+    else if (c->cc_unposted < 0)
+        sx_cc_forget(c->cc, (size_t)-c->cc_unposted);
+    c->cc_unposted = 0;
 }
 
 void sx_chan_cc_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)

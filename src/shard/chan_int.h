@@ -128,6 +128,21 @@ void sx_chan_cc_timer(sx_timer_t *timer, void *arg);
 void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 void sx_chan_cc_out_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
+/** sx_chan_cc_in_locked and an ACK's sx_chan_cc_acked_out_locked change
+ *  the channel's pipe at once and the host's shared flight at the next
+ *  sx_chan_cc_post_locked, which a flush makes before it returns and the
+ *  ACK path before it tells the controller what was acknowledged: one
+ *  atomic per flush and per ACK, not per packet, on a counter that every
+ *  shard sending to the host writes. The pacing clock's share of what a
+ *  flush sent is posted with it (sx_chan_cc_paced_locked). */
+void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
+
+/** @p pkt left now: its share of the pacing clock, which the flush's
+ *  sx_chan_cc_post_locked puts on the host's clock (sx_chan_cc_allows_locked
+ *  counts it meanwhile). */
+void sx_chan_cc_paced_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+
 /** Loss and round-trip signals for the controller (none: no-ops); they
  *  count the window's cuts in the shard's stats. A lost packet leaves
  *  the pipe. */

@@ -379,13 +379,15 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                 c->inflight_bytes -= pkt->len;
                 if (!pkt->sacked)
                     acked += pkt->len; /* a SACK counted the rest */
-                sx_chan_cc_out_locked(c, pkt);
+                sx_chan_cc_acked_out_locked(c, pkt);
                 sx_chan_pkt_free_locked(c, pkt);
             }
             c->snd_una++;
         }
-        if (c->cc != NULL)
+        if (c->cc != NULL) {
+            sx_chan_cc_post_locked(c, now);
             sx_cc_acked(c->cc, acked, now);
+        }
         if (sample != 0) {
             chan_rtt_sample(c, sample, now);
         } else if (c->backoff > 0 && c->srtt_ns != 0) {
@@ -462,7 +464,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             if (pkt != NULL) {
                 if (!pkt->sacked) {
                     chan_pmtu_acked(c, pkt);
-                    sx_chan_cc_out_locked(c, pkt);
+                    sx_chan_cc_acked_out_locked(c, pkt);
                     sacked += pkt->len;
                 }
                 if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
@@ -473,8 +475,11 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             }
             highest = s;
         }
-        if (sacked != 0 && c->cc != NULL)
-            sx_cc_acked(c->cc, sacked, now);
+        if (c->cc != NULL) {
+            sx_chan_cc_post_locked(c, now);
+            if (sacked != 0)
+                sx_cc_acked(c->cc, sacked, now);
+        }
         if (sack_sample != 0)
             chan_rtt_sample(c, sack_sample, now);
         uint64_t reo = c->srtt_ns / 4;

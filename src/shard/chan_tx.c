@@ -537,7 +537,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);
         if (c->cc != NULL) {
             sx_chan_cc_in_locked(c, pkt);
-            sx_cc_paced(c->cc, pkt->len, now); /* it takes its time; it never waits */
+            sx_chan_cc_paced_locked(c, pkt); /* it takes its time; it never waits */
         }
         sent++;
     }
@@ -578,7 +578,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->inflight_bytes += pkt->len;
         if (c->cc != NULL) {
             sx_chan_cc_in_locked(c, pkt);
-            sx_cc_paced(c->cc, pkt->len, now);
+            sx_chan_cc_paced_locked(c, pkt);
         }
         pkt->first_sent_ns = now;
         pkt->last_sent_ns = now;
@@ -594,6 +594,8 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         chan_stage(c, pkt->data, pkt->len, pkt);
         sent++;
     }
+    if (c->cc != NULL)
+        sx_chan_cc_post_locked(c, now);
     if (c->ack_now || c->ack_pending >= p->ack_every)
         chan_send_ack(c);
     return sent;

@@ -39,7 +39,7 @@ static sx_cc_t *cc_new(sx_cc_table_t *t, uint32_t mss, uint64_t rtt, uint64_t no
 static uint64_t fill(sx_cc_t *cc, size_t len, uint64_t now)
 {
     uint64_t sent = 0;
-    while (sx_cc_window_open(cc, len, now)) {
+    while (sx_cc_window_open(cc, len, 0, now)) {
         sx_cc_sent(cc, len);
         sent += len;
     }
@@ -84,7 +84,7 @@ static void test_window_and_slow_start(void **state)
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
     /* Nothing in flight: even a packet larger than the window may go. */
-    assert_true(sx_cc_window_open(cc, 100000, now));
+    assert_true(sx_cc_window_open(cc, 100000, 0, now));
     assert_int_equal(fill(cc, MSS, now), 10 * MSS);
     assert_int_equal(atomic_load(&cc->limited_ns), now);
     /* Slow start: the window grows by what is acknowledged. */
@@ -327,22 +327,55 @@ static void test_pacing(void **state)
 
     /* No round trip measured: nothing to pace by. */
     sx_cc_paced(cc, MSS, now);
-    assert_int_equal(sx_cc_pace_wait(cc, now), 0);
+    assert_int_equal(sx_cc_pace_wait(cc, 0, now), 0);
     /* SRTT 100 us, window 10 datagrams, slow start (gain 2): a datagram
      * every 100 / 20 = 5 us; a pause's credit is 50 us: ten of them. */
     assert_false(sx_cc_rtt(cc, 100 * US, 500 * US, now));
     unsigned sent = 0;
-    while (sx_cc_pace_wait(cc, now) == 0 && sent < 100) {
+    while (sx_cc_pace_wait(cc, 0, now) == 0 && sent < 100) {
         sx_cc_paced(cc, MSS, now);
         sent++;
     }
     assert_int_equal(sent, 11); /* the credit's ten, and the one due now */
-    assert_int_equal(sx_cc_pace_wait(cc, now), now + 5 * US);
+    assert_int_equal(sx_cc_pace_wait(cc, 0, now), now + 5 * US);
     /* Congestion avoidance (gain 1.25): 100 us x 1472 / (1.25 x 14720). */
     atomic_store(&cc->ssthresh, 10 * MSS);
-    uint64_t at = sx_cc_pace_wait(cc, now);
+    uint64_t at = sx_cc_pace_wait(cc, 0, now);
     sx_cc_paced(cc, MSS, at);
-    assert_int_equal(sx_cc_pace_wait(cc, at), at + 8 * US);
+    assert_int_equal(sx_cc_pace_wait(cc, 0, at), at + 8 * US);
+    sx_cc_table_fini(&t);
+}
+
+/* A flush puts what it sent on the shared flight and pacing clock once
+ * (chan_cc.c): counting its unposted bytes and nanoseconds meanwhile, the
+ * window and the clock stop it where per-datagram updates would have. */
+static void test_posted_per_flush(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    /* The window: ten datagrams, whether in the flight or unposted. */
+    int64_t unposted = 0;
+    while (sx_cc_window_open(cc, MSS, unposted, now))
+        unposted += MSS;
+    assert_int_equal(unposted, 10 * MSS);
+    sx_cc_sent(cc, (size_t)unposted);
+    assert_false(sx_cc_window_open(cc, MSS, 0, now));
+    sx_cc_forget(cc, (size_t)unposted);
+    /* The clock: 5 us a datagram, 50 us of credit, as test_pacing. */
+    uint64_t pending = 0;
+    unsigned sent = 0;
+    while (sx_cc_pace_wait(cc, pending, now) == 0 && sent < 100) {
+        pending += sx_cc_pace_interval(cc, MSS);
+        sent++;
+    }
+    assert_int_equal(sent, 11);
+    assert_int_equal(atomic_load(&cc->pace_ns), 0); /* nothing shared yet */
+    sx_cc_pace_advance(cc, pending, now);
+    assert_int_equal(sx_cc_pace_wait(cc, 0, now), now + 5 * US);
     sx_cc_table_fini(&t);
 }
 
@@ -353,7 +386,7 @@ static void *hammer(void *arg)
     sx_cc_t *cc = arg;
     for (int i = 0; i < 100000; i++) {
         sx_cc_sent(cc, MSS);
-        (void)sx_cc_window_open(cc, MSS, 1000 + (uint64_t)i);
+        (void)sx_cc_window_open(cc, MSS, 0, 1000 + (uint64_t)i);
         sx_cc_paced(cc, MSS, 1000 + (uint64_t)i);
         sx_cc_forget(cc, MSS);
         sx_cc_acked(cc, MSS, 1000 + (uint64_t)i);
@@ -391,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_persistent_congestion),
         cmocka_unit_test(test_delay_signal),
         cmocka_unit_test(test_pacing),
+        cmocka_unit_test(test_posted_per_flush),
         cmocka_unit_test(test_shared_by_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
