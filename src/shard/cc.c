@@ -127,6 +127,16 @@ static bool cc_in_use(sx_cc_t *cc, size_t len, uint64_t cwnd, uint64_t srtt, uin
     return limited != 0 && (srtt == 0 || now - limited <= 2 * srtt);
 }
 
+/* Growth counts from @p now: a window not in use earns nothing for the
+ * time, nor does slow start for congestion avoidance. Written once a
+ * quarter of a round trip at most, not by every ACK of every shard (a
+ * line they all read): the start lies up to that much early. */
+static void cc_grow_from(sx_cc_t *cc, uint64_t at, uint64_t srtt, uint64_t now)
+{
+    if (now < at || now - at > srtt / 4)
+        atomic_store_explicit(&cc->grow_ns, now, RELAXED);
+}
+
 void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now)
 {
     uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
@@ -136,16 +146,14 @@ void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now)
     if (!cc_in_use(cc, len, cwnd, srtt, now)) {
         /* An application-limited window does not grow (RFC 7661), nor
          * does the time it spent so. */
-        if (at != now)
-            atomic_store_explicit(&cc->grow_ns, now, RELAXED);
+        cc_grow_from(cc, at, srtt, now);
         return;
     }
     if (cwnd >= SX_CC_MAX_BYTES)
         return;
     if (cwnd < atomic_load_explicit(&cc->ssthresh, RELAXED)) {
         atomic_fetch_add_explicit(&cc->cwnd, len, RELAXED); /* slow start */
-        if (at != now)
-            atomic_store_explicit(&cc->grow_ns, now, RELAXED); /* CA counts from its end */
+        cc_grow_from(cc, at, srtt, now);                    /* CA counts from its end */
         return;
     }
     /* Congestion avoidance: a datagram per smoothed round trip of time
@@ -204,8 +212,16 @@ static void cc_set_window(sx_cc_t *cc, uint64_t cwnd, uint64_t now)
 
 bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
 {
+    /* Smoothed over every channel's samples (RFC 6298's gain, 1/8), one
+     * sample per eighth of a round trip at most: each shard's ACKs give
+     * them, and a write per sample to a line every shard reads cost 16
+     * shards more than the averaging of more samples gains. */
     uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
-    atomic_store_explicit(&cc->srtt_ns, srtt == 0 ? rtt : (7 * srtt + rtt) / 8, RELAXED);
+    uint64_t srtt_at = atomic_load_explicit(&cc->srtt_at_ns, RELAXED);
+    if (srtt == 0 || now < srtt_at || now - srtt_at >= srtt / 8) {
+        atomic_store_explicit(&cc->srtt_ns, srtt == 0 ? rtt : (7 * srtt + rtt) / 8, RELAXED);
+        atomic_store_explicit(&cc->srtt_at_ns, now, RELAXED);
+    }
 
     /* The smallest sample of the last 5 to 10 s: the minimum of the
      * window so far, and a candidate gathered over its second half that
@@ -223,7 +239,8 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
         atomic_store_explicit(&cc->min_rtt_next_ns, rtt, RELAXED);
     }
     if (rtt <= min) {
-        atomic_store_explicit(&cc->min_rtt_ns, rtt, RELAXED);
+        if (rtt < min)
+            atomic_store_explicit(&cc->min_rtt_ns, rtt, RELAXED);
         return false;
     }
     /* A queue building in the first slow start (HyStart++, RFC 9406):
