@@ -70,8 +70,9 @@
  * (chan_cc.c), counting their own unposted share meanwhile: per datagram,
  * 16 shards' atomics on these shared lines held sx_bench mt's
  * injection-only run over the sink to 3.2-3.9 M sends/s at 16 threads of
- * a 16-core machine, 6.3-6.7 M so (28-32 M without congestion control;
- * the per-ACK updates of srtt and the window still cost the rest). The
+ * a 16-core machine, 6.8-8.0 M so with sx_cc_rtt's samples thinned
+ * (28-33 M without congestion control: the flush's and the ACK's one
+ * write each, and the reads, cost the rest). The
  * table (sx_cc_table_t) adds controllers under a mutex, at
  * channel creation only, and frees them at engine destruction.
  */
