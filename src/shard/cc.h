@@ -38,7 +38,8 @@
  *   - pacing (RFC 9002 section 7.7; Linux's fq pacing): the senders to
  *     one host share a clock that lets a datagram go every
  *     len * srtt / (gain * cwnd) ns, gain 2 in slow start and 1.25 after,
- *     with a credit of SX_CC_BURST_NS for a burst after a pause; a
+ *     with a credit of half a round trip (SX_CC_BURST_NS at least) for a
+ *     burst after a pause, since a sender's process may not have run; a
  *     channel the clock holds back re-arms its flush on the shard's wheel.
  *
  *   - ECN (RFC 3168; sx_cc_ecn): receivers echo running counts of the

@@ -343,6 +343,21 @@ static void test_pacing(void **state)
     uint64_t at = sx_cc_pace_wait(cc, 0, now);
     sx_cc_paced(cc, MSS, at);
     assert_int_equal(sx_cc_pace_wait(cc, 0, at), at + 8 * US);
+    /* A pause's credit is half a round trip (50 us at least): a sender
+     * whose process did not run for 1 ms, SRTT 2 ms, may send 1 ms of the
+     * clock at once, and then waits. */
+    for (int i = 0; i < 40; i++)
+        (void)sx_cc_rtt(cc, 2000 * US, 0, at + (uint64_t)i * 1000 * US);
+    assert_true(atomic_load(&cc->srtt_ns) > 1900 * US);
+    uint64_t later = at + 200000 * US, credit = atomic_load(&cc->srtt_ns) / 2;
+    uint64_t step = sx_cc_pace_interval(cc, MSS);
+    assert_true(step > 0);
+    sent = 0;
+    while (sx_cc_pace_wait(cc, 0, later) == 0 && sent < 1000) {
+        sx_cc_paced(cc, MSS, later);
+        sent++;
+    }
+    assert_int_equal(sent, credit / step + 1);
     sx_cc_table_fini(&t);
 }
 
