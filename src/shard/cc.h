@@ -38,8 +38,9 @@
  *   - pacing (RFC 9002 section 7.7; Linux's fq pacing): the senders to
  *     one host share a clock that lets a datagram go every
  *     len * srtt / (gain * cwnd) ns, gain 2 in slow start and 1.25 after,
- *     with a credit of half a round trip (SX_CC_BURST_NS at least) for a
- *     burst after a pause, since a sender's process may not have run; a
+ *     with a credit of SX_CC_BURST_NS for a burst after a pause, or of
+ *     the time the sender's shard was not progressed, up to half a round
+ *     trip (its process did not run, or did not call in); a
  *     channel the clock holds back re-arms its flush on the shard's wheel.
  *
  *   - ECN (RFC 3168; sx_cc_ecn): receivers echo running counts of the
@@ -147,8 +148,10 @@ bool sx_cc_window_open(sx_cc_t *cc, size_t len, int64_t unposted, uint64_t now);
 
 /** The pacing clock, advanced by the caller's @p unposted_ns (datagrams
  *  it sent and has not yet put on the clock): 0 when a datagram may go
- *  now, else when to look again. */
-uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t unposted_ns, uint64_t now);
+ *  now, else when to look again. @p idle_ns: how long the caller's shard
+ *  was not progressed before now, the credit it may make up (up to half a
+ *  round trip; SX_CC_BURST_NS at least). */
+uint64_t sx_cc_pace_wait(sx_cc_t *cc, uint64_t unposted_ns, uint64_t idle_ns, uint64_t now);
 
 /** A datagram of @p len bytes's share of a round trip on the pacing
  *  clock (retransmissions too, which never wait). */
@@ -156,12 +159,12 @@ uint64_t sx_cc_pace_interval(sx_cc_t *cc, size_t len);
 
 /** Advances the pacing clock by @p interval ns (the sum of what a flush
  *  sent: one write to the shared clock per flush, not per datagram). */
-void sx_cc_pace_advance(sx_cc_t *cc, uint64_t interval, uint64_t now);
+void sx_cc_pace_advance(sx_cc_t *cc, uint64_t interval, uint64_t idle_ns, uint64_t now);
 
 /** A datagram of @p len bytes left now: both of the above. */
 static inline void sx_cc_paced(sx_cc_t *cc, size_t len, uint64_t now)
 {
-    sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, len), now);
+    sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, len), 0, now);
 }
 
 /** A packet of @p len bytes entered the flight (RFC 6675's pipe: sent,

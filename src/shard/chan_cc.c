@@ -58,7 +58,7 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
         chan_cc_retry(c, now + (srtt / 4 > tick ? srtt / 4 : tick));
         return false;
     }
-    uint64_t at = sx_cc_pace_wait(cc, c->cc_pace_unposted, now);
+    uint64_t at = sx_cc_pace_wait(cc, c->cc_pace_unposted, c->shard->pass_gap_ns, now);
     if (at != 0) {
         sx_stat_add(&c->shard->stats.cc_pace_waits, 1);
         chan_cc_retry(c, at);
@@ -94,7 +94,7 @@ void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now)
 {
     if (c->cc_pace_unposted != 0) {
-        sx_cc_pace_advance(c->cc, c->cc_pace_unposted, now);
+        sx_cc_pace_advance(c->cc, c->cc_pace_unposted, c->shard->pass_gap_ns, now);
         c->cc_pace_unposted = 0;
     }
     if (c->cc_unposted > 0)

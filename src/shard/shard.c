@@ -587,6 +587,8 @@ static int sx_shard_pass(sx_shard_t *shard, bool home)
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, &ran))
         return -1;
     uint64_t now = sx_time_ns();
+    shard->pass_gap_ns = shard->pass_ns != 0 && now > shard->pass_ns ? now - shard->pass_ns : 0;
+    shard->pass_ns = now;
     if (home)
         atomic_store_explicit(&shard->home_seen_ns, now, memory_order_relaxed);
     /* A caller is here: the engine's service stays away (service.h). One

@@ -205,6 +205,10 @@ struct sx_shard {
     struct sx_peer *err_head, *err_tail;
     struct sx_chan *backlog_head, *backlog_tail;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
+    /* The last progress pass's start and how long before it the one
+     * before began: how long this shard was not progressed, which is
+     * pacing time its senders could not use (shard/cc.h). */
+    uint64_t pass_ns, pass_gap_ns;
     /* Read-only after creation. */
     const sx_shard_env_t *env;
     uint32_t seq_start;
