@@ -161,12 +161,6 @@ uint64_t sx_cc_pace_interval(sx_cc_t *cc, size_t len);
  *  sent: one write to the shared clock per flush, not per datagram). */
 void sx_cc_pace_advance(sx_cc_t *cc, uint64_t interval, uint64_t idle_ns, uint64_t now);
 
-/** A datagram of @p len bytes left now: both of the above. */
-static inline void sx_cc_paced(sx_cc_t *cc, size_t len, uint64_t now)
-{
-    sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, len), 0, now);
-}
-
 /** A packet of @p len bytes entered the flight (RFC 6675's pipe: sent,
  *  or sent again after it was presumed lost). */
 static inline void sx_cc_sent(sx_cc_t *cc, size_t len)

@@ -69,17 +69,16 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
 
 void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
-    if (c->cc == NULL || pkt->in_pipe)
+    if (c->cc == NULL)
+        return;
+    /* Every transmission takes its time on the clock; the flush posts it
+     * and what enters the pipe. */
+    c->cc_pace_unposted += sx_cc_pace_interval(c->cc, pkt->len);
+    if (pkt->in_pipe)
         return;
     pkt->in_pipe = true;
     c->cc_pipe += pkt->len;
-    c->cc_unposted += (int64_t)pkt->len; /* the flush posts it */
-}
-
-void sx_chan_cc_paced_locked(sx_chan_t *c, sx_txpkt_t *pkt)
-{
-    if (c->cc != NULL)
-        c->cc_pace_unposted += sx_cc_pace_interval(c->cc, pkt->len); /* the flush posts it */
+    c->cc_unposted += (int64_t)pkt->len;
 }
 
 void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)

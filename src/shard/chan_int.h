@@ -123,8 +123,9 @@ void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t no
 void sx_chan_cc_timer(sx_timer_t *timer, void *arg);
 
 /** @p pkt enters the pipe (sent, or sent again after it left) or leaves
- *  it (acknowledged, SACKed, presumed lost, freed); each once. No-ops
- *  without a controller. */
+ *  it (acknowledged, SACKed, presumed lost, freed); each once. Every
+ *  transmission, a retransmission of a packet still in the pipe too,
+ *  takes its time on the pacing clock. No-ops without a controller. */
 void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 void sx_chan_cc_out_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
@@ -133,15 +134,11 @@ void sx_chan_cc_out_locked(sx_chan_t *c, sx_txpkt_t *pkt);
  *  sx_chan_cc_post_locked, which a flush makes before it returns and the
  *  ACK path before it tells the controller what was acknowledged: one
  *  atomic per flush and per ACK, not per packet, on a counter that every
- *  shard sending to the host writes. The pacing clock's share of what a
- *  flush sent is posted with it (sx_chan_cc_paced_locked). */
+ *  shard sending to the host writes. sx_chan_cc_in_locked also puts every
+ *  transmission's share of the pacing clock aside, which the flush posts
+ *  with it (sx_chan_cc_allows_locked counts it meanwhile). */
 void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
-
-/** @p pkt left now: its share of the pacing clock, which the flush's
- *  sx_chan_cc_post_locked puts on the host's clock (sx_chan_cc_allows_locked
- *  counts it meanwhile). */
-void sx_chan_cc_paced_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
 /** Loss and round-trip signals for the controller (none: no-ops); they
  *  count the window's cuts in the shard's stats. A lost packet leaves

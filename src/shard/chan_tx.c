@@ -535,10 +535,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         pkt->transmissions++;
         pkt->last_sent_ns = now;
         sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);
-        if (c->cc != NULL) {
-            sx_chan_cc_in_locked(c, pkt);
-            sx_chan_cc_paced_locked(c, pkt); /* it takes its time; it never waits */
-        }
+        sx_chan_cc_in_locked(c, pkt); /* it takes its time; it never waits */
         sent++;
     }
     /* New packets while the window, the byte budget and the hotel allow. */
@@ -576,10 +573,7 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->win[pkt->seq & (sx_chan_window(c) - 1)] = pkt;
         c->snd_nxt++;
         c->inflight_bytes += pkt->len;
-        if (c->cc != NULL) {
-            sx_chan_cc_in_locked(c, pkt);
-            sx_chan_cc_paced_locked(c, pkt);
-        }
+        sx_chan_cc_in_locked(c, pkt);
         pkt->first_sent_ns = now;
         pkt->last_sent_ns = now;
         pkt->transmissions = 1;

@@ -326,14 +326,14 @@ static void test_pacing(void **state)
     sx_cc_t *cc = sx_cc_get(&t, 42, MSS);
 
     /* No round trip measured: nothing to pace by. */
-    sx_cc_paced(cc, MSS, now);
+    sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, MSS), 0, now);
     assert_int_equal(sx_cc_pace_wait(cc, 0, 0, now), 0);
     /* SRTT 100 us, window 10 datagrams, slow start (gain 2): a datagram
      * every 100 / 20 = 5 us; a pause's credit is 50 us: ten of them. */
     assert_false(sx_cc_rtt(cc, 100 * US, 500 * US, now));
     unsigned sent = 0;
     while (sx_cc_pace_wait(cc, 0, 0, now) == 0 && sent < 100) {
-        sx_cc_paced(cc, MSS, now);
+        sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, MSS), 0, now);
         sent++;
     }
     assert_int_equal(sent, 11); /* the credit's ten, and the one due now */
@@ -341,7 +341,7 @@ static void test_pacing(void **state)
     /* Congestion avoidance (gain 1.25): 100 us x 1472 / (1.25 x 14720). */
     atomic_store(&cc->ssthresh, 10 * MSS);
     uint64_t at = sx_cc_pace_wait(cc, 0, 0, now);
-    sx_cc_paced(cc, MSS, at);
+    sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, MSS), 0, at);
     assert_int_equal(sx_cc_pace_wait(cc, 0, 0, at), at + 8 * US);
     /* A pause's credit: 50 us for a shard progressed all along; the time
      * it was not progressed (here 1 ms: its process did not run), up to
@@ -409,7 +409,7 @@ static void *hammer(void *arg)
     for (int i = 0; i < 100000; i++) {
         sx_cc_sent(cc, MSS);
         (void)sx_cc_window_open(cc, MSS, 0, 1000 + (uint64_t)i);
-        sx_cc_paced(cc, MSS, 1000 + (uint64_t)i);
+        sx_cc_pace_advance(cc, sx_cc_pace_interval(cc, MSS), 0, 1000 + (uint64_t)i);
         sx_cc_forget(cc, MSS);
         sx_cc_acked(cc, MSS, 1000 + (uint64_t)i);
         if (i % 1000 == 0)
