@@ -104,7 +104,7 @@ uint64_t sx_cc_pace_interval(sx_cc_t *cc, size_t len)
     uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
     uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
 
-    if (srtt == 0 || cwnd == 0 || getenv("SXT_V2"))
+    if (srtt == 0 || cwnd == 0)
         return 0; /* no sample yet: the window alone bounds the burst */
     /* interval = len * srtt / (gain * cwnd): gain 2 in slow start, 1.25
      * after (RFC 9002 section 7.7), as 8/4 and 5/4. */
@@ -134,8 +134,6 @@ void sx_cc_pace_advance(sx_cc_t *cc, uint64_t interval, uint64_t idle_ns, uint64
  * senders scheduled least losing most (bench/bench_incast.sh). */
 static bool cc_in_use(sx_cc_t *cc, size_t len, uint64_t cwnd, uint64_t srtt, uint64_t now)
 {
-    if (getenv("SXT_V1"))
-        return true;
     int64_t flight = atomic_load_explicit(&cc->inflight, RELAXED) + (int64_t)len;
     if (flight > 0 && (uint64_t)flight >= cwnd / 2)
         return true;
