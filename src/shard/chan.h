@@ -179,6 +179,16 @@ typedef struct sx_chan {
      * rto_recover. */
     bool in_rto_recovery;
     uint64_t rack_ns; /* latest send time of a packet known to have arrived */
+    /* RACK's reordering allowance (RFC 8985 section 6.2): 1 + reo_extra
+     * quarters of SRTT, one more per round trip in which the peer reported
+     * a duplicate (SX_PKTF_DSACK; dsack_round: until snd_una passes it, a
+     * round is open), back to one after reo_persist loss episodes without
+     * one (loss_round_ns: the start of the latest; chan_retransmit.c). */
+    uint8_t reo_extra;
+    uint8_t reo_persist;
+    bool dsack_round_open;
+    uint32_t dsack_round;
+    uint64_t loss_round_ns;
     uint32_t rto_recover;
     uint64_t rto_at_ns;
     unsigned rto_burst;
@@ -254,6 +264,8 @@ typedef struct sx_chan {
     struct sx_chan *backlog_next;
     unsigned ack_pending; /* message frames received since we last acknowledged */
     bool ack_now;
+    bool dsack_owed; /* a packet came twice: dsack_seq, reported by the next flush */
+    uint32_t dsack_seq;
     sx_timer_t ack_timer;
     struct sx_chan_frags *frags; /* packets arriving in fragments (chan_pmtu.c) */
     uint8_t *asm_buf;            /* reassembly of a chunked message */

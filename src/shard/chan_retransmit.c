@@ -324,6 +324,55 @@ void sx_chan_arm_persist_locked(sx_chan_t *c, uint64_t now)
     sx_wheel_add(c->shard->wheel, &c->persist_timer, now + delay);
 }
 
+/* RACK's reordering allowance (RFC 8985 section 6.2): a packet is lost
+ * when one sent more than this after it arrived. A quarter of SRTT, as
+ * the RFC's first step (of min_RTT there: ours also covers a queue that
+ * moves), widened by a quarter per round trip in which the peer reported
+ * a duplicate, up to SRTT, the RFC's bound. Without the widening, a path
+ * that reorders a flow resends what is only late and halves the window
+ * for it: through the namespace cluster's shaped port, where two CPUs
+ * emptying the queue in turn put 12 % of a 2->1 incast's datagrams
+ * behind later ones of their channel and dropped none, shardx resent
+ * 0.5 % of its bytes and cut its window 130 times a second. */
+#define SX_CHAN_REO_EXTRA_MAX 3  /* quarters beyond the first: up to SRTT */
+#define SX_CHAN_REO_PERSIST   16 /* loss episodes without a duplicate before it narrows */
+
+static uint64_t chan_reo_window(const sx_chan_t *c)
+{
+    return c->srtt_ns / 4 * (1u + c->reo_extra);
+}
+
+/* The peer got packet @p seq twice (SX_PKTF_DSACK): a copy we sent was
+ * not needed, the first one having been late rather than lost (or the
+ * network duplicated it, which the RFC does not tell apart either). Once
+ * per round trip (RFC 8985 section 6.2, step 4: RACK.dsack_round). A
+ * report of a packet never sent is ignored. */
+static void chan_dsack(sx_chan_t *c, uint32_t seq)
+{
+    if (!sx_u32_before(seq, c->snd_nxt) || sx_u32_before(seq, c->snd_isn))
+        return;
+    sx_stat_add(&c->shard->stats.rtx_unneeded, 1);
+    c->reo_persist = SX_CHAN_REO_PERSIST;
+    if (c->dsack_round_open)
+        return;
+    c->dsack_round_open = true;
+    c->dsack_round = c->snd_nxt;
+    if (c->reo_extra < SX_CHAN_REO_EXTRA_MAX)
+        c->reo_extra++;
+}
+
+/* RACK marks @p pkt lost: the first of a loss episode (a packet sent after
+ * the latest one began) counts towards narrowing the allowance again
+ * (RFC 8985 section 6.2, RACK.reo_wnd_persist). */
+static void chan_loss_episode(sx_chan_t *c, const sx_txpkt_t *pkt, uint64_t now)
+{
+    if (pkt->last_sent_ns <= c->loss_round_ns)
+        return;
+    c->loss_round_ns = now;
+    if (c->reo_persist > 0 && --c->reo_persist == 0)
+        c->reo_extra = 0;
+}
+
 void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack)
 {
     uint32_t mask = sx_chan_window(c) - 1;
@@ -347,6 +396,10 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
         sx_stat_add(&c->shard->stats.ack_unsent, 1);
         return;
     }
+    if (c->dsack_round_open && !sx_u32_before(c->snd_una, c->dsack_round))
+        c->dsack_round_open = false;
+    if (pure_ack && (h->flags & SX_PKTF_DSACK))
+        chan_dsack(c, h->seq);
     if (sx_u32_before(c->snd_una, h->ack)) {
         uint64_t sample = 0;
         size_t acked = 0;
@@ -429,14 +482,17 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
             sx_chan_arm_persist_locked(c, now);
     } else if (chan_take_rwnd(c, h)) {
         /* A window update: not a duplicate ACK. */
-    } else if (pure_ack && h->ack == c->snd_una && c->snd_una != c->snd_nxt) {
+    } else if (pure_ack && !(h->flags & SX_PKTF_DSACK) && h->ack == c->snd_una &&
+               c->snd_una != c->snd_nxt) {
         /* A duplicate ACK: something after snd_una arrived, snd_una did not
-         * (RFC 5681 section 3.2). Three of them start fast retransmit. */
+         * (RFC 5681 section 3.2). Three of them start fast retransmit. One
+         * that reports a duplicate says nothing new arrived. */
         if (++c->dupacks == 3 && !c->in_recovery) {
             sx_txpkt_t *pkt = c->win[c->snd_una & mask];
             if (pkt != NULL) {
                 c->in_recovery = true;
                 c->recover = c->snd_nxt;
+                chan_loss_episode(c, pkt, now);
                 sx_stat_add(&c->shard->stats.rtx_dupack, 1);
                 sx_chan_cc_lost_locked(c, pkt, false, now);
                 sx_chan_queue_rtx_locked(c, pkt);
@@ -482,11 +538,12 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
         }
         if (sack_sample != 0)
             chan_rtt_sample(c, sack_sample, now);
-        uint64_t reo = c->srtt_ns / 4;
+        uint64_t reo = chan_reo_window(c);
         for (uint32_t s = c->snd_una; sx_u32_before(s, highest); s++) {
             sx_txpkt_t *pkt = c->win[s & mask];
             if (pkt != NULL && !pkt->sacked && !pkt->queued &&
                 pkt->last_sent_ns + reo < c->rack_ns) {
+                chan_loss_episode(c, pkt, now);
                 sx_stat_add(&c->shard->stats.rtx_sack, 1);
                 sx_chan_cc_lost_locked(c, pkt, false, now);
                 sx_chan_queue_rtx_locked(c, pkt);

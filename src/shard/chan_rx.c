@@ -344,6 +344,15 @@ static void chan_update_sack(sx_chan_t *c)
     }
 }
 
+/* A DATA packet came twice: the next flush says which (SX_PKTF_DSACK),
+ * so that the sender learns its retransmission was not needed (RFC 2883,
+ * section 4); a later duplicate before it replaces the report. */
+static void chan_owe_dsack(sx_chan_t *c, uint32_t seq)
+{
+    c->dsack_owed = true;
+    c->dsack_seq = seq;
+}
+
 /*
  * Keeps a packet in the ring: one ahead of a gap, or (received by the
  * service, or behind a backlog) the next in order; the drop reason or
@@ -521,10 +530,14 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
             sx_stat_add(&c->shard->stats.rx_out_of_order, 1);
         else
             sx_stat_add(&c->shard->stats.drops[why], 1);
+        if (why == SX_DROP_DUPLICATE)
+            chan_owe_dsack(c, h->seq);
         c->ack_now = true; /* out of order: tell the sender at once */
     } else {
-        /* Already delivered: our ACK was lost or is late. */
+        /* Already delivered: our ACK was lost or is late, or the sender
+         * resent what was only late. */
         sx_stat_add(&c->shard->stats.drops[SX_DROP_DUPLICATE], 1);
+        chan_owe_dsack(c, h->seq);
         c->ack_now = true;
     }
 sack:

@@ -464,7 +464,8 @@ static void chan_stage(sx_chan_t *c, const uint8_t *data, size_t len, sx_txpkt_t
     sx_shard_tx_stage_locked(c->shard, c->tl, c->dest, data, len, c, pkt);
 }
 
-/* A standalone ACK; its sequence field is unused but for a challenge. */
+/* A standalone ACK; its sequence field is unused but for a challenge and
+ * a duplicate's report (SX_PKTF_DSACK). */
 static void chan_send_ack_flags(sx_chan_t *c, uint16_t flags, uint32_t seq)
 {
     /* The ACK is built in the batch's own buffer, which lives until the
@@ -590,8 +591,14 @@ unsigned sx_chan_flush_locked(sx_chan_t *c)
     }
     if (c->cc != NULL)
         sx_chan_cc_post_locked(c, now);
-    if (c->ack_now || c->ack_pending >= p->ack_every)
+    if (c->dsack_owed) {
+        /* A standalone ACK whatever else went: a data packet's seq is
+         * its own. */
+        c->dsack_owed = false;
+        chan_send_ack_flags(c, SX_PKTF_DSACK, c->dsack_seq);
+    } else if (c->ack_now || c->ack_pending >= p->ack_every) {
         chan_send_ack(c);
+    }
     return sent;
 }
 

@@ -78,6 +78,7 @@ struct sx_shard_guest {
     X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                             \
     X(rtx_sack, "fast retransmissions of SACK holes")                                            \
     X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)")       \
+    X(rtx_unneeded, "duplicates the peer reported (D-SACK): RACK's reordering allowance widens") \
     X(ack_unsent, "ACKs for data never sent, ignored without moving any state")                  \
     X(window_stalls, "flushes stopped by a full window or byte budget")                          \
     X(data_bytes, "bytes of data packets sent for the first time")                               \

@@ -158,6 +158,8 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         return SX_DROP_LENGTH;
     if (hdr->type == SX_PKT_ACK && !(hdr->flags & SX_PKTF_ACK))
         return SX_DROP_FLAGS; /* an ACK that acknowledges nothing */
+    if (hdr->type != SX_PKT_ACK && (hdr->flags & SX_PKTF_DSACK))
+        return SX_DROP_FLAGS; /* its seq is the packet's own */
     if ((hdr->flags & SX_PKTF_FRAG) && hdr->type != SX_PKT_DATA)
         return SX_DROP_FLAGS; /* only data packets are fragmented */
     if (hdr->flags & SX_PKTF_CRC) {

@@ -47,6 +47,14 @@
  * the total. SX_PKTF_PROBE asks for an ACK at once: a closed
  * window's probe (the persist timer) and a liveness probe both use it.
  *
+ * SX_PKTF_DSACK, on an ACK packet only: its seq field, unused otherwise,
+ * names a DATA packet that arrived again after it had arrived (RFC 2883's
+ * duplicate SACK): a retransmission the network did not need, because
+ * the first copy was late, not lost. The sender widens RACK's reordering
+ * allowance on it (RFC 8985 section 6.2, step 4; shard/chan_retransmit.c).
+ * An engine older than the flag drops such an ACK (SX_DROP_FLAGS) and
+ * loses only that: the next ACK carries the same acknowledgement.
+ *
  * SX_PKTF_AUTH: the datagram ends with a 16-byte tag after the payload
  * (payload_len does not count it), a keyed MAC of everything before it
  * (SX_AUTH; shard/auth.h). An engine with a key takes only datagrams
@@ -121,8 +129,10 @@ enum sx_pkt_flags {
     SX_PKTF_PROBE = 1u << 2, /* answer with an ACK at once (window or liveness probe) */
     SX_PKTF_FRAG = 1u << 3,  /* DATA only: a fragment of a packet (fragment header first) */
     SX_PKTF_AUTH = 1u << 4,  /* a 16-byte tag follows the payload (shard/auth.h) */
+    SX_PKTF_DSACK = 1u << 5, /* ACK only: seq came twice (a duplicate; RFC 2883's D-SACK) */
 };
-#define SX_PKTF_KNOWN (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE | SX_PKTF_FRAG | SX_PKTF_AUTH)
+#define SX_PKTF_KNOWN \
+    (SX_PKTF_ACK | SX_PKTF_CRC | SX_PKTF_PROBE | SX_PKTF_FRAG | SX_PKTF_AUTH | SX_PKTF_DSACK)
 /* Bytes of the tag after the payload of an SX_PKTF_AUTH datagram. */
 #define SX_WIRE_TAG_LEN 16
 

@@ -73,7 +73,7 @@ static const char *const rl_ctr_names[] = {
     "rtx_timeout",      "rtx_sack",      "rtx_dupack",      "drop_duplicate", "drop_hdr_csum",
     "drop_payload_crc", "drop_version",  "rx_out_of_order", "data_sent",      "tl_rx_kernel_drops",
     "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket",
-    "pmtu_blackholes",  "frags_sent",    "frags_assembled"};
+    "pmtu_blackholes",  "frags_sent",    "frags_assembled", "rtx_unneeded"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -761,8 +761,11 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
         assert_true(ctr(sr, "rtx_timeout") + ctr(sr, "rtx_sack") + ctr(sr, "rtx_dupack") > 0);
     if (c->expect & EXP_TIMEOUT)
         assert_true(ctr(sr, "rtx_timeout") > 0);
-    if (c->expect & EXP_DUP)
+    /* ... and reported them (SX_PKTF_DSACK), which the sender took. */
+    if (c->expect & EXP_DUP) {
         assert_true(ctr(rr, "drop_duplicate") > 0);
+        assert_true(ctr(sr, "rtx_unneeded") > 0);
+    }
     if (c->expect & EXP_OOO)
         assert_true(ctr(rr, "rx_out_of_order") > 0);
     if (c->expect & EXP_CREDITS)

@@ -437,6 +437,27 @@ static void test_fragments(void **state)
     assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN + 16, &h), SX_DROP_FLAGS);
 }
 
+/* A duplicate's report (SX_PKTF_DSACK) rides on ACK packets only, whose
+ * seq names the duplicate: on a data packet the seq is the packet's own. */
+static void test_dsack_flag(void **state)
+{
+    (void)state;
+    uint8_t pkt[SX_WIRE_HDR_LEN + 16] = {0};
+    sx_wire_hdr_t h;
+
+    sx_wire_hdr_t ack = {.type = SX_PKT_ACK, .flags = SX_PKTF_ACK | SX_PKTF_DSACK, .seq = 77};
+    sx_wire_write_hdr(pkt, &ack, NULL);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &h), SX_DROP_NONE);
+    assert_true(h.flags & SX_PKTF_DSACK);
+    assert_int_equal(h.seq, 77);
+    sx_wire_hdr_t data = {.type = SX_PKT_DATA, .flags = SX_PKTF_ACK | SX_PKTF_DSACK, .seq = 5};
+    sx_wire_write_hdr(pkt, &data, NULL);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN, &h), SX_DROP_FLAGS);
+    sx_wire_hdr_t ctrl = {.type = SX_PKT_CTRL, .flags = SX_PKTF_DSACK, .payload_len = 16};
+    sx_wire_write_hdr(pkt, &ctrl, NULL);
+    assert_int_equal(sx_wire_parse_packet(pkt, SX_WIRE_HDR_LEN + 16, &h), SX_DROP_FLAGS);
+}
+
 static void test_drop_reason_names(void **state)
 {
     (void)state;
@@ -765,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_header_layout_and_round_trip),
         cmocka_unit_test(test_parse_drop_reasons),
         cmocka_unit_test(test_fragments),
+        cmocka_unit_test(test_dsack_flag),
         cmocka_unit_test(test_drop_reason_names),
         cmocka_unit_test(test_csum16_reference),
         cmocka_unit_test(test_update_ack),
