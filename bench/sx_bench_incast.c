@@ -60,8 +60,9 @@
 
 /* Counters each sender reports, in this order (sx_stats_value names). */
 static const char *const sxb_inc_counter_names[] = {
-    "data_bytes",   "rtx_bytes",        "rtx_timeout",   "cc_loss_cuts",  "cc_delay_exits",
-    "cc_collapses", "cc_window_stalls", "cc_pace_waits", "chan_failures", "cc_ecn_cuts",
+    "data_bytes",     "rtx_bytes",    "rtx_timeout",      "cc_loss_cuts",
+    "cc_delay_exits", "cc_collapses", "cc_window_stalls", "cc_pace_waits",
+    "chan_failures",  "cc_ecn_cuts",  "cc_undos",         "rtx_unneeded",
 };
 enum {
     SXB_INC_NCOUNTERS = sizeof(sxb_inc_counter_names) / sizeof(sxb_inc_counter_names[0]),
@@ -887,15 +888,17 @@ static int sxb_inc_result(sxb_inc_t *inc, double interval_s, bool ok)
            (unsigned long long)g->sum[SXB_INC_DATA_BYTES],
            sxb_inc_num(g->have[2] ? g->sum[2] : UINT64_MAX),
            (unsigned long long)g->sum[SXB_INC_CHAN_FAILURES]);
-    printf("cc (summed over the senders): loss_cuts %.0f, delay_cuts %.0f, collapses %.0f, "
-           "window_stalls %.0f, pace_waits %.0f, ecn_cuts %.0f; CE-marked datagrams at rank 0 "
-           "%.0f\n",
+    printf("cc (summed over the senders): loss_cuts %.0f, delay_cuts %.0f, collapses %.0f "
+           "(undone %.0f), window_stalls %.0f, pace_waits %.0f, ecn_cuts %.0f; CE-marked "
+           "datagrams at rank 0 %.0f; duplicates reported to the senders %.0f\n",
            sxb_inc_num(g->have[3] ? g->sum[3] : UINT64_MAX),
            sxb_inc_num(g->have[4] ? g->sum[4] : UINT64_MAX),
            sxb_inc_num(g->have[5] ? g->sum[5] : UINT64_MAX),
+           sxb_inc_num(g->have[10] ? g->sum[10] : UINT64_MAX),
            sxb_inc_num(g->have[6] ? g->sum[6] : UINT64_MAX),
            sxb_inc_num(g->have[7] ? g->sum[7] : UINT64_MAX),
-           sxb_inc_num(g->have[9] ? g->sum[9] : UINT64_MAX), sxb_inc_num(g->rx_ecn_ce));
+           sxb_inc_num(g->have[9] ? g->sum[9] : UINT64_MAX), sxb_inc_num(g->rx_ecn_ce),
+           sxb_inc_num(g->have[11] ? g->sum[11] : UINT64_MAX));
     if (g->probe)
         printf("probe (rank %d <-> rank 0, %u B round trips, %llu of them): p50 %.1f us, p99 "
                "%.1f us, max %.1f us\n",

@@ -284,6 +284,9 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
         uint64_t floor = cc_min_window(cc);
         if (cwnd <= floor)
             return 0;
+        atomic_store_explicit(&cc->undo_cwnd, cwnd, RELAXED);
+        atomic_store_explicit(&cc->undo_ssthresh, atomic_load_explicit(&cc->ssthresh, RELAXED),
+                              RELAXED);
         atomic_store_explicit(&cc->cut_ns, now, RELAXED);
         atomic_store_explicit(&cc->ssthresh, cwnd / 2 > floor ? cwnd / 2 : floor, RELAXED);
         atomic_store_explicit(&cc->cwnd, floor, RELAXED);
@@ -294,6 +297,24 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
         return 0;
     cc_set_window(cc, atomic_load_explicit(&cc->cwnd, RELAXED) / 2, now); /* RFC 5681 (4) */
     return 1;
+}
+
+bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns)
+{
+    /* Another decrease since (a loss, a mark, another collapse) stands:
+     * the CAS makes the undo once, and loses to a cut made meanwhile. The
+     * window keeps what it grew since, if that is more (Linux's
+     * tcp_undo_cwnd_reduction); pacing spreads what the return lets go. */
+    uint64_t expect = cut_ns;
+    if (cut_ns == 0 || !atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, cut_ns - 1,
+                                                                RELAXED, RELAXED))
+        return false;
+    uint64_t cwnd = atomic_load_explicit(&cc->undo_cwnd, RELAXED);
+    if (cwnd > atomic_load_explicit(&cc->cwnd, RELAXED))
+        atomic_store_explicit(&cc->cwnd, cwnd, RELAXED);
+    atomic_store_explicit(&cc->ssthresh, atomic_load_explicit(&cc->undo_ssthresh, RELAXED),
+                          RELAXED);
+    return true;
 }
 
 bool sx_cc_ecn(sx_cc_t *cc, uint32_t ect, uint32_t ce, uint64_t sent_ns, uint64_t now)

@@ -24,7 +24,17 @@
  *     changes nothing (RFC 9002 section 6.2: a probe timeout is no loss);
  *   - persistent congestion (a timeout backed off twice: two timeouts
  *     without an ACK between): the window falls to its minimum, two
- *     datagrams (RFC 9002 section 7.6);
+ *     datagrams (RFC 9002 section 7.6), and comes back (window and
+ *     threshold as they were) when an ACK shows the timeouts spurious
+ *     (F-RTO's test, RFC 5682: a packet sent before them arrived) and no
+ *     other decrease came since: the response of RFC 4015 section 3, as
+ *     Linux undoes a loss state F-RTO found spurious. A receiver that
+ *     was descheduled for two timeouts cost its senders their window
+ *     otherwise: on 2 cores, with the cluster's frames kept in order (an
+ *     experiment: RPS on every port), the two senders of a 2->1
+ *     incast collapsed 9-10 times in 5 s, on timeouts that F-RTO then
+ *     found spurious (43-46 a sender); test_liveness stops a receiver for a third of
+ *     the peer timeout and requires the undo;
  *   - delay, in the first slow start (HyStart++, RFC 9406): a round-trip sample more
  *     than SX_CONGESTION_DELAY_US above the smallest of the last 5 to 10 s
  *     (the path's own, queues empty) says a queue is building: slow start
@@ -100,15 +110,17 @@
 enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };
 
 typedef struct sx_cc {
-    uint64_t host;                    /* the destination host's key (sx_tl_ops_t.dest_host) */
-    _Atomic uint32_t mss;             /* the largest datagram of a channel to it */
-    _Atomic uint64_t cwnd;            /* bytes */
-    _Atomic uint64_t ssthresh;        /* bytes; UINT64_MAX: still in slow start */
-    _Atomic int64_t inflight;         /* bytes sent and not acknowledged, all channels */
-    _Atomic uint64_t grow_ns;         /* congestion avoidance: time counted towards growth
-                                       * up to here */
-    _Atomic uint64_t cut_ns;          /* the last decrease; losses of packets sent before
-                                       * it are the same event */
+    uint64_t host;              /* the destination host's key (sx_tl_ops_t.dest_host) */
+    _Atomic uint32_t mss;       /* the largest datagram of a channel to it */
+    _Atomic uint64_t cwnd;      /* bytes */
+    _Atomic uint64_t ssthresh;  /* bytes; UINT64_MAX: still in slow start */
+    _Atomic int64_t inflight;   /* bytes sent and not acknowledged, all channels */
+    _Atomic uint64_t grow_ns;   /* congestion avoidance: time counted towards growth
+                                 * up to here */
+    _Atomic uint64_t cut_ns;    /* the last decrease; losses of packets sent before
+                                 * it are the same event */
+    _Atomic uint64_t undo_cwnd; /* before the last collapse (sx_cc_undo) */
+    _Atomic uint64_t undo_ssthresh;
     _Atomic uint64_t limited_ns;      /* a sender last found the window full */
     _Atomic uint64_t srtt_ns;         /* smoothed over every channel's samples */
     _Atomic uint64_t srtt_at_ns;      /* ... the last of which came then */
@@ -190,6 +202,11 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now);
  *  same event as an earlier cut), 1 (the window halved), 2 (it fell to
  *  its minimum). */
 int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now);
+
+/** The collapse sx_cc_lost made at @p cut_ns (it returned 2) was
+ *  spurious: the window and threshold go back to what they were, unless
+ *  another decrease came since. Returns whether they did. */
+bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns);
 
 /** An ACK raised the peer's ECN counts by @p ect (datagrams that came
  *  unmarked but ECN-capable) and @p ce (marked CE); @p sent_ns is when

@@ -218,6 +218,10 @@ typedef struct sx_chan {
      * flush and per ACK instead of once each (sx_chan_cc_post_locked). */
     int64_t cc_unposted;
     uint64_t cc_pace_unposted; /* likewise, ns of the pacing clock */
+    /* Our timeouts' collapse of cc's window during this timeout recovery
+     * (sx_cc_lost's time), for sx_cc_undo when F-RTO finds them spurious;
+     * 0 when none or the recovery ended otherwise. */
+    uint64_t cc_collapse_ns;
     /* ECN (wire.h): the running counts of ECT and CE data datagrams
      * received, which every ACK echoes, and the peer's counts as its
      * newest ACK gave them. */

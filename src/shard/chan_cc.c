@@ -118,10 +118,19 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint
         return;
     sx_chan_cc_out_locked(c, pkt);
     int cut = sx_cc_lost(c->cc, pkt->last_sent_ns, persistent, now);
-    if (cut == 1)
+    if (cut == 1) {
         sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
-    else if (cut == 2)
+    } else if (cut == 2) {
         sx_stat_add(&c->shard->stats.cc_collapses, 1);
+        c->cc_collapse_ns = now;
+    }
+}
+
+void sx_chan_cc_rto_spurious_locked(sx_chan_t *c)
+{
+    if (c->cc != NULL && c->cc_collapse_ns != 0 && sx_cc_undo(c->cc, c->cc_collapse_ns))
+        sx_stat_add(&c->shard->stats.cc_undos, 1);
+    c->cc_collapse_ns = 0;
 }
 
 void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn)

@@ -146,6 +146,10 @@ void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
 void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now);
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
 
+/** F-RTO found this channel's timeout recovery spurious: a collapse of
+ *  the window it made (persistent congestion) is undone (sx_cc_undo). */
+void sx_chan_cc_rto_spurious_locked(sx_chan_t *c);
+
 /* chan_rx.c */
 
 /** The delayed ACK's timer (RFC 1122 4.2.3.2). */

@@ -219,6 +219,7 @@ static void chan_rto_recovery_step(sx_chan_t *c, uint64_t now)
 
     if (!sx_u32_before(c->snd_una, c->rto_recover)) {
         c->in_rto_recovery = false;
+        c->cc_collapse_ns = 0; /* not found spurious: the collapse stands */
         return;
     }
     for (uint32_t s = c->snd_una; sx_u32_before(s, c->rto_recover) && sent < c->rto_burst; s++) {
@@ -461,6 +462,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
         if (c->in_rto_recovery && original_acked) {
             c->in_rto_recovery = false;
             sx_stat_add(&c->shard->stats.rto_spurious, 1);
+            sx_chan_cc_rto_spurious_locked(c);
         }
         if (c->in_rto_recovery)
             chan_rto_recovery_step(c, now);

@@ -88,6 +88,7 @@ struct sx_shard_guest {
     X(cc_loss_cuts, "congestion window halvings after a loss (once per round trip)")             \
     X(cc_delay_exits, "slow starts ended by a queue the round trips showed (HyStart++)")         \
     X(cc_collapses, "congestion window falls to its minimum (persistent congestion)")            \
+    X(cc_undos, "collapses undone: an ACK showed their timeouts spurious (F-RTO)")               \
     X(cc_ecn_cuts, "congestion window cuts by CE marks the peer echoed (ECN, DCTCP)")            \
     X(rx_ecn_ce, "data datagrams received marked CE (ECN: a router's congestion signal)")        \
     X(hotel_full, "packets that waited for a hotel room")                                        \

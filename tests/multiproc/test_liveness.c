@@ -23,7 +23,10 @@
  *                               reports it within the timeout plus a
  *                               retransmission timeout
  *   SIGSTOP                     longer than the timeout: reported; shorter:
- *                               resumed with nothing lost
+ *                               resumed with nothing lost; shorter, with
+ *                               congestion control on: A's timeouts
+ *                               collapsed its window, and the ACKs of
+ *                               what had arrived undo that (F-RTO)
  *   the whole job stopped       A and B stopped together for longer than
  *                               the timeout and resumed: nothing fails
  *   under 5 % loss              the busy cases through the fault transport
@@ -108,6 +111,7 @@ typedef struct lv_result {
     int32_t err_status;
     uint64_t err_ns; /* CLOCK_MONOTONIC when the error callback ran */
     uint64_t chan_failures, rwnd_stalls, peer_probes, own_stalls, rtx_timeout;
+    uint64_t cc_collapses, cc_undos, rto_spurious;
     char why[160];
 } lv_result_t;
 
@@ -300,6 +304,9 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
     a.res.peer_probes = lv_stat(e, "peer_probes");
     a.res.own_stalls = lv_stat(e, "own_stalls");
     a.res.rtx_timeout = lv_stat(e, "rtx_timeout");
+    a.res.cc_collapses = lv_stat(e, "cc_collapses");
+    a.res.cc_undos = lv_stat(e, "cc_undos");
+    a.res.rto_spurious = lv_stat(e, "rto_spurious");
     mp_write_msg(out, MSG_RESULT, &a.res, sizeof(a.res));
     /* Serve B until told to go, so that B's last ACKs are answered. */
     for (;;) {
@@ -718,6 +725,36 @@ static void test_stop_shorter_than_timeout(void **state)
     lv_expect_all(&r);
 }
 
+/* The same with congestion control on (SX_CONGESTION=on takes the
+ * loopback path in): B's silence backs A's timeout off twice, which is
+ * persistent congestion to the controller, and the window falls to two
+ * datagrams; B's ACKs of packets sent before the timeouts show them
+ * spurious (F-RTO), and the window comes back (cc_undos), as RFC 4015's
+ * response has it. Without the undo a rank descheduled for two timeouts
+ * costs its senders their whole window. */
+static void test_stop_shorter_than_timeout_cc(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 34);
+    lv_both_kv(&r, "CONGESTION", "on");
+    /* Large messages only: they fill the window, which grows past its
+     * floor (two datagrams of 64 KiB over loopback), so that the
+     * collapse has somewhere to fall. */
+    r.pa.nmsgs = r.pb.nmsgs = 200;
+    r.pa.big_every = r.pb.big_every = 1;
+    lv_start(&r);
+    lv_wait_a(&r, MSG_HALF);
+    lv_stop_b(&r, LV_TIMEOUT_MS / 3);
+    lv_finish(&r);
+    lv_expect_all(&r);
+    print_message("    A: cc_collapses %llu, cc_undos %llu, rto_spurious %llu\n",
+                  (unsigned long long)r.ra.cc_collapses, (unsigned long long)r.ra.cc_undos,
+                  (unsigned long long)r.ra.rto_spurious);
+    assert_true(r.ra.cc_collapses > 0);
+    assert_true(r.ra.cc_undos > 0);
+}
+
 /* A and B stopped together for three timeouts, as a paused machine would
  * stop them, then resumed: nobody blames the other. */
 static void test_whole_job_stopped(void **state)
@@ -760,6 +797,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_kill_matrix, lv_teardown),
         cmocka_unit_test_teardown(test_stop_longer_than_timeout, lv_teardown),
         cmocka_unit_test_teardown(test_stop_shorter_than_timeout, lv_teardown),
+        cmocka_unit_test_teardown(test_stop_shorter_than_timeout_cc, lv_teardown),
         cmocka_unit_test_teardown(test_whole_job_stopped, lv_teardown),
         cmocka_unit_test_teardown(test_busy_under_loss, lv_teardown),
     };

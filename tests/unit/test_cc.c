@@ -272,6 +272,46 @@ static void test_persistent_congestion(void **state)
     sx_cc_table_fini(&t);
 }
 
+/* A collapse found spurious comes back once, window and threshold, unless
+ * another decrease came since (RFC 4015's response). */
+static void test_undo_collapse(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    atomic_store(&cc->cwnd, 40 * MSS);
+    atomic_store(&cc->ssthresh, 60 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    assert_int_equal(cwnd(cc), 2 * MSS);
+    assert_true(sx_cc_undo(cc, now));
+    assert_int_equal(cwnd(cc), 40 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
+    assert_false(sx_cc_undo(cc, now)); /* once */
+    /* Losses of packets sent before the collapse are still its event. */
+    assert_int_equal(sx_cc_lost(cc, now - 5, false, now + 10 * US), 0);
+    assert_false(sx_cc_undo(cc, 0));
+
+    /* A halving after the collapse stands: no undo. */
+    now += 1000 * US;
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    uint64_t collapse = now;
+    assert_int_equal(sx_cc_lost(cc, now + 10 * US, false, now + 500 * US), 1);
+    assert_false(sx_cc_undo(cc, collapse));
+    assert_int_equal(cwnd(cc), 2 * MSS);
+
+    /* A window that grew past the old one since keeps what it has. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 10 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    atomic_store(&cc->cwnd, 12 * MSS);
+    assert_true(sx_cc_undo(cc, now));
+    assert_int_equal(cwnd(cc), 12 * MSS);
+    sx_cc_table_fini(&t);
+}
+
 static void test_delay_signal(void **state)
 {
     (void)state;
@@ -444,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_ecn_dctcp),
         cmocka_unit_test(test_congestion_avoidance),
         cmocka_unit_test(test_persistent_congestion),
+        cmocka_unit_test(test_undo_collapse),
         cmocka_unit_test(test_delay_signal),
         cmocka_unit_test(test_pacing),
         cmocka_unit_test(test_posted_per_flush),
