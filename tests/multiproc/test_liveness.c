@@ -68,14 +68,15 @@
 
 enum {
     MSG_PLAN = MP_MSG_USER,
-    MSG_REGION,  /* B -> A: where its region is */
-    MSG_STARTED, /* A: the first operation is out */
-    MSG_HALF,    /* A: half its operations have completed */
-    MSG_RESULT,  /* A: its report */
-    MSG_GO,      /* -> B: a holding B may start calling in; -> A: go on after half */
-    MSG_VERIFY,  /* -> B: A is done; check everything and report */
-    MSG_BRESULT, /* B: its report */
-    MSG_FIN,     /* -> A: exit */
+    MSG_REGION,    /* B -> A: where its region is */
+    MSG_STARTED,   /* A: the first operation is out */
+    MSG_HALF,      /* A: half its operations have completed */
+    MSG_RESULT,    /* A: its report */
+    MSG_GO,        /* -> B: a holding B may start calling in; -> A: go on after half */
+    MSG_VERIFY,    /* -> B: A is done; check everything and report */
+    MSG_BRESULT,   /* B: its report */
+    MSG_FIN,       /* -> A: exit */
+    MSG_COLLAPSED, /* A: its congestion window collapsed (report_collapse) */
 };
 
 typedef struct lv_plan {
@@ -93,6 +94,9 @@ typedef struct lv_plan {
      * killed while A still has operations to send (all of them done
      * before B goes would leave nothing to notice it by). */
     uint32_t pause_half;
+    /* After MSG_HALF, says MSG_COLLAPSED once its cc_collapses counter
+     * rose (B is stopped: A's timeouts back off until the window falls). */
+    uint32_t report_collapse;
     /* B */
     uint32_t busy_before_ms; /* computes this long before its first call */
     uint32_t busy_at;        /* after this many messages ... */
@@ -239,7 +243,7 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
             mp_msg_fill(op->buf, op->len, p->seed + 1, op->index);
     }
     uint32_t next = 0, outstanding = 0;
-    bool half = false, started = false, paused = false;
+    bool half = false, started = false, paused = false, collapsed = false;
     uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
     for (;;) {
         /* Failed ops free their slot too; a failed peer fails new ones at
@@ -269,6 +273,10 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
             half = true;
             paused = p->pause_half != 0;
             mp_write_msg(out, MSG_HALF, NULL, 0);
+        }
+        if (half && p->report_collapse && !collapsed && lv_stat(e, "cc_collapses") > 0) {
+            collapsed = true;
+            mp_write_msg(out, MSG_COLLAPSED, NULL, 0);
         }
         uint32_t type;
         if (paused && mp_read_msg(in, 0, &type, NULL, 0, NULL) == 1 && type == MSG_GO)
@@ -738,6 +746,11 @@ static void test_stop_shorter_than_timeout_cc(void **state)
     lv_run_t r;
     lv_init(&r, 34);
     lv_both_kv(&r, "CONGESTION", "on");
+    /* B stays stopped until A's window collapsed (two timeouts, up to
+     * twice the 200 ms RTO ceiling under a sanitizer), well inside this
+     * peer timeout. */
+    lv_both_kv(&r, "PEER_TIMEOUT_MS", "10000");
+    r.pa.report_collapse = 1;
     /* Large messages only: they fill the window, which grows past its
      * floor (two datagrams of 64 KiB over loopback), so that the
      * collapse has somewhere to fall. */
@@ -745,7 +758,9 @@ static void test_stop_shorter_than_timeout_cc(void **state)
     r.pa.big_every = r.pb.big_every = 1;
     lv_start(&r);
     lv_wait_a(&r, MSG_HALF);
-    lv_stop_b(&r, LV_TIMEOUT_MS / 3);
+    kill(r.b.pid, SIGSTOP);
+    lv_wait_a(&r, MSG_COLLAPSED);
+    kill(r.b.pid, SIGCONT);
     lv_finish(&r);
     lv_expect_all(&r);
     print_message("    A: cc_collapses %llu, cc_undos %llu, rto_spurious %llu\n",
