@@ -33,8 +33,8 @@
  *     otherwise: on 2 cores, with the cluster's frames kept in order (an
  *     experiment: RPS on every port), the two senders of a 2->1
  *     incast collapsed 9-10 times in 5 s, on timeouts that F-RTO then
- *     found spurious (43-46 a sender); test_liveness stops a receiver for a third of
- *     the peer timeout and requires the undo;
+ *     found spurious (43-46 a sender); test_liveness stops a receiver
+ *     until its sender's window collapsed and requires the undo;
  *   - delay, in the first slow start (HyStart++, RFC 9406): a round-trip sample more
  *     than SX_CONGESTION_DELAY_US above the smallest of the last 5 to 10 s
  *     (the path's own, queues empty) says a queue is building: slow start
