@@ -27,6 +27,10 @@ void sx_chan_cc_attach_locked(sx_chan_t *c)
     if (host == 0)
         host = c->peer->epoch; /* the transport cannot tell: the peer is a host */
     c->cc = sx_cc_get(c->shard->env->cc, host, (uint32_t)c->dgram_max);
+    /* The peer's datagrams to this interface carry the marks its window
+     * answers (wire.h's ECN counts): read them from now on. */
+    if (c->cc != NULL && iface->ops->ecn_report != NULL)
+        iface->ops->ecn_report(iface);
 }
 
 void sx_chan_cc_timer(sx_timer_t *timer, void *arg)

@@ -788,6 +788,13 @@ static uint64_t fault_dest_host(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     return inner->ops->dest_host != NULL ? inner->ops->dest_host(inner, dest) : 0;
 }
 
+static void fault_ecn_report(sx_tl_iface_t *iface)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    if (inner->ops->ecn_report != NULL)
+        inner->ops->ecn_report(inner);
+}
+
 static int fault_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap)
 {
     sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
@@ -825,6 +832,7 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     .dest_mtu = fault_dest_mtu,
     .dest_str = fault_dest_str,
     .dest_host = fault_dest_host,
+    .ecn_report = fault_ecn_report,
     .addr_next = fault_addr_next,
     .src_matches = fault_src_matches,
     /* Delegates; held datagrams to it are dropped on release; token holder. */

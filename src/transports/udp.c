@@ -22,7 +22,8 @@
  * (udp_rx_hand_up). docs/tuning.md, "UDP GSO and GRO", has the figures.
  *
  * ECN (config->ecn: congestion control on and SX_CONGESTION_ECN): the data
- * sockets send ECT(0) and read each datagram's ECN field (IP_RECVTOS,
+ * sockets send ECT(0) and, once a channel that uses congestion control
+ * asks (udp_ecn_report), read each datagram's ECN field (IP_RECVTOS,
  * IPV6_RECVTCLASS) into the event; GRO coalesces only datagrams whose
  * fields agree, so one field per read buffer is exact (udp_sock.c).
  *
@@ -216,7 +217,7 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &seg, &sl) == 0;
         u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
     }
-    u->ecn = config->ecn && sx_udp_ecn_open(u->fd, AF_INET, true);
+    u->ecn = config->ecn && sx_udp_ecn_open(u->fd, AF_INET, false);
     status = sx_udp_rx_init(&u->rx, u->fd, u->gro && mtu < UDP_GRO_BUF ? UDP_GRO_BUF : mtu);
     u->rx.limit = mtu;
     if (status == SX_OK && config->ack_socket)
@@ -278,7 +279,7 @@ static int udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config, size_t mtu)
         (void)setsockopt(u->fd6, SOL_UDP, UDP_GRO, &one, sizeof(one));
     }
     if (u->ecn)
-        (void)sx_udp_ecn_open(u->fd6, AF_INET6, true);
+        (void)sx_udp_ecn_open(u->fd6, AF_INET6, false);
     int status = sx_udp_rx_init(&u->rx6, u->fd6, u->rx.buflen);
     u->rx6.limit = mtu;
     return status;
@@ -480,6 +481,18 @@ static bool udp_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     if (sa->sa.sa_family == AF_INET)
         return (ntohl(sa->in4.sin_addr.s_addr) >> 24) == 127; /* 127/8 (RFC 1122 3.2.1.3) */
     return sa->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&sa->in6.sin6_addr);
+}
+
+static void udp_ecn_report(sx_tl_iface_t *iface)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    if (!u->ecn || u->ecn_report)
+        return;
+    u->ecn_report = true; /* once, whatever the kernel answers (it warns) */
+    (void)sx_udp_ecn_recv(u->fd, AF_INET);
+    if (u->fd6 >= 0)
+        (void)sx_udp_ecn_recv(u->fd6, AF_INET6);
 }
 
 static uint64_t udp_dest_host(sx_tl_iface_t *iface, sx_tl_dest_t dest)
@@ -1138,6 +1151,9 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     .dest_mtu = udp_dest_mtu,
     .dest_local = udp_dest_local,
     .dest_host = udp_dest_host,
+    /* IP_RECVTOS (and IPV6_RECVTCLASS) on the data sockets, once; token
+     * holder. */
+    .ecn_report = udp_ecn_report,
     /* "udp a.b.c.d:port" of the candidate in use; token holder. */
     .dest_str = udp_dest_str,
     /* The next candidate (udp_addrs.c: loopback on this host, same subnet,

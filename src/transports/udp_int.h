@@ -158,7 +158,8 @@ typedef struct udp_iface {
      * bench/gso_bench.c has why (docs/tuning.md, "UDP GSO and GRO"). */
     bool gso;
     bool gro;
-    bool ecn; /* sx_tl_config_t.ecn: data sockets mark ECT(0) and report the field */
+    bool ecn;        /* sx_tl_config_t.ecn: data sockets mark ECT(0) ... */
+    bool ecn_report; /* ... and since ecn_report, report the field */
 
     /* Connected send sockets: destinations that have one, and how many
      * may (config->udp_connect); sndbuf is what each asks for. */
@@ -206,6 +207,7 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
 /** Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);
 bool sx_udp_ecn_open(int fd, int family, bool recv);
+bool sx_udp_ecn_recv(int fd, int family);
 
 /** Opens the ACK socket. */
 int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config);

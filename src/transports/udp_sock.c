@@ -459,14 +459,29 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
  */
 bool sx_udp_ecn_open(int fd, int family, bool recv)
 {
-    int ect = SX_TL_ECN_ECT0, one = 1;
+    int ect = SX_TL_ECN_ECT0;
     bool v6 = family == AF_INET6;
-    int level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
 
-    if (setsockopt(fd, level, v6 ? IPV6_TCLASS : IP_TOS, &ect, sizeof(ect)) != 0 ||
-        (recv &&
-         setsockopt(fd, level, v6 ? IPV6_RECVTCLASS : IP_RECVTOS, &one, sizeof(one)) != 0)) {
+    if (setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &ect,
+                   sizeof(ect)) != 0) {
         sx_warn("udp", "ECN on an %s socket: %s; its datagrams go without (not ECN-capable)",
+                v6 ? "IPv6" : "IPv4", strerror(errno));
+        return false;
+    }
+    return !recv || sx_udp_ecn_recv(fd, family);
+}
+
+/* The receiving half of sx_udp_ecn_open: every read reports the field. */
+bool sx_udp_ecn_recv(int fd, int family)
+{
+    int one = 1;
+    bool v6 = family == AF_INET6;
+
+    if (setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_RECVTCLASS : IP_RECVTOS, &one,
+                   sizeof(one)) != 0) {
+        sx_warn("udp",
+                "reading the ECN field on an %s socket: %s; marks on its datagrams go "
+                "unseen",
                 v6 ? "IPv6" : "IPv4", strerror(errno));
         return false;
     }

@@ -1012,6 +1012,46 @@ static void test_gso_and_gro(void **state)
     a->ops->close(a);
 }
 
+/* ECN: an interface opened with it sends ECT(0) from the start, but its
+ * events carry the field only once ecn_report asked (a channel that uses
+ * congestion control); one opened without it never reports. */
+static uint8_t ecn_of_next(sx_tl_iface_t *tx, sx_tl_dest_t d, sx_tl_iface_t *rx, uint8_t tag)
+{
+    uint64_t give_up = sx_time_ns() + DEADLINE_NS;
+    sx_tl_event_t ev[8];
+
+    assert_int_equal(send_one(tx, d, &tag, 1), SX_OK);
+    for (;;) {
+        int n = rx->ops->poll(rx, ev, 8);
+        assert_true(n >= 0);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].type == SX_TL_EV_RECV && ev[i].len == 1 && ev[i].data[0] == tag)
+                return ev[i].ecn;
+        }
+        if (sx_time_ns() > give_up)
+            fail_msg("datagram %u did not arrive", tag);
+    }
+}
+
+static void test_ecn_report(void **state)
+{
+    (void)state;
+    for (int ecn = 0; ecn < 2; ecn++) {
+        sx_tl_config_t cfg = {.bind_addr = "127.0.0.1", .ecn = ecn};
+        sx_tl_iface_t *a = NULL, *b = NULL;
+        assert_int_equal(sx_tl_udp_ops.open(&cfg, &a), SX_OK);
+        assert_int_equal(sx_tl_udp_ops.open(&cfg, &b), SX_OK);
+        sx_tl_dest_t d = connect_to(a, b);
+        assert_int_equal(ecn_of_next(a, d, b, 1), SX_TL_ECN_NOT_ECT);
+        b->ops->ecn_report(b);
+        assert_int_equal(ecn_of_next(a, d, b, 2), ecn ? SX_TL_ECN_ECT0 : SX_TL_ECN_NOT_ECT);
+        b->ops->ecn_report(b); /* a second call changes nothing */
+        assert_int_equal(ecn_of_next(a, d, b, 3), ecn ? SX_TL_ECN_ECT0 : SX_TL_ECN_NOT_ECT);
+        a->ops->close(a);
+        b->ops->close(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1019,6 +1059,7 @@ int main(void)
         cmocka_unit_test(test_addresses_offered_and_chosen),
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_gso_and_gro),
+        cmocka_unit_test(test_ecn_report),
         cmocka_unit_test(test_addr_insert_rejects_garbage),
         cmocka_unit_test(test_closed_port_is_not_fatal),
         cmocka_unit_test(test_connected_send_sockets),
