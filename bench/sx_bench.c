@@ -12,8 +12,9 @@
  * (sx_bench_ctl.c). They exchange business cards and everything else over
  * a control channel. incast takes any number of ranks (sx_bench.h).
  *
- * Both ranks busy-poll, so each needs a core of its own: by default rank r
- * is pinned to the r-th CPU of the inherited affinity mask, as mpirun binds
+ * Both ranks busy-poll, so each needs a core of its own: by default the
+ * r-th rank on a host is pinned to the r-th CPU of the inherited affinity
+ * mask (a rank alone on its host is not pinned: sxb_bind), as mpirun binds
  * two ranks to two cores, which also keeps the scheduler from migrating a
  * spinning process onto its peer's CPU in mid-measurement. `mt` is the
  * exception: it runs several threads per rank, each on a shard of its own,
@@ -41,6 +42,7 @@
 
 #include <shardx.h>
 
+#include "bootstrap/modex.h"
 #include "common/config.h"
 #include "sx_bench.h"
 
@@ -427,7 +429,8 @@ static void sxb_usage(FILE *out)
                  "           (default 300000)\n"
                  "  --window messages in flight (default 64; rate: 64 and 256; incast: 8\n"
                  "           per sender)\n"
-                 "  --no-bind  leave both ranks unpinned (default: one CPU each; mt never\n"
+                 "  --no-bind  leave the ranks unpinned (default: the ranks on one host\n"
+                 "           one CPU each, a rank alone on its host unpinned; mt never\n"
                  "           pins)\n"
                  "  --mode   sharded|global (sets SX_THREAD_MODE); mt also takes both,\n"
                  "           its default\n"
@@ -725,14 +728,54 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
     return sxb_check_args(o);
 }
 
-/* Pins the calling process to the rank-th CPU it may run on; a machine
- * with a single CPU is left alone (both ranks then share it). */
-static void sxb_bind(int rank)
+/* A launcher's word for this process's place among the ranks on its host
+ * (sx_run's SX_RUN_LOCAL_*, mpirun's OMPI_COMM_WORLD_LOCAL_*): the local
+ * rank, or -1 when it says nothing; *size_p gets their number. */
+static int sxb_local_rank(unsigned *size_p)
+{
+    static const char *const vars[][2] = {
+        {SX_RUN_ENV_LOCAL_RANK, SX_RUN_ENV_LOCAL_SIZE},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    };
+
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *r = getenv(vars[i][0]), *n = getenv(vars[i][1]);
+        char *end_r = NULL, *end_n = NULL;
+        if (r == NULL || n == NULL || *r == '\0' || *n == '\0')
+            continue;
+        unsigned long lr = strtoul(r, &end_r, 10), ln = strtoul(n, &end_n, 10);
+        if (*end_r == '\0' && *end_n == '\0' && lr < ln && ln <= CPU_SETSIZE) {
+            *size_p = (unsigned)ln;
+            return (int)lr;
+        }
+    }
+    return -1;
+}
+
+/*
+ * Pins the calling process to the local-th CPU it may run on, local being
+ * its index among the ranks on its host (the job's rank when the launcher
+ * does not say: two forked ranks, a launcher without local ranks). A rank
+ * alone on its host, as on every host of a cluster with one rank each,
+ * has no sibling to keep off its core and is left unpinned: pinning it by
+ * its job rank would put ranks 2.. of the namespace cluster, which shares
+ * this machine's CPUs, on CPUs chosen by rank number and leave the rest
+ * floating, which decided the incast's fairness more than the network did.
+ * A machine with a single CPU is left alone too (the ranks share it).
+ */
+static bool sxb_bind(int rank)
 {
     cpu_set_t set;
+    unsigned local_size = 0;
+    int local = sxb_local_rank(&local_size);
 
+    if (local >= 0) {
+        if (local_size < 2)
+            return false;
+        rank = local;
+    }
     if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 2)
-        return;
+        return false;
     int seen = 0;
     for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
         if (!CPU_ISSET(cpu, &set) || seen++ != rank)
@@ -740,10 +783,13 @@ static void sxb_bind(int rank)
         cpu_set_t one;
         CPU_ZERO(&one);
         CPU_SET(cpu, &one);
-        if (sched_setaffinity(0, sizeof(one), &one) != 0)
+        if (sched_setaffinity(0, sizeof(one), &one) != 0) {
             sxb_fail("cannot pin to CPU %d: %s (running unpinned)", cpu, strerror(errno));
-        return;
+            return false;
+        }
+        return true;
     }
+    return false;
 }
 
 static int sxb_run(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
@@ -780,8 +826,7 @@ int main(int argc, char **argv)
     if (sxb_ctl_start(&ctl, opts.cmd == SXB_INCAST) != 0)
         return 1;
     /* mt runs threads on several shards: see the comment at the top. */
-    if (opts.bind && opts.cmd != SXB_MT)
-        sxb_bind(ctl.rank);
+    bool pinned_here = opts.bind && opts.cmd != SXB_MT && sxb_bind(ctl.rank);
 
     const char *mode = getenv("SX_THREAD_MODE");
     const char *tl = getenv("SX_TRANSPORTS");
@@ -805,7 +850,9 @@ int main(int argc, char **argv)
         static const char *const names[] = {"latency", "floor", "loss",  "rate",
                                             "mt",      "bw",    "incast"};
         const char *threads = "1 thread per rank";
-        const char *pinned = opts.bind ? ", ranks pinned to CPUs" : "";
+        const char *pinned = pinned_here ? ", ranks pinned to CPUs"
+                             : opts.bind ? ", rank 0 unpinned (alone on its host, or one CPU)"
+                                         : "";
         if (opts.cmd == SXB_MT) {
             threads = "T threads per rank";
             pinned = ", no thread pinned";

@@ -65,7 +65,8 @@ typedef struct sxb_opts {
     bool size_set;
     bool iters_set;
     bool window_set;
-    bool bind; /* pin rank r to the r-th CPU of the inherited affinity mask */
+    bool bind; /* pin the r-th rank of a host to the r-th CPU of the inherited
+                * affinity mask (sx_bench.c, sxb_bind) */
     size_t size;
     uint64_t iters;
     unsigned window;

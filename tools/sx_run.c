@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * sx_run: the built-in launcher. `sx_run -n N [--timeout S] [--] prog args`
- * starts N local processes of prog with SX_RUN_RANK, SX_RUN_SIZE and
+ * starts N local processes of prog with SX_RUN_RANK, SX_RUN_SIZE,
  * SX_RUN_ADDR (the rendezvous server's "host:port", see
- * src/bootstrap/rendezvous.h) in their environment, prefixes every line
+ * src/bootstrap/rendezvous.h), SX_RUN_LOCAL_RANK and SX_RUN_LOCAL_SIZE
+ * in their environment, prefixes every line
  * they print with their rank, and returns the first failure among them.
  *
  * No process outlives the job:
@@ -126,16 +127,18 @@ uint64_t sx_run_now_ns(void)
 
 extern char **environ;
 
-/* Whether environment entry @p e is one sx_run sets itself: SX_RUN_RANK,
- * SX_RUN_SIZE, SX_RUN_ADDR, or a variable of a later -x. */
+/* Whether environment entry @p e is one sx_run sets itself (SX_RUN_RANK,
+ * _SIZE, _ADDR, _LOCAL_RANK, _LOCAL_SIZE) or a variable of a later -x. */
 static bool sx_run_env_replaced(const sx_run_t *r, const char *e, unsigned from)
 {
+    static const char *const own[] = {SX_RUN_ENV_RANK, SX_RUN_ENV_SIZE, SX_RUN_ENV_ADDR,
+                                      SX_RUN_ENV_LOCAL_RANK, SX_RUN_ENV_LOCAL_SIZE};
     size_t len = strcspn(e, "=");
 
-    if ((len == strlen(SX_RUN_ENV_RANK) && strncmp(e, SX_RUN_ENV_RANK, len) == 0) ||
-        (len == strlen(SX_RUN_ENV_SIZE) && strncmp(e, SX_RUN_ENV_SIZE, len) == 0) ||
-        (len == strlen(SX_RUN_ENV_ADDR) && strncmp(e, SX_RUN_ENV_ADDR, len) == 0))
-        return true;
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+        if (len == strlen(own[i]) && strncmp(e, own[i], len) == 0)
+            return true;
+    }
     for (unsigned x = from; x < r->nxenv; x++) {
         if (strcspn(r->xenv[x], "=") == len && strncmp(r->xenv[x], e, len) == 0)
             return true;
@@ -145,8 +148,9 @@ static bool sx_run_env_replaced(const sx_run_t *r, const char *e, unsigned from)
 
 /*
  * The ranks' environment: environ without the variables sx_run sets, then
- * the -x variables (the last of a name), SX_RUN_SIZE, SX_RUN_ADDR and a
- * slot for SX_RUN_RANK. A remote rank's agent carries no environment, so
+ * the -x variables (the last of a name), SX_RUN_SIZE, SX_RUN_ADDR and
+ * slots for SX_RUN_RANK, _LOCAL_RANK and _LOCAL_SIZE, which sx_run_spawn
+ * fills for each rank. A remote rank's agent carries no environment, so
  * it is given on the command line: every SX_* variable and the same tail.
  */
 static int sx_run_build_env(sx_run_t *r, const char *addr)
@@ -155,8 +159,9 @@ static int sx_run_build_env(sx_run_t *r, const char *addr)
 
     for (char **e = environ; *e != NULL; e++)
         count++;
-    r->envp = calloc(count + r->nxenv + 4, sizeof(char *));
-    r->remote_env = calloc(count + r->nxenv + 4, sizeof(char *));
+    size_t nown = sizeof(r->env_strings) / sizeof(r->env_strings[0]);
+    r->envp = calloc(count + r->nxenv + nown + 1, sizeof(char *));
+    r->remote_env = calloc(count + r->nxenv + nown + 1, sizeof(char *));
     r->xenv_strings = calloc(r->nxenv + 1, sizeof(char *));
     if (r->envp == NULL || r->remote_env == NULL || r->xenv_strings == NULL)
         return SX_RUN_EXIT_INTERNAL;
@@ -186,22 +191,17 @@ static int sx_run_build_env(sx_run_t *r, const char *addr)
         r->envp[k++] = r->xenv_strings[x];
         r->remote_env[rk++] = r->xenv_strings[x];
     }
-    size_t cap = 64 + strlen(addr);
-    for (int j = 0; j < 3; j++) {
-        r->env_strings[j] = malloc(cap);
+    size_t cap = SX_RUN_ENV_CAP + strlen(addr);
+    for (size_t j = 0; j < nown; j++) {
+        r->env_strings[j] = calloc(1, cap);
         if (r->env_strings[j] == NULL)
             return SX_RUN_EXIT_INTERNAL;
+        r->envp[k++] = r->env_strings[j];
+        r->remote_env[rk++] = r->env_strings[j];
     }
     snprintf(r->env_strings[0], cap, "%s=%u", SX_RUN_ENV_SIZE, r->n);
     snprintf(r->env_strings[1], cap, "%s=%s", SX_RUN_ENV_ADDR, addr);
-    r->envp[k++] = r->env_strings[0];
-    r->envp[k++] = r->env_strings[1];
-    r->env_rank_slot = k;
-    r->envp[k++] = r->env_strings[2];
     r->envp[k] = NULL;
-    r->remote_env[rk++] = r->env_strings[0];
-    r->remote_env[rk++] = r->env_strings[1];
-    r->remote_env[rk++] = r->env_strings[2];
     r->remote_env[rk] = NULL;
 
     size_t argc = 0;
@@ -355,6 +355,33 @@ static const sx_run_host_t *sx_run_remote_host(const sx_run_t *r, unsigned rank)
     return h->local ? NULL : h;
 }
 
+/* Whether ranks @p a and @p b start on the same host: both here, or on
+ * hosts of the same name (a name may be listed more than once). */
+static bool sx_run_same_host(const sx_run_t *r, unsigned a, unsigned b)
+{
+    if (r->rank_host == NULL)
+        return true;
+    const sx_run_host_t *ha = &r->hosts[r->rank_host[a]], *hb = &r->hosts[r->rank_host[b]];
+    return (ha->local && hb->local) || strcmp(ha->name, hb->name) == 0;
+}
+
+/* Rank @p rank's own variables: SX_RUN_RANK, and its index among the ranks
+ * on its host and their number (SX_RUN_LOCAL_RANK, _LOCAL_SIZE). */
+static void sx_run_rank_env(sx_run_t *r, unsigned rank)
+{
+    unsigned local_rank = 0, local_size = 0;
+
+    for (unsigned i = 0; i < r->n; i++) {
+        if (!sx_run_same_host(r, rank, i))
+            continue;
+        local_rank += i < rank;
+        local_size++;
+    }
+    snprintf(r->env_strings[2], SX_RUN_ENV_CAP, "%s=%u", SX_RUN_ENV_RANK, rank);
+    snprintf(r->env_strings[3], SX_RUN_ENV_CAP, "%s=%u", SX_RUN_ENV_LOCAL_RANK, local_rank);
+    snprintf(r->env_strings[4], SX_RUN_ENV_CAP, "%s=%u", SX_RUN_ENV_LOCAL_SIZE, local_size);
+}
+
 static int sx_run_spawn(sx_run_t *r, unsigned rank)
 {
     sx_run_rank_t *rk = &r->ranks[rank];
@@ -378,7 +405,7 @@ static int sx_run_spawn(sx_run_t *r, unsigned rank)
         err = errno;
         goto fail_err;
     }
-    snprintf(r->env_strings[2], 64 + strlen(r->env_strings[1]), "%s=%u", SX_RUN_ENV_RANK, rank);
+    sx_run_rank_env(r, rank);
     if (host != NULL) {
         sx_run_remote_cmd_t cmd = {
             .agent = r->agent,
@@ -879,7 +906,7 @@ static void sx_run_free(sx_run_t *r)
     free(r->pfd_rank);
     if (r->rdv != NULL)
         sx_rdv_server_close(r->rdv);
-    for (int j = 0; j < 3; j++)
+    for (size_t j = 0; j < sizeof(r->env_strings) / sizeof(r->env_strings[0]); j++)
         free(r->env_strings[j]);
     free(r->envp);
     free(r->remote_env);

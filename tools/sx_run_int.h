@@ -21,6 +21,9 @@
 #define SX_RUN_GRACE_MS  3000
 /* After SIGKILL, how long to wait for processes stuck in the kernel. */
 #define SX_RUN_GIVE_UP_MS 10000
+/* Room for one of sx_run's own variables, NAME=number (SX_RUN_ADDR's
+ * value is added to it). */
+#define SX_RUN_ENV_CAP 64
 
 /* Exit statuses of sx_run's own failures; see the top of sx_run.c. */
 enum {
@@ -120,9 +123,10 @@ typedef struct sx_run {
     char **prog_argv; /* what the user wrote after the options */
     char *path;       /* the program resolved along PATH */
     char **sh_argv;   /* "/bin/sh path args", for scripts without #! */
-    char **envp;      /* environ without SX_RUN_*, then -x's, the three; rank slot */
-    size_t env_rank_slot;
-    char *env_strings[3];
+    char **envp;      /* environ without SX_RUN_*, then -x's, the five */
+    /* SX_RUN_SIZE, _ADDR, _RANK, _LOCAL_RANK, _LOCAL_SIZE; the last three
+     * are rewritten for each rank before it starts. */
+    char *env_strings[5];
 
     /* -H: the hosts, each rank's (NULL without -H), the agent. */
     sx_run_host_t *hosts;
@@ -138,7 +142,7 @@ typedef struct sx_run {
     const char **xenv; /* -x NAME[=VALUE], as given */
     unsigned nxenv;
     char **xenv_strings; /* NAME=VALUE for each -x (allocated for -x NAME) */
-    char **remote_env;   /* what a remote rank is given: SX_*, -x's, the three */
+    char **remote_env;   /* what a remote rank is given: SX_*, -x's, the five */
     sx_rdv_server_t *rdv;
     sx_run_rank_t *ranks;
     unsigned reaped; /* ranks reaped */

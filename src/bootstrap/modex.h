@@ -64,6 +64,11 @@ extern const sx_modex_ops_t sx_modex_sxrun_ops;
 #define SX_RUN_ENV_RANK "SX_RUN_RANK" /* 0 .. size-1 */
 #define SX_RUN_ENV_SIZE "SX_RUN_SIZE"
 #define SX_RUN_ENV_ADDR "SX_RUN_ADDR" /* the launcher's OOB address, "host:port" */
+/* The rank's index among the ranks started on its host, and their number
+ * (what mpirun gives as OMPI_COMM_WORLD_LOCAL_RANK and _LOCAL_SIZE): a
+ * process that pins itself to a core uses them, not the job's rank. */
+#define SX_RUN_ENV_LOCAL_RANK "SX_RUN_LOCAL_RANK"
+#define SX_RUN_ENV_LOCAL_SIZE "SX_RUN_LOCAL_SIZE"
 
 /**
  * Opens the backend @p choice (SX_MODEX_AUTO, _PMIX, _SXRUN, _MANUAL of

@@ -375,8 +375,9 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "env") == 0) {
         char c;
         ssize_t n = read(0, &c, 1);
-        printf("env %s %s %s stdin=%s\n", getenv(SX_RUN_ENV_RANK), getenv(SX_RUN_ENV_SIZE),
-               getenv(SX_RUN_ENV_ADDR), n == 0 ? "empty" : "open");
+        printf("env %s %s %s local=%s/%s stdin=%s\n", getenv(SX_RUN_ENV_RANK),
+               getenv(SX_RUN_ENV_SIZE), getenv(SX_RUN_ENV_ADDR), getenv(SX_RUN_ENV_LOCAL_RANK),
+               getenv(SX_RUN_ENV_LOCAL_SIZE), n == 0 ? "empty" : "open");
     } else if (strcmp(mode, "exit") == 0 && argc == 3) {
         exit(atoi(argv[2]));
     } else if (strcmp(mode, "signal") == 0 && argc == 3) {

@@ -377,6 +377,9 @@ static void test_environment(void **state)
         char want[64];
         snprintf(want, sizeof(want), "[%d] env %d 4 127.0.0.1:", r, r);
         assert_has(j.text[0], want);
+        /* All four on this host: the local rank is the rank. */
+        snprintf(want, sizeof(want), "local=%d/4 stdin", r);
+        assert_has(j.text[0], want);
     }
     assert_int_equal(count_of(j.text[0], "stdin=empty"), 4);
     job_free(&j);
@@ -901,6 +904,25 @@ static void test_hosts_rendezvous(void **state)
     assert_has(j.text[0], "[0] env 0 2 127.0.0.1:");
     assert_has(j.text[0], "[1] env 1 2 127.0.0.1:");
     assert_int_equal(count_of(j.text[0], "stdin=empty"), 2);
+    assert_int_equal(count_of(j.text[0], "local=0/2 stdin"), 1);
+    assert_int_equal(count_of(j.text[0], "local=1/2 stdin"), 1);
+    job_free(&j);
+
+    /* The local rank counts the ranks of the same host, also when the
+     * host is listed twice: 0 and 3 share hostA, 1-2 are on hostB. */
+    run(&j, (const char *const[]){"-H", "hostA:1,hostB:2,hostA:1", "--agent", agent,
+                                  "--rendezvous-addr", "127.0.0.1", child_path, "env", NULL});
+    if (exit_code(&j) != 0)
+        fail_msg("status %d\nstdout:\n%s\nstderr:\n%s", exit_code(&j), j.text[0], j.text[1]);
+    static const char *const locals[] = {"local=0/2", "local=0/2", "local=1/2", "local=1/2"};
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof(want), "[%d] env %d 4 ", r, r);
+        const char *line = strstr(j.text[0], want);
+        assert_non_null(line);
+        if (strncmp(strstr(line, "local="), locals[r], strlen(locals[r])) != 0)
+            fail_msg("rank %d: want %s in: %.*s", r, locals[r], (int)strcspn(line, "\n"), line);
+    }
     job_free(&j);
     remove_dir(dir);
 }
