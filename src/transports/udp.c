@@ -217,7 +217,7 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &seg, &sl) == 0;
         u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
     }
-    u->ecn = config->ecn && sx_udp_ecn_open(u->fd, AF_INET, false);
+    u->ecn = config->ecn && sx_udp_ecn_open(u->fd, AF_INET);
     status = sx_udp_rx_init(&u->rx, u->fd, u->gro && mtu < UDP_GRO_BUF ? UDP_GRO_BUF : mtu);
     u->rx.limit = mtu;
     if (status == SX_OK && config->ack_socket)
@@ -279,7 +279,7 @@ static int udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config, size_t mtu)
         (void)setsockopt(u->fd6, SOL_UDP, UDP_GRO, &one, sizeof(one));
     }
     if (u->ecn)
-        (void)sx_udp_ecn_open(u->fd6, AF_INET6, false);
+        (void)sx_udp_ecn_open(u->fd6, AF_INET6);
     int status = sx_udp_rx_init(&u->rx6, u->fd6, u->rx.buflen);
     u->rx6.limit = mtu;
     return status;

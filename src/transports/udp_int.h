@@ -206,7 +206,10 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
 
 /** Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);
-bool sx_udp_ecn_open(int fd, int family, bool recv);
+/** ECN on a data socket (udp_sock.c): it sends ECT(0) (open), and its
+ *  reads report each datagram's field (recv). False, with a warning, when
+ *  the kernel refuses. */
+bool sx_udp_ecn_open(int fd, int family);
 bool sx_udp_ecn_recv(int fd, int family);
 
 /** Opens the ACK socket. */

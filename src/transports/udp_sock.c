@@ -450,14 +450,12 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
 }
 
 /*
- * ECN on a data socket (RFC 3168; ip(7) IP_TOS and IP_RECVTOS, ipv6(7)
- * IPV6_TCLASS and IPV6_RECVTCLASS): what it sends leaves marked ECT(0), the
- * codepoint RFC 3168 section 5 gives senders, and with @p recv every read
- * reports the field of the datagram. Pure ACKs keep the ACK socket's
- * Not-ECT: no window answers a mark on one (RFC 3168 section 6.1.4).
- * Returns whether the kernel took it.
+ * ECN on a data socket (RFC 3168; ip(7) IP_TOS, ipv6(7) IPV6_TCLASS): what
+ * it sends leaves marked ECT(0), the codepoint RFC 3168 section 5 gives
+ * senders. Pure ACKs keep the ACK socket's Not-ECT: no window answers a
+ * mark on one (RFC 3168 section 6.1.4). Returns whether the kernel took it.
  */
-bool sx_udp_ecn_open(int fd, int family, bool recv)
+bool sx_udp_ecn_open(int fd, int family)
 {
     int ect = SX_TL_ECN_ECT0;
     bool v6 = family == AF_INET6;
@@ -468,10 +466,11 @@ bool sx_udp_ecn_open(int fd, int family, bool recv)
                 v6 ? "IPv6" : "IPv4", strerror(errno));
         return false;
     }
-    return !recv || sx_udp_ecn_recv(fd, family);
+    return true;
 }
 
-/* The receiving half of sx_udp_ecn_open: every read reports the field. */
+/* Every read of the socket reports the datagram's ECN field (IP_RECVTOS,
+ * IPV6_RECVTCLASS); udp_ecn_report asks it when a window first needs it. */
 bool sx_udp_ecn_recv(int fd, int family)
 {
     int one = 1;
@@ -653,7 +652,7 @@ void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d)
     int small = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
     if (u->ecn)
-        (void)sx_udp_ecn_open(fd, v6 ? AF_INET6 : AF_INET, false);
+        (void)sx_udp_ecn_open(fd, v6 ? AF_INET6 : AF_INET);
     if (bind(fd, &local.sa, udp_sa_len(&local)) != 0 ||
         connect(fd, &d->sa.sa, udp_sa_len(&d->sa)) != 0) {
         sx_debug("udp", "connected send socket: %s; using the shared one", strerror(errno));
