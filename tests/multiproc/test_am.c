@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "am_util.h"
+#include "common/tsan.h"
 
 typedef struct ctx {
     am_rx_t rx;
@@ -345,6 +346,37 @@ static void test_send_to_self(void **state)
     sx_engine_destroy(e);
 }
 
+/* The network transport engine @p e selected. */
+static bool net_transport(sx_engine_h e, sx_transport_info_t *info)
+{
+    for (unsigned i = 0; sx_engine_transport_info(e, i, info) == SX_OK; i++)
+        if (info->selected && info->network)
+            return true;
+    return false;
+}
+
+/* Checks that @p b copied @p want bytes on the way in (copy_rx_bytes),
+ * plus only what a loaded machine adds: a packet that arrives ahead of a
+ * gap (the kernel dropped one: TSan, ofi) is copied aside, a datagram each
+ * (rx_out_of_order), and so is one in order that the engine's service
+ * thread received while this thread was slow to progress (rx_kept_behind).
+ * Fresh-clone TSan runs once copied 9,088 bytes more in
+ * test_checksum_off_host_only, and 13,464 in test_sendi. */
+static void assert_rx_copies(sx_engine_h b, uint64_t want)
+{
+    sx_transport_info_t net;
+    uint64_t copied = 0, aside = 0, behind = 0;
+
+    assert_true(net_transport(b, &net));
+    assert_int_equal(sx_stats_value(b, "copy_rx_bytes", &copied), SX_OK);
+    assert_int_equal(sx_stats_value(b, "rx_out_of_order", &aside), SX_OK);
+    assert_int_equal(sx_stats_value(b, "rx_kept_behind", &behind), SX_OK);
+    if (copied < want || copied - want > (aside + behind) * net.mtu)
+        fail_msg("copied %llu bytes in, want %llu plus at most %llu datagrams of %zu",
+                 (unsigned long long)copied, (unsigned long long)want,
+                 (unsigned long long)(aside + behind), net.mtu);
+}
+
 static void test_sendi(void **state)
 {
     (void)state;
@@ -372,12 +404,12 @@ static void test_sendi(void **state)
     /* Every byte was copied twice on the way out (into the operation,
      * then into a packet) and never on the way in: a message in one
      * datagram reaches its handler in place (copy_tx/rx_bytes, which
-     * sx_bench bw's copies/B reads). */
-    uint64_t tx_copied = 0, rx_copied = 0;
+     * sx_bench bw's copies/B reads), unless the machine's load put it
+     * aside (assert_rx_copies). */
+    uint64_t tx_copied = 0;
     assert_int_equal(sx_stats_value(p.a, "copy_tx_bytes", &tx_copied), SX_OK);
-    assert_int_equal(sx_stats_value(p.b, "copy_rx_bytes", &rx_copied), SX_OK);
     assert_int_equal(tx_copied, 2 * sent * sizeof(buf));
-    assert_int_equal(rx_copied, 0);
+    assert_rx_copies(p.b, 0);
     pair_free(&p);
 }
 
@@ -561,6 +593,16 @@ static void round_trip_once(void)
 static void test_fork_after_engines(void **state)
 {
     (void)state;
+#ifdef SX_TSAN_ENABLED
+    /* ThreadSanitizer's runtime keeps the parent's thread registry in the
+     * child, and a thread the child starts may get the id of one it still
+     * counts as live: a fresh clone's TSan run died in the child with
+     * "ThreadSanitizer: dup thread with used id", in its runtime, not in
+     * shardx. Forking a multi-threaded process is beyond what TSan
+     * supports (it dies by default: die_after_fork); the normal and
+     * ASan+UBSan builds run this test. */
+    skip();
+#endif
     round_trip_once();
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -662,13 +704,6 @@ static void test_handler_replies_on_peer(void **state)
  * decorator, which stands for a network (and corrupts on purpose), every
  * data packet carries one; with SX_CHECKSUM=no none does. Transports that
  * cannot tell (ofi, verbs) keep it. */
-static bool net_transport(sx_engine_h e, sx_transport_info_t *info)
-{
-    for (unsigned i = 0; sx_engine_transport_info(e, i, info) == SX_OK; i++)
-        if (info->selected && info->network)
-            return true;
-    return false;
-}
 
 static void test_checksum_off_host_only(void **state)
 {
@@ -698,7 +733,7 @@ static void test_checksum_off_host_only(void **state)
         pair_t p = pair_new();
         ctx_t rx = {.rx = {.sizes = sizes, .nsizes = 2}}, tx = {0};
         static uint8_t bufs[2][200000];
-        uint64_t tx_copied = 0, rx_copied = 0;
+        uint64_t tx_copied = 0;
         assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
         for (size_t i = 0; i < 2; i++) {
             am_fill(bufs[i], sizes[i], i);
@@ -709,22 +744,8 @@ static void test_checksum_off_host_only(void **state)
         assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 2));
         assert_int_equal(rx.rx.errors, 0);
         assert_int_equal(sx_stats_value(p.a, "copy_tx_bytes", &tx_copied), SX_OK);
-        assert_int_equal(sx_stats_value(p.b, "copy_rx_bytes", &rx_copied), SX_OK);
         assert_true(tx_copied < 2 * 1024);
-        /* A packet that arrives ahead of a gap (the kernel dropped one on
-         * a loaded machine: TSan, ofi) is copied aside too, a datagram
-         * each: a fresh clone's TSan run once copied 9,088 bytes more.
-         * So is one in order that the engine's service thread received
-         * while this thread was slow to progress (rx_kept_behind): a
-         * later TSan run of test_am_ofi failed the bound without it. */
-        uint64_t aside = 0, behind = 0;
-        uint64_t want = sizes[1] + (sizes[0] + 128 <= mtu ? 0 : sizes[0]);
-        assert_int_equal(sx_stats_value(p.b, "rx_out_of_order", &aside), SX_OK);
-        assert_int_equal(sx_stats_value(p.b, "rx_kept_behind", &behind), SX_OK);
-        if (rx_copied < want || rx_copied - want > (aside + behind) * mtu)
-            fail_msg("copied %llu bytes in, want %llu plus at most %llu datagrams of %zu",
-                     (unsigned long long)rx_copied, (unsigned long long)want,
-                     (unsigned long long)(aside + behind), mtu);
+        assert_rx_copies(p.b, sizes[1] + (sizes[0] + 128 <= mtu ? 0 : sizes[0]));
         pair_free(&p);
     }
     send_sizes_crc(sizes, 3, kv_net, 1, &network);
