@@ -704,7 +704,6 @@ static void test_handler_replies_on_peer(void **state)
  * decorator, which stands for a network (and corrupts on purpose), every
  * data packet carries one; with SX_CHECKSUM=no none does. Transports that
  * cannot tell (ofi, verbs) keep it. */
-
 static void test_checksum_off_host_only(void **state)
 {
     (void)state;
