@@ -739,12 +739,9 @@ static int sxb_local_rank(unsigned *size_p)
     };
 
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *r = getenv(vars[i][0]), *n = getenv(vars[i][1]);
-        char *end_r = NULL, *end_n = NULL;
-        if (r == NULL || n == NULL || *r == '\0' || *n == '\0')
-            continue;
-        unsigned long lr = strtoul(r, &end_r, 10), ln = strtoul(n, &end_n, 10);
-        if (*end_r == '\0' && *end_n == '\0' && lr < ln && ln <= CPU_SETSIZE) {
+        unsigned long long lr, ln;
+        if (sxb_env_uint(vars[i][0], CPU_SETSIZE, &lr) &&
+            sxb_env_uint(vars[i][1], CPU_SETSIZE, &ln) && lr < ln) {
             *size_p = (unsigned)ln;
             return (int)lr;
         }

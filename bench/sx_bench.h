@@ -151,6 +151,9 @@ void sxb_counters_print(size_t first);
 
 /* Whether a launcher (sx_run, or mpirun and other PMIx servers) started us. */
 bool sxb_launched(void);
+/* A launcher's number: environment variable @p name, in decimal, at most
+ * @p max, into *v_p; false when unset, empty, malformed or too large. */
+bool sxb_env_uint(const char *name, unsigned long long max, unsigned long long *v_p);
 /* Becomes rank 0 or 1: meets the other process through the launcher's
  * modex, or forks it. With @p job and a launcher, takes the launcher's
  * rank from the environment and meets nobody (sxb_ctl_t.job). Returns 0,

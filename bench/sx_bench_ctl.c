@@ -225,6 +225,21 @@ bool sxb_launched(void)
     return sx_modex_sxrun_ops.detect() || sx_modex_pmix_ops.detect();
 }
 
+bool sxb_env_uint(const char *name, unsigned long long max, unsigned long long *v_p)
+{
+    const char *v = getenv(name);
+    char *end = NULL;
+
+    if (v == NULL || *v == '\0')
+        return false;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n > max)
+        return false;
+    *v_p = n;
+    return true;
+}
+
 /* Rank 1's listener: every interface, any port. */
 static int sxb_listen(uint16_t *port_p)
 {
@@ -397,19 +412,12 @@ static int sxb_ctl_fork(sxb_ctl_t *ctl)
 static int sxb_ctl_job(sxb_ctl_t *ctl)
 {
     static const char *const vars[] = {SX_RUN_ENV_RANK, "PMIX_RANK", "OMPI_COMM_WORLD_RANK"};
-    uint64_t rank = UINT64_MAX;
+    unsigned long long rank = 0;
+    bool found = false;
 
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && rank == UINT64_MAX; i++) {
-        const char *v = getenv(vars[i]);
-        char *end = NULL;
-        if (v == NULL || *v == '\0')
-            continue;
-        errno = 0;
-        unsigned long long r = strtoull(v, &end, 10);
-        if (errno == 0 && *end == '\0' && r < (1u << 20))
-            rank = r;
-    }
-    if (rank == UINT64_MAX)
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && !found; i++)
+        found = sxb_env_uint(vars[i], (1u << 20) - 1, &rank);
+    if (!found)
         return sxb_fail("started by a launcher, but none of %s, PMIX_RANK, OMPI_COMM_WORLD_RANK "
                         "gives this process's rank",
                         SX_RUN_ENV_RANK);
