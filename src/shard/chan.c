@@ -36,6 +36,8 @@ void sx_chan_kick_locked(sx_chan_t *c)
 
 void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
 {
+    if (op->kind == SX_OP_GET && shard->land_ev != NULL)
+        sx_shard_land_release_locked(shard, op->dst, op->len);
     if (op->cb != NULL && shard->serving) {
         /* The service thread runs no callback (DESIGN.md section 3): the
          * next caller's progress does. */
@@ -264,6 +266,8 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
 {
     sx_chan_fail_locked(c, status);
     chan_free_rx(c);
+    if (c->shard->land_chan == c)
+        c->shard->land_chan = NULL;
     c->peer->chans[(size_t)c->shard->index * c->peer->nshards + c->lane] = NULL;
     sx_shard_unlink_ready_locked(c->shard, c);
     sx_shard_unlink_backlog_locked(c->shard, c);

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include <shardx.h>
@@ -337,9 +338,65 @@ void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
  *  (SX_TL_ECN_*): counted for its ACKs to echo (wire.h). */
 void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn);
 
-/** Handles a validated packet addressed to this channel. */
-void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_t *data,
-                         size_t len);
+/*
+ * Landing (transport.h, land): GET answers read by the kernel straight
+ * into the GETs' destinations, so that the kernel's copy is the only one,
+ * as with an RDMA NIC's placement. While a channel's GETs are answered,
+ * its shard offers the transport, before each read of the data socket,
+ * the places the next chunks belong: each GET's destination beyond what
+ * has arrived, chunk after chunk, in the order the answers come. A
+ * datagram that was the chunk its place awaits arrives with its data in
+ * place and is delivered without a copy in user space (rx_landed_bytes).
+ * The kernel writes whatever datagram comes into the place offered, but
+ * only ever into a destination beyond what has arrived, which its owner
+ * may not read before the GET completes and which the right chunk
+ * overwrites (an RDMA NIC may write a destination early too). A datagram
+ * whose header names another place is copied back whole before any
+ * datagram of its read is handled (shard.c, sx_shard_land_sort_locked),
+ * one not delivered at once (kept behind a gap) when it is handled, and
+ * those in the destination of a GET that completes first before its
+ * owner can free it (sx_shard_land_release_locked); rx_land_missed
+ * counts them. Off under SX_AUTH (the tag covers the datagram whole) and
+ * for datagrams under SX_LAND_MIN bytes: GRO reads those several at a
+ * time, which the transport would copy back. Landing is for loopback and
+ * jumbo-frame paths.
+ */
+#define SX_LAND_MIN 8192u
+
+/** Where a landing of bytes the kernel read put them; NULL: nothing landed. */
+typedef struct sx_landing {
+    uint8_t *dst; /* the bytes of the datagram from SX_WIRE_RESP_DATA_OFF on */
+    size_t len;
+} sx_landing_t;
+
+/** Copies landed bytes back into the datagram @p data read around them
+ *  (transport.h: room stands there for them), making it whole; counted. */
+static inline void sx_landing_undo_locked(sx_shard_t *shard, const uint8_t *data,
+                                          const sx_landing_t *land)
+{
+    memcpy((uint8_t *)(uintptr_t)data + SX_WIRE_RESP_DATA_OFF, land->dst, land->len);
+    sx_stat_add(&shard->stats.copy_rx_bytes, land->len);
+    sx_stat_add(&shard->stats.rx_land_missed, 1);
+}
+
+/** The GETs of @p c whose answers may land, in the order their answers
+ *  come (the order of the requests), at most @p max, and in *step_p a
+ *  chunk's length; returns how many, 0 when @p c awaits none or lands
+ *  nothing. */
+unsigned sx_chan_land_spans_locked(const sx_chan_t *c, sx_land_span_t *spans, unsigned max,
+                                   size_t *step_p);
+
+/** Whether the validated DATA packet @p hdr (@p data, its first
+ *  SX_WIRE_RESP_DATA_OFF bytes) whose data landed at @p land is the
+ *  chunk that belongs there and will be delivered now; false: the caller
+ *  copies the landed bytes back. */
+bool sx_chan_land_fits_locked(const sx_chan_t *c, const sx_wire_hdr_t *hdr, const uint8_t *data,
+                              const sx_landing_t *land);
+
+/** Handles a validated packet addressed to this channel. @p land: its
+ *  data landed in place (sx_chan_land_fits_locked said so), else NULL. */
+void sx_chan_recv_locked(sx_chan_t *chan, const sx_wire_hdr_t *hdr, const uint8_t *data, size_t len,
+                         const sx_landing_t *land);
 
 /** Handles a validated fragment (SX_PKTF_FRAG) addressed to this channel:
  *  keeps it, and hands the packet to sx_chan_recv_locked once whole. */

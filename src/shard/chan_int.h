@@ -196,6 +196,10 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f);
 void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f);
 void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f);
 
+/** @p op's request is out: a GET's answer may be landed (chan.h,
+ *  Landing) when the shard awaits none yet. */
+void sx_chan_land_sent_locked(sx_chan_t *c, const sx_op_t *op);
+
 /** Writes a GET answer's frame at @p p, reading the region now; returns
  *  the end of what it wrote. With @p zc_pkt, the bytes may instead stay in
  *  the region: zc_pkt's ext and pin are then set and only the frame header

@@ -323,6 +323,6 @@ void sx_chan_recv_frag_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
     s->buf = NULL;
     frag_release(c, s, false);
     sx_stat_add(&c->shard->stats.frags_assembled, 1);
-    sx_chan_recv_locked(c, &whole, buf, whole_len);
+    sx_chan_recv_locked(c, &whole, buf, whole_len, NULL);
     free(buf);
 }

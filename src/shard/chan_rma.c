@@ -152,6 +152,72 @@ void sx_chan_recv_get_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     sx_chan_queue_resp_locked(c, resp);
 }
 
+/* The GET or PUT @p op_id waits for an answer on @p c; NULL if none. */
+static sx_op_t *chan_rma_find(const sx_chan_t *c, uint32_t op_id)
+{
+    sx_op_t *op = c->rmaq;
+
+    while (op != NULL && op->op_id != op_id)
+        op = op->next;
+    return op;
+}
+
+unsigned sx_chan_land_spans_locked(const sx_chan_t *c, sx_land_span_t *spans, unsigned max,
+                                   size_t *step_p)
+{
+    unsigned n = 0;
+
+    if (c->failed || c->tag_len != 0 || c->dgram_max < SX_LAND_MIN)
+        return 0;
+    /* The target answers in the order it was asked and cuts each answer
+     * into chunks that fill a datagram of the size both ends agreed on
+     * (chan_tx.c): the answers to come follow one another, chunk by
+     * chunk. */
+    for (const sx_op_t *op = c->rmaq; op != NULL && n < max; op = op->next) {
+        if (op->kind != SX_OP_GET || op->status != SX_OK || op->got >= op->len)
+            continue;
+        spans[n++] =
+            (sx_land_span_t){.op_id = op->op_id, .dst = op->dst, .got = op->got, .len = op->len};
+    }
+    *step_p = c->dgram_max - SX_WIRE_RESP_DATA_OFF;
+    return n;
+}
+
+bool sx_chan_land_fits_locked(const sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data,
+                              const sx_landing_t *land)
+{
+    sx_wire_frame_t f;
+    size_t off = 0;
+
+    /* Delivered now (sx_chan_recv_locked's in-order case), as the one
+     * RMA_RESP frame of its packet, with its data from the landing on. */
+    if (c->failed || c->conn != SX_CONN_UP || c->shard->serving || h->seq != c->rcv_nxt ||
+        c->rcv_dlv != c->rcv_nxt || h->payload_len < SX_WIRE_RESP_DATA_OFF - SX_WIRE_HDR_LEN)
+        return false;
+    if (sx_wire_next_frame(data + SX_WIRE_HDR_LEN, h->payload_len, &off, &f) != 1 ||
+        off != h->payload_len || f.kind != SX_FRAME_RMA_RESP ||
+        f.data != data + SX_WIRE_RESP_DATA_OFF || f.len != land->len || f.resp.status != SX_OK)
+        return false;
+    /* ... and where the landing was offered: the GET's next bytes. */
+    const sx_op_t *op = chan_rma_find(c, f.resp.op_id);
+    return op != NULL && op->kind == SX_OP_GET && op->status == SX_OK && f.resp.offset == op->got &&
+           land->dst == op->dst + op->got && land->len <= op->len - op->got;
+}
+
+/* Which channel's GET answers the shard's next reads land (chan.h,
+ * Landing): the one whose answer arrives. */
+static void chan_land_follow(sx_chan_t *c, const sx_op_t *op)
+{
+    if (op->kind == SX_OP_GET)
+        c->shard->land_chan = c;
+}
+
+void sx_chan_land_sent_locked(sx_chan_t *c, const sx_op_t *op)
+{
+    if (c->shard->land_chan == NULL)
+        chan_land_follow(c, op);
+}
+
 void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
 {
     sx_op_t *prev = NULL, *op = c->rmaq;
@@ -171,12 +237,16 @@ void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
         if (f->resp.offset != op->got || f->len > op->len - op->got) {
             sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
             op->status = SX_ERR_IO;
+        } else if (f->data == op->dst + op->got) {
+            sx_stat_add(&c->shard->stats.rx_landed_bytes, f->len); /* landed in place */
+            op->got += f->len;
         } else {
             memcpy(op->dst + op->got, f->data, f->len);
             sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
             op->got += f->len;
         }
     }
+    chan_land_follow(c, op);
     if (!(f->flags & SX_FRAMEF_LAST))
         return;
     if (prev != NULL)

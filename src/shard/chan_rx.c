@@ -205,7 +205,7 @@ static void chan_abort_assembly(sx_chan_t *c)
  * took its AM_REFUSE frames; else both happen here, as it arrives.
  */
 static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *payload, size_t len,
-                                    bool scanned)
+                                    bool scanned, const sx_landing_t *land)
 {
     unsigned frames = 0;
     size_t off = 0;
@@ -270,6 +270,8 @@ static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *p
             sx_chan_recv_get_locked(c, &f);
             break;
         case SX_FRAME_RMA_RESP:
+            if (land != NULL)
+                f.data = land->dst; /* the packet's one frame: its data is in place */
             sx_chan_recv_resp_locked(c, &f);
             break;
         case SX_FRAME_AM_REFUSE:
@@ -444,7 +446,8 @@ unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c)
         c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
         c->backlog_bytes -= len;
         c->rcv_dlv++;
-        chan_deliver_packet(c, c->rcv_dlv - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, true);
+        chan_deliver_packet(c, c->rcv_dlv - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, true,
+                            NULL);
         free(buf);
         n++;
     }
@@ -465,14 +468,16 @@ static void chan_deliver_kept(sx_chan_t *c)
         c->ooo_count--;
         c->ooo_bytes -= len;
         c->rcv_nxt++;
-        chan_deliver_packet(c, c->rcv_nxt - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, false);
+        chan_deliver_packet(c, c->rcv_nxt - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, false,
+                            NULL);
         free(buf);
         if (c->failed)
             return;
     }
 }
 
-void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len)
+void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len,
+                         const sx_landing_t *land)
 {
     if (c->failed) {
         sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);
@@ -495,6 +500,12 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
     if (c->failed || h->type != SX_PKT_DATA)
         goto out;
 
+    bool in_order = h->seq == c->rcv_nxt && !c->shard->serving && c->rcv_dlv == c->rcv_nxt;
+    if (land != NULL && !in_order) {
+        /* sx_chan_land_fits_locked saw it in order; kept, it is kept whole. */
+        sx_landing_undo_locked(c->shard, data, land);
+        land = NULL;
+    }
     if (h->seq == c->rcv_nxt && (c->shard->serving || c->rcv_dlv != c->rcv_nxt)) {
         /* The service hands nothing up (no callback runs on its thread),
          * and a packet behind a backlog waits its turn: keep it,
@@ -517,7 +528,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
     } else if (h->seq == c->rcv_nxt) {
         c->rcv_nxt++;
         unsigned frames =
-            chan_deliver_packet(c, h->seq, data + SX_WIRE_HDR_LEN, h->payload_len, false);
+            chan_deliver_packet(c, h->seq, data + SX_WIRE_HDR_LEN, h->payload_len, false, land);
         if (!c->failed)
             chan_deliver_kept(c);
         c->rcv_dlv = c->rcv_nxt;

@@ -283,6 +283,7 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
     case SX_OP_PUT:
     case SX_OP_GET:
         sx_op_append(&c->rmaq, &c->rmaq_tail, op);
+        sx_chan_land_sent_locked(c, op);
         break;
     case SX_OP_REFUSE:
         /* The hold lets go once this packet is acknowledged. */

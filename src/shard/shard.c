@@ -462,15 +462,111 @@ static sx_drop_reason_t sx_shard_auth_check(sx_shard_t *shard, const sx_wire_hdr
     return SX_DROP_NONE;
 }
 
+/*
+ * Offers the network interface's next read a landing (chan.h, Landing):
+ * the place of the next chunk of the GET whose answer is arriving. Not
+ * for the service, which delivers nothing.
+ */
+static void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface)
+{
+    struct iovec spans[SX_TL_LAND_SPANS];
+    size_t step;
+
+    shard->land_n = 0;
+    if (shard->land_chan == NULL || iface->ops->land == NULL || shard->serving)
+        return;
+    unsigned n =
+        sx_chan_land_spans_locked(shard->land_chan, shard->land_spans, SX_TL_LAND_SPANS, &step);
+    if (n == 0) {
+        shard->land_chan = NULL; /* its GETs are over: the next one's sets it */
+        return;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const sx_land_span_t *sp = &shard->land_spans[i];
+        spans[i] = (struct iovec){.iov_base = sp->dst + sp->got, .iov_len = sp->len - sp->got};
+    }
+    shard->land_n = n;
+    iface->ops->land(iface, SX_WIRE_RESP_DATA_OFF, spans, n, step);
+}
+
+/* Whether the bytes of @p ev landed where its header says they belong:
+ * the chunk of an offered GET (of the channel offered: operation ids are
+ * a channel's) at that offset. */
+static bool sx_shard_land_claimed(const sx_shard_t *shard, const sx_tl_event_t *ev)
+{
+    const sx_chan_t *c = shard->land_chan;
+    uint64_t epoch, off;
+    uint16_t lane;
+    uint32_t op_id;
+
+    if (!sx_wire_peek_resp(ev->data, ev->len, &epoch, &lane, &op_id, &off) ||
+        epoch != c->peer->epoch || lane != c->lane)
+        return false;
+    for (unsigned i = 0; i < shard->land_n; i++) {
+        const sx_land_span_t *sp = &shard->land_spans[i];
+        if (sp->op_id == op_id)
+            return off >= sp->got && off < sp->len && ev->landed_at == sp->dst + off;
+    }
+    return false;
+}
+
+/*
+ * Before any event of a poll is handled: a datagram whose bytes landed
+ * anywhere but where its header says they belong is made whole now,
+ * while the landing still holds its bytes: handling an earlier event may
+ * write there (a chunk kept behind a gap, handed up once the gap fills,
+ * goes to its place), which only ever writes a chunk's own bytes over a
+ * chunk that claims its place. Reads the first SX_WIRE_RESP_DATA_OFF
+ * bytes only, untrusted: a datagram left landed is validated in full when
+ * handled.
+ */
+static void sx_shard_land_sort_locked(sx_shard_t *shard, sx_tl_event_t *ev, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (ev[i].type != SX_TL_EV_RECV || ev[i].landed == 0 || ev[i].landed_at == NULL ||
+            sx_shard_land_claimed(shard, &ev[i]))
+            continue;
+        sx_landing_t land = {.dst = ev[i].landed_at, .len = ev[i].landed};
+        sx_landing_undo_locked(shard, ev[i].data, &land);
+        ev[i].landed = 0;
+    }
+}
+
+void sx_shard_land_release_locked(sx_shard_t *shard, const uint8_t *dst, size_t len)
+{
+    for (int i = shard->land_ev_next; shard->land_ev != NULL && i < shard->land_ev_n; i++) {
+        sx_tl_event_t *ev = &shard->land_ev[i];
+        uintptr_t at = (uintptr_t)ev->landed_at;
+        if (ev->type != SX_TL_EV_RECV || ev->landed == 0 || at < (uintptr_t)dst ||
+            at - (uintptr_t)dst >= len)
+            continue;
+        sx_landing_t land = {.dst = ev->landed_at, .len = ev->landed};
+        sx_landing_undo_locked(shard, ev->data, &land);
+        ev->landed = 0;
+    }
+}
+
 static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
                                      size_t len, bool via_oob, const void *src, size_t src_len,
-                                     uint8_t ecn)
+                                     uint8_t ecn, size_t landed, uint8_t *landed_at)
 {
     const sx_shard_env_t *env = shard->env;
+    sx_landing_t land = {.dst = landed_at, .len = landed};
     sx_wire_hdr_t h;
 
     sx_stat_add(&shard->stats.rx_packets, 1);
-    sx_drop_reason_t why = sx_wire_parse_packet(data, len, &h);
+    /* A datagram that landed part of itself claims to be the chunk that
+     * belongs there (sx_shard_land_sort_locked); it is parsed around the
+     * landing, and made whole if it is not delivered now (chan.h,
+     * Landing). */
+    if (landed != 0 && (landed_at == NULL || shard->land_n == 0 || tl != SX_SHARD_TL_NET)) {
+        sx_shard_drop(shard, SX_DROP_NO_BUFFER); /* a landing nobody offered: a transport's bug */
+        return;
+    }
+    sx_drop_reason_t why =
+        landed != 0
+            ? sx_wire_parse_packet_landed(data, len, SX_WIRE_RESP_DATA_OFF, land.dst, landed, &h)
+            : sx_wire_parse_packet(data, len, &h);
     /* SX_AUTH: the tag first, before any field is believed; the rest of
      * the path sees the datagram without it. The self transport never
      * leaves the process and carries no tag. */
@@ -511,24 +607,29 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
         return;
     if (h.type == SX_PKT_DATA)
         sx_chan_cc_ecn_rx_locked(c, ecn);
+    if (landed != 0 && !sx_chan_land_fits_locked(c, &h, data, &land)) {
+        sx_landing_undo_locked(shard, data, &land);
+        landed = 0;
+    }
     if (h.type == SX_PKT_CTRL)
         sx_conn_recv_ctrl_locked(c, &h, data, len);
     else if (h.flags & SX_PKTF_FRAG)
         sx_chan_recv_frag_locked(c, &h, data, len);
     else
-        sx_chan_recv_locked(c, &h, data, len);
+        sx_chan_recv_locked(c, &h, data, len, landed != 0 ? &land : NULL);
 }
 
 void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data, size_t len,
                                const void *src, size_t src_len, uint8_t ecn)
 {
-    sx_shard_recv_any_locked(shard, tl, data, len, false, src, src_len, ecn);
+    sx_shard_recv_any_locked(shard, tl, data, len, false, src, src_len, ecn, 0, NULL);
 }
 
 void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
     /* The OOB connection is the peer's own: no datagram source to check. */
-    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true, NULL, 0, SX_TL_ECN_NOT_ECT);
+    sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true, NULL, 0, SX_TL_ECN_NOT_ECT, 0,
+                             NULL);
 }
 
 static int sx_shard_poll_locked(sx_shard_t *shard)
@@ -540,19 +641,28 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
         sx_tl_iface_t *iface = shard->ifaces[t];
         if (iface == NULL)
             continue;
+        if (t == SX_SHARD_TL_NET)
+            sx_shard_land_offer_locked(shard, iface);
         int n = iface->ops->poll(iface, ev, SX_SHARD_POLL_BATCH);
         if (n < 0) {
             sx_error("shard", "shard %u: %s interface failed: %s", shard->index, iface->ops->name,
                      sx_strerror(n));
             continue;
         }
+        if (t == SX_SHARD_TL_NET && shard->land_n != 0) {
+            sx_shard_land_sort_locked(shard, ev, n);
+            shard->land_ev = ev;
+            shard->land_ev_n = n;
+        }
         for (int i = 0; i < n; i++) {
+            shard->land_ev_next = i + 1;
             if (ev[i].type == SX_TL_EV_RECV)
-                sx_shard_recv_from_locked(shard, t, ev[i].data, ev[i].len, ev[i].src, ev[i].src_len,
-                                          ev[i].ecn);
+                sx_shard_recv_any_locked(shard, t, ev[i].data, ev[i].len, false, ev[i].src,
+                                         ev[i].src_len, ev[i].ecn, ev[i].landed, ev[i].landed_at);
             else if (ev[i].type == SX_TL_EV_SEND_DONE && shard->tx_inflight[t] > 0)
                 shard->tx_inflight[t]--; /* a send credit comes back */
         }
+        shard->land_ev = NULL;
         total += n;
     }
     return total;

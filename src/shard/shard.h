@@ -129,7 +129,9 @@ struct sx_shard_guest {
     X(copy_tx_bytes, "payload bytes copied in user space on the way out (sx_sendi, packets)")    \
     X(region_zc_sent, "GET answer packets sent from the registered region itself (a pin each)")  \
     X(copy_rx_bytes, "payload bytes copied in user space on the way in (reassembly, out of "     \
-                     "order, fragments, PUT and GET data into memory)")
+                     "order, fragments, PUT and GET data into memory)")                          \
+    X(rx_landed_bytes, "GET answer bytes the kernel read straight into their destination")       \
+    X(rx_land_missed, "datagrams read around a landing that were not the chunk it awaited")
 
 typedef struct sx_shard_stats {
 #define SX_SHARD_STAT_FIELD_(name, text) sx_stat_t name;
@@ -153,6 +155,20 @@ typedef struct sx_shard_txq {
     uint8_t ack_buf[SX_SHARD_TX_BATCH][SX_WIRE_HDR_LEN];
     uint8_t tag[SX_SHARD_TX_BATCH][SX_WIRE_TAG_LEN]; /* SX_AUTH: each datagram's tag */
 } sx_shard_txq_t;
+
+/** A GET that completes (@p dst, @p len: its destination) while the
+ *  events of a poll are handled: datagrams of those not handled yet that
+ *  landed in its destination are made whole first, before its owner may
+ *  free it (chan.h, Landing). */
+void sx_shard_land_release_locked(sx_shard_t *shard, const uint8_t *dst, size_t len);
+
+/** A GET whose answer may land (chan.h, Landing): chunks of @p op_id go
+ *  to @p dst; those from @p got to @p len are still to come. */
+typedef struct sx_land_span {
+    uint32_t op_id;
+    uint8_t *dst;
+    size_t got, len;
+} sx_land_span_t;
 
 struct sx_shard {
     sx_token_t token __attribute__((aligned(64)));
@@ -178,6 +194,17 @@ struct sx_shard {
     bool hold_armed;
     size_t held_bytes;
     sx_shard_txq_t txq;
+    /* Landing (chan.h): the channel whose GET answers the data socket's
+     * next read is offered to land, and the GETs this poll's offer
+     * covered (land_n 0: none). The token holder's. */
+    struct sx_chan *land_chan;
+    unsigned land_n;
+    sx_land_span_t land_spans[SX_TL_LAND_SPANS];
+    /* While a poll's events are handled: them, and the first not handled
+     * yet, whose landings a GET that completes first gives back
+     * (sx_shard_land_release_locked). NULL between polls. */
+    sx_tl_event_t *land_ev;
+    int land_ev_n, land_ev_next;
     /* Large data packets kept for reuse (chan.c, chan_pkt_alloc). */
     struct sx_txpkt *pkt_pool;
     size_t pkt_pool_bytes;

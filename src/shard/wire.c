@@ -123,7 +123,8 @@ void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_s
     sx_put16(pkt + 42, sx_wire_csum16(pkt, SX_WIRE_HDR_LEN));
 }
 
-sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
+/* sx_wire_parse_packet up to the payload CRC32C. */
+static sx_drop_reason_t wire_parse_hdr(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
 {
     if (data == NULL || len < SX_WIRE_HDR_LEN)
         return SX_DROP_SHORT;
@@ -162,12 +163,51 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
         return SX_DROP_FLAGS; /* its seq is the packet's own */
     if ((hdr->flags & SX_PKTF_FRAG) && hdr->type != SX_PKT_DATA)
         return SX_DROP_FLAGS; /* only data packets are fragmented */
-    if (hdr->flags & SX_PKTF_CRC) {
-        uint32_t want = sx_get32(data + 44);
-        if (sx_crc32c(0, data + SX_WIRE_HDR_LEN, hdr->payload_len) != want)
-            return SX_DROP_PAYLOAD_CRC;
-    }
     return SX_DROP_NONE;
+}
+
+sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
+{
+    return sx_wire_parse_packet_landed(data, len, SX_WIRE_HDR_LEN, NULL, 0, hdr);
+}
+
+sx_drop_reason_t sx_wire_parse_packet_landed(const uint8_t *data, size_t len, size_t head,
+                                             const uint8_t *landed, size_t nlanded,
+                                             sx_wire_hdr_t *hdr)
+{
+    sx_drop_reason_t why = wire_parse_hdr(data, len, hdr);
+    if (why != SX_DROP_NONE || !(hdr->flags & SX_PKTF_CRC))
+        return why;
+    /* The payload in up to three pieces: before the landing, the landed
+     * bytes, after them (CRC32C runs on, piece by piece). */
+    size_t end = SX_WIRE_HDR_LEN + hdr->payload_len;
+    if (nlanded == 0)
+        head = end;
+    if (head < SX_WIRE_HDR_LEN || head > end || nlanded > end - head)
+        return SX_DROP_LENGTH;
+    uint32_t crc = sx_crc32c(0, data + SX_WIRE_HDR_LEN, head - SX_WIRE_HDR_LEN);
+    if (nlanded != 0)
+        crc = sx_crc32c(crc, landed, nlanded);
+    crc = sx_crc32c(crc, data + head + nlanded, end - head - nlanded);
+    return crc == sx_get32(data + 44) ? SX_DROP_NONE : SX_DROP_PAYLOAD_CRC;
+}
+
+bool sx_wire_peek_resp(const uint8_t *data, size_t len, uint64_t *src_epoch_p,
+                       uint16_t *src_shard_p, uint32_t *op_id_p, uint64_t *offset_p)
+{
+    if (len < SX_WIRE_RESP_DATA_OFF || data[1] != SX_PKT_DATA ||
+        (sx_get16(data + 2) & (SX_PKTF_AUTH | SX_PKTF_FRAG)) != 0 ||
+        sx_get16(data + 40) != len - SX_WIRE_HDR_LEN)
+        return false;
+    const uint8_t *f = data + SX_WIRE_HDR_LEN;
+    if (f[0] != SX_FRAME_RMA_RESP ||
+        sx_get32(f + 4) != len - SX_WIRE_RESP_DATA_OFF) /* the one frame, to the end */
+        return false;
+    *src_epoch_p = sx_get64(data + 8);
+    *src_shard_p = sx_get16(data + 4);
+    *op_id_p = sx_get32(f + SX_WIRE_FRAME_LEN);
+    *offset_p = sx_get64(f + SX_WIRE_FRAME_LEN + 8);
+    return true;
 }
 
 bool sx_wire_parse_frag(const uint8_t *data, size_t len, sx_wire_frag_t *frag)

@@ -238,6 +238,11 @@ typedef struct sx_wire_resp {
     uint64_t offset; /* GET: where in the operation this data goes */
 } sx_wire_resp_t;
 #define SX_WIRE_RESP_LEN 16
+/* Where the data of a packet that carries one RMA_RESP frame alone
+ * begins: a GET answer's chunks that fill their datagrams are sent so
+ * (chan_tx.c), and a receiver lands them from there on (chan.h,
+ * Landing). */
+#define SX_WIRE_RESP_DATA_OFF (SX_WIRE_HDR_LEN + SX_WIRE_FRAME_LEN + SX_WIRE_RESP_LEN)
 
 /** Extension of AM_REFUSE frames (16 bytes on the wire): a receiver
  *  refuses a message it will not deliver, naming it by where its first
@@ -281,6 +286,19 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
  */
 void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_set);
 
+/**
+ * Whether the datagram @p data of @p len bytes looks like a data packet
+ * that carries one RMA_RESP frame whose data starts at
+ * SX_WIRE_RESP_DATA_OFF (a GET answer's chunk, sent alone), reading only
+ * its first SX_WIRE_RESP_DATA_OFF bytes and checking nothing else (no
+ * checksum): then *src_epoch_p and *src_shard_p are its sender as its
+ * header names it, *op_id_p and *offset_p what its frame says. For
+ * deciding early where a landed datagram's bytes belong; the packet is
+ * validated in full later.
+ */
+bool sx_wire_peek_resp(const uint8_t *data, size_t len, uint64_t *src_epoch_p,
+                       uint16_t *src_shard_p, uint32_t *op_id_p, uint64_t *offset_p);
+
 /** Writes a frame header and its extension; returns the bytes written. */
 size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
 
@@ -292,6 +310,17 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
  * the packet is well formed, else the reason to drop it.
  */
 sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr);
+
+/**
+ * sx_wire_parse_packet for a datagram read around a landing (transport.h,
+ * land): its bytes @p head .. head + @p nlanded are at @p landed, not in
+ * @p data; the payload CRC32C, when flagged, runs over the pieces. With
+ * @p nlanded 0 it is sx_wire_parse_packet. SX_DROP_LENGTH when the
+ * landed bytes do not lie within the payload.
+ */
+sx_drop_reason_t sx_wire_parse_packet_landed(const uint8_t *data, size_t len, size_t head,
+                                             const uint8_t *landed, size_t nlanded,
+                                             sx_wire_hdr_t *hdr);
 
 /**
  * Decodes the fragment header of a parsed SX_PKTF_FRAG packet (@p data,

@@ -795,6 +795,17 @@ static void fault_ecn_report(sx_tl_iface_t *iface)
         inner->ops->ecn_report(inner);
 }
 
+/* Every fault applies where datagrams are sent (the receive side only
+ * marks CE, which reads no payload), so what the inner transport reads
+ * may land as the caller asked. */
+static void fault_land(sx_tl_iface_t *iface, size_t head, const struct iovec *spans,
+                       unsigned nspans, size_t step)
+{
+    sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
+    if (inner->ops->land != NULL)
+        inner->ops->land(inner, head, spans, nspans, step);
+}
+
 static int fault_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, size_t cap)
 {
     sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
@@ -833,6 +844,8 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     .dest_str = fault_dest_str,
     .dest_host = fault_dest_host,
     .ecn_report = fault_ecn_report,
+    /* Delegates; token holder. */
+    .land = fault_land,
     .addr_next = fault_addr_next,
     .src_matches = fault_src_matches,
     /* Delegates; held datagrams to it are dropped on release; token holder. */

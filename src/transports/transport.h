@@ -37,6 +37,7 @@
 #define SX_TL_DETAIL_MAX 192 /* bytes of a query's description, with the NUL */
 #define SX_TL_DEVICE_MAX 64  /* bytes of a device name ("mlx5_0", "eth0"), with the NUL */
 #define SX_TL_DEVICES    16  /* devices a transport lists for NIC locality, at most */
+#define SX_TL_LAND_SPANS 4   /* spans of one landing offer (sx_tl_ops_t.land), at most */
 
 /*
  * Exclusivity (Open MPI's BTL selection): among the network transports an
@@ -142,6 +143,15 @@ typedef struct sx_tl_event {
     size_t src_len;
     uint8_t ecn; /* RECV: the ECN field of its IP header (SX_TL_ECN_*);
                   * SX_TL_ECN_NOT_ECT when the transport cannot say */
+    /* RECV: bytes of the datagram that went to a landing the caller
+     * offered (sx_tl_ops_t.land) instead of into data: bytes head ..
+     * head + landed of it are at landed_at, and data[head .. head +
+     * landed) is room of that size the caller may copy them back to (the
+     * buffer is the transport's, writable for this purpose); the bytes
+     * before and after are in data as usual. 0: the whole datagram is in
+     * data. */
+    size_t landed;
+    uint8_t *landed_at;
 } sx_tl_event_t;
 
 /** The two ECN bits of an IP header (RFC 3168 section 5). */
@@ -333,6 +343,30 @@ struct sx_tl_ops {
      * path; never NULL.
      */
     int (*poll)(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max);
+
+    /**
+     * Offers landings for the datagrams the next poll reads from its data
+     * socket (Open MPI's usnic BTL and RDMA NICs place a payload where the
+     * request said it goes; a socket can, when the caller knows before the
+     * read where the next payloads belong, as for the next chunks of GET
+     * answers): @p spans, in order, cut into pieces of @p step bytes (a
+     * span's last piece may be shorter), are the landings of the
+     * datagrams read, the k-th datagram's the k-th piece. A datagram
+     * longer than @p head bytes puts its bytes from @p head on, at most a
+     * piece's worth, into its piece rather than into the event's buffer;
+     * the event's `landed` and `landed_at` say how many went where. The
+     * kernel writes them whatever each datagram turns out to be, so the
+     * spans must be memory the caller may overwrite before it has looked
+     * (GETs' destinations beyond what has arrived); a datagram that was
+     * not the one expected is copied back by the caller
+     * (sx_tl_event_t.landed). A transport may land fewer than offered, or
+     * none (a read GRO coalesced: it copies the bytes back itself and
+     * reports 0). At most SX_TL_LAND_SPANS spans; the offer lasts for one
+     * poll call, used or not. Token holder; never blocks. May be NULL:
+     * the transport never lands, every datagram arrives whole in data.
+     */
+    void (*land)(sx_tl_iface_t *iface, size_t head, const struct iovec *spans, unsigned nspans,
+                 size_t step);
 
     /** A file descriptor that becomes readable when poll may return
      *  something, for epoll; -1 if the interface has none. Any thread. */

@@ -958,6 +958,18 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
             rx->pend_i++;
             continue;
         }
+        size_t landed = 0;
+        if (i < rx->land_n && rx->land_cap[i] != 0) {
+            /* Buffer i was read around a landing: report what went there,
+             * or put it back when GRO made the read several datagrams
+             * (a landing is for one). */
+            landed = len > rx->land_head ? len - rx->land_head : 0;
+            landed = landed < rx->land_cap[i] ? landed : rx->land_cap[i];
+            if (seg < len && landed != 0)
+                memcpy((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], landed);
+            landed = seg < len ? 0 : landed;
+            rx->land_cap[i] = 0;
+        }
         if (rx->pend_off == 0 && seg < len)
             u->base.stats.rx_gro++;
         while (rx->pend_off < len && n < max) {
@@ -970,6 +982,8 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
                 .src = &rx->src[i],
                 .src_len = h->msg_namelen,
                 .ecn = rx->ecn[i],
+                .landed = landed,
+                .landed_at = landed != 0 ? rx->land_dst[i] : NULL,
             };
             rx->pend_off += part;
         }
@@ -982,6 +996,58 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
         rx->pend_i = rx->pend_n = 0;
     u->base.stats.rx_datagrams += n;
     return n;
+}
+
+/*
+ * Gives the first @p want buffers of the next read the landings offered
+ * (land): buffer k's first land_head bytes go to the buffer, the next
+ * ones (the k-th piece of the spans) to its landing, the rest to the
+ * buffer after a gap as long as the landing, so that copying the landed
+ * bytes back makes the datagram whole again.
+ */
+static void udp_rx_land(udp_iface_t *u, udp_rx_t *rx, unsigned want)
+{
+    size_t head = u->land_head, step = u->land_step, off = 0;
+    unsigned s = 0;
+
+    rx->land_n = 0;
+    if (u->land_n == 0 || head >= rx->limit)
+        return;
+    step = step < rx->limit - head ? step : rx->limit - head;
+    for (unsigned k = 0; k < want && s < u->land_n; k++) {
+        const struct iovec *span = &u->land_spans[s];
+        size_t cap = span->iov_len - off < step ? span->iov_len - off : step;
+        uint8_t *buf = rx->iov[k].iov_base;
+        uint8_t *dst = (uint8_t *)span->iov_base + off;
+        rx->land_iov[k][0] = (struct iovec){.iov_base = buf, .iov_len = head};
+        rx->land_iov[k][1] = (struct iovec){.iov_base = dst, .iov_len = cap};
+        rx->land_iov[k][2] = (struct iovec){.iov_base = buf + head + cap,
+                                            .iov_len = rx->iov[k].iov_len - head - cap};
+        rx->msgs[k].msg_hdr.msg_iov = rx->land_iov[k];
+        rx->msgs[k].msg_hdr.msg_iovlen = 3;
+        rx->land_cap[k] = cap;
+        rx->land_dst[k] = dst;
+        rx->land_n = k + 1;
+        if ((off += cap) >= span->iov_len) {
+            s++;
+            off = 0;
+        }
+    }
+    rx->land_head = head;
+}
+
+/* After a read that filled @p got buffers: every buffer reads into itself
+ * again, and those left unfilled landed nothing. */
+static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
+{
+    for (unsigned k = 0; k < rx->land_n; k++) {
+        rx->msgs[k].msg_hdr.msg_iov = &rx->iov[k];
+        rx->msgs[k].msg_hdr.msg_iovlen = 1;
+        if ((int)k >= got)
+            rx->land_cap[k] = 0;
+    }
+    if (got > 0 && rx->land_n != 0)
+        u->land_n = 0; /* the offer is used */
 }
 
 /* Reads up to @p max datagrams from one socket into @p events; returns how
@@ -1017,6 +1083,7 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
      * it. */
     bool batch = rx->batch && want > 1;
     rx->dirty = batch ? want : 1;
+    udp_rx_land(u, rx, batch ? want : 1);
     for (;;) {
         if (batch) {
             rc = recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT, NULL);
@@ -1031,6 +1098,7 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
         int err = errno;
         if (udp_errno_no_room(err)) {
             rx->batch = false;
+            udp_rx_unland(u, rx, 0);
             return 0;
         }
         if (err == EINTR)
@@ -1039,12 +1107,14 @@ static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsi
             u->base.stats.tx_refused++;
             continue;
         }
+        udp_rx_unland(u, rx, 0);
         if (err == ECONNREFUSED)
             return 0;
         sx_error("udp", "%s: %s", batch ? "recvmmsg" : "recvmsg", strerror(err));
         return SX_ERR_IO;
     }
     rx->batch = batch ? rc > 1 : true;
+    udp_rx_unland(u, rx, rc); /* land_cap[i] stays until buffer i is handed up */
 
     for (int i = 0; i < rc; i++)
         rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr, &rx->ecn[i]);
@@ -1064,8 +1134,12 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
          * queued ahead of them would otherwise delay. A quarter of the
          * room stays for data, so a flood on the ACK port cannot starve
          * it. The two sockets have separate buffers, so the events of both
-         * stay valid until the next poll. */
+         * stay valid until the next poll. A landing is for data: the ACK
+         * socket's read leaves it to the data socket's. */
+        unsigned land = u->land_n;
+        u->land_n = 0;
         got = udp_rx_poll(u, &u->ack_rx, events, max - max / 4);
+        u->land_n = land;
         if (got < 0)
             return got;
         u->base.stats.rx_ack_socket += (unsigned)got;
@@ -1092,7 +1166,21 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         u->v6_seen |= n > 0;
         got += n;
     }
+    u->land_n = 0; /* an offer lasts one poll */
     return got;
+}
+
+static void udp_land(sx_tl_iface_t *iface, size_t head, const struct iovec *spans, unsigned nspans,
+                     size_t step)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    u->land_head = head;
+    u->land_step = step;
+    u->land_n = 0;
+    for (unsigned i = 0; i < nspans && i < SX_TL_LAND_SPANS && step != 0; i++)
+        if (spans[i].iov_len != 0)
+            u->land_spans[u->land_n++] = spans[i];
 }
 
 static int udp_wait_fd(sx_tl_iface_t *iface)
@@ -1175,6 +1263,10 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * until the next poll, the ACK socket first; token holder; never
      * blocks. */
     .poll = udp_poll,
+    /* The buffers of the next data read (IPv4, else IPv6) scatter around
+     * the landings: three iovecs each, no extra system call; a
+     * GRO-coalesced read copies its landing back. Token holder. */
+    .land = udp_land,
     /* The data socket, or with an ACK or IPv6 socket an epoll fd over
      * them: readable when a datagram is queued on any; any thread. */
     .wait_fd = udp_wait_fd,

@@ -122,6 +122,15 @@ typedef struct udp_rx {
     size_t pend_off;
     uint32_t seg[UDP_RX_BATCH];
     uint8_t ecn[UDP_RX_BATCH]; /* buffer i's ECN field (GRO coalesces equal ones only) */
+    /* The landings the last read gave buffers 0..land_n-1 (sx_tl_ops_t.land):
+     * bytes land_head .. land_head + land_cap[i] of buffer i's datagram
+     * went to land_dst[i], the rest to the buffer around a gap of that
+     * size; land_iov[i] is its scatter list for that read. */
+    unsigned land_n;
+    size_t land_head;
+    size_t land_cap[UDP_RX_BATCH];
+    uint8_t *land_dst[UDP_RX_BATCH];
+    struct iovec land_iov[UDP_RX_BATCH][3];
 } udp_rx_t;
 
 typedef struct udp_iface {
@@ -160,6 +169,11 @@ typedef struct udp_iface {
     bool gro;
     bool ecn;        /* sx_tl_config_t.ecn: data sockets mark ECT(0) ... */
     bool ecn_report; /* ... and since ecn_report, report the field */
+    /* Landings offered for the next poll's data read (land); land_n 0:
+     * none. */
+    size_t land_head, land_step;
+    unsigned land_n;
+    struct iovec land_spans[SX_TL_LAND_SPANS];
 
     /* Connected send sockets: destinations that have one, and how many
      * may (config->udp_connect); sndbuf is what each asks for. */
