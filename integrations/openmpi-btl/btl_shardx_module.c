@@ -939,25 +939,28 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
     /* Operations still pending complete as cancelled while the engine
      * shuts down; with closing set they are only freed. */
     atomic_store_explicit(&m->closing, true, memory_order_release);
-    uint64_t wakeups = 0;
-    if (m->count_ops)
+    uint64_t wakeups = 0, landed = 0;
+    if (m->count_ops) {
         (void)sx_stats_value(m->engine, "progress_wakeups", &wakeups);
+        (void)sx_stats_value(m->engine, "rx_landed_bytes", &landed);
+    }
     sx_engine_destroy(m->engine);
     m->engine = NULL;
     if (m->count_ops)
-        opal_output(
-            0,
-            "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
-            "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
-            "caller_yields=%llu idle_wakeups=%llu",
-            (unsigned long long)atomic_load(&m->n_sendi),
-            (unsigned long long)atomic_load(&m->n_sendi_queued),
-            (unsigned long long)atomic_load(&m->n_send),
-            (unsigned long long)atomic_load(&m->n_send_inline),
-            (unsigned long long)atomic_load(&m->n_put), (unsigned long long)atomic_load(&m->n_get),
-            (unsigned long long)atomic_load(&m->n_reg),
-            (unsigned long long)atomic_load(&m->n_batch_threads),
-            (unsigned long long)atomic_load(&m->n_caller_yields), (unsigned long long)wakeups);
+        opal_output(0,
+                    "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
+                    "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
+                    "caller_yields=%llu idle_wakeups=%llu landed_kib=%llu",
+                    (unsigned long long)atomic_load(&m->n_sendi),
+                    (unsigned long long)atomic_load(&m->n_sendi_queued),
+                    (unsigned long long)atomic_load(&m->n_send),
+                    (unsigned long long)atomic_load(&m->n_send_inline),
+                    (unsigned long long)atomic_load(&m->n_put),
+                    (unsigned long long)atomic_load(&m->n_get),
+                    (unsigned long long)atomic_load(&m->n_reg),
+                    (unsigned long long)atomic_load(&m->n_batch_threads),
+                    (unsigned long long)atomic_load(&m->n_caller_yields),
+                    (unsigned long long)wakeups, (unsigned long long)(landed >> 10));
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",
