@@ -192,7 +192,7 @@ bool sx_chan_land_fits_locked(const sx_chan_t *c, const sx_wire_hdr_t *h, const 
     /* Delivered now (sx_chan_recv_locked's in-order case), as the one
      * RMA_RESP frame of its packet, with its data from the landing on. */
     if (c->failed || c->conn != SX_CONN_UP || c->shard->serving || h->seq != c->rcv_nxt ||
-        c->rcv_dlv != c->rcv_nxt || h->payload_len < SX_WIRE_RESP_DATA_OFF - SX_WIRE_HDR_LEN)
+        c->rcv_dlv != c->rcv_nxt)
         return false;
     if (sx_wire_next_frame(data + SX_WIRE_HDR_LEN, h->payload_len, &off, &f) != 1 ||
         off != h->payload_len || f.kind != SX_FRAME_RMA_RESP ||

@@ -463,9 +463,9 @@ static sx_drop_reason_t sx_shard_auth_check(sx_shard_t *shard, const sx_wire_hdr
 }
 
 /*
- * Offers the network interface's next read a landing (chan.h, Landing):
- * the place of the next chunk of the GET whose answer is arriving. Not
- * for the service, which delivers nothing.
+ * Offers the network interface's next read landings (chan.h, Landing):
+ * the places of the next chunks of the GETs whose answers arrive on
+ * land_chan. Not for the service, which delivers nothing.
  */
 static void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface)
 {
