@@ -156,6 +156,15 @@ typedef struct sx_shard_txq {
     uint8_t tag[SX_SHARD_TX_BATCH][SX_WIRE_TAG_LEN]; /* SX_AUTH: each datagram's tag */
 } sx_shard_txq_t;
 
+/** Offers @p iface's next read landings for the GETs of land_chan
+ *  (chan.h, Landing); sets land_n. Not while serving. */
+void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface);
+
+/** Before the @p n events of a read whose landings were offered are
+ *  handled: makes whole each datagram whose bytes landed anywhere but
+ *  where its header says they belong. */
+void sx_shard_land_sort_locked(sx_shard_t *shard, sx_tl_event_t *ev, int n);
+
 /** A GET that completes (@p dst, @p len: its destination) while the
  *  events of a poll are handled: datagrams of those not handled yet that
  *  landed in its destination are made whole first, before its owner may

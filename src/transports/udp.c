@@ -8,7 +8,7 @@
  * sendmmsg(2) and, while datagrams arrive back to back, receives come in
  * batches through recvmmsg(2), so a busy shard pays one system call per
  * batch, not per datagram; an idle one polls with recvmsg(2), which
- * returns a lone datagram sooner (udp_rx_poll). The first SX_UDP_CONNECT
+ * returns a lone datagram sooner (udp_rx.c). The first SX_UDP_CONNECT
  * destinations get a send socket of their own, connected, so the kernel
  * keeps their route instead of looking it up per datagram
  * (sx_udp_connect_dest); it sends from another port, which receivers
@@ -19,7 +19,7 @@
  * which the kernel cuts back into those datagrams (udp_gso_merge), and the
  * data socket has UDP_GRO: a read may return several datagrams of one
  * flow coalesced, which poll cuts at the size the kernel reports
- * (udp_rx_hand_up). docs/tuning.md, "UDP GSO and GRO", has the figures.
+ * (udp_rx.c). docs/tuning.md, "UDP GSO and GRO", has the figures.
  *
  * ECN (config->ecn: congestion control on and SX_CONGESTION_ECN): the data
  * sockets send ECT(0) and, once a channel that uses congestion control
@@ -27,9 +27,10 @@
  * IPV6_RECVTCLASS) into the event; GRO coalesces only datagrams whose
  * fields agree, so one field per read buffer is exact (udp_sock.c).
  *
- * This file is the interface, its card address and its data path;
- * udp_sock.c binds, makes and sizes the sockets, and udp_int.h is what the
- * two files share.
+ * This file is the interface, its card address and its send path;
+ * udp_rx.c reads the sockets (and lands payloads, sx_tl_ops_t.land),
+ * udp_sock.c binds, makes and sizes them, and udp_int.h is what the files
+ * share.
  *
  * Address (the business-card bytes): udp_card.c writes and reads it. An
  * interface bound to the wildcard address that offers IPv6 addresses has
@@ -99,13 +100,9 @@
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103 /* linux/udp.h, Linux 4.18 */
 #endif
-#ifndef UDP_GRO
-#define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
-#endif
-#define UDP_TX_CREDITS      256
-#define UDP_TX_BATCH        64 /* mmsghdrs per sendmmsg call */
-#define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
-#define UDP_DEST_FREE_END   UINT32_MAX
+#define UDP_TX_CREDITS    256
+#define UDP_TX_BATCH      64 /* mmsghdrs per sendmmsg call */
+#define UDP_DEST_FREE_END UINT32_MAX
 
 /* Room for one UDP_SEGMENT control message (a u16), aligned. */
 typedef union udp_gso_cmsg {
@@ -660,17 +657,10 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
     return SX_OK;
 }
 
-/* Whether a failed send or receive only found no room (or nothing to
- * read): worth trying again later, never an error of the datagram's. */
-static bool udp_errno_no_room(int err)
-{
-    return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM;
-}
-
 /* What a failed send means for the tx it failed on. */
 static int udp_send_errno(int err)
 {
-    if (udp_errno_no_room(err))
+    if (sx_udp_errno_no_room(err))
         return SX_ERR_AGAIN;
     switch (err) {
     case EMSGSIZE:
@@ -711,7 +701,7 @@ static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *
         /* A stale ICMP report (see the top of the file): ECONNREFUSED on
          * any socket, and on a connected one any error but "no room" the
          * first time a datagram meets it. */
-        bool stale = err == ECONNREFUSED || (connected && !retried && !udp_errno_no_room(err));
+        bool stale = err == ECONNREFUSED || (connected && !retried && !sx_udp_errno_no_room(err));
         if (stale && refused++ < UDP_REFUSED_RETRIES) {
             retried = true;
             /* The report consumed the socket's pending error and concerns
@@ -875,255 +865,6 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
     return status;
 }
 
-/* Reads the SO_RXQ_OVFL counter from one received buffer, if present,
- * sets *ecn_p to its ECN field (IP_TOS, IPV6_TCLASS; Not-ECT without
- * one), and returns the datagram size a UDP_GRO control message gives
- * (0: the buffer is one datagram). */
-static uint32_t udp_read_ctrl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h, uint8_t *ecn_p)
-{
-    uint32_t seg = 0;
-
-    *ecn_p = SX_TL_ECN_NOT_ECT;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
-        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
-            *ecn_p = *CMSG_DATA(c) & 3; /* one byte: ip(7) */
-            continue;
-        }
-        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
-            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-            int tclass;
-            memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
-            *ecn_p = (uint8_t)(tclass & 3);
-            continue;
-        }
-        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-            int s;
-            memcpy(&s, CMSG_DATA(c), sizeof(s));
-            seg = s > 0 ? (uint32_t)s : 0;
-            continue;
-        }
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_RXQ_OVFL ||
-            c->cmsg_len < CMSG_LEN(sizeof(uint32_t)))
-            continue;
-        uint32_t drops;
-        memcpy(&drops, CMSG_DATA(c), sizeof(drops));
-        /* The counter is the socket's running total and wraps at 2^32:
-         * add the difference, computed modulo 2^32. */
-        u->base.stats.rx_kernel_drops += (uint32_t)(drops - rx->last_ovfl);
-        rx->last_ovfl = drops;
-    }
-    return seg;
-}
-
-/*
- * Hands up what the last read left (rx->pend_*), one event per datagram:
- * a buffer GRO filled is cut at its datagram size, the last datagram
- * possibly shorter (udp(7), UDP_GRO). Stops when @p max events are
- * written; the rest waits for the next poll, which reads nothing new
- * before it is out (the buffers must stay as they are).
- */
-static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
-{
-    unsigned n = 0;
-
-    while (rx->pend_i < rx->pend_n && n < max) {
-        unsigned i = rx->pend_i;
-        struct msghdr *h = &rx->msgs[i].msg_hdr;
-        size_t len = rx->msgs[i].msg_len;
-        if (h->msg_flags & MSG_TRUNC) {
-            /* Longer than the buffer (the mtu, or UDP_CTRL_MAX on the ACK
-             * socket): a peer with another idea of the mtu, or garbage.
-             * Never hand up a cut datagram. */
-            u->base.stats.rx_truncated++;
-            rx->pend_i++;
-            continue;
-        }
-        size_t seg = rx->seg[i] != 0 && rx->seg[i] < len ? rx->seg[i] : len;
-        if (seg > rx->limit) {
-            /* A buffer larger than the mtu holds one when GRO is on: the
-             * same verdict as a truncated read. */
-            u->base.stats.rx_truncated++;
-            rx->pend_i++;
-            continue;
-        }
-        if (len == 0) {
-            events[n++] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
-                                          .status = SX_OK,
-                                          .data = rx->iov[i].iov_base,
-                                          .len = 0,
-                                          .src = &rx->src[i],
-                                          .src_len = h->msg_namelen,
-                                          .ecn = rx->ecn[i]};
-            rx->pend_i++;
-            continue;
-        }
-        size_t landed = 0;
-        if (i < rx->land_n && rx->land_cap[i] != 0) {
-            /* Buffer i was read around a landing: report what went there,
-             * or put it back when GRO made the read several datagrams
-             * (a landing is for one). */
-            landed = len > rx->land_head ? len - rx->land_head : 0;
-            landed = landed < rx->land_cap[i] ? landed : rx->land_cap[i];
-            if (seg < len && landed != 0)
-                memcpy((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], landed);
-            landed = seg < len ? 0 : landed;
-            rx->land_cap[i] = 0;
-        }
-        if (rx->pend_off == 0 && seg < len)
-            u->base.stats.rx_gro++;
-        while (rx->pend_off < len && n < max) {
-            size_t part = len - rx->pend_off < seg ? len - rx->pend_off : seg;
-            events[n++] = (sx_tl_event_t){
-                .type = SX_TL_EV_RECV,
-                .status = SX_OK,
-                .data = (const uint8_t *)rx->iov[i].iov_base + rx->pend_off,
-                .len = part,
-                .src = &rx->src[i],
-                .src_len = h->msg_namelen,
-                .ecn = rx->ecn[i],
-                .landed = landed,
-                .landed_at = landed != 0 ? rx->land_dst[i] : NULL,
-            };
-            rx->pend_off += part;
-        }
-        if (rx->pend_off >= len) {
-            rx->pend_i++;
-            rx->pend_off = 0;
-        }
-    }
-    if (rx->pend_i >= rx->pend_n)
-        rx->pend_i = rx->pend_n = 0;
-    u->base.stats.rx_datagrams += n;
-    return n;
-}
-
-/*
- * Gives the first @p want buffers of the next read the landings offered
- * (land): buffer k's first land_head bytes go to the buffer, the next
- * ones (the k-th piece of the spans) to its landing, the rest to the
- * buffer after a gap as long as the landing, so that copying the landed
- * bytes back makes the datagram whole again.
- */
-static void udp_rx_land(udp_iface_t *u, udp_rx_t *rx, unsigned want)
-{
-    size_t head = u->land_head, step = u->land_step, off = 0;
-    unsigned s = 0;
-
-    rx->land_n = 0;
-    if (u->land_n == 0 || head >= rx->limit)
-        return;
-    step = step < rx->limit - head ? step : rx->limit - head;
-    for (unsigned k = 0; k < want && s < u->land_n; k++) {
-        const struct iovec *span = &u->land_spans[s];
-        size_t cap = span->iov_len - off < step ? span->iov_len - off : step;
-        uint8_t *buf = rx->iov[k].iov_base;
-        uint8_t *dst = (uint8_t *)span->iov_base + off;
-        rx->land_iov[k][0] = (struct iovec){.iov_base = buf, .iov_len = head};
-        rx->land_iov[k][1] = (struct iovec){.iov_base = dst, .iov_len = cap};
-        rx->land_iov[k][2] = (struct iovec){.iov_base = buf + head + cap,
-                                            .iov_len = rx->iov[k].iov_len - head - cap};
-        rx->msgs[k].msg_hdr.msg_iov = rx->land_iov[k];
-        rx->msgs[k].msg_hdr.msg_iovlen = 3;
-        rx->land_cap[k] = cap;
-        rx->land_dst[k] = dst;
-        rx->land_n = k + 1;
-        if ((off += cap) >= span->iov_len) {
-            s++;
-            off = 0;
-        }
-    }
-    rx->land_head = head;
-}
-
-/* After a read that filled @p got buffers: every buffer reads into itself
- * again, and those left unfilled landed nothing. */
-static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
-{
-    for (unsigned k = 0; k < rx->land_n; k++) {
-        rx->msgs[k].msg_hdr.msg_iov = &rx->iov[k];
-        rx->msgs[k].msg_hdr.msg_iovlen = 1;
-        if ((int)k >= got)
-            rx->land_cap[k] = 0;
-    }
-    if (got > 0 && rx->land_n != 0)
-        u->land_n = 0; /* the offer is used */
-}
-
-/* Reads up to @p max datagrams from one socket into @p events; returns how
- * many, or SX_ERR_IO. */
-static int udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
-{
-    unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
-    unsigned refused = 0;
-    int rc;
-
-    if (want == 0)
-        return 0;
-    if (rx->pend_n != 0)
-        return (int)udp_rx_hand_up(u, rx, events, max);
-    /* recvmsg and recvmmsg write back the lengths and flags of the
-     * headers they were given: reset those the last read had, not all 32
-     * at every poll (a busy-polling caller's empty polls spent 18 % of
-     * their user time here: sx_bench latency under perf). */
-    for (unsigned i = 0; i < rx->dirty; i++) {
-        struct msghdr *h = &rx->msgs[i].msg_hdr;
-        h->msg_controllen = sizeof(rx->ctrl[i].buf);
-        h->msg_namelen = sizeof(rx->src[i]);
-        h->msg_flags = 0;
-    }
-    /* One datagram at a time (recvmsg) until datagrams come back to back,
-     * then batches (recvmmsg). A recvmmsg that finds one datagram goes on
-     * to try for a second before it returns, and that failed try (a whole
-     * recvmsg pass in the kernel) sat between a ping and its pong
-     * (docs/tuning.md, section "Connected send sockets: SX_UDP_CONNECT",
-     * has the measurement). A stream keeps the batches: a poll that fills
-     * more than one buffer keeps batch mode, one that finds a single
-     * datagram leaves it, and a single-datagram poll that finds one enters
-     * it. */
-    bool batch = rx->batch && want > 1;
-    rx->dirty = batch ? want : 1;
-    udp_rx_land(u, rx, batch ? want : 1);
-    for (;;) {
-        if (batch) {
-            rc = recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT, NULL);
-        } else {
-            ssize_t got = recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
-            if (got >= 0)
-                rx->msgs[0].msg_len = (unsigned)got;
-            rc = got >= 0 ? 1 : -1;
-        }
-        if (rc >= 0)
-            break;
-        int err = errno;
-        if (udp_errno_no_room(err)) {
-            rx->batch = false;
-            udp_rx_unland(u, rx, 0);
-            return 0;
-        }
-        if (err == EINTR)
-            continue;
-        if (err == ECONNREFUSED && refused++ < UDP_REFUSED_RETRIES) {
-            u->base.stats.tx_refused++;
-            continue;
-        }
-        udp_rx_unland(u, rx, 0);
-        if (err == ECONNREFUSED)
-            return 0;
-        sx_error("udp", "%s: %s", batch ? "recvmmsg" : "recvmsg", strerror(err));
-        return SX_ERR_IO;
-    }
-    rx->batch = batch ? rc > 1 : true;
-    udp_rx_unland(u, rx, rc); /* land_cap[i] stays until buffer i is handed up */
-
-    for (int i = 0; i < rc; i++)
-        rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr, &rx->ecn[i]);
-    rx->pend_i = 0;
-    rx->pend_n = (unsigned)rc;
-    rx->pend_off = 0;
-    return (int)udp_rx_hand_up(u, rx, events, max);
-}
-
 static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
@@ -1138,13 +879,13 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
          * socket's read leaves it to the data socket's. */
         unsigned land = u->land_n;
         u->land_n = 0;
-        got = udp_rx_poll(u, &u->ack_rx, events, max - max / 4);
+        got = sx_udp_rx_poll(u, &u->ack_rx, events, max - max / 4);
         u->land_n = land;
         if (got < 0)
             return got;
         u->base.stats.rx_ack_socket += (unsigned)got;
     }
-    int n = udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
+    int n = sx_udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
     if (n < 0)
         return n;
     got += n;
@@ -1160,7 +901,7 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         (u->v6_seen || u->rx6.pend_n != 0 || ++u->v6_polls % UDP_V6_QUIET_POLLS == 0)) {
         /* Each socket has buffers of its own: the events of all stay
          * valid until the next poll. */
-        n = udp_rx_poll(u, &u->rx6, events + got, max - (unsigned)got);
+        n = sx_udp_rx_poll(u, &u->rx6, events + got, max - (unsigned)got);
         if (n < 0)
             return n;
         u->v6_seen |= n > 0;

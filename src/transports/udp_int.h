@@ -10,6 +10,7 @@
 #ifndef SX_TRANSPORTS_UDP_INT_H
 #define SX_TRANSPORTS_UDP_INT_H
 
+#include <errno.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -21,7 +22,11 @@
 
 #include "transports/transport.h"
 
-#define UDP_RX_BATCH       32  /* receive buffers per socket */
+#define UDP_RX_BATCH        32 /* receive buffers per socket */
+#define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
+#ifndef UDP_GRO
+#define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
+#endif
 #define UDP_V6_QUIET_POLLS 16u /* udp_poll: an unused IPv6 socket, every 16th */
 #define UDP_CTRL_MAX       256 /* longest datagram sent or received on the ACK path */
 #define UDP_ADDRS_MAX      8   /* addresses a card offers for one interface */
@@ -220,6 +225,18 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
 
 /** Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes. */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);
+
+/* Reads up to @p max datagrams from one of @p u's sockets (@p rx) into
+ * @p events, scattered around u's landings when it offers some; returns
+ * how many, or SX_ERR_IO (udp_rx.c). */
+int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max);
+
+/* Whether a failed send or receive only found no room (or nothing to
+ * read): worth trying again later, never an error of the datagram's. */
+static inline bool sx_udp_errno_no_room(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM;
+}
 /** ECN on a data socket (udp_sock.c): it sends ECT(0) (open), and its
  *  reads report each datagram's field (recv). False, with a warning, when
  *  the kernel refuses. */

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * udp's receive side (udp.c has the interface): reads one socket's
+ * datagrams into its buffers, one recvmsg(2) at a time while they come
+ * alone and in recvmmsg(2) batches while they come back to back, cuts
+ * what GRO coalesced at the size the kernel reports, and scatters each
+ * read around the landings the shard offered (sx_tl_ops_t.land).
+ */
+#include "transports/udp_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <shardx.h>
+
+#include "common/log.h"
+
+/* Reads the SO_RXQ_OVFL counter from one received buffer, if present,
+ * sets *ecn_p to its ECN field (IP_TOS, IPV6_TCLASS; Not-ECT without
+ * one), and returns the datagram size a UDP_GRO control message gives
+ * (0: the buffer is one datagram). */
+static uint32_t udp_read_ctrl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h, uint8_t *ecn_p)
+{
+    uint32_t seg = 0;
+
+    *ecn_p = SX_TL_ECN_NOT_ECT;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
+            *ecn_p = *CMSG_DATA(c) & 3; /* one byte: ip(7) */
+            continue;
+        }
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int tclass;
+            memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
+            *ecn_p = (uint8_t)(tclass & 3);
+            continue;
+        }
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int s;
+            memcpy(&s, CMSG_DATA(c), sizeof(s));
+            seg = s > 0 ? (uint32_t)s : 0;
+            continue;
+        }
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_RXQ_OVFL ||
+            c->cmsg_len < CMSG_LEN(sizeof(uint32_t)))
+            continue;
+        uint32_t drops;
+        memcpy(&drops, CMSG_DATA(c), sizeof(drops));
+        /* The counter is the socket's running total and wraps at 2^32:
+         * add the difference, computed modulo 2^32. */
+        u->base.stats.rx_kernel_drops += (uint32_t)(drops - rx->last_ovfl);
+        rx->last_ovfl = drops;
+    }
+    return seg;
+}
+
+/* The bytes of buffer i's datagram that went to its landing (0: none,
+ * or no landing). */
+static size_t udp_rx_landed(const udp_rx_t *rx, unsigned i)
+{
+    size_t len = rx->msgs[i].msg_len;
+    size_t n = i < rx->land_n && len > rx->land_head ? len - rx->land_head : 0;
+
+    return n < rx->land_cap[i] ? n : rx->land_cap[i];
+}
+
+/* Copies them back into the buffer's gap, making the datagram whole;
+ * returns 0, the bytes that stay landed. */
+static size_t udp_rx_land_back(udp_rx_t *rx, unsigned i)
+{
+    size_t n = udp_rx_landed(rx, i);
+
+    if (n != 0)
+        memcpy((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], n);
+    return 0;
+}
+
+/*
+ * Hands up what the last read left (rx->pend_*), one event per datagram:
+ * a buffer GRO filled is cut at its datagram size, the last datagram
+ * possibly shorter (udp(7), UDP_GRO). Stops when @p max events are
+ * written; the rest waits for the next poll, which reads nothing new
+ * before it is out (the buffers must stay as they are).
+ */
+static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+{
+    unsigned n = 0;
+
+    while (rx->pend_i < rx->pend_n && n < max) {
+        unsigned i = rx->pend_i;
+        struct msghdr *h = &rx->msgs[i].msg_hdr;
+        size_t len = rx->msgs[i].msg_len;
+        if (h->msg_flags & MSG_TRUNC) {
+            /* Longer than the buffer (the mtu, or UDP_CTRL_MAX on the ACK
+             * socket): a peer with another idea of the mtu, or garbage.
+             * Never hand up a cut datagram. */
+            u->base.stats.rx_truncated++;
+            rx->pend_i++;
+            continue;
+        }
+        size_t seg = rx->seg[i] != 0 && rx->seg[i] < len ? rx->seg[i] : len;
+        if (seg > rx->limit) {
+            /* A buffer larger than the mtu holds one when GRO is on: the
+             * same verdict as a truncated read. */
+            u->base.stats.rx_truncated++;
+            rx->pend_i++;
+            continue;
+        }
+        if (len == 0) {
+            events[n++] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
+                                          .status = SX_OK,
+                                          .data = rx->iov[i].iov_base,
+                                          .len = 0,
+                                          .src = &rx->src[i],
+                                          .src_len = h->msg_namelen,
+                                          .ecn = rx->ecn[i]};
+            rx->pend_i++;
+            continue;
+        }
+        /* Buffer i was read around a landing: report what went there, or
+         * put it back when GRO made the read several datagrams (a landing
+         * is for one). */
+        size_t landed = seg < len ? udp_rx_land_back(rx, i) : udp_rx_landed(rx, i);
+        rx->land_cap[i] = 0;
+        if (rx->pend_off == 0 && seg < len)
+            u->base.stats.rx_gro++;
+        while (rx->pend_off < len && n < max) {
+            size_t part = len - rx->pend_off < seg ? len - rx->pend_off : seg;
+            events[n++] = (sx_tl_event_t){
+                .type = SX_TL_EV_RECV,
+                .status = SX_OK,
+                .data = (const uint8_t *)rx->iov[i].iov_base + rx->pend_off,
+                .len = part,
+                .src = &rx->src[i],
+                .src_len = h->msg_namelen,
+                .ecn = rx->ecn[i],
+                .landed = landed,
+                .landed_at = landed != 0 ? rx->land_dst[i] : NULL,
+            };
+            rx->pend_off += part;
+        }
+        if (rx->pend_off >= len) {
+            rx->pend_i++;
+            rx->pend_off = 0;
+        }
+    }
+    /* Buffers left for the next poll (a GRO read gave more events than
+     * this one had room for) put their landed bytes back now: the caller
+     * handles this poll's events first, which may write where they
+     * landed, and its next offer knows nothing of them. */
+    for (unsigned i = rx->pend_i; i < rx->pend_n; i++) {
+        (void)udp_rx_land_back(rx, i);
+        rx->land_cap[i] = 0;
+    }
+    if (rx->pend_i >= rx->pend_n)
+        rx->pend_i = rx->pend_n = 0;
+    u->base.stats.rx_datagrams += n;
+    return n;
+}
+
+/*
+ * Gives the first @p want buffers of the next read the landings offered
+ * (land): buffer k's first land_head bytes go to the buffer, the next
+ * ones (the k-th piece of the spans) to its landing, the rest to the
+ * buffer after a gap as long as the landing, so that copying the landed
+ * bytes back makes the datagram whole again.
+ */
+static void udp_rx_land(udp_iface_t *u, udp_rx_t *rx, unsigned want)
+{
+    size_t head = u->land_head, step = u->land_step, off = 0;
+    unsigned s = 0;
+
+    rx->land_n = 0;
+    if (u->land_n == 0 || head >= rx->limit)
+        return;
+    step = step < rx->limit - head ? step : rx->limit - head;
+    for (unsigned k = 0; k < want && s < u->land_n; k++) {
+        const struct iovec *span = &u->land_spans[s];
+        size_t cap = span->iov_len - off < step ? span->iov_len - off : step;
+        uint8_t *buf = rx->iov[k].iov_base;
+        uint8_t *dst = (uint8_t *)span->iov_base + off;
+        rx->land_iov[k][0] = (struct iovec){.iov_base = buf, .iov_len = head};
+        rx->land_iov[k][1] = (struct iovec){.iov_base = dst, .iov_len = cap};
+        rx->land_iov[k][2] = (struct iovec){.iov_base = buf + head + cap,
+                                            .iov_len = rx->iov[k].iov_len - head - cap};
+        rx->msgs[k].msg_hdr.msg_iov = rx->land_iov[k];
+        rx->msgs[k].msg_hdr.msg_iovlen = 3;
+        rx->land_cap[k] = cap;
+        rx->land_dst[k] = dst;
+        rx->land_n = k + 1;
+        if ((off += cap) >= span->iov_len) {
+            s++;
+            off = 0;
+        }
+    }
+    rx->land_head = head;
+}
+
+/* After a read that filled @p got buffers: every buffer reads into itself
+ * again, and those left unfilled landed nothing. */
+static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
+{
+    for (unsigned k = 0; k < rx->land_n; k++) {
+        rx->msgs[k].msg_hdr.msg_iov = &rx->iov[k];
+        rx->msgs[k].msg_hdr.msg_iovlen = 1;
+        if ((int)k >= got)
+            rx->land_cap[k] = 0;
+    }
+    if (got > 0 && rx->land_n != 0)
+        u->land_n = 0; /* the offer is used */
+}
+
+int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+{
+    unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
+    unsigned refused = 0;
+    int rc;
+
+    if (want == 0)
+        return 0;
+    if (rx->pend_n != 0)
+        return (int)udp_rx_hand_up(u, rx, events, max);
+    /* recvmsg and recvmmsg write back the lengths and flags of the
+     * headers they were given: reset those the last read had, not all 32
+     * at every poll (a busy-polling caller's empty polls spent 18 % of
+     * their user time here: sx_bench latency under perf). */
+    for (unsigned i = 0; i < rx->dirty; i++) {
+        struct msghdr *h = &rx->msgs[i].msg_hdr;
+        h->msg_controllen = sizeof(rx->ctrl[i].buf);
+        h->msg_namelen = sizeof(rx->src[i]);
+        h->msg_flags = 0;
+    }
+    /* One datagram at a time (recvmsg) until datagrams come back to back,
+     * then batches (recvmmsg). A recvmmsg that finds one datagram goes on
+     * to try for a second before it returns, and that failed try (a whole
+     * recvmsg pass in the kernel) sat between a ping and its pong
+     * (docs/tuning.md, section "Connected send sockets: SX_UDP_CONNECT",
+     * has the measurement). A stream keeps the batches: a poll that fills
+     * more than one buffer keeps batch mode, one that finds a single
+     * datagram leaves it, and a single-datagram poll that finds one enters
+     * it. */
+    bool batch = rx->batch && want > 1;
+    rx->dirty = batch ? want : 1;
+    udp_rx_land(u, rx, batch ? want : 1);
+    for (;;) {
+        if (batch) {
+            rc = recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT, NULL);
+        } else {
+            ssize_t got = recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
+            if (got >= 0)
+                rx->msgs[0].msg_len = (unsigned)got;
+            rc = got >= 0 ? 1 : -1;
+        }
+        if (rc >= 0)
+            break;
+        int err = errno;
+        if (sx_udp_errno_no_room(err)) {
+            rx->batch = false;
+            udp_rx_unland(u, rx, 0);
+            return 0;
+        }
+        if (err == EINTR)
+            continue;
+        if (err == ECONNREFUSED && refused++ < UDP_REFUSED_RETRIES) {
+            u->base.stats.tx_refused++;
+            continue;
+        }
+        udp_rx_unland(u, rx, 0);
+        if (err == ECONNREFUSED)
+            return 0;
+        sx_error("udp", "%s: %s", batch ? "recvmmsg" : "recvmsg", strerror(err));
+        return SX_ERR_IO;
+    }
+    rx->batch = batch ? rc > 1 : true;
+    udp_rx_unland(u, rx, rc); /* land_cap[i] stays until buffer i is handed up */
+
+    for (int i = 0; i < rc; i++)
+        rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr, &rx->ecn[i]);
+    rx->pend_i = 0;
+    rx->pend_n = (unsigned)rc;
+    rx->pend_off = 0;
+    return (int)udp_rx_hand_up(u, rx, events, max);
+}
