@@ -69,15 +69,13 @@ static size_t udp_rx_landed(const udp_rx_t *rx, unsigned i)
     return n < rx->land_cap[i] ? n : rx->land_cap[i];
 }
 
-/* Copies them back into the buffer's gap, making the datagram whole;
- * returns 0, the bytes that stay landed. */
-static size_t udp_rx_land_back(udp_rx_t *rx, unsigned i)
+/* Copies them back into the buffer's gap, making the datagram whole. */
+static void udp_rx_land_back(udp_rx_t *rx, unsigned i)
 {
     size_t n = udp_rx_landed(rx, i);
 
     if (n != 0)
         memcpy((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], n);
-    return 0;
 }
 
 /*
@@ -125,7 +123,11 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
         /* Buffer i was read around a landing: report what went there, or
          * put it back when GRO made the read several datagrams (a landing
          * is for one). */
-        size_t landed = seg < len ? udp_rx_land_back(rx, i) : udp_rx_landed(rx, i);
+        size_t landed = udp_rx_landed(rx, i);
+        if (seg < len && landed != 0) {
+            udp_rx_land_back(rx, i);
+            landed = 0;
+        }
         rx->land_cap[i] = 0;
         if (rx->pend_off == 0 && seg < len)
             u->base.stats.rx_gro++;
@@ -154,7 +156,7 @@ static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
      * handles this poll's events first, which may write where they
      * landed, and its next offer knows nothing of them. */
     for (unsigned i = rx->pend_i; i < rx->pend_n; i++) {
-        (void)udp_rx_land_back(rx, i);
+        udp_rx_land_back(rx, i);
         rx->land_cap[i] = 0;
     }
     if (rx->pend_i >= rx->pend_n)
