@@ -176,6 +176,20 @@ unsigned sx_chan_land_spans_locked(const sx_chan_t *c, sx_land_span_t *spans, un
     for (const sx_op_t *op = c->rmaq; op != NULL && n < max; op = op->next) {
         if (op->kind != SX_OP_GET || op->status != SX_OK || op->got >= op->len)
             continue;
+        /* No place offered twice: a datagram that lands where another
+         * one of the same read landed already would overwrite the bytes
+         * that have to be copied back into the first (GETs of 4 KiB
+         * into one buffer, 64 at a time, lost the frames of a packet
+         * that a landing caught, a GET's chunk among them). The spans
+         * stop before the first GET whose rest overlaps one before it;
+         * its answers are read into the socket's buffers. */
+        uintptr_t lo = (uintptr_t)(op->dst + op->got), hi = (uintptr_t)(op->dst + op->len);
+        bool overlaps = false;
+        for (unsigned i = 0; i < n && !overlaps; i++)
+            overlaps = lo < (uintptr_t)(spans[i].dst + spans[i].len) &&
+                       (uintptr_t)(spans[i].dst + spans[i].got) < hi;
+        if (overlaps)
+            break;
         spans[n++] =
             (sx_land_span_t){.op_id = op->op_id, .dst = op->dst, .got = op->got, .len = op->len};
     }
