@@ -394,7 +394,7 @@ static void sxb_usage(FILE *out)
                  "                [--json-file F] [--size N] [--iters N] [--window N] [--seed "
                  "N] [--no-bind] [--mode M]\n"
                  "                [--threads LIST] [--oversubscribe] [--transport NAME]\n"
-                 "                [--seconds S] [--verify] [--probe]\n"
+                 "                [--seconds S] [--verify] [--probe] [--op am|put|get]\n"
                  "Start it with `sx_run -n 2 sx_bench ...` or `mpirun -np 2 --bind-to none\n"
                  "sx_bench ...` (incast: -n N, any N >= 2); run alone, it forks its second\n"
                  "rank itself.\n"
@@ -402,6 +402,8 @@ static void sxb_usage(FILE *out)
                  "           the raw-UDP floor measured in the same run\n"
                  "  bw       unidirectional bandwidth with a window, 0 B .. 4 MiB, beside\n"
                  "           the raw-UDP one-way stream\n"
+                 "  --op     bw: am (sx_send, the default), put (sx_put into rank 1's\n"
+                 "           region) or get (sx_get out of it)\n"
                  "  rate     windowed small-message rate (default 8 B), aggregation on and\n"
                  "           off, window 64 and 256 (or --window), beside the raw-UDP floor\n"
                  "  mt       scaling: T sender threads on rank 0, T receiver threads on\n"
@@ -498,6 +500,10 @@ static int sxb_check_args(sxb_opts_t *o)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
+    if (o->cmd != SXB_BW && o->op != SXB_OP_AM) {
+        fprintf(stderr, "sx_bench: --op is for bw\n");
+        return -1;
+    }
     if (o->cmd != SXB_INCAST && (o->seconds_set || o->verify || o->probe)) {
         fprintf(stderr, "sx_bench: --seconds, --verify and --probe are for incast\n");
         return -1;
@@ -581,6 +587,7 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
         OPT_SECONDS,
         OPT_VERIFY,
         OPT_PROBE,
+        OPT_OP,
         OPT_VERSION,
     };
     static const struct option longopts[] = {
@@ -599,6 +606,7 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
         {"seconds", required_argument, NULL, OPT_SECONDS},
         {"verify", no_argument, NULL, OPT_VERIFY},
         {"probe", no_argument, NULL, OPT_PROBE},
+        {"op", required_argument, NULL, OPT_OP},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -688,6 +696,12 @@ static int sxb_parse_args(int argc, char **argv, sxb_opts_t *o)
             break;
         case OPT_PROBE:
             o->probe = true;
+            break;
+        case OPT_OP:
+            o->op = strcmp(optarg, "put") == 0   ? SXB_OP_PUT
+                    : strcmp(optarg, "get") == 0 ? SXB_OP_GET
+                                                 : SXB_OP_AM;
+            bad = o->op == SXB_OP_AM && strcmp(optarg, "am") != 0;
             break;
         case ':':
             fprintf(stderr, "sx_bench: %s needs a value (see sx_bench --help)\n", argv[optind - 1]);

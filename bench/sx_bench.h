@@ -56,6 +56,10 @@ typedef enum sxb_cmd {
 /* mt: which thread modes run (--mode). */
 enum { SXB_MODE_SHARDED = 1u << 0, SXB_MODE_GLOBAL = 1u << 1 };
 
+/* bw --op: active messages (sx_send), or emulated RMA into or out of
+ * rank 1's registered region (sx_put, sx_get). */
+typedef enum sxb_op { SXB_OP_AM, SXB_OP_PUT, SXB_OP_GET } sxb_op_t;
+
 typedef struct sxb_opts {
     sxb_cmd_t cmd;
     bool json;
@@ -81,6 +85,8 @@ typedef struct sxb_opts {
     bool seconds_set;
     bool verify; /* --verify: check every byte, every sequence number */
     bool probe;  /* --probe: the last rank ping-pongs with rank 0 instead */
+    /* bw only: what moves the bytes */
+    sxb_op_t op;
 } sxb_opts_t;
 
 /* The control channel to the other rank. */

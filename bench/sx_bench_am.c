@@ -621,6 +621,126 @@ static uint64_t sxb_copied(sx_engine_h e)
     return tx + rx;
 }
 
+/* bw --op put|get: consecutive operations use consecutive slots of the
+ * local buffer and of the region, as operations of an application use
+ * buffers of their own: GETs into one buffer would keep the landing of
+ * their answers to the oldest one (chan_rma.c, no place offered twice),
+ * and more slots than the landing's spans (4) keep those apart. */
+#define SXB_RMA_SLOTS 8u
+
+/* Rank 1's region for bw --op put|get, and where rank 0 reaches it. */
+typedef struct sxb_region {
+    uint8_t *buf;
+    sx_mem_h mem;
+    uint64_t addr, rkey;
+} sxb_region_t;
+
+/* Rank 1 registers @p size bytes for remote reads and writes and tells
+ * rank 0 where they are. */
+static int sxb_region_open(sxb_am_t *am, size_t size, sxb_region_t *r)
+{
+    uint64_t where[2];
+    int rc;
+
+    *r = (sxb_region_t){0};
+    if (am->ctl->rank == 0)
+        return sxb_ctl_read(am->ctl, where, sizeof(where), sxb_am_poll, am) != 0
+                   ? -1
+                   : (r->addr = where[0], r->rkey = where[1], 0);
+    if ((r->buf = sxb_buffer(size)) == NULL)
+        return -1;
+    rc = sx_mem_register(am->engine, r->buf, size ? size : 1,
+                         SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE, &r->mem);
+    if (rc != SX_OK)
+        return sxb_fail("sx_mem_register of %zu bytes: %s", size, sx_strerror(rc));
+    where[0] = (uint64_t)(uintptr_t)r->buf;
+    where[1] = sx_mem_rkey(r->mem);
+    return sxb_ctl_write(am->ctl, where, sizeof(where));
+}
+
+static void sxb_region_close(sxb_am_t *am, sxb_region_t *r)
+{
+    if (r->mem != NULL)
+        (void)sx_mem_deregister(am->engine, r->mem);
+    free(r->buf);
+}
+
+/* Rank 0's side of an RMA stream: @p count PUTs (or GETs) of @p size
+ * bytes from (into) @p buf's slots into (out of) rank 1's region's, at
+ * most @p window outstanding;
+ * *elapsed_ns_p from the first post to the last completion. Rank 1
+ * progresses in the barrier that ends the stream. */
+static int sxb_rma_stream(sxb_am_t *am, sxb_op_t op, uint8_t *buf, size_t size, uint64_t count,
+                          unsigned window, const sxb_region_t *r, uint64_t *elapsed_ns_p)
+{
+    uint64_t base = am->tx_done, posted = 0;
+    sxb_stall_t st = {0};
+
+    if (sxb_ctl_barrier(am->ctl, sxb_am_poll, am) != 0)
+        return -1;
+    if (am->ctl->rank == 1)
+        return sxb_ctl_barrier(am->ctl, sxb_am_poll, am);
+    uint64_t t0 = sxb_now_ns();
+    while (am->tx_done - base < count) {
+        while (posted < count && posted - (am->tx_done - base) < window) {
+            uint64_t slot = (posted % SXB_RMA_SLOTS) * size;
+            int rc =
+                op == SXB_OP_PUT
+                    ? sx_put(am->peer, buf + slot, size, r->addr + slot, r->rkey, sxb_on_done, am)
+                    : sx_get(am->peer, buf + slot, size, r->addr + slot, r->rkey, sxb_on_done, am);
+            if (rc == SX_ERR_AGAIN)
+                break; /* the channel's outstanding operations are at their cap */
+            if (rc != SX_INPROGRESS)
+                return sxb_fail("sx_%s of %zu bytes: %s", op == SXB_OP_PUT ? "put" : "get", size,
+                                sx_strerror(rc));
+            posted++;
+            am->tx_posted++;
+        }
+        if (sxb_am_poll(am) != 0 ||
+            sxb_stall_check(am->ctl, &st, am->tx_done, "RMA completions") != 0)
+            return -1;
+    }
+    *elapsed_ns_p = sxb_now_ns() - t0;
+    return sxb_ctl_barrier(am->ctl, sxb_am_poll, am);
+}
+
+/* One size of bw: a warm-up stream, then the measured one; rank 0 gets
+ * the rate (messages or operations per second) and the user-space copies
+ * of both ranks during the measured one. */
+static int sxb_bw_one(sxb_am_t *am, sxb_op_t op, uint8_t *buf, size_t size, uint64_t count,
+                      unsigned window, const sxb_region_t *r, double *rate_p, uint64_t *copied_p)
+{
+    uint64_t warmup = count / 10 + 1, warm_ns = 0, tx_ns = 0, copied;
+    sxb_rx_report_t rep;
+    int rc;
+
+    if (op == SXB_OP_AM) {
+        rc = sxb_stream(am, buf, size, warmup, window, false, &warm_ns, &rep);
+        copied = sxb_copied(am->engine);
+        if (rc == 0)
+            rc = sxb_stream(am, buf, size, count, window, false, &tx_ns, &rep);
+        double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
+        *rate_p = rx_s > 0 ? (double)rep.count / rx_s : NAN;
+    } else {
+        rc = sxb_rma_stream(am, op, buf, size, warmup, window, r, &warm_ns);
+        copied = sxb_copied(am->engine);
+        if (rc == 0)
+            rc = sxb_rma_stream(am, op, buf, size, count, window, r, &tx_ns);
+        *rate_p = tx_ns > 0 ? (double)count / ((double)tx_ns / 1e9) : NAN;
+    }
+    copied = sxb_copied(am->engine) - copied;
+    if (rc != 0)
+        return -1;
+    /* Rank 1 hands rank 0 what its engine copied during the stream. */
+    if (am->ctl->rank == 1)
+        return sxb_ctl_write(am->ctl, &copied, sizeof(copied));
+    uint64_t theirs = 0;
+    if (sxb_ctl_read(am->ctl, &theirs, sizeof(theirs), sxb_am_poll, am) != 0)
+        return -1;
+    *copied_p = copied + theirs;
+    return 0;
+}
+
 /*
  * Unidirectional bandwidth: a windowed stream of each size from rank 0 to
  * rank 1 over one engine session, then the raw-UDP one-way floor: the
@@ -630,7 +750,9 @@ static uint64_t sxb_copied(sx_engine_h e)
  * rank 1's first and last delivery. copies/B: the payload bytes both
  * engines copied in user space during the timed stream, per payload byte
  * delivered (the kernel's two copies, into and out of the socket, come on
- * top).
+ * top). With --op put or get the stream is of PUTs into (GETs out of)
+ * rank 1's registered region, timed at rank 0 from the first post to the
+ * last completion.
  */
 int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 {
@@ -643,48 +765,51 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 
     for (size_t s = 0; s < nsizes; s++)
         max = sizes[s] > max ? sizes[s] : max;
-    uint8_t *buf = sxb_buffer(max);
+    uint8_t *buf = sxb_buffer(opts->op == SXB_OP_AM ? max : SXB_RMA_SLOTS * max);
     if (buf == NULL)
         return -1;
+    static const char *const what[] = {[SXB_OP_AM] = "sx_send stream",
+                                       [SXB_OP_PUT] = "sx_put stream into rank 1's region",
+                                       [SXB_OP_GET] = "sx_get stream out of rank 1's region"};
+    static const char *const timed[] = {[SXB_OP_AM] = "rank 1's first to last delivery",
+                                        [SXB_OP_PUT] = "rank 0's first post to last completion",
+                                        [SXB_OP_GET] = "rank 0's first post to last completion"};
     if (human)
-        printf("\n# unidirectional bandwidth: sx_send stream, window %u; MB/s = 10^6 payload "
-               "bytes/s\n# from rank 1's first to last delivery; udp: raw-UDP one-way stream of "
+        printf("\n# unidirectional bandwidth: %s, window %u; MB/s = 10^6 payload "
+               "bytes/s\n# from %s; udp: raw-UDP one-way stream of "
                "the same datagrams\n# (above 65,000 B: each message as the fewest equal "
                "datagrams; lost ones not counted); ratio = shardx / udp; copies/B: "
                "payload bytes both engines\n# copied in user space per byte delivered (the "
                "kernel adds two)\n"
                "%9s %8s %10s %12s %10s %7s %9s\n",
-               opts->window, "size", "messages", "MB_per_s", "msgs_per_s", "udp_MB/s", "ratio",
-               "copies/B");
+               what[opts->op], opts->window, timed[opts->op], "size",
+               opts->op == SXB_OP_AM ? "messages" : "ops", "MB_per_s",
+               opts->op == SXB_OP_AM ? "msgs_per_s" : "ops_per_s", "udp_MB/s", "ratio", "copies/B");
     if (sxb_am_open(&am, ctl, NULL, NULL) != 0) {
         free(buf);
         return -1;
     }
+    sxb_region_t region = {0};
     double *mbps = calloc(nsizes, sizeof(*mbps)), *rates = calloc(nsizes, sizeof(*rates));
     double *copies = calloc(nsizes, sizeof(*copies));
-    bool ok = mbps != NULL && rates != NULL && copies != NULL;
+    bool ok = mbps != NULL && rates != NULL && copies != NULL &&
+              (opts->op == SXB_OP_AM || sxb_region_open(&am, SXB_RMA_SLOTS * max, &region) == 0);
     for (size_t s = 0; ok && s < nsizes; s++) {
-        uint64_t count = sxb_bw_count(opts, sizes[s]), tx_ns = 0, warm_ns = 0;
-        uint64_t warmup = count / 10 + 1;
-        sxb_rx_report_t rep;
-        ok = sxb_stream(&am, buf, sizes[s], warmup, opts->window, false, &warm_ns, &rep) == 0;
-        uint64_t copied = sxb_copied(am.engine);
-        ok = ok && sxb_stream(&am, buf, sizes[s], count, opts->window, false, &tx_ns, &rep) == 0;
-        double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
-        rates[s] = rx_s > 0 ? (double)rep.count / rx_s : NAN;
+        uint64_t count = sxb_bw_count(opts, sizes[s]), copied = 0;
+        ok = sxb_bw_one(&am, opts->op, buf, sizes[s], count, opts->window, &region, &rates[s],
+                        &copied) == 0;
         mbps[s] = rates[s] * (double)sizes[s] / 1e6;
-        /* Rank 1 hands rank 0 what its engine copied during the stream. */
-        copied = sxb_copied(am.engine) - copied;
-        if (ok && ctl->rank == 1) {
-            ok = sxb_ctl_write(ctl, &copied, sizeof(copied)) == 0;
-        } else if (ok) {
-            uint64_t theirs = 0;
-            ok = sxb_ctl_read(ctl, &theirs, sizeof(theirs), sxb_am_poll, &am) == 0;
-            double bytes = (double)count * (double)sizes[s];
-            copies[s] = bytes > 0 ? (double)(copied + theirs) / bytes : NAN;
-        }
+        double bytes = (double)count * (double)sizes[s];
+        copies[s] = ok && ctl->rank == 0 && bytes > 0 ? (double)copied / bytes : NAN;
     }
-    int rc = sxb_am_close(&am, "bw", "bw", ok);
+    /* Every operation completed before its stream's last barrier: the
+     * region may go before the engine does. */
+    sxb_region_close(&am, &region);
+    int rc = sxb_am_close(&am, "bw",
+                          opts->op == SXB_OP_PUT   ? "put"
+                          : opts->op == SXB_OP_GET ? "get"
+                                                   : "bw",
+                          ok);
     sxb_udp_t u = {.fd = -1};
     if (rc == 0)
         rc = sxb_udp_open(ctl, &u);
@@ -700,7 +825,11 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         if (rc != 0 || ctl->rank != 0)
             continue;
         double floor_mbps = floor_rate * (double)sizes[s] / 1e6;
-        sxb_record_t r = sxb_record("bw", NULL, sizes[s]);
+        sxb_record_t r = sxb_record("bw",
+                                    opts->op == SXB_OP_PUT   ? "put"
+                                    : opts->op == SXB_OP_GET ? "get"
+                                                             : NULL,
+                                    sizes[s]);
         sxb_metric(&r, "window", opts->window);
         sxb_metric(&r, "bw_MBps", mbps[s]);
         sxb_metric(&r, "msg_rate", rates[s]);

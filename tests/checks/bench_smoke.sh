@@ -35,6 +35,12 @@ check "$tmp/lat.json" '.machine.cores > 0 and (.config.params | has("WINDOW")) a
     "latency: machine, config or counters missing"
 echo "bench_smoke: bw" >&2; "$bench" bw --size 65536 --iters 200 --json >"$tmp/bw.json"
 check "$tmp/bw.json" '[.results[] | select(.bench == "bw" and .bw_MBps > 0)] | length == 1' "bw: no bandwidth record"
+for op in put get; do
+    echo "bench_smoke: bw --op $op" >&2; "$bench" bw --op $op --size 1048576 --iters 20 --window 4 --json >"$tmp/bw_$op.json"
+    check "$tmp/bw_$op.json" "[.results[] | select(.bench == \"bw\" and .mode == \"$op\" and .bw_MBps > 0 and .copies_per_byte >= 0)] | length == 1" \
+        "bw --op $op: no bandwidth record"
+done
+"$bench" latency --op put >/dev/null 2>&1 && fail "--op outside bw: accepted"
 echo "bench_smoke: rate" >&2; "$bench" rate --iters 3000 --json >"$tmp/rate.json"
 check "$tmp/rate.json" '[.results[] | select(.bench == "rate" and .msg_rate > 0)] | length == 4' \
     "rate: want 4 records (window 64 and 256, aggregation on and off)"
