@@ -287,7 +287,15 @@ static void repair(uint8_t ctl, uint8_t *pkt, size_t len)
 static void run_parser(const uint8_t *data, size_t size)
 {
     sx_wire_hdr_t h;
+    sx_wire_rma_t r;
+    uint64_t epoch, resp_off;
+    uint16_t lane;
+    uint32_t op_id;
 
+    /* The landing's early looks (src/shard/land.c) read any datagram
+     * before it is parsed: within its bytes, whatever they say. */
+    (void)sx_wire_peek_put(data, size, &epoch, &lane, &r);
+    (void)sx_wire_peek_resp(data, size, &epoch, &lane, &op_id, &resp_off);
     if (sx_wire_parse_packet(data, size, &h) != SX_DROP_NONE)
         return;
     if (h.payload_len != size - SX_WIRE_HDR_LEN)

@@ -268,6 +268,8 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
     chan_free_rx(c);
     if (c->shard->land_chan == c)
         c->shard->land_chan = NULL;
+    if (c->shard->land_put_chan == c)
+        c->shard->land_put_chan = NULL;
     c->peer->chans[(size_t)c->shard->index * c->peer->nshards + c->lane] = NULL;
     sx_shard_unlink_ready_locked(c->shard, c);
     sx_shard_unlink_backlog_locked(c->shard, c);

@@ -50,6 +50,8 @@
 #include "transports/transport.h"
 
 #define SX_OP_IOV_MAX SX_SEND_IOV_MAX /* include/shardx.h */
+
+struct sx_mem; /* shard/mem.h */
 /* Most PUT/GET a channel keeps outstanding, and most answers it queues for
  * its peer: the cap that keeps a flood of requests from costing unbounded
  * memory. A conforming initiator never exceeds it (sx_put/sx_get complete
@@ -278,6 +280,10 @@ typedef struct sx_chan {
     uint8_t asm_tag;
     bool asm_drop;      /* the message is being discarded (too large, no memory) */
     int32_t put_status; /* target: status of the PUT whose chunks are arriving */
+    /* Target: that PUT's next chunk (addr) when it has more to come and
+     * every chunk so far was written (Landing). */
+    bool put_follow;
+    sx_wire_rma_t put_next;
 
     /* Connection set-up (shard/conn.h). Nothing is sent before conn is
      * SX_CONN_UP; nothing is delivered before rcv_confirmed. */
@@ -339,42 +345,70 @@ void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
 void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn);
 
 /*
- * Landing (transport.h, land): GET answers read by the kernel straight
- * into the GETs' destinations, so that the kernel's copy is the only one,
- * as with an RDMA NIC's placement. While a channel's GETs are answered,
- * its shard offers the transport, before each read of the data socket,
- * the places the next chunks belong: each GET's destination beyond what
- * has arrived, chunk after chunk, in the order the answers come. A
- * datagram that was the chunk its place awaits arrives with its data in
- * place and is delivered without a copy in user space (rx_landed_bytes).
- * The kernel writes whatever datagram comes into the place offered, but
- * only ever into a destination beyond what has arrived, which its owner
- * may not read before the GET completes and which the right chunk
- * overwrites (an RDMA NIC may write a destination early too). A datagram
- * whose header names another place is copied back whole before any
- * datagram of its read is handled (shard.c, sx_shard_land_sort_locked),
- * one not delivered at once (kept behind a gap) when it is handled, and
- * those in the destination of a GET that completes first before its
- * owner can free it (sx_shard_land_release_locked); rx_land_missed
- * counts them. Off under SX_AUTH (the tag covers the datagram whole) and
- * for datagrams under SX_LAND_MIN bytes: GRO reads those several at a
- * time, which the transport would copy back. Landing is for loopback and
+ * Landing (transport.h, land): GET answers and PUT chunks read by the
+ * kernel straight into where they belong, so that the kernel's copy is
+ * the only one, as with an RDMA NIC's placement.
+ *
+ * GET answers. While a channel's GETs are answered, its shard offers the
+ * transport, before each read of the data socket, the places the next
+ * chunks belong: each GET's destination beyond what has arrived, chunk
+ * after chunk, in the order the answers come. A datagram that was the
+ * chunk its place awaits arrives with its data in place and is delivered
+ * without a copy in user space (rx_landed_bytes). The kernel writes
+ * whatever datagram comes into the place offered, but only ever into a
+ * destination beyond what has arrived, which its owner may not read
+ * before the GET completes and which the right chunk overwrites (an RDMA
+ * NIC may write a destination early too). A datagram whose header names
+ * another place is copied back whole before any datagram of its read is
+ * handled (shard.c, sx_shard_land_sort_locked), one not delivered at once
+ * (kept behind a gap) when it is handled, and those in the destination of
+ * a GET that completes first before its owner can free it
+ * (sx_shard_land_release_locked); rx_land_missed counts them.
+ *
+ * PUT chunks. When no GET answer is awaited, the shard offers instead the
+ * rest of the PUT whose chunks a channel is taking, from the chunk after
+ * the last one written to the operation's end: the target region, which
+ * the chunk before was checked against and which is checked again (key,
+ * write access, range) at each offer. The target's memory is not the
+ * engine's to hold, as a GET's destination is until it completes: its
+ * owner may deregister it at any time, from another thread or from a
+ * callback this same poll runs. So the offer counts an access to the
+ * region (shard/mem.h, Accesses), which a deregistration waits for, and
+ * the access ends once the read is sorted, before any datagram of it is
+ * handled: the sort copies back whole, and checks the CRC32C of, every
+ * datagram while its landed bytes may still be read. After it nothing
+ * reads them: a chunk that landed in its place but is not delivered at
+ * once is dropped (drop_landed), its bytes already right where they
+ * belong, and its retransmission brings it again; one delivered finds
+ * its region checked again, as every PUT chunk is. The region beyond
+ * what has arrived holds undefined bytes until the PUT completes, as
+ * over RDMA.
+ *
+ * Both are off under SX_AUTH (the tag covers the datagram whole) and for
+ * datagrams under SX_LAND_MIN bytes: GRO reads those several at a time,
+ * which the transport would copy back. Landing is for loopback and
  * jumbo-frame paths.
  */
 #define SX_LAND_MIN 8192u
+/* Reads of one datagram that look for the next PUT after one ends
+ * (shard.h, land_probe): a standalone ACK or two may come first. */
+#define SX_LAND_PROBES 4u
 
 /** Where a landing of bytes the kernel read put them; NULL: nothing landed. */
 typedef struct sx_landing {
-    uint8_t *dst; /* the bytes of the datagram from SX_WIRE_RESP_DATA_OFF on */
+    uint8_t *dst; /* the bytes of the datagram from head on */
     size_t len;
+    size_t head; /* SX_WIRE_RESP_DATA_OFF or SX_WIRE_PUT_DATA_OFF */
+    bool region; /* a PUT's, in a registered region: dst may be read only in the sort */
 } sx_landing_t;
 
 /** Copies landed bytes back into the datagram @p data read around them
- *  (transport.h: room stands there for them), making it whole; counted. */
+ *  (transport.h: room stands there for them), making it whole; counted.
+ *  A region's landing only before its read's access ends (Landing). */
 static inline void sx_landing_undo_locked(sx_shard_t *shard, const uint8_t *data,
                                           const sx_landing_t *land)
 {
-    memcpy((uint8_t *)(uintptr_t)data + SX_WIRE_RESP_DATA_OFF, land->dst, land->len);
+    memcpy((uint8_t *)(uintptr_t)data + land->head, land->dst, land->len);
     sx_stat_add(&shard->stats.copy_rx_bytes, land->len);
     sx_stat_add(&shard->stats.rx_land_missed, 1);
 }
@@ -386,10 +420,19 @@ static inline void sx_landing_undo_locked(sx_shard_t *shard, const uint8_t *data
 unsigned sx_chan_land_spans_locked(const sx_chan_t *c, sx_land_span_t *spans, unsigned max,
                                    size_t *step_p);
 
+/** The rest of the PUT @p c takes whose chunks may land (Landing): in
+ *  *span its range in the target region (dst: where the operation starts
+ *  there; got: the next chunk's offset), in *step_p a chunk's length, and
+ *  in *mem_p the region, whose access this call began (the caller ends
+ *  it). False when @p c follows no PUT, or the region no longer admits
+ *  it. */
+bool sx_chan_land_put_span_locked(const sx_chan_t *c, sx_land_span_t *span, size_t *step_p,
+                                  struct sx_mem **mem_p);
+
 /** Whether the validated DATA packet @p hdr (@p data, its first
- *  SX_WIRE_RESP_DATA_OFF bytes) whose data landed at @p land is the
- *  chunk that belongs there and will be delivered now; false: the caller
- *  copies the landed bytes back. */
+ *  land->head bytes) whose data landed at @p land is the chunk that
+ *  belongs there and will be delivered now; false: the caller copies the
+ *  landed bytes back (a GET answer's) or drops the datagram (a PUT's). */
 bool sx_chan_land_fits_locked(const sx_chan_t *c, const sx_wire_hdr_t *hdr, const uint8_t *data,
                               const sx_landing_t *land);
 

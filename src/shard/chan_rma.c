@@ -96,12 +96,27 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
         sx_mem_access_begin_rcu(m); /* the copy runs after the read section */
     sx_rcu_read_unlock(&env->mem->rcu);
     if (write) {
-        memcpy(dst, f->data, f->len);
+        if (f->data != dst) {
+            memcpy(dst, f->data, f->len);
+            sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
+        } else
+            sx_stat_add(&c->shard->stats.rx_landed_bytes, f->len); /* landed in place */
         sx_mem_access_end(m);
-        sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
     }
     if (dst == NULL && c->put_status == SX_OK)
         c->put_status = status;
+    /* The next chunk may land (chan.h, Landing) while every chunk so far
+     * was written. */
+    bool followed = c->put_follow && c->shard->land_put_chan == c;
+    c->put_follow = write && !(f->flags & SX_FRAMEF_LAST);
+    if (followed && !c->put_follow)
+        c->shard->land_probe = SX_LAND_PROBES; /* the next PUT may come next (shard.h) */
+    if (c->put_follow) {
+        c->put_next = f->rma;
+        c->put_next.addr += f->len;
+        if (c->shard->land_put_chan == NULL)
+            c->shard->land_put_chan = c;
+    }
     if (!(f->flags & SX_FRAMEF_LAST))
         return;
     if (c->resp_queued >= SX_RMA_OUTSTANDING_MAX) {
@@ -197,6 +212,47 @@ unsigned sx_chan_land_spans_locked(const sx_chan_t *c, sx_land_span_t *spans, un
     return n;
 }
 
+bool sx_chan_land_put_span_locked(const sx_chan_t *c, sx_land_span_t *span, size_t *step_p,
+                                  sx_mem_t **mem_p)
+{
+    sx_mem_table_t *mem = c->shard->env->mem;
+    const sx_wire_rma_t *r = &c->put_next;
+    int status;
+
+    if (!c->put_follow || c->failed || c->put_status != SX_OK || c->tag_len != 0 ||
+        c->dgram_max < SX_LAND_MIN)
+        return false;
+    /* put_next was a chunk's end within the operation, which lies within
+     * the region the chunk was written to; checked again as if a chunk
+     * of all the rest came now. */
+    uint64_t got = r->addr - r->op_addr, rest = r->op_len - got;
+    sx_rcu_read_lock();
+    uint8_t *at = sx_mem_check_rcu(mem, r, SX_MEM_REMOTE_WRITE, rest, &status, mem_p);
+    if (at != NULL)
+        sx_mem_access_begin_rcu(*mem_p); /* until the read is sorted (land.c) */
+    sx_rcu_read_unlock(&mem->rcu);
+    if (at == NULL)
+        return false;
+    *span = (sx_land_span_t){.op_id = r->op_id, .dst = at - got, .got = got, .len = r->op_len};
+    *step_p = c->dgram_max - SX_WIRE_PUT_DATA_OFF;
+    return true;
+}
+
+/* Whether @p f, a PUT frame that landed at @p land, is the chunk the
+ * offer awaited: the followed PUT's next one (its range and key as its
+ * earlier chunks gave them), in the place offered. */
+static bool chan_land_put_fits(const sx_chan_t *c, const sx_wire_frame_t *f,
+                               const sx_landing_t *land)
+{
+    const sx_wire_rma_t *r = &c->put_next;
+    const sx_land_span_t *sp = &c->shard->land_spans[0];
+
+    return c->put_follow && c->shard->land_put && c->shard->land_put_chan == c &&
+           f->rma.op_id == r->op_id && f->rma.key == r->key && f->rma.op_addr == r->op_addr &&
+           f->rma.op_len == r->op_len && f->rma.addr == r->addr && sp->op_id == r->op_id &&
+           land->dst == sp->dst + (r->addr - r->op_addr);
+}
+
 bool sx_chan_land_fits_locked(const sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data,
                               const sx_landing_t *land)
 {
@@ -204,13 +260,18 @@ bool sx_chan_land_fits_locked(const sx_chan_t *c, const sx_wire_hdr_t *h, const 
     size_t off = 0;
 
     /* Delivered now (sx_chan_recv_locked's in-order case), as the one
-     * RMA_RESP frame of its packet, with its data from the landing on. */
+     * RMA_RESP or PUT frame of its packet, with its data from the landing
+     * on. */
     if (c->failed || c->conn != SX_CONN_UP || c->shard->serving || h->seq != c->rcv_nxt ||
         c->rcv_dlv != c->rcv_nxt)
         return false;
     if (sx_wire_next_frame(data + SX_WIRE_HDR_LEN, h->payload_len, &off, &f) != 1 ||
-        off != h->payload_len || f.kind != SX_FRAME_RMA_RESP ||
-        f.data != data + SX_WIRE_RESP_DATA_OFF || f.len != land->len || f.resp.status != SX_OK)
+        off != h->payload_len || f.kind != (land->region ? SX_FRAME_PUT : SX_FRAME_RMA_RESP) ||
+        f.data != data + land->head || f.len != land->len)
+        return false;
+    if (land->region)
+        return chan_land_put_fits(c, &f, land);
+    if (f.resp.status != SX_OK)
         return false;
     /* ... and where the landing was offered: the GET's next bytes. */
     const sx_op_t *op = chan_rma_find(c, f.resp.op_id);

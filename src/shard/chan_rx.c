@@ -264,6 +264,8 @@ static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *p
             c->asm_got += f.len;
             break;
         case SX_FRAME_PUT:
+            if (land != NULL)
+                f.data = land->dst; /* the packet's one frame: its data is in place */
             sx_chan_recv_put_locked(c, &f);
             break;
         case SX_FRAME_GET_REQ:
@@ -501,6 +503,13 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
         goto out;
 
     bool in_order = h->seq == c->rcv_nxt && !c->shard->serving && c->rcv_dlv == c->rcv_nxt;
+    if (land != NULL && !in_order && land->region) {
+        /* sx_chan_land_fits_locked saw it in order, and its landed bytes
+         * may no longer be read (chan.h, Landing): its retransmission
+         * comes again. */
+        sx_chan_drop_frame_locked(c, SX_DROP_LANDED);
+        goto out;
+    }
     if (land != NULL && !in_order) {
         /* sx_chan_land_fits_locked saw it in order; kept, it is kept whole. */
         sx_landing_undo_locked(c->shard, data, land);

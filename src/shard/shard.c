@@ -467,7 +467,8 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
                                      uint8_t ecn, size_t landed, uint8_t *landed_at)
 {
     const sx_shard_env_t *env = shard->env;
-    sx_landing_t land = {.dst = landed_at, .len = landed};
+    sx_landing_t land = {
+        .dst = landed_at, .len = landed, .head = shard->land_head, .region = shard->land_put};
     sx_wire_hdr_t h;
 
     sx_stat_add(&shard->stats.rx_packets, 1);
@@ -480,9 +481,9 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
         return;
     }
     sx_drop_reason_t why =
-        landed != 0
-            ? sx_wire_parse_packet_landed(data, len, SX_WIRE_RESP_DATA_OFF, land.dst, landed, &h)
-            : sx_wire_parse_packet(data, len, &h);
+        landed == 0   ? sx_wire_parse_packet(data, len, &h)
+        : land.region ? sx_wire_parse_packet_crc_checked(data, len, &h) /* by the sort */
+                      : sx_wire_parse_packet_landed(data, len, land.head, land.dst, landed, &h);
     /* SX_AUTH: the tag first, before any field is believed; the rest of
      * the path sees the datagram without it. The self transport never
      * leaves the process and carries no tag. */
@@ -524,6 +525,10 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
     if (h.type == SX_PKT_DATA)
         sx_chan_cc_ecn_rx_locked(c, ecn);
     if (landed != 0 && !sx_chan_land_fits_locked(c, &h, data, &land)) {
+        if (land.region) {
+            sx_shard_drop(shard, SX_DROP_LANDED); /* not to be read again: chan.h, Landing */
+            return;
+        }
         sx_landing_undo_locked(shard, data, &land);
         landed = 0;
     }
@@ -557,16 +562,28 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
         sx_tl_iface_t *iface = shard->ifaces[t];
         if (iface == NULL)
             continue;
-        if (t == SX_SHARD_TL_NET)
+        unsigned max = SX_SHARD_POLL_BATCH;
+        bool probe = false;
+        if (t == SX_SHARD_TL_NET) {
             sx_shard_land_offer_locked(shard, iface);
-        int n = iface->ops->poll(iface, ev, SX_SHARD_POLL_BATCH);
+            if (shard->land_put && shard->land_read_max < max)
+                max = shard->land_read_max; /* shard.h, land_probe */
+            else if ((probe = shard->land_probe != 0 && shard->land_n == 0))
+                max = 1;
+        }
+        int n = iface->ops->poll(iface, ev, max);
+        if (probe && n > 0) /* over at a datagram with a payload: shard.h */
+            shard->land_probe = ev[0].type == SX_TL_EV_RECV && ev[0].len > SX_WIRE_HDR_LEN
+                                    ? 0
+                                    : shard->land_probe - 1;
+        if (t == SX_SHARD_TL_NET && shard->land_n != 0)
+            sx_shard_land_sort_locked(shard, ev, n);
         if (n < 0) {
             sx_error("shard", "shard %u: %s interface failed: %s", shard->index, iface->ops->name,
                      sx_strerror(n));
             continue;
         }
         if (t == SX_SHARD_TL_NET && shard->land_n != 0) {
-            sx_shard_land_sort_locked(shard, ev, n);
             shard->land_ev = ev;
             shard->land_ev_n = n;
         }

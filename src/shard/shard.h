@@ -130,7 +130,7 @@ struct sx_shard_guest {
     X(region_zc_sent, "GET answer packets sent from the registered region itself (a pin each)")  \
     X(copy_rx_bytes, "payload bytes copied in user space on the way in (reassembly, out of "     \
                      "order, fragments, PUT and GET data into memory)")                          \
-    X(rx_landed_bytes, "GET answer bytes the kernel read straight into their destination")       \
+    X(rx_landed_bytes, "GET answer and PUT bytes the kernel read straight into their place")     \
     X(rx_land_missed, "datagrams read around a landing that were not the chunk it awaited")
 
 typedef struct sx_shard_stats {
@@ -156,13 +156,15 @@ typedef struct sx_shard_txq {
     uint8_t tag[SX_SHARD_TX_BATCH][SX_WIRE_TAG_LEN]; /* SX_AUTH: each datagram's tag */
 } sx_shard_txq_t;
 
-/** Offers @p iface's next read landings for the GETs of land_chan
- *  (chan.h, Landing); sets land_n. Not while serving. */
+/** Offers @p iface's next read landings for the GETs of land_chan, or
+ *  else the PUT of land_put_chan (chan.h, Landing); sets land_n. Not
+ *  while serving. */
 void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface);
 
 /** Before the @p n events of a read whose landings were offered are
- *  handled: makes whole each datagram whose bytes landed anywhere but
- *  where its header says they belong. */
+ *  handled (@p n < 0: the read failed): makes whole each datagram whose
+ *  bytes landed anywhere but where its header says they belong, and ends
+ *  a PUT offer's access to its region. */
 void sx_shard_land_sort_locked(sx_shard_t *shard, sx_tl_event_t *ev, int n);
 
 /** A GET that completes (@p dst, @p len: its destination) while the
@@ -171,8 +173,9 @@ void sx_shard_land_sort_locked(sx_shard_t *shard, sx_tl_event_t *ev, int n);
  *  free it (chan.h, Landing). */
 void sx_shard_land_release_locked(sx_shard_t *shard, const uint8_t *dst, size_t len);
 
-/** A GET whose answer may land (chan.h, Landing): chunks of @p op_id go
- *  to @p dst; those from @p got to @p len are still to come. */
+/** A GET whose answer, or a PUT whose chunks, may land (chan.h,
+ *  Landing): chunks of @p op_id go to @p dst; those from @p got to @p len
+ *  are still to come. */
 typedef struct sx_land_span {
     uint32_t op_id;
     uint8_t *dst;
@@ -209,6 +212,23 @@ struct sx_shard {
     struct sx_chan *land_chan;
     unsigned land_n;
     sx_land_span_t land_spans[SX_TL_LAND_SPANS];
+    /* ... or, when no GET answer is awaited, the channel whose PUT's next
+     * chunks it is offered to land; this poll's offer is a PUT's
+     * (land_put: one span, in a region), whose access land_mem holds
+     * from the offer until the read is sorted (NULL otherwise); and
+     * where the offered datagrams' data begins (land_head). */
+    struct sx_chan *land_put_chan;
+    struct sx_mem *land_mem;
+    bool land_put;
+    size_t land_head;
+    /* A PUT's offer reads no more datagrams than it has pieces, so that
+     * the datagram after its last chunk comes in a read of its own: when
+     * a followed PUT ends, reads take one datagram at a time until one
+     * with a payload comes (an ACK's is none), at most land_probe reads
+     * that return something (SX_LAND_PROBES). If it is the first chunk
+     * of the next PUT, that PUT's rest is offered before it is read. */
+    unsigned land_read_max;
+    unsigned land_probe;
     /* While a poll's events are handled: them, and the first not handled
      * yet, whose landings a GET that completes first gives back
      * (sx_shard_land_release_locked). NULL between polls. */

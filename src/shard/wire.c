@@ -192,17 +192,46 @@ sx_drop_reason_t sx_wire_parse_packet_landed(const uint8_t *data, size_t len, si
     return crc == sx_get32(data + 44) ? SX_DROP_NONE : SX_DROP_PAYLOAD_CRC;
 }
 
-bool sx_wire_peek_resp(const uint8_t *data, size_t len, uint64_t *src_epoch_p,
-                       uint16_t *src_shard_p, uint32_t *op_id_p, uint64_t *offset_p)
+sx_drop_reason_t sx_wire_parse_packet_crc_checked(const uint8_t *data, size_t len,
+                                                  sx_wire_hdr_t *hdr)
 {
-    if (len < SX_WIRE_RESP_DATA_OFF || data[1] != SX_PKT_DATA ||
+    return wire_parse_hdr(data, len, hdr);
+}
+
+/* Whether @p data looks like a data packet whose one frame, of @p kind,
+ * runs from its header on to the end with its data from @p data_off. */
+static bool wire_peek_alone(const uint8_t *data, size_t len, uint8_t kind, size_t data_off)
+{
+    if (len < data_off || data[1] != SX_PKT_DATA ||
         (sx_get16(data + 2) & (SX_PKTF_AUTH | SX_PKTF_FRAG)) != 0 ||
         sx_get16(data + 40) != len - SX_WIRE_HDR_LEN)
         return false;
     const uint8_t *f = data + SX_WIRE_HDR_LEN;
-    if (f[0] != SX_FRAME_RMA_RESP ||
-        sx_get32(f + 4) != len - SX_WIRE_RESP_DATA_OFF) /* the one frame, to the end */
+    return f[0] == kind && sx_get32(f + 4) == len - data_off; /* the one frame, to the end */
+}
+
+bool sx_wire_peek_put(const uint8_t *data, size_t len, uint64_t *src_epoch_p, uint16_t *src_shard_p,
+                      sx_wire_rma_t *rma_p)
+{
+    if (!wire_peek_alone(data, len, SX_FRAME_PUT, SX_WIRE_PUT_DATA_OFF))
         return false;
+    const uint8_t *e = data + SX_WIRE_HDR_LEN + SX_WIRE_FRAME_LEN;
+    *src_epoch_p = sx_get64(data + 8);
+    *src_shard_p = sx_get16(data + 4);
+    *rma_p = (sx_wire_rma_t){.addr = sx_get64(e),
+                             .key = sx_get64(e + 8),
+                             .op_addr = sx_get64(e + 16),
+                             .op_len = sx_get64(e + 24),
+                             .op_id = sx_get32(e + 32)};
+    return true;
+}
+
+bool sx_wire_peek_resp(const uint8_t *data, size_t len, uint64_t *src_epoch_p,
+                       uint16_t *src_shard_p, uint32_t *op_id_p, uint64_t *offset_p)
+{
+    if (!wire_peek_alone(data, len, SX_FRAME_RMA_RESP, SX_WIRE_RESP_DATA_OFF))
+        return false;
+    const uint8_t *f = data + SX_WIRE_HDR_LEN;
     *src_epoch_p = sx_get64(data + 8);
     *src_shard_p = sx_get16(data + 4);
     *op_id_p = sx_get32(f + SX_WIRE_FRAME_LEN);

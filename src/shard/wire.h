@@ -176,7 +176,9 @@ enum sx_frame_flags {
     X(SX_DROP_CTRL, "ctrl", "malformed or unexpected connection control message")            \
     X(SX_DROP_FRAGMENT, "fragment", "malformed fragment, or one of a packet not kept")       \
     X(SX_DROP_AUTH, "auth", "no valid authentication tag (forged, altered, or another key)") \
-    X(SX_DROP_SOURCE, "source", "from an address the sender's card does not offer")
+    X(SX_DROP_SOURCE, "source", "from an address the sender's card does not offer")          \
+    X(SX_DROP_LANDED, "landed",                                                              \
+      "a PUT chunk that landed in place but could not be delivered at once")
 
 /* SX_DROP_NONE means "not dropped" (a well-formed packet, a packet kept
  * aside) and has no counter; SX_DROP_COUNT is how many reasons there are,
@@ -243,6 +245,9 @@ typedef struct sx_wire_resp {
  * (chan_tx.c), and a receiver lands them from there on (chan.h,
  * Landing). */
 #define SX_WIRE_RESP_DATA_OFF (SX_WIRE_HDR_LEN + SX_WIRE_FRAME_LEN + SX_WIRE_RESP_LEN)
+/* The same for a packet that carries one PUT frame alone: a PUT's chunks
+ * after its first fill their datagrams so. */
+#define SX_WIRE_PUT_DATA_OFF (SX_WIRE_HDR_LEN + SX_WIRE_FRAME_LEN + SX_WIRE_RMA_LEN)
 
 /** Extension of AM_REFUSE frames (16 bytes on the wire): a receiver
  *  refuses a message it will not deliver, naming it by where its first
@@ -299,6 +304,14 @@ void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_s
 bool sx_wire_peek_resp(const uint8_t *data, size_t len, uint64_t *src_epoch_p,
                        uint16_t *src_shard_p, uint32_t *op_id_p, uint64_t *offset_p);
 
+/**
+ * sx_wire_peek_resp for a data packet that carries one PUT frame whose
+ * data starts at SX_WIRE_PUT_DATA_OFF (a PUT's chunk, sent alone): its
+ * sender as its header names it, and in *rma_p its frame's extension.
+ */
+bool sx_wire_peek_put(const uint8_t *data, size_t len, uint64_t *src_epoch_p, uint16_t *src_shard_p,
+                      sx_wire_rma_t *rma_p);
+
 /** Writes a frame header and its extension; returns the bytes written. */
 size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *frame);
 
@@ -321,6 +334,14 @@ sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_h
 sx_drop_reason_t sx_wire_parse_packet_landed(const uint8_t *data, size_t len, size_t head,
                                              const uint8_t *landed, size_t nlanded,
                                              sx_wire_hdr_t *hdr);
+
+/**
+ * sx_wire_parse_packet without the payload CRC32C: for a datagram read
+ * around a landing whose CRC was checked, over the pieces, while the
+ * landed bytes could still be read (chan.h, Landing: a PUT's chunk).
+ */
+sx_drop_reason_t sx_wire_parse_packet_crc_checked(const uint8_t *data, size_t len,
+                                                  sx_wire_hdr_t *hdr);
 
 /**
  * Decodes the fragment header of a parsed SX_PKTF_FRAG packet (@p data,

@@ -349,7 +349,7 @@ struct sx_tl_ops {
      * socket (Open MPI's usnic BTL and RDMA NICs place a payload where the
      * request said it goes; a socket can, when the caller knows before the
      * read where the next payloads belong, as for the next chunks of GET
-     * answers): @p spans, in order, cut into pieces of @p step bytes (a
+     * answers and of a PUT): @p spans, in order, cut into pieces of @p step bytes (a
      * span's last piece may be shorter), are the landings of the
      * datagrams read, the k-th datagram's the k-th piece. A datagram
      * longer than @p head bytes puts its bytes from @p head on, at most a
@@ -357,12 +357,13 @@ struct sx_tl_ops {
      * the event's `landed` and `landed_at` say how many went where. The
      * kernel writes them whatever each datagram turns out to be, so the
      * spans must be memory the caller may overwrite before it has looked
-     * (GETs' destinations beyond what has arrived); a datagram that was
+     * (GETs' destinations, a PUT's target range, beyond what has
+     * arrived) and keeps valid until the poll returns; a datagram that was
      * not the one expected is copied back by the caller
      * (sx_tl_event_t.landed). A transport may land fewer than offered, or
      * none (a read GRO coalesced: it copies the bytes back itself and
      * reports 0). At most SX_TL_LAND_SPANS spans; the offer lasts for one
-     * poll call, used or not. Token holder; never blocks. May be NULL:
+     * poll call, used or not, also one that fails. Token holder; never blocks. May be NULL:
      * the transport never lands, every datagram arrives whole in data.
      */
     void (*land)(sx_tl_iface_t *iface, size_t head, const struct iovec *spans, unsigned nspans,

@@ -880,14 +880,16 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         unsigned land = u->land_n;
         u->land_n = 0;
         got = sx_udp_rx_poll(u, &u->ack_rx, events, max - max / 4);
-        u->land_n = land;
+        u->land_n = got < 0 ? 0 : land; /* an offer lasts one poll, also one that fails */
         if (got < 0)
             return got;
         u->base.stats.rx_ack_socket += (unsigned)got;
     }
     int n = sx_udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
-    if (n < 0)
+    if (n < 0) {
+        u->land_n = 0;
         return n;
+    }
     got += n;
     /* The IPv6 socket, until it first gets a datagram, only every
      * UDP_V6_QUIET_POLLS calls: a peer on this host or an IPv4 network
@@ -902,8 +904,10 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         /* Each socket has buffers of its own: the events of all stay
          * valid until the next poll. */
         n = sx_udp_rx_poll(u, &u->rx6, events + got, max - (unsigned)got);
-        if (n < 0)
+        if (n < 0) {
+            u->land_n = 0;
             return n;
+        }
         u->v6_seen |= n > 0;
         got += n;
     }

@@ -16,6 +16,7 @@
 
 #include "shard/wire.h"
 #include "common/crc32c.h"
+#include "common/le.h"
 
 static uint32_t le32(const uint8_t *p)
 {
@@ -670,6 +671,77 @@ static void test_frame_round_trip(void **state)
     assert_int_equal(sx_wire_next_frame(buf, first, &off, &f), 0);
 }
 
+/* Writes a data packet that carries @p f alone, with @p nbytes bytes of
+ * data; returns its length. */
+static size_t write_alone(uint8_t *pkt, const sx_wire_frame_t *f, size_t nbytes)
+{
+    size_t head = SX_WIRE_HDR_LEN + sx_wire_write_frame(pkt + SX_WIRE_HDR_LEN, f);
+    memset(pkt + head, 0x5a, nbytes);
+    sx_wire_hdr_t h = {.type = SX_PKT_DATA,
+                       .src_shard = 3,
+                       .dst_shard = 1,
+                       .src_epoch = 0x1122334455667788ull,
+                       .dst_epoch = 9,
+                       .payload_len = (uint16_t)(head - SX_WIRE_HDR_LEN + nbytes)};
+    sx_wire_write_hdr(pkt, &h, NULL);
+    return head + nbytes;
+}
+
+/* The landing's early looks (src/shard/land.c): a packet that carries one
+ * PUT or RMA_RESP frame to its end, with its data where landings put it,
+ * and nothing else. */
+static void test_peek_alone(void **state)
+{
+    (void)state;
+    static uint8_t pkt[SX_WIRE_PUT_DATA_OFF + 1000];
+    sx_wire_frame_t put = {
+        .kind = SX_FRAME_PUT,
+        .len = 1000,
+        .rma = {.addr = 0x10100, .key = 0xabcdef, .op_addr = 0x10000, .op_len = 4096, .op_id = 77}};
+    sx_wire_rma_t r;
+    uint64_t epoch, off;
+    uint16_t lane;
+    uint32_t op_id;
+
+    size_t len = write_alone(pkt, &put, 1000);
+    assert_int_equal(len, SX_WIRE_PUT_DATA_OFF + 1000);
+    assert_true(sx_wire_peek_put(pkt, len, &epoch, &lane, &r));
+    assert_int_equal(epoch, 0x1122334455667788ull);
+    assert_int_equal(lane, 3);
+    assert_int_equal(r.addr, 0x10100);
+    assert_int_equal(r.key, 0xabcdef);
+    assert_int_equal(r.op_addr, 0x10000);
+    assert_int_equal(r.op_len, 4096);
+    assert_int_equal(r.op_id, 77);
+    assert_false(sx_wire_peek_resp(pkt, len, &epoch, &lane, &op_id, &off)); /* not a RESP */
+    /* Shorter or longer than its frame, or than its data offset. */
+    assert_false(sx_wire_peek_put(pkt, len - 1, &epoch, &lane, &r));
+    assert_false(sx_wire_peek_put(pkt, SX_WIRE_PUT_DATA_OFF - 1, &epoch, &lane, &r));
+    assert_false(sx_wire_peek_put(pkt, 0, &epoch, &lane, &r));
+    /* A fragment, a tagged packet, another packet type: not alone. */
+    pkt[2] |= SX_PKTF_FRAG;
+    assert_false(sx_wire_peek_put(pkt, len, &epoch, &lane, &r));
+    pkt[2] &= (uint8_t)~SX_PKTF_FRAG;
+    pkt[1] = SX_PKT_ACK;
+    assert_false(sx_wire_peek_put(pkt, len, &epoch, &lane, &r));
+    /* Two frames: the first not to the end. */
+    put.len = 400;
+    len = write_alone(pkt, &put, 400);
+    size_t second = sx_wire_write_frame(pkt + len, &put);
+    memset(pkt + len + second, 0, 400);
+    sx_put16(pkt + 40, (uint16_t)(len + second + 400 - SX_WIRE_HDR_LEN));
+    assert_false(sx_wire_peek_put(pkt, len + second + 400, &epoch, &lane, &r));
+
+    sx_wire_frame_t resp = {
+        .kind = SX_FRAME_RMA_RESP, .len = 500, .resp = {.op_id = 5, .status = 0, .offset = 65536}};
+    len = write_alone(pkt, &resp, 500);
+    assert_int_equal(len, SX_WIRE_RESP_DATA_OFF + 500);
+    assert_true(sx_wire_peek_resp(pkt, len, &epoch, &lane, &op_id, &off));
+    assert_int_equal(op_id, 5);
+    assert_int_equal(off, 65536);
+    assert_false(sx_wire_peek_put(pkt, len, &epoch, &lane, &r));
+}
+
 /* Every strict prefix of a payload holding one frame is malformed, the
  * cut falling in the frame header, the extension or the data. */
 static void test_frame_truncated(void **state)
@@ -792,6 +864,7 @@ int main(void)
         cmocka_unit_test(test_update_ack),
         cmocka_unit_test(test_ext_len),
         cmocka_unit_test(test_frame_round_trip),
+        cmocka_unit_test(test_peek_alone),
         cmocka_unit_test(test_frame_truncated),
         cmocka_unit_test(test_frame_unknown_kind),
         cmocka_unit_test(test_frame_length_overflow),
