@@ -36,8 +36,20 @@ static void sxb_udp_bufsize(int fd, int force_opt, int opt, int bytes)
 int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
+    struct sockaddr_in self, peer;
+    socklen_t alen = sizeof(a), slen = sizeof(self), plen = sizeof(peer);
+    struct in_addr peer_ip = a.sin_addr;
     uint16_t port, peer_port;
+
+    /* The floor takes the path the ranks take: that of a launched job's
+     * control channel (TCP between the hosts' addresses, sx_bench_ctl.c),
+     * loopback for a forked one (a pipe). */
+    if (ctl->launched && getsockname(ctl->rfd, (struct sockaddr *)&self, &slen) == 0 &&
+        self.sin_family == AF_INET && getpeername(ctl->rfd, (struct sockaddr *)&peer, &plen) == 0 &&
+        peer.sin_family == AF_INET) {
+        a.sin_addr = self.sin_addr;
+        peer_ip = peer.sin_addr;
+    }
 
     u->buf = malloc(SXB_UDP_MAX);
     u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -64,6 +76,7 @@ int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
     /* Connected, so send() needs no address and strangers' datagrams are
      * filtered by the kernel. */
     a.sin_port = peer_port;
+    a.sin_addr = peer_ip;
     if (connect(u->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         sxb_fail("raw UDP connect: %s", strerror(errno));
         sxb_udp_close(u);
