@@ -429,6 +429,10 @@ unsigned sx_chan_land_spans_locked(const sx_chan_t *c, sx_land_span_t *spans, un
 bool sx_chan_land_put_span_locked(const sx_chan_t *c, sx_land_span_t *span, size_t *step_p,
                                   struct sx_mem **mem_p);
 
+/** Whether @p r names a chunk of the PUT @p c follows (Landing): its id,
+ *  key and range as its earlier chunks gave them. */
+bool sx_chan_put_followed_locked(const sx_chan_t *c, const sx_wire_rma_t *r);
+
 /** Whether the validated DATA packet @p hdr (@p data, its first
  *  land->head bytes) whose data landed at @p land is the chunk that
  *  belongs there and will be delivered now; false: the caller copies the

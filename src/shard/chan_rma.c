@@ -238,18 +238,24 @@ bool sx_chan_land_put_span_locked(const sx_chan_t *c, sx_land_span_t *span, size
     return true;
 }
 
+bool sx_chan_put_followed_locked(const sx_chan_t *c, const sx_wire_rma_t *r)
+{
+    const sx_wire_rma_t *n = &c->put_next;
+
+    return c->put_follow && r->op_id == n->op_id && r->key == n->key && r->op_addr == n->op_addr &&
+           r->op_len == n->op_len;
+}
+
 /* Whether @p f, a PUT frame that landed at @p land, is the chunk the
- * offer awaited: the followed PUT's next one (its range and key as its
- * earlier chunks gave them), in the place offered. */
+ * offer awaited: the followed PUT's next one, in the place offered. */
 static bool chan_land_put_fits(const sx_chan_t *c, const sx_wire_frame_t *f,
                                const sx_landing_t *land)
 {
     const sx_wire_rma_t *r = &c->put_next;
     const sx_land_span_t *sp = &c->shard->land_spans[0];
 
-    return c->put_follow && c->shard->land_put && c->shard->land_put_chan == c &&
-           f->rma.op_id == r->op_id && f->rma.key == r->key && f->rma.op_addr == r->op_addr &&
-           f->rma.op_len == r->op_len && f->rma.addr == r->addr && sp->op_id == r->op_id &&
+    return c->shard->land_put_chan == c && sx_chan_put_followed_locked(c, &f->rma) &&
+           f->rma.addr == r->addr && sp->op_id == r->op_id &&
            land->dst == sp->dst + (r->addr - r->op_addr);
 }
 

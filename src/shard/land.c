@@ -105,8 +105,7 @@ static bool sx_shard_land_put_claimed(const sx_shard_t *shard, const sx_tl_event
     uint16_t lane;
 
     if (!sx_wire_peek_put(ev->data, ev->len, &epoch, &lane, &r) || epoch != c->peer->epoch ||
-        lane != c->lane || r.op_id != sp->op_id || r.key != c->put_next.key ||
-        r.op_addr != c->put_next.op_addr || r.op_len != c->put_next.op_len)
+        lane != c->lane || r.op_id != sp->op_id || !sx_chan_put_followed_locked(c, &r))
         return false;
     uint64_t off = r.addr - r.op_addr; /* wraps to beyond len when addr is below */
     return off >= sp->got && off < sp->len && ev->landed_at == sp->dst + off &&

@@ -198,6 +198,17 @@ sx_drop_reason_t sx_wire_parse_packet_crc_checked(const uint8_t *data, size_t le
     return wire_parse_hdr(data, len, hdr);
 }
 
+/* Decodes a PUT or GET_REQ frame's extension (SX_WIRE_RMA_LEN bytes). */
+static void wire_get_rma(const uint8_t *e, sx_wire_rma_t *r)
+{
+    r->addr = sx_get64(e);
+    r->key = sx_get64(e + 8);
+    r->op_addr = sx_get64(e + 16);
+    r->op_len = sx_get64(e + 24);
+    r->op_id = sx_get32(e + 32);
+    r->reserved = sx_get32(e + 36);
+}
+
 /* Whether @p data looks like a data packet whose one frame, of @p kind,
  * runs from its header on to the end with its data from @p data_off. */
 static bool wire_peek_alone(const uint8_t *data, size_t len, uint8_t kind, size_t data_off)
@@ -215,14 +226,9 @@ bool sx_wire_peek_put(const uint8_t *data, size_t len, uint64_t *src_epoch_p, ui
 {
     if (!wire_peek_alone(data, len, SX_FRAME_PUT, SX_WIRE_PUT_DATA_OFF))
         return false;
-    const uint8_t *e = data + SX_WIRE_HDR_LEN + SX_WIRE_FRAME_LEN;
     *src_epoch_p = sx_get64(data + 8);
     *src_shard_p = sx_get16(data + 4);
-    *rma_p = (sx_wire_rma_t){.addr = sx_get64(e),
-                             .key = sx_get64(e + 8),
-                             .op_addr = sx_get64(e + 16),
-                             .op_len = sx_get64(e + 24),
-                             .op_id = sx_get32(e + 32)};
+    wire_get_rma(data + SX_WIRE_HDR_LEN + SX_WIRE_FRAME_LEN, rma_p);
     return true;
 }
 
@@ -372,12 +378,7 @@ int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offse
         break;
     case SX_FRAME_PUT:
     case SX_FRAME_GET_REQ:
-        f->rma.addr = sx_get64(e);
-        f->rma.key = sx_get64(e + 8);
-        f->rma.op_addr = sx_get64(e + 16);
-        f->rma.op_len = sx_get64(e + 24);
-        f->rma.op_id = sx_get32(e + 32);
-        f->rma.reserved = sx_get32(e + 36);
+        wire_get_rma(e, &f->rma);
         break;
     case SX_FRAME_RMA_RESP:
         f->resp.op_id = sx_get32(e);

@@ -865,9 +865,9 @@ static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned co
     return status;
 }
 
-static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+/* udp_poll's reads, socket by socket. */
+static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
 {
-    udp_iface_t *u = (udp_iface_t *)iface;
     int got = 0;
 
     if (u->ack_fd >= 0) {
@@ -880,16 +880,14 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         unsigned land = u->land_n;
         u->land_n = 0;
         got = sx_udp_rx_poll(u, &u->ack_rx, events, max - max / 4);
-        u->land_n = got < 0 ? 0 : land; /* an offer lasts one poll, also one that fails */
+        u->land_n = land;
         if (got < 0)
             return got;
         u->base.stats.rx_ack_socket += (unsigned)got;
     }
     int n = sx_udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
-    if (n < 0) {
-        u->land_n = 0;
+    if (n < 0)
         return n;
-    }
     got += n;
     /* The IPv6 socket, until it first gets a datagram, only every
      * UDP_V6_QUIET_POLLS calls: a peer on this host or an IPv4 network
@@ -904,14 +902,20 @@ static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
         /* Each socket has buffers of its own: the events of all stay
          * valid until the next poll. */
         n = sx_udp_rx_poll(u, &u->rx6, events + got, max - (unsigned)got);
-        if (n < 0) {
-            u->land_n = 0;
+        if (n < 0)
             return n;
-        }
         u->v6_seen |= n > 0;
         got += n;
     }
-    u->land_n = 0; /* an offer lasts one poll */
+    return got;
+}
+
+static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+    int got = udp_poll_sockets(u, events, max);
+
+    u->land_n = 0; /* an offer lasts one poll, also one that fails */
     return got;
 }
 
