@@ -34,10 +34,15 @@ uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_fr
             .addr = op->raddr + op->off, .key = op->rkey, .op_addr = op->raddr, .op_len = op->len};
         int st;
         src = sx_mem_check_rcu(mem, &r, SX_MEM_REMOTE_READ, len, &st, &m);
+        /* The copy runs after the read section. A region being
+         * deregistered is gone, as if its key were unknown. */
+        if (src != NULL && !(pinned = zc_pkt != NULL && sx_mem_pin_rcu(m)) &&
+            !sx_mem_access_begin_rcu(m)) {
+            src = NULL;
+            st = SX_ERR_ACCESS;
+        }
         if (src == NULL)
             op->status = st;
-        else if (!(pinned = zc_pkt != NULL && sx_mem_pin_rcu(m)))
-            sx_mem_access_begin_rcu(m); /* the copy runs after the read section */
     }
     sx_rcu_read_unlock(&mem->rcu);
     f->resp.status = op->status;
@@ -91,9 +96,13 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     sx_mem_t *m = NULL;
     sx_rcu_read_lock();
     uint8_t *dst = sx_mem_check_rcu(env->mem, &f->rma, SX_MEM_REMOTE_WRITE, f->len, &status, &m);
+    /* The copy runs after the read section. A region being deregistered
+     * is gone, as if its key were unknown. */
+    if (dst != NULL && c->put_status == SX_OK && !sx_mem_access_begin_rcu(m)) {
+        dst = NULL;
+        status = SX_ERR_ACCESS;
+    }
     bool write = dst != NULL && c->put_status == SX_OK;
-    if (write)
-        sx_mem_access_begin_rcu(m); /* the copy runs after the read section */
     sx_rcu_read_unlock(&env->mem->rcu);
     if (write) {
         if (f->data != dst) {
@@ -228,8 +237,8 @@ bool sx_chan_land_put_span_locked(const sx_chan_t *c, sx_land_span_t *span, size
     uint64_t got = r->addr - r->op_addr, rest = r->op_len - got;
     sx_rcu_read_lock();
     uint8_t *at = sx_mem_check_rcu(mem, r, SX_MEM_REMOTE_WRITE, rest, &status, mem_p);
-    if (at != NULL)
-        sx_mem_access_begin_rcu(*mem_p); /* until the read is sorted (land.c) */
+    if (at != NULL && !sx_mem_access_begin_rcu(*mem_p)) /* until the read is sorted (land.c) */
+        at = NULL;                                      /* being deregistered */
     sx_rcu_read_unlock(&mem->rcu);
     if (at == NULL)
         return false;

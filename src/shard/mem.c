@@ -60,6 +60,7 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
     atomic_init(&m->refs, 1);
     atomic_init(&m->pins, 0);
     atomic_init(&m->accesses, 0);
+    atomic_init(&m->dead, false);
     atomic_init(&m->shadow, NULL);
     m->entry.free_fn = sx_mem_free;
     /* Keys are random so that a peer cannot guess one it was not given;
@@ -89,9 +90,9 @@ int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
         sx_mem_unref(mem);
         return rc;
     }
-    /* Wait out readers that found the region before it was removed: no
-     * new access or pin begins after this (mem.h, Accesses). */
-    synchronize_rcu();
+    /* No access or pin begins after this; those that counted themselves
+     * in before it are seen below (mem.h, Accesses). */
+    atomic_store(&mem->dead, true); /* sequentially consistent */
     if (atomic_load(&mem->pins) > 0) {
         /* Answers sent from the region and not yet acknowledged: they read
          * a copy from now on (mem.h, Pins). */
@@ -122,11 +123,16 @@ bool sx_mem_pin_rcu(sx_mem_t *m)
 {
     if (m->len > SX_MEM_PIN_MAX)
         return false;
-    /* Inside the read section that found it: a deregistration's grace
-     * period waits for this, then sees the pin. */
+    /* Inside the read section that found it, so the record lives. A
+     * deregistration that marked it dead before this pin counted in sees
+     * it and makes the shadow; one that comes later is seen here (mem.h,
+     * Accesses). */
     atomic_fetch_add(&m->refs, 1);
     atomic_fetch_add(&m->pins, 1);
-    return true;
+    if (!atomic_load(&m->dead))
+        return true;
+    sx_mem_unpin(m);
+    return false;
 }
 
 uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigned need,

@@ -6,21 +6,29 @@
  *
  * The regions live in an RCU table (locks/rcu_table.h) keyed by the remote
  * key: the RMA target looks them up on every PUT and GET chunk without a
- * lock. A region is freed only after a grace period, and removal waits one
- * out, so no new access to it begins once sx_mem_table_remove has returned.
+ * lock. A region's record is freed only after a grace period (the table's
+ * call_rcu), so a reader that found it may still look at it; removal does
+ * not wait for that grace period.
  *
  * Accesses: a read section holds only the lookup and the check. The copy
  * itself (a PUT chunk into the region, a GET answer's chunk out of it)
  * runs after it, counted in the region's `accesses` (begun inside the
  * read section that found the region, sx_mem_access_begin_rcu, ended by
- * sx_mem_access_end), and removal, after its grace period, waits for
- * those to end: no remote write lands in a region once
+ * sx_mem_access_end). Removal marks the region `dead` and then waits for
+ * the accesses under way: no remote write lands in a region once
  * sx_mem_table_remove has returned, and no read of it is under way.
- * Not the grace period itself: liburcu's synchronize_rcu sleeps 10 ms
- * when a reader stays in its read section longer than a few spins
- * (urcu-bp's wait_for_readers), and a copy of 64 KiB is several of them;
- * the copying build of the MPI 1 MiB ping-pong had 2-4 of 2,400
- * deregistrations past 100 us, each about 10 ms.
+ * An access counts itself in first and looks at `dead` second, and
+ * removal writes `dead` first and reads the count second, all four
+ * sequentially consistent (a Dekker pair, as a pin's read below): either
+ * the access sees `dead` and backs out (the region is gone, as if the
+ * lookup had missed), or removal sees the access and waits for it. So
+ * removal needs no grace period. It used to wait one out
+ * (synchronize_rcu), which cost every deregistration membarrier(2) IPIs
+ * to the process's other CPUs and, when a reader was descheduled in its
+ * section, a 10 ms sleep (urcu-bp's wait_for_readers); ob1 deregisters a
+ * buffer per large message. With four ranks on two cores, uprobes
+ * timed it at 10 us on average and up to 1.2 ms, 63 of 8,382 past
+ * 100 us, in a 256 KiB MPI_Sendrecv (docs/tuning.md).
  *
  * Pins: a GET's answer is sent from the region itself (zero copy,
  * chan_tx.c) and the packets that point into it may need sending again
@@ -46,8 +54,8 @@
  *   function                 | who may call          | how
  *   -------------------------+-----------------------+----------------------------
  *   sx_mem_table_add         | any thread            | the table's writer lock
- *   sx_mem_table_remove      | any thread, not in a  | writer lock, then waits for
- *                            | read section          | a grace period and accesses
+ *   sx_mem_table_remove      | any thread, not in a  | writer lock, then marks it
+ *                            | read section          | dead and waits for accesses
  *   sx_mem_check_rcu         | any thread            | inside sx_rcu_read_lock()
  *   sx_mem_access_begin_rcu, | any thread            | inside the read section that
  *   sx_mem_pin_rcu           |                       | found the region; atomic
@@ -77,6 +85,7 @@ typedef struct sx_mem {
     atomic_uint refs;          /* the table's, a deregistration's, and one per pin */
     atomic_uint pins;          /* packets that point into the region */
     atomic_uint accesses;      /* copies to or from the region under way (Accesses) */
+    atomic_bool dead;          /* removed: no access or pin begins (Accesses) */
     _Atomic(uint8_t *) shadow; /* after deregistration with pins: the copy */
 } sx_mem_t;
 
@@ -121,10 +130,17 @@ uint8_t *sx_mem_check_rcu(sx_mem_table_t *table, const sx_wire_rma_t *r, unsigne
 
 /** Counts an access to @p m that runs after the read section that found
  *  it: the bytes sx_mem_check_rcu returned stay usable until
- *  sx_mem_access_end. Keep it short: a deregistration spins on it. */
-static inline void sx_mem_access_begin_rcu(sx_mem_t *m)
+ *  sx_mem_access_end. False when the region is being removed: then
+ *  nothing was counted and its bytes must not be touched (the caller
+ *  answers SX_ERR_ACCESS, as for a key not found). Keep the access short:
+ *  a deregistration spins on it. */
+static inline bool sx_mem_access_begin_rcu(sx_mem_t *m)
 {
-    atomic_fetch_add(&m->accesses, 1);
+    atomic_fetch_add(&m->accesses, 1); /* sequentially consistent: see Accesses */
+    if (!atomic_load(&m->dead))
+        return true;
+    atomic_fetch_sub_explicit(&m->accesses, 1, memory_order_release);
+    return false;
 }
 
 static inline void sx_mem_access_end(sx_mem_t *m)
@@ -133,8 +149,9 @@ static inline void sx_mem_access_end(sx_mem_t *m)
 }
 
 /** Pins @p m, in the read section that found it, if it is at most
- *  SX_MEM_PIN_MAX bytes: its bytes may then be read after the section
- *  ends, through sx_mem_pin_read_begin, until sx_mem_unpin. */
+ *  SX_MEM_PIN_MAX bytes and not being removed: its bytes may then be read
+ *  after the section ends, through sx_mem_pin_read_begin, until
+ *  sx_mem_unpin. */
 bool sx_mem_pin_rcu(sx_mem_t *m);
 
 /** Begins a read of the pinned bytes that were at @p p and returns where
