@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -19,6 +20,15 @@ static _Thread_local unsigned sx_yield_streak;
 static _Thread_local unsigned sx_yield_slot; /* slot + 1; 0: none yet */
 static _Thread_local uint64_t sx_yield_marked_ns;
 static atomic_uint sx_yield_next_slot;
+/* A bound caller whose runtime yields (yield.h, "Bound callers"): whether
+ * this thread may run on one CPU only (0: not looked yet, 1: yes, 2: no),
+ * when it last returned 0 for the runtime to yield on (0: its last call
+ * did not), until when it waits instead, and how long the next such
+ * verdict lasts. */
+static _Thread_local unsigned char sx_yield_bound;
+static _Thread_local uint64_t sx_yield_rt_at;
+static _Thread_local uint64_t sx_yield_rt_wait_until;
+static _Thread_local uint64_t sx_yield_rt_backoff;
 
 /* Open MPI's bool MCA values. */
 static bool sx_yield_truthy(const char *v)
@@ -112,10 +122,46 @@ static bool sx_yield_measured(sx_yield_t *y, uint64_t now)
     return over;
 }
 
+/*
+ * For a caller that yields itself on 0 (caller_yields) and found nothing,
+ * while threads outnumber cores: whether to return 0 and let the
+ * runtime's sched_yield hand the core over, rather than wait for a
+ * datagram. Only a thread bound to one CPU does, and only while those
+ * yields come back within SX_YIELD_SLOW_NS (yield.h, "Bound callers").
+ */
+static bool sx_yield_bound_runtime_yields(void)
+{
+    if (sx_yield_bound == 0) {
+        cpu_set_t set;
+        sx_yield_bound =
+            (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1) ? 1 : 2;
+    }
+    if (sx_yield_bound != 1)
+        return false;
+    uint64_t now = sx_time_ns();
+    uint64_t at = sx_yield_rt_at;
+    sx_yield_rt_at = 0;
+    if (at != 0 && now - at > SX_YIELD_SLOW_NS) {
+        /* The runtime's last yield kept this thread off its CPU that
+         * long: a task that does not give the CPU back shares it. Wait
+         * for datagrams for a while, longer each time it happens again. */
+        uint64_t b = sx_yield_rt_backoff == 0 ? SX_YIELD_SLOW_WAIT_MIN_NS : 2 * sx_yield_rt_backoff;
+        sx_yield_rt_backoff = b < SX_YIELD_SLOW_WAIT_MAX_NS ? b : SX_YIELD_SLOW_WAIT_MAX_NS;
+        sx_yield_rt_wait_until = now + sx_yield_rt_backoff;
+    } else if (at != 0 && now >= sx_yield_rt_wait_until) {
+        sx_yield_rt_backoff = 0; /* a yield came back in time */
+    }
+    if (now < sx_yield_rt_wait_until)
+        return false;
+    sx_yield_rt_at = now;
+    return true;
+}
+
 sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
 {
     if (n != 0) {
         sx_yield_streak = 0;
+        sx_yield_rt_at = 0;
         return SX_YIELD_SPIN;
     }
     if (y->mode == SX_YIELD_NEVER)
@@ -148,6 +194,8 @@ sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
     }
     if (!give_up)
         return SX_YIELD_SPIN;
+    if (caller_yields && sx_yield_bound_runtime_yields())
+        return SX_YIELD_SPIN; /* the runtime's sched_yield gives the core up */
     atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
     if (caller_yields)
         return SX_YIELD_WAIT_ANY;

@@ -6,7 +6,8 @@
  * sx_engine_fd becomes readable when a datagram is waiting; the engine's
  * service waits out a callback that holds a shard for long; a caller that
  * yields when idle (sx_engine_caller_yields) waits at once, on every
- * shard.
+ * shard, unless its thread is bound to one CPU: then it leaves the CPU to
+ * the caller's own yield, until a yield keeps it away for long.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "am_util.h"
 
@@ -305,6 +307,13 @@ static void test_service_meets_a_callback_that_computes(void **state)
 static void test_caller_yields_waits_at_once(void **state)
 {
     (void)state;
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    if (CPU_COUNT(&mine) == 1) {
+        /* Such a caller lets its runtime yield (test_bound_caller_...). */
+        print_message("    skipped: this runner is bound to one CPU\n");
+        return;
+    }
     const sx_config_kv_t kv[] = {{"SHARDS", "2"}, {"YIELD", "always"}};
     const sx_config_kv_t kv_never[] = {{"SHARDS", "2"}, {"YIELD", "never"}};
     sx_engine_h b = am_engine(kv, 2), c = am_engine(kv_never, 2);
@@ -330,6 +339,100 @@ static void test_caller_yields_waits_at_once(void **state)
     assert_int_equal(sx_engine_caller_yields(NULL, 1), SX_ERR_INVALID_PARAM);
     sx_engine_destroy(b);
     sx_engine_destroy(c);
+}
+
+typedef struct bound_run {
+    sx_engine_h engine;
+    uint64_t waits_fast; /* progress_yields over calls whose yields came back */
+    uint64_t waits_slow; /* ... over the empty call after a yield that did not */
+    unsigned empty;      /* empty calls among the first ones */
+    bool all_quick;      /* every gap between those calls was under 1 ms */
+    bool slow_seen;      /* an empty call came after the long yield */
+    int affinity;        /* pthread_setaffinity_np's result */
+} bound_run_t;
+
+static uint64_t yields_of(sx_engine_h e)
+{
+    uint64_t v = 0;
+    assert_int_equal(sx_stats_value(e, "progress_yields", &v), SX_OK);
+    return v;
+}
+
+/* The caller's side of test_bound_caller_yields_through_its_runtime, on a
+ * thread bound to one CPU from its start. */
+static void *bound_caller(void *arg)
+{
+    bound_run_t *r = arg;
+    cpu_set_t mine, one;
+
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+            if (CPU_ISSET(cpu, &mine)) {
+                CPU_SET(cpu, &one);
+                break;
+            }
+        }
+    }
+    r->affinity = pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    if (r->affinity != 0)
+        return NULL;
+    /* Each empty call returns 0 for the caller's own yield (here there is
+     * none: the next call comes at once), so none waits. A gap over 1 ms
+     * between two calls (this thread preempted on a loaded machine) would
+     * rightly make the next one wait: the count is checked only when the
+     * test saw no such gap. */
+    uint64_t y0 = yields_of(r->engine), prev = sx_time_ns();
+    r->all_quick = true;
+    for (int i = 0; i < 6; i++) {
+        r->empty += sx_progress(r->engine) == 0;
+        uint64_t now = sx_time_ns();
+        r->all_quick = r->all_quick && now - prev < 1000000u;
+        prev = now;
+    }
+    r->waits_fast = yields_of(r->engine) - y0;
+    /* A "yield" that keeps the caller away 20 ms: something that does not
+     * give the CPU back has it. The next empty call waits instead. */
+    for (int attempt = 0; attempt < 10 && !r->slow_seen; attempt++) {
+        while (sx_progress(r->engine) != 0)
+            ; /* a 0 for the runtime to yield on */
+        struct timespec away = {.tv_nsec = 20 * 1000 * 1000};
+        while (nanosleep(&away, &away) != 0)
+            ;
+        uint64_t y1 = yields_of(r->engine);
+        r->slow_seen = sx_progress(r->engine) == 0;
+        r->waits_slow = yields_of(r->engine) - y1;
+    }
+    return NULL;
+}
+
+/* A caller that yields when idle and whose thread is bound to one CPU
+ * leaves that CPU to its runtime's yield (yield.h, "Bound callers"): a
+ * wait would cost a sleep and a wake-up per message, and the halted core
+ * a VM's wake-up, with nothing gained, since the thread cannot move. It
+ * waits again once a yield kept it away for long (a busy loop shares the
+ * CPU). SX_YIELD=always, so the verdict does not depend on the load. */
+static void test_bound_caller_yields_through_its_runtime(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "2"}, {"YIELD", "always"}};
+    bound_run_t r = {.engine = am_engine(kv, 2)};
+    pthread_t t;
+
+    assert_int_equal(sx_engine_caller_yields(r.engine, 1), SX_OK);
+    assert_int_equal(pthread_create(&t, NULL, bound_caller, &r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(r.affinity, 0);
+    print_message("    waits: %llu over %u empty calls (gaps %s 1 ms), %llu after the long "
+                  "yield\n",
+                  (unsigned long long)r.waits_fast, r.empty,
+                  r.all_quick ? "under" : "not all under", (unsigned long long)r.waits_slow);
+    assert_true(r.empty >= 1);
+    if (r.all_quick)
+        assert_int_equal(r.waits_fast, 0);
+    assert_true(r.slow_seen);
+    assert_int_equal(r.waits_slow, 1);
+    sx_engine_destroy(r.engine);
 }
 
 /* Open MPI lets one thread progress for the threads it parks, so a caller
@@ -391,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_service_meets_a_callback_that_computes),
         cmocka_unit_test(test_caller_yields_waits_at_once),
         cmocka_unit_test(test_caller_yields_wakes_for_any_shard),
+        cmocka_unit_test(test_bound_caller_yields_through_its_runtime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
