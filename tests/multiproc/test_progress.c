@@ -349,12 +349,17 @@ typedef struct bound_run {
     bool all_quick;      /* every gap between those calls was under 1 ms */
     bool slow_seen;      /* an empty call came after the long yield */
     int affinity;        /* pthread_setaffinity_np's result */
+    int stats;           /* SX_OK, or what reading progress_yields returned */
 } bound_run_t;
 
-static uint64_t yields_of(sx_engine_h e)
+/* progress_yields; a failed read leaves *rc set (no cmocka assertion
+ * off the test's own thread). */
+static uint64_t yields_of(sx_engine_h e, int *rc)
 {
     uint64_t v = 0;
-    assert_int_equal(sx_stats_value(e, "progress_yields", &v), SX_OK);
+    int st = sx_stats_value(e, "progress_yields", &v);
+    if (st != SX_OK)
+        *rc = st;
     return v;
 }
 
@@ -382,7 +387,7 @@ static void *bound_caller(void *arg)
      * between two calls (this thread preempted on a loaded machine) would
      * rightly make the next one wait: the count is checked only when the
      * test saw no such gap. */
-    uint64_t y0 = yields_of(r->engine), prev = sx_time_ns();
+    uint64_t y0 = yields_of(r->engine, &r->stats), prev = sx_time_ns();
     r->all_quick = true;
     for (int i = 0; i < 6; i++) {
         r->empty += sx_progress(r->engine) == 0;
@@ -390,7 +395,7 @@ static void *bound_caller(void *arg)
         r->all_quick = r->all_quick && now - prev < 1000000u;
         prev = now;
     }
-    r->waits_fast = yields_of(r->engine) - y0;
+    r->waits_fast = yields_of(r->engine, &r->stats) - y0;
     /* A "yield" that keeps the caller away 20 ms: something that does not
      * give the CPU back has it. The next empty call waits instead. */
     for (int attempt = 0; attempt < 10 && !r->slow_seen; attempt++) {
@@ -399,9 +404,9 @@ static void *bound_caller(void *arg)
         struct timespec away = {.tv_nsec = 20 * 1000 * 1000};
         while (nanosleep(&away, &away) != 0)
             ;
-        uint64_t y1 = yields_of(r->engine);
+        uint64_t y1 = yields_of(r->engine, &r->stats);
         r->slow_seen = sx_progress(r->engine) == 0;
-        r->waits_slow = yields_of(r->engine) - y1;
+        r->waits_slow = yields_of(r->engine, &r->stats) - y1;
     }
     return NULL;
 }
@@ -416,13 +421,14 @@ static void test_bound_caller_yields_through_its_runtime(void **state)
 {
     (void)state;
     const sx_config_kv_t kv[] = {{"SHARDS", "2"}, {"YIELD", "always"}};
-    bound_run_t r = {.engine = am_engine(kv, 2)};
+    bound_run_t r = {.engine = am_engine(kv, 2), .stats = SX_OK};
     pthread_t t;
 
     assert_int_equal(sx_engine_caller_yields(r.engine, 1), SX_OK);
     assert_int_equal(pthread_create(&t, NULL, bound_caller, &r), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(r.affinity, 0);
+    assert_int_equal(r.stats, SX_OK);
     print_message("    waits: %llu over %u empty calls (gaps %s 1 ms), %llu after the long "
                   "yield\n",
                   (unsigned long long)r.waits_fast, r.empty,
