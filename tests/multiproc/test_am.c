@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -527,9 +528,13 @@ static void test_send_more(void **state)
  * datagram. The sender then makes no call at all (an application that
  * computes): its service thread must send what is held by the deadline,
  * so the receiver, progressed alone, gets every message. Returns the
- * data packets the burst took; @p held_p the messages held.
+ * data packets the burst took; @p held_p the messages held, @p served_p
+ * whether the service worked the sender's shards during the burst (a
+ * slow run: TSan on a loaded machine takes the burst past SX_SERVICE_US,
+ * and the service then flushes what is held so far, and holds the token
+ * while it does, when sx_sendi says SX_ERR_AGAIN).
  */
-static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p)
+static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p, bool *served_p)
 {
     sx_config_kv_t kv[] = {{.name = "SENDI_HOLD_US", .value = hold_us}};
     pair_t p = pair_new_cfg(kv, 1);
@@ -544,12 +549,20 @@ static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p)
     assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
     assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 1));
     uint64_t before = stat_of(p.a, "data_sent");
+    uint64_t served = stat_of(p.a, "svc_passes");
 
     for (uint64_t i = 1; i <= 64; i++) {
         am_fill(buf, sizeof(buf), i);
-        /* Held messages do not make sx_sendi refuse the next one. */
-        assert_int_equal(sx_sendi(p.a_to_b, 5, &iov, 1), SX_OK);
+        /* Held messages do not make sx_sendi refuse the next one; only a
+         * shard another thread works does (the service, in a slow run). */
+        int rc;
+        uint64_t t0 = sx_time_ns();
+        while ((rc = sx_sendi(p.a_to_b, 5, &iov, 1)) == SX_ERR_AGAIN &&
+               sx_time_ns() - t0 < AM_TEST_LIMIT_NS)
+            sched_yield();
+        assert_int_equal(rc, SX_OK);
     }
+    *served_p = stat_of(p.a, "svc_passes") != served;
     /* The sender computes: only the receiver is progressed. */
     uint64_t start = sx_time_ns();
     while (rx.rx.received < 65 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
@@ -565,13 +578,22 @@ static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p)
 static void test_sendi_hold(void **state)
 {
     (void)state;
-    uint64_t held;
+    uint64_t held, packets = 0;
+    bool served = true;
 
-    /* Held: the first alone, the other 63 together (8-byte messages). */
-    assert_true(sendi_burst("200", &held) <= 3);
-    assert_int_equal(held, 63);
+    /* Held: the first alone, the other 63 together (8-byte messages). A
+     * burst the service cut up (sendi_burst) is run again. */
+    for (int attempt = 0; attempt < 5 && served; attempt++) {
+        packets = sendi_burst("200", &held, &served);
+        assert_int_equal(held, 63);
+        if (served)
+            print_message("    the service flushed during the burst (%llu packets): again\n",
+                          (unsigned long long)packets);
+    }
+    assert_false(served);
+    assert_true(packets <= 3);
     /* Off (the library's default): one datagram each, nothing held. */
-    assert_int_equal(sendi_burst("0", &held), 64);
+    assert_int_equal(sendi_burst("0", &held, &served), 64);
     assert_int_equal(held, 0);
 }
 
