@@ -370,8 +370,9 @@ SX_API int sx_engine_caller_yields(sx_engine_h engine, int yes);
 
 /**
  * A file descriptor that becomes readable when the engine may have work
- * (a datagram arrived) or when one of the engine's timers is due
- * (retransmission, delayed ACK, peer timeout: a timerfd per shard), for
+ * (a datagram arrived), when one of the engine's timers is due
+ * (retransmission, delayed ACK, peer timeout: a timerfd per shard) or when
+ * the engine's service kept a completion or a delivery for a caller, for
  * callers with their own event loop: wait on it with no timeout, then call
  * sx_progress() until it returns 0. It may wake once with nothing to do
  * (the first wait, or a timer that was pushed back). Owned by the engine;

@@ -58,10 +58,11 @@ static void sx_shard_acquire_hook(void *owner)
  * Keeps the shard's sx_engine_fd timer armed for its earliest timer (the
  * token holder's, at every release). A timer that fired is read, so the
  * engine fd stops being readable once a caller has run what was due. It
- * is re-armed only for an earlier deadline: one armed too early merely
- * wakes the event loop for a progress call that finds nothing due and
- * re-arms it, while re-arming for each later retransmission deadline
- * would cost a system call per send.
+ * is re-armed only for an earlier deadline (one too early costs a wasted
+ * pass; one per later retransmission deadline, a system call per send).
+ * The service may drain the datagram (or read the expiration) that woke
+ * the loop, and keep what came for a caller (the deferred lists): then it
+ * fires the timer at once (docs/design.md, section 4).
  */
 static void sx_shard_fd_timer_locked(sx_shard_t *shard)
 {
@@ -76,7 +77,11 @@ static void sx_shard_fd_timer_locked(sx_shard_t *shard)
             sx_debug("shard", "shard %u: timerfd read: %s", shard->index, strerror(errno));
         shard->fd_timer_at = UINT64_MAX;
     }
-    if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK || next >= shard->fd_timer_at)
+    if (shard->serving && shard->deferred)
+        next = 0; /* due now: a caller has work waiting */
+    else if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
+        return;
+    if (next >= shard->fd_timer_at)
         return;
     /* CLOCK_MONOTONIC, absolute: the wheel's clock (sx_time_ns). */
     struct itimerspec its = {.it_value = {.tv_sec = (time_t)(next / 1000000000u),

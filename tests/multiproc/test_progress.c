@@ -3,7 +3,8 @@
  * Progress modes: SX_PROGRESS=thread moves messages with no caller ever
  * calling sx_progress, including after the threads went to sleep (no lost
  * wake-up), and an engine is destroyed while its threads sleep in epoll;
- * sx_engine_fd becomes readable when a datagram is waiting; the engine's
+ * sx_engine_fd becomes readable when a datagram is waiting, when a timer
+ * is due and when the engine's service kept a completion; the engine's
  * service waits out a callback that holds a shard for long; a caller that
  * yields when idle (sx_engine_caller_yields) waits at once, on every
  * shard, unless its thread is bound to one CPU: then it leaves the CPU to
@@ -219,6 +220,71 @@ static void test_engine_fd_timers(void **state)
                   "returned early\n",
                   (unsigned long long)timeouts, ready);
     assert_true(ready < 50);
+    atomic_store(&loop.stop, true);
+    pthread_join(tid, NULL);
+    sx_engine_destroy(a);
+    sx_engine_destroy(loop.b);
+}
+
+/* An event loop asleep on sx_engine_fd while the engine's service serves
+ * the shard: the service receives the ACK (draining the socket that would
+ * have woken the loop) and keeps the completion for the next caller. The
+ * fd must become readable for that completion, not only when the
+ * retransmission timer it was armed for fires: RTOs of 60 s here, so a
+ * wake-up that waited for the timer takes 60 s, and the check allows 30.
+ * The first message sets the connection up with the caller progressing. */
+static void test_engine_fd_wakes_for_what_the_service_keeps(void **state)
+{
+    (void)state;
+    const sx_config_kv_t slow_rto[] = {{"SHARDS", "1"},
+                                       {"SERVICE_US", "1000"},
+                                       {"RTO_MIN_US", "60000000"},
+                                       {"RTO_INIT_US", "60000000"},
+                                       {"RTO_MAX_US", "60000000"}};
+    const sx_config_kv_t one[] = {{"SHARDS", "1"}};
+    sx_engine_h a = am_engine(slow_rto, 5);
+    b_loop_t loop = {.b = am_engine(one, 1)};
+    counters_t c = {0};
+    int fd = -1;
+    uint8_t msg[64] = {0};
+    struct iovec iov = {msg, sizeof(msg)};
+    pthread_t tid;
+
+    sx_peer_h to_b = am_connect(a, loop.b, 2);
+    (void)am_connect(loop.b, a, 1);
+    assert_int_equal(sx_am_register(loop.b, 4, on_am, &c), SX_OK);
+    assert_int_equal(pthread_create(&tid, NULL, progress_b, &loop), 0);
+    assert_int_equal(sx_engine_fd(a, &fd), SX_OK);
+    assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    uint64_t start = sx_time_ns();
+    while (atomic_load(&c.completed) < 1 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        sx_progress(a);
+    assert_int_equal(atomic_load(&c.completed), 1);
+
+    uint64_t kept = 0, kept_before = 0;
+    assert_int_equal(sx_stats_value(a, "svc_deferred", &kept_before), SX_OK);
+    assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    /* No progress call from here on until the fd says so: only the
+     * service can take the ACK, and it keeps the completion. */
+    start = sx_time_ns();
+    do {
+        sched_yield();
+        assert_int_equal(sx_stats_value(a, "svc_deferred", &kept), SX_OK);
+    } while (kept == kept_before && sx_time_ns() - start < AM_TEST_LIMIT_NS);
+    assert_true(kept > kept_before);
+    assert_int_equal(atomic_load(&c.completed), 1);
+    start = sx_time_ns();
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 120000), 1);
+    uint64_t waited_ms = (sx_time_ns() - start) / 1000000u;
+    print_message("[ fd ] woke %llu ms after the service kept the completion\n",
+                  (unsigned long long)waited_ms);
+    assert_true(waited_ms < 30000);
+    start = sx_time_ns();
+    while (atomic_load(&c.completed) < 2 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        sx_progress(a);
+    assert_int_equal(atomic_load(&c.completed), 2);
+    assert_int_equal(atomic_load(&c.failed), 0);
     atomic_store(&loop.stop, true);
     pthread_join(tid, NULL);
     sx_engine_destroy(a);
@@ -497,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_destroy_while_threads_sleep),
         cmocka_unit_test(test_engine_fd),
         cmocka_unit_test(test_engine_fd_timers),
+        cmocka_unit_test(test_engine_fd_wakes_for_what_the_service_keeps),
         cmocka_unit_test(test_service_meets_a_callback_that_computes),
         cmocka_unit_test(test_caller_yields_waits_at_once),
         cmocka_unit_test(test_caller_yields_wakes_for_any_shard),
