@@ -171,36 +171,73 @@ static void *progress_b(void *arg)
     return NULL;
 }
 
+/* The fd tests' pair: engine a (configured by the test, one shard) whose
+ * caller waits on a's engine fd, and b, one shard, whose own thread
+ * progresses it and counts tag 4's deliveries. */
+typedef struct fd_pair {
+    sx_engine_h a;
+    b_loop_t loop;
+    pthread_t tid;
+    sx_peer_h to_b;
+    int fd;
+    counters_t c;
+} fd_pair_t;
+
+static void fd_pair_open(fd_pair_t *p, const sx_config_kv_t *kv_a, size_t n)
+{
+    const sx_config_kv_t one[] = {{"SHARDS", "1"}};
+
+    p->a = am_engine(kv_a, n);
+    p->loop.b = am_engine(one, 1);
+    atomic_init(&p->loop.stop, false);
+    p->fd = -1;
+    p->to_b = am_connect(p->a, p->loop.b, 2);
+    (void)am_connect(p->loop.b, p->a, 1);
+    assert_int_equal(sx_am_register(p->loop.b, 4, on_am, &p->c), SX_OK);
+    assert_int_equal(pthread_create(&p->tid, NULL, progress_b, &p->loop), 0);
+    assert_int_equal(sx_engine_fd(p->a, &p->fd), SX_OK);
+}
+
+static void fd_pair_close(fd_pair_t *p)
+{
+    atomic_store(&p->loop.stop, true);
+    pthread_join(p->tid, NULL);
+    sx_engine_destroy(p->a);
+    sx_engine_destroy(p->loop.b);
+}
+
+/* Progresses a (not waiting on its fd) until @p target sends completed;
+ * the wall-clock bound only turns a hang into a failure. */
+static void progress_until_completed(fd_pair_t *p, unsigned long target)
+{
+    uint64_t start = sx_time_ns();
+    while (atomic_load(&p->c.completed) < target && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        sx_progress(p->a);
+    assert_int_equal(atomic_load(&p->c.completed), target);
+}
+
 static void test_engine_fd_timers(void **state)
 {
     (void)state;
     const sx_config_kv_t lossy[] = {{"SHARDS", "1"}, {"FAULT", "loss=0.3,seed=5"}};
-    const sx_config_kv_t one[] = {{"SHARDS", "1"}};
-    sx_engine_h a = am_engine(lossy, 2);
-    b_loop_t loop = {.b = am_engine(one, 1)};
-    counters_t c = {0};
-    int fd = -1;
+    fd_pair_t p = {0};
     uint8_t msg[64] = {0};
-    pthread_t tid;
-
-    sx_peer_h to_b = am_connect(a, loop.b, 2);
-    (void)am_connect(loop.b, a, 1);
-    assert_int_equal(sx_am_register(loop.b, 4, on_am, &c), SX_OK);
-    assert_int_equal(pthread_create(&tid, NULL, progress_b, &loop), 0);
-    assert_int_equal(sx_engine_fd(a, &fd), SX_OK);
     struct iovec iov = {msg, sizeof(msg)};
+
+    fd_pair_open(&p, lossy, 2);
+    sx_engine_h a = p.a;
     for (unsigned long i = 0; i < 40; i++) {
-        assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+        assert_int_equal(sx_send(p.to_b, 4, &iov, 1, on_done, &p.c), SX_INPROGRESS);
         for (;;) {
             while (sx_progress(a) > 0)
                 ;
-            if (atomic_load(&c.completed) == i + 1)
+            if (atomic_load(&p.c.completed) == i + 1)
                 break;
-            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            struct pollfd pfd = {.fd = p.fd, .events = POLLIN};
             assert_int_equal(poll(&pfd, 1, 120000), 1);
         }
     }
-    assert_int_equal(atomic_load(&c.failed), 0);
+    assert_int_equal(atomic_load(&p.c.failed), 0);
     uint64_t timeouts = 0;
     assert_int_equal(sx_stats_value(a, "rtx_timeout", &timeouts), SX_OK);
     assert_true(timeouts > 0); /* the timer did the work */
@@ -209,7 +246,7 @@ static void test_engine_fd_timers(void **state)
      * return at once. */
     unsigned ready = 0;
     for (int i = 0; i < 50; i++) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        struct pollfd pfd = {.fd = p.fd, .events = POLLIN};
         if (poll(&pfd, 1, 20) == 1) {
             ready++;
             while (sx_progress(a) > 0)
@@ -220,10 +257,7 @@ static void test_engine_fd_timers(void **state)
                   "returned early\n",
                   (unsigned long long)timeouts, ready);
     assert_true(ready < 50);
-    atomic_store(&loop.stop, true);
-    pthread_join(tid, NULL);
-    sx_engine_destroy(a);
-    sx_engine_destroy(loop.b);
+    fd_pair_close(&p);
 }
 
 /* An event loop asleep on sx_engine_fd while the engine's service serves
@@ -241,54 +275,36 @@ static void test_engine_fd_wakes_for_what_the_service_keeps(void **state)
                                        {"RTO_MIN_US", "60000000"},
                                        {"RTO_INIT_US", "60000000"},
                                        {"RTO_MAX_US", "60000000"}};
-    const sx_config_kv_t one[] = {{"SHARDS", "1"}};
-    sx_engine_h a = am_engine(slow_rto, 5);
-    b_loop_t loop = {.b = am_engine(one, 1)};
-    counters_t c = {0};
-    int fd = -1;
+    fd_pair_t p = {0};
     uint8_t msg[64] = {0};
     struct iovec iov = {msg, sizeof(msg)};
-    pthread_t tid;
 
-    sx_peer_h to_b = am_connect(a, loop.b, 2);
-    (void)am_connect(loop.b, a, 1);
-    assert_int_equal(sx_am_register(loop.b, 4, on_am, &c), SX_OK);
-    assert_int_equal(pthread_create(&tid, NULL, progress_b, &loop), 0);
-    assert_int_equal(sx_engine_fd(a, &fd), SX_OK);
-    assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
-    uint64_t start = sx_time_ns();
-    while (atomic_load(&c.completed) < 1 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
-        sx_progress(a);
-    assert_int_equal(atomic_load(&c.completed), 1);
+    fd_pair_open(&p, slow_rto, 5);
+    assert_int_equal(sx_send(p.to_b, 4, &iov, 1, on_done, &p.c), SX_INPROGRESS);
+    progress_until_completed(&p, 1);
 
     uint64_t kept = 0, kept_before = 0;
-    assert_int_equal(sx_stats_value(a, "svc_deferred", &kept_before), SX_OK);
-    assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    assert_int_equal(sx_stats_value(p.a, "svc_deferred", &kept_before), SX_OK);
+    assert_int_equal(sx_send(p.to_b, 4, &iov, 1, on_done, &p.c), SX_INPROGRESS);
     /* No progress call from here on until the fd says so: only the
      * service can take the ACK, and it keeps the completion. */
-    start = sx_time_ns();
+    uint64_t start = sx_time_ns();
     do {
         sched_yield();
-        assert_int_equal(sx_stats_value(a, "svc_deferred", &kept), SX_OK);
+        assert_int_equal(sx_stats_value(p.a, "svc_deferred", &kept), SX_OK);
     } while (kept == kept_before && sx_time_ns() - start < AM_TEST_LIMIT_NS);
     assert_true(kept > kept_before);
-    assert_int_equal(atomic_load(&c.completed), 1);
+    assert_int_equal(atomic_load(&p.c.completed), 1);
     start = sx_time_ns();
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    struct pollfd pfd = {.fd = p.fd, .events = POLLIN};
     assert_int_equal(poll(&pfd, 1, 120000), 1);
     uint64_t waited_ms = (sx_time_ns() - start) / 1000000u;
     print_message("[ fd ] woke %llu ms after the service kept the completion\n",
                   (unsigned long long)waited_ms);
     assert_true(waited_ms < 30000);
-    start = sx_time_ns();
-    while (atomic_load(&c.completed) < 2 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
-        sx_progress(a);
-    assert_int_equal(atomic_load(&c.completed), 2);
-    assert_int_equal(atomic_load(&c.failed), 0);
-    atomic_store(&loop.stop, true);
-    pthread_join(tid, NULL);
-    sx_engine_destroy(a);
-    sx_engine_destroy(loop.b);
+    progress_until_completed(&p, 2);
+    assert_int_equal(atomic_load(&p.c.failed), 0);
+    fd_pair_close(&p);
 }
 
 /* The engine's service meets a shard whose token a caller holds for a
