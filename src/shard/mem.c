@@ -35,16 +35,47 @@ void sx_mem_unpin(sx_mem_t *pin)
 int sx_mem_table_init(sx_mem_table_t *table)
 {
     atomic_init(&table->shadow_bytes, 0);
+    table->nkeys = 0;
+    if (pthread_mutex_init(&table->key_lock, NULL) != 0)
+        return SX_ERR_NO_MEMORY;
     int rc = sx_rcu_table_init(&table->rcu);
     table->created = rc == SX_OK;
+    if (!table->created)
+        pthread_mutex_destroy(&table->key_lock);
     return rc;
 }
 
 void sx_mem_table_fini(sx_mem_table_t *table)
 {
-    if (table->created)
+    if (table->created) {
         sx_rcu_table_fini(&table->rcu);
+        pthread_mutex_destroy(&table->key_lock);
+        memset(table->keys, 0, sizeof(table->keys)); /* unused keys leave no trace */
+        table->nkeys = 0;
+    }
     table->created = false;
+}
+
+/* A key from the kernel's random generator, SX_MEM_KEY_BATCH drawn at a
+ * time; when the kernel gives none, one made from the clock and @p salt
+ * (guessable, so the kernel is asked again next time). */
+static uint64_t sx_mem_draw_key(sx_mem_table_t *table, const void *salt)
+{
+    uint64_t key;
+
+    pthread_mutex_lock(&table->key_lock);
+    if (table->nkeys == 0) {
+        ssize_t got = getrandom(table->keys, sizeof(table->keys), 0);
+        table->nkeys = got > 0 ? (unsigned)((size_t)got / sizeof(table->keys[0])) : 0;
+    }
+    if (table->nkeys > 0) {
+        key = table->keys[--table->nkeys];
+        table->keys[table->nkeys] = 0;
+    } else {
+        key = sx_time_ns() * 0x9e3779b97f4a7c15ull ^ (uintptr_t)salt;
+    }
+    pthread_mutex_unlock(&table->key_lock);
+    return key;
 }
 
 int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned access,
@@ -66,9 +97,7 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
     /* Keys are random so that a peer cannot guess one it was not given;
      * a collision (or zero) just draws again. */
     for (int tries = 0; tries < 16; tries++) {
-        uint64_t key = 0;
-        if (getrandom(&key, sizeof(key), 0) != sizeof(key))
-            key = sx_time_ns() * 0x9e3779b97f4a7c15ull ^ (uintptr_t)m;
+        uint64_t key = sx_mem_draw_key(table, m);
         if (key == 0)
             continue;
         m->entry.id = key;

@@ -53,7 +53,8 @@
  *
  *   function                 | who may call          | how
  *   -------------------------+-----------------------+----------------------------
- *   sx_mem_table_add         | any thread            | the table's writer lock
+ *   sx_mem_table_add         | any thread            | key_lock (the key pool), then
+ *                            |                       | the table's writer lock
  *   sx_mem_table_remove      | any thread, not in a  | writer lock, then marks it
  *                            | read section          | dead and waits for accesses
  *   sx_mem_check_rcu         | any thread            | inside sx_rcu_read_lock()
@@ -67,6 +68,7 @@
 #ifndef SX_SHARD_MEM_H
 #define SX_SHARD_MEM_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -93,10 +95,19 @@ typedef struct sx_mem {
  * copied as they are built, so a deregistration never copies more. */
 #define SX_MEM_PIN_MAX (64u * 1024u * 1024u)
 
+/* Keys drawn from the kernel at once: a registration took a getrandom(2)
+ * of its own, and ob1 registers a buffer per large message (32 calls per
+ * 1 MiB allreduce of four ranks, strace). 256 bytes is as much as one
+ * call always returns whole, never cut short by a signal (getrandom(2)). */
+#define SX_MEM_KEY_BATCH 32u
+
 typedef struct sx_mem_table {
     sx_rcu_table_t rcu;
     bool created;
     atomic_uint_fast64_t shadow_bytes; /* copied by deregistrations with pins */
+    pthread_mutex_t key_lock;          /* guards keys and nkeys */
+    uint64_t keys[SX_MEM_KEY_BATCH];   /* drawn and unused: keys[0..nkeys) */
+    unsigned nkeys;
 } sx_mem_table_t;
 
 int sx_mem_table_init(sx_mem_table_t *table);

@@ -5,6 +5,7 @@
  * (bad key, no right, out of range, deregistered) completing with an error
  * while the target's bytes stay untouched.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -614,6 +615,74 @@ static void test_bad_arguments(void **state)
     rig_free(&r);
 }
 
+/* Registrations from two threads at once, through several of the key
+ * pool's batches (SX_MEM_KEY_BATCH, 32): every key nonzero and unlike the
+ * others, and each region answers a GET through its own key. */
+#define KEYS_PER_THREAD 50
+
+typedef struct key_worker {
+    sx_engine_h engine;
+    uint8_t *base; /* KEYS_PER_THREAD bytes, one region each */
+    sx_mem_h mem[KEYS_PER_THREAD];
+    int rc;
+} key_worker_t;
+
+static void *register_many(void *arg)
+{
+    key_worker_t *w = arg;
+    w->rc = SX_OK;
+    for (int i = 0; i < KEYS_PER_THREAD && w->rc == SX_OK; i++)
+        w->rc = sx_mem_register(w->engine, w->base + i, 1, SX_MEM_REMOTE_READ, &w->mem[i]);
+    return NULL;
+}
+
+static void test_keys_from_every_batch(void **state)
+{
+    (void)state;
+    rig_t r = rig_new(64, SX_MEM_REMOTE_READ);
+    uint8_t bytes[2][KEYS_PER_THREAD];
+    key_worker_t w[2];
+    pthread_t tid[2];
+
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < KEYS_PER_THREAD; i++)
+            bytes[t][i] = (uint8_t)(t * KEYS_PER_THREAD + i + 1);
+        w[t] = (key_worker_t){.engine = r.b, .base = bytes[t]};
+        assert_int_equal(pthread_create(&tid[t], NULL, register_many, &w[t]), 0);
+    }
+    for (int t = 0; t < 2; t++) {
+        assert_int_equal(pthread_join(tid[t], NULL), 0);
+        assert_int_equal(w[t].rc, SX_OK);
+    }
+    uint64_t keys[2 * KEYS_PER_THREAD + 1];
+    size_t n = 0;
+    keys[n++] = sx_mem_rkey(r.mem);
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < KEYS_PER_THREAD; i++)
+            keys[n++] = sx_mem_rkey(w[t].mem[i]);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_not_equal(keys[i], 0);
+        for (size_t j = 0; j < i; j++)
+            assert_int_not_equal(keys[i], keys[j]);
+    }
+    done_t d = {0};
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < KEYS_PER_THREAD; i += 7) {
+            uint8_t got = 0;
+            assert_int_equal(sx_get(r.a_to_b, &got, 1, addr_of(&bytes[t][i]),
+                                    sx_mem_rkey(w[t].mem[i]), on_done, &d),
+                             SX_INPROGRESS);
+            assert_true(am_progress_until(r.a, r.b, &d.count, d.count + 1));
+            assert_int_equal(d.last_status, SX_OK);
+            assert_int_equal(got, bytes[t][i]);
+        }
+    }
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < KEYS_PER_THREAD; i++)
+            assert_int_equal(sx_mem_deregister(r.b, w[t].mem[i]), SX_OK);
+    rig_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -621,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_remote_access_errors),
         cmocka_unit_test(test_access_rights),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_keys_from_every_batch),
         cmocka_unit_test(test_get_outlives_deregistration),
         cmocka_unit_test(test_put_stops_at_deregistration),
         cmocka_unit_test(test_get_lands),
