@@ -95,7 +95,8 @@ typedef struct sx_hotel_stats {
 /**
  * Creates a hotel of @p num_rooms rooms (1 .. SX_HOTEL_MAX_ROOMS) whose
  * deadlines run on @p wheel, calling @p evict_cb(occupant, @p evict_arg) on
- * expiry. Allocates all rooms now; nothing later allocates. The hotel
+ * expiry. Allocates all rooms now (nothing later allocates) but touches
+ * none: a room is set up when first checked into. The hotel
  * borrows @p wheel, which must outlive it. Returns SX_OK,
  * SX_ERR_INVALID_PARAM or SX_ERR_NO_MEMORY; *hotel_p is written only on
  * SX_OK. Any thread; the hotel then belongs to the wheel's owner.
@@ -107,7 +108,7 @@ int sx_hotel_init(sx_wheel_t *wheel, uint32_t num_rooms, sx_hotel_evict_cb_t evi
  * Cancels the deadlines of all guests still checked in and frees the hotel
  * (NULL is ignored). Remaining guests are dropped without a callback: their
  * occupants stay the caller's, so check out what you still need first.
- * Owner only, never from a callback. O(rooms).
+ * Owner only, never from a callback. O(rooms ever used).
  */
 void sx_hotel_fini(sx_hotel_t *hotel);
 
@@ -115,9 +116,9 @@ void sx_hotel_fini(sx_hotel_t *hotel);
  * Checks @p occupant (any pointer, NULL included; never dereferenced) into
  * a free room with an eviction deadline of @p deadline_ns, on the wheel's
  * clock; a deadline already passed evicts on the next sx_wheel_expire().
- * O(1): a room comes off a free list. Returns SX_OK with the stay's key in
- * *key_p, or SX_ERR_FULL when every room is taken (*key_p untouched).
- * Owner only; eviction callbacks may call it. Never blocks.
+ * O(1): a room comes off a free list, or is the next never used. Returns SX_OK with the stay's key
+ * in *key_p, or SX_ERR_FULL when every room is taken (*key_p untouched). Owner only; eviction
+ * callbacks may call it. Never blocks.
  */
 int sx_hotel_checkin(sx_hotel_t *hotel, void *occupant, uint64_t deadline_ns,
                      sx_hotel_key_t *key_p);

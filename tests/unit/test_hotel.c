@@ -314,6 +314,40 @@ static void test_fini_with_guests(void **state)
      * their deadlines (checked there) and call nobody back. */
 }
 
+/* Rooms are set up when first used, in index order, and a vacated room is
+ * reused before a room never used; a key naming a room not yet used finds
+ * nothing. */
+static void test_rooms_set_up_on_first_use(void **state)
+{
+    (void)state;
+    guest_t guests[9];
+    init_guests(guests, 9);
+    for (uint32_t i = 0; i < 8; i++) {
+        sx_hotel_key_t unused = ((sx_hotel_key_t)1 << 32) | i; /* generation 1, room i */
+        assert_int_equal(sx_hotel_checkout(g.hotel, unused, NULL), SX_ERR_NOT_FOUND);
+        assert_int_equal(sx_hotel_rearm(g.hotel, unused, 5000), SX_ERR_NOT_FOUND);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sx_hotel_checkin(g.hotel, &guests[i], 1000000, &guests[i].key), SX_OK);
+        assert_int_equal((uint32_t)guests[i].key, (uint32_t)i);
+    }
+    sx_hotel_key_t past_them = ((sx_hotel_key_t)1 << 32) | 3;
+    assert_int_equal(sx_hotel_checkout(g.hotel, past_them, NULL), SX_ERR_NOT_FOUND);
+    assert_int_equal(sx_hotel_checkout(g.hotel, guests[1].key, NULL), SX_OK);
+    assert_int_equal(sx_hotel_checkin(g.hotel, &guests[3], 1000000, &guests[3].key), SX_OK);
+    assert_int_equal((uint32_t)guests[3].key, 1u); /* the vacated room first */
+    for (int i = 4; i < 9; i++) {
+        assert_int_equal(sx_hotel_checkin(g.hotel, &guests[i], 1000000, &guests[i].key), SX_OK);
+        assert_int_equal((uint32_t)guests[i].key, (uint32_t)(i - 1));
+    }
+    sx_hotel_key_t untouched = 7;
+    assert_int_equal(sx_hotel_checkin(g.hotel, &guests[1], 1000000, &untouched), SX_ERR_FULL);
+    assert_int_equal(untouched, 7);
+    /* Every room now has a deadline on the wheel: teardown() checks that
+     * finalising cancels all eight. */
+    assert_int_equal(sx_wheel_pending(g.wheel), 8);
+}
+
 /* Random check-ins, check-outs and expiries against a simple model. */
 static void test_random_model(void **state)
 {
@@ -437,6 +471,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_key_after_reuse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_occupancy_and_rearm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fini_with_guests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rooms_set_up_on_first_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_from_another_thread, setup, teardown),
     };
