@@ -497,7 +497,10 @@ static void shardx_follow_yield_when_idle(sx_engine_h engine)
  * SHARDX_HANDOFF_NS) moves from SCHED_OTHER to SCHED_BATCH once
  * (btl_shardx_sched_batch, on by default; other policies are left alone,
  * and the nice value's CPU share is kept). With one waiting thread the
- * role never moves and nothing changes.
+ * role never moves and nothing changes. The engine's own wait for a
+ * datagram wants the opposite, to preempt a busy loop when it ends, and
+ * runs as SCHED_OTHER once such a thread's waits come back late
+ * (src/engine/yield.h, "Waits that preempt").
  *
  * This call used to end with sched_yield while the role moved, so that a
  * woken waiter got the CPU the progressing thread spins on. Beside

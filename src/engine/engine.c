@@ -731,8 +731,13 @@ static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home, sx_yield
         (void)sched_yield();
         return 0;
     }
-    if (act == SX_YIELD_WAIT_ANY && e->wait_fd >= 0)
-        return sx_engine_wait_any(e, SX_YIELD_WAIT_NS, ready, SX_IDLE_READY_MAX);
+    if (act == SX_YIELD_WAIT_ANY && e->wait_fd >= 0) {
+        uint64_t start;
+        int saved = sx_yield_wait_begin(&start); /* a wait that preempts: yield.h */
+        unsigned found = sx_engine_wait_any(e, SX_YIELD_WAIT_NS, ready, SX_IDLE_READY_MAX);
+        sx_yield_wait_end(saved, start);
+        return found;
+    }
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
         sx_tl_iface_t *iface = e->shards[home]->ifaces[t];
         int fd = iface != NULL ? iface->ops->wait_fd(iface) : -1;
@@ -744,7 +749,11 @@ static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home, sx_yield
         return 0;
     }
     struct timespec ts = sx_ns_to_ts(SX_YIELD_WAIT_NS);
-    if (ppoll(pfd, n, &ts, NULL) <= 0)
+    uint64_t start;
+    int saved = sx_yield_wait_begin(&start);
+    int got = ppoll(pfd, n, &ts, NULL);
+    sx_yield_wait_end(saved, start);
+    if (got <= 0)
         return 0;
     ready[0] = home;
     return 1;

@@ -29,6 +29,23 @@ static _Thread_local unsigned char sx_yield_bound;
 static _Thread_local uint64_t sx_yield_rt_at;
 static _Thread_local uint64_t sx_yield_rt_wait_until;
 static _Thread_local uint64_t sx_yield_rt_backoff;
+/* The calling thread's scheduling policy as last looked up, and when;
+ * -1: not yet. Until sx_yield_late_until its waits run SCHED_OTHER, after
+ * one that came back late (yield.h, "Waits that preempt"). */
+static _Thread_local int sx_yield_policy = -1;
+static _Thread_local uint64_t sx_yield_policy_ns;
+static _Thread_local uint64_t sx_yield_late_until;
+static _Thread_local uint64_t sx_yield_late_backoff;
+
+/* A sign that a task which does not give the CPU back shares this one:
+ * act on it until *until_p, for SX_YIELD_SLOW_WAIT_MIN_NS, doubling up to
+ * SX_YIELD_SLOW_WAIT_MAX_NS while the sign comes again. */
+static void sx_yield_back_off(uint64_t now, uint64_t *backoff_p, uint64_t *until_p)
+{
+    uint64_t b = *backoff_p == 0 ? SX_YIELD_SLOW_WAIT_MIN_NS : 2 * *backoff_p;
+    *backoff_p = b < SX_YIELD_SLOW_WAIT_MAX_NS ? b : SX_YIELD_SLOW_WAIT_MAX_NS;
+    *until_p = now + *backoff_p;
+}
 
 /* Open MPI's bool MCA values. */
 static bool sx_yield_truthy(const char *v)
@@ -145,9 +162,7 @@ static bool sx_yield_bound_runtime_yields(void)
         /* The runtime's last yield kept this thread off its CPU that
          * long: a task that does not give the CPU back shares it. Wait
          * for datagrams for a while, longer each time it happens again. */
-        uint64_t b = sx_yield_rt_backoff == 0 ? SX_YIELD_SLOW_WAIT_MIN_NS : 2 * sx_yield_rt_backoff;
-        sx_yield_rt_backoff = b < SX_YIELD_SLOW_WAIT_MAX_NS ? b : SX_YIELD_SLOW_WAIT_MAX_NS;
-        sx_yield_rt_wait_until = now + sx_yield_rt_backoff;
+        sx_yield_back_off(now, &sx_yield_rt_backoff, &sx_yield_rt_wait_until);
     } else if (at != 0 && now >= sx_yield_rt_wait_until) {
         sx_yield_rt_backoff = 0; /* a yield came back in time */
     }
@@ -200,4 +215,37 @@ sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
     if (caller_yields)
         return SX_YIELD_WAIT_ANY;
     return busy ? SX_YIELD_SCHED : SX_YIELD_WAIT;
+}
+
+int sx_yield_wait_begin(uint64_t *start_p)
+{
+    uint64_t now = sx_time_ns();
+    *start_p = now;
+    if (sx_yield_policy < 0 || now - sx_yield_policy_ns >= SX_YIELD_CHECK_NS) {
+        sx_yield_policy = sched_getscheduler(0);
+        sx_yield_policy_ns = now;
+    }
+    if (sx_yield_policy != SCHED_BATCH || now >= sx_yield_late_until)
+        return -1;
+    struct sched_param sp = {.sched_priority = 0};
+    return sched_setscheduler(0, SCHED_OTHER, &sp) == 0 ? SCHED_BATCH : -1;
+}
+
+void sx_yield_wait_end(int saved, uint64_t start)
+{
+    struct sched_param sp = {.sched_priority = 0};
+    if (saved >= 0) {
+        if (sched_setscheduler(0, saved, &sp) != 0)
+            sx_yield_policy = -1; /* look it up again at the next wait */
+        return;
+    }
+    if (sx_yield_policy != SCHED_BATCH)
+        return;
+    /* A wait lasts SX_YIELD_WAIT_NS at most: one that returned much later
+     * was woken and then kept off the CPU. */
+    uint64_t now = sx_time_ns();
+    if (now - start > SX_YIELD_WAIT_NS + SX_YIELD_SLOW_NS)
+        sx_yield_back_off(now, &sx_yield_late_backoff, &sx_yield_late_until);
+    else if (now >= sx_yield_late_until)
+        sx_yield_late_backoff = 0; /* back in time */
 }

@@ -150,6 +150,36 @@ typedef enum sx_yield_action {
  * 366-501 in others, against 229-307 with the wait.
  */
 
+/*
+ * Waits that preempt. A wait above gives the core up on the promise that
+ * the datagram ending it puts the caller back at once: the scheduler
+ * credits a woken sleeper, which preempts a CPU-bound task. A SCHED_BATCH
+ * thread is never preempted for on wake-up (sched(7)), and Open MPI's BTL
+ * moves the threads that hand the progress role to each other there
+ * (btl_shardx_module.c, mca_btl_shardx_progress), so such a caller woke
+ * behind a busy loop and waited out its slice: two ranks of two threads
+ * beside two busy loops (mpi_bench mt 2 200, 2-core VM, 2026-11-29)
+ * exchanged 8 bytes in 1,166-2,070 us, against 205-790 over the tcp BTL;
+ * waiting as SCHED_OTHER, 85-106 us in the same runs. The switch there and
+ * back costs two sched_setscheduler(2) calls (4.4 us here) a wait, and a
+ * SCHED_OTHER wake-up also preempts the rank's own threads, which is what
+ * SCHED_BATCH is there to stop. So a SCHED_BATCH caller waits as it is
+ * until a wait comes back more than SX_YIELD_SLOW_NS after its longest
+ * (SX_YIELD_WAIT_NS): it was woken, or its time was up, and something kept
+ * it off the CPU for that long. Beside the busy loops 16-20 waits a run
+ * did, most by over 2 ms; without them, 0-1. Its waits then run
+ * SCHED_OTHER, the policy put back after each, for
+ * SX_YIELD_SLOW_WAIT_MIN_NS, doubling up to SX_YIELD_SLOW_WAIT_MAX_NS
+ * while a wait as it is comes back late again, as bound callers do above.
+ * The policy is looked up at most every SX_YIELD_CHECK_NS per thread.
+ *
+ * sx_yield_wait_begin notes the start in *start_p and returns the policy
+ * to put back, or -1 when nothing changed; sx_yield_wait_end takes both.
+ * The calling thread's own policy only.
+ */
+int sx_yield_wait_begin(uint64_t *start_p);
+void sx_yield_wait_end(int saved, uint64_t start);
+
 /**
  * Called by every sx_progress with what it handled (@p n) and whether the
  * home shard's token was held by another thread (@p busy); says what the

@@ -8,7 +8,9 @@
  * service waits out a callback that holds a shard for long; a caller that
  * yields when idle (sx_engine_caller_yields) waits at once, on every
  * shard, unless its thread is bound to one CPU: then it leaves the CPU to
- * the caller's own yield, until a yield keeps it away for long.
+ * the caller's own yield, until a yield keeps it away for long; a
+ * SCHED_BATCH caller whose wait came back late waits as SCHED_OTHER, and
+ * leaves every call with its own policy.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -523,6 +526,100 @@ static void test_bound_caller_yields_through_its_runtime(void **state)
     sx_engine_destroy(r.engine);
 }
 
+typedef struct batch_run {
+    sx_engine_h engine;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_bool started;
+    atomic_uint calls;     /* sx_progress calls made */
+    atomic_uint not_batch; /* calls after which the policy was not SCHED_BATCH */
+    atomic_int tid;        /* the caller's thread id, for sched_getscheduler */
+    int set_rc;            /* sched_setscheduler's result */
+} batch_run_t;
+
+/* Keeps the thread it lands on away for 3 ms: delivered during a wait, it
+ * ends the wait (EINTR) that long after it began, as a CPU-bound task
+ * that does not let a woken SCHED_BATCH thread back in would. */
+static void away_3ms(int sig)
+{
+    (void)sig;
+    struct timespec t = {.tv_nsec = 3 * 1000 * 1000};
+    while (nanosleep(&t, &t) != 0)
+        ;
+}
+
+static void *batch_caller(void *arg)
+{
+    batch_run_t *r = arg;
+    struct sched_param sp = {.sched_priority = 0};
+
+    /* The kernel's policy, not glibc's copy: pthread_getschedparam answers
+     * from what pthread_setschedparam last set. */
+    r->set_rc = sched_setscheduler(0, SCHED_BATCH, &sp);
+    atomic_store(&r->tid, (int)gettid());
+    atomic_store(&r->started, true);
+    if (r->set_rc != 0)
+        return NULL;
+    while (!atomic_load(&r->stop)) {
+        (void)sx_progress(r->engine); /* no peer: each call past the spin waits 500 us */
+        atomic_fetch_add(&r->calls, 1);
+        if (sched_getscheduler(0) != SCHED_BATCH)
+            atomic_fetch_add(&r->not_batch, 1);
+    }
+    return NULL;
+}
+
+/* A SCHED_BATCH caller (Open MPI's BTL moves threads that hand the
+ * progress role on there) is not put back on its CPU by the wake-up that
+ * ends its wait, so beside a busy loop it waited out the loop's slice
+ * (yield.h, "Waits that preempt"). Once a wait comes back late, its waits
+ * run SCHED_OTHER: seen from outside while it waits. Every call leaves it
+ * SCHED_BATCH again. The late wait is made with a signal whose handler
+ * keeps the thread away 3 ms; the wait ends with EINTR. SX_YIELD=always,
+ * so the verdict does not depend on the load. */
+static void test_batch_caller_waits_as_other_after_a_late_wait(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"YIELD", "always"}};
+    batch_run_t r = {.engine = am_engine(kv, 2)};
+    struct sigaction sa = {.sa_handler = away_3ms}, old;
+    bool other_seen = false;
+
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    assert_int_equal(pthread_create(&r.thread, NULL, batch_caller, &r), 0);
+    while (!atomic_load(&r.started))
+        sched_yield();
+    assert_int_equal(r.set_rc, 0);
+    uint64_t start = sx_time_ns();
+    unsigned signals = 0;
+    while (!other_seen && sx_time_ns() - start < AM_TEST_LIMIT_NS) {
+        /* Most of its time the caller waits: the signal lands in a wait
+         * sooner or later, and its waits then run SCHED_OTHER for at
+         * least SX_YIELD_SLOW_WAIT_MIN_NS (100 ms). */
+        if (atomic_load(&r.calls) > 20) {
+            assert_int_equal(pthread_kill(r.thread, SIGUSR1), 0);
+            signals++;
+        }
+        for (int i = 0; i < 20 && !other_seen; i++) {
+            struct timespec t = {.tv_nsec = 1000 * 1000};
+            nanosleep(&t, NULL);
+            int policy = sched_getscheduler(atomic_load(&r.tid));
+            assert_true(policy == SCHED_BATCH || policy == SCHED_OTHER);
+            other_seen = policy == SCHED_OTHER;
+        }
+    }
+    atomic_store(&r.stop, true);
+    assert_int_equal(pthread_join(r.thread, NULL), 0);
+    assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+    print_message("    waits as SCHED_OTHER seen after %u signals; %u calls, %u left other than "
+                  "SCHED_BATCH\n",
+                  signals, atomic_load(&r.calls), atomic_load(&r.not_batch));
+    assert_true(other_seen);
+    assert_int_equal(atomic_load(&r.not_batch), 0);
+    sx_engine_destroy(r.engine);
+}
+
 /* Open MPI lets one thread progress for the threads it parks, so a caller
  * that yields when idle waits on every shard, not its home one: here all
  * of b's traffic lands on its shard 1 and the only caller is at home on
@@ -584,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_caller_yields_waits_at_once),
         cmocka_unit_test(test_caller_yields_wakes_for_any_shard),
         cmocka_unit_test(test_bound_caller_yields_through_its_runtime),
+        cmocka_unit_test(test_batch_caller_waits_as_other_after_a_late_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
