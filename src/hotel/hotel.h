@@ -116,9 +116,10 @@ void sx_hotel_fini(sx_hotel_t *hotel);
  * Checks @p occupant (any pointer, NULL included; never dereferenced) into
  * a free room with an eviction deadline of @p deadline_ns, on the wheel's
  * clock; a deadline already passed evicts on the next sx_wheel_expire().
- * O(1): a room comes off a free list, or is the next never used. Returns SX_OK with the stay's key
- * in *key_p, or SX_ERR_FULL when every room is taken (*key_p untouched). Owner only; eviction
- * callbacks may call it. Never blocks.
+ * O(1): a room comes off a free list, or is the next never used. Returns
+ * SX_OK with the stay's key in *key_p, or SX_ERR_FULL when every room is
+ * taken (*key_p untouched). Owner only; eviction callbacks may call it.
+ * Never blocks.
  */
 int sx_hotel_checkin(sx_hotel_t *hotel, void *occupant, uint64_t deadline_ns,
                      sx_hotel_key_t *key_p);
