@@ -387,7 +387,10 @@ void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn);
  * Both are off under SX_AUTH (the tag covers the datagram whole) and for
  * datagrams under SX_LAND_MIN bytes: GRO reads those several at a time,
  * which the transport would copy back. Landing is for loopback and
- * jumbo-frame paths.
+ * jumbo-frame paths. A GET under SX_LAND_MIN is never offered (nor those
+ * after it in the same read): one datagram's copy saves nothing, and its
+ * destination then takes no other datagram's bytes, so a refused small
+ * GET leaves it as it was.
  */
 #define SX_LAND_MIN 8192u
 /* Reads of one datagram that look for the next PUT after one ends
