@@ -228,6 +228,11 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
 {
     if (c->failed != 0)
         return;
+    /* What the peer acknowledged completes as acknowledged. */
+    if (c->shard->ack_held_chan == c)
+        (void)sx_chan_ack_release_locked(c->shard);
+    if (c->failed != 0)
+        return;
     c->failed = status;
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
     sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
@@ -273,6 +278,8 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
     c->peer->chans[(size_t)c->shard->index * c->peer->nshards + c->lane] = NULL;
     sx_shard_unlink_ready_locked(c->shard, c);
     sx_shard_unlink_backlog_locked(c->shard, c);
+    if (c->shard->ack_held_chan == c) /* taken by the failure; this is a guard */
+        c->shard->ack_held_chan = NULL;
     sx_chan_iface(c)->ops->addr_remove(sx_chan_iface(c), c->dest);
     free(c->win);
     free(c);

@@ -101,8 +101,13 @@ void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt);
  *  passed (a timeout). */
 void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
 
-/** Takes the cumulative and selective ACK of a packet from the peer. */
-void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack);
+/** Takes the cumulative and selective ACK of a packet from the peer,
+ *  which arrived at @p now. */
+void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now);
+
+/** Holds the ACK of in-order data packet @p h, arrived at @p now, for the
+ *  shard's next datagram or pass (false: it must be taken now). */
+bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now);
 
 /* chan_cc.c */
 

@@ -497,12 +497,15 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
     c->probes = 0;
     if (h->flags & SX_PKTF_PROBE)
         c->ack_now = true;
-    if (h->flags & SX_PKTF_ACK)
-        sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK);
+    bool in_order = h->seq == c->rcv_nxt && !c->shard->serving && c->rcv_dlv == c->rcv_nxt;
+    if (h->flags & SX_PKTF_ACK) {
+        uint64_t now = sx_time_ns();
+        if (!(in_order && h->type == SX_PKT_DATA && sx_chan_ack_hold_locked(c, h, now)))
+            sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK, now);
+    }
     if (c->failed || h->type != SX_PKT_DATA)
         goto out;
 
-    bool in_order = h->seq == c->rcv_nxt && !c->shard->serving && c->rcv_dlv == c->rcv_nxt;
     if (land != NULL && !in_order && land->region) {
         /* sx_chan_land_fits_locked saw it in order, and its landed bytes
          * may no longer be read (chan.h, Landing): its retransmission

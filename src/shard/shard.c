@@ -477,6 +477,8 @@ static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8
     sx_wire_hdr_t h;
 
     sx_stat_add(&shard->stats.rx_packets, 1);
+    if (shard->ack_held_chan != NULL)
+        (void)sx_chan_ack_release_locked(shard); /* taken in order: chan.h */
     /* A datagram that landed part of itself claims to be the chunk that
      * belongs there (sx_shard_land_sort_locked); it is parsed around the
      * landing, and made whole if it is not delivered now (chan.h,
@@ -648,6 +650,8 @@ static int sx_shard_pass(sx_shard_t *shard, bool home)
     if (!shard->serving && env != NULL && env->svc_until != NULL &&
         now + env->svc_half_ns > atomic_load_explicit(env->svc_until, memory_order_relaxed))
         env->svc_push(env->svc_arg, now);
+    if (shard->ack_held_chan != NULL)
+        ran += (size_t)sx_chan_ack_release_locked(shard);
     int polled = sx_shard_poll_locked(shard);
     unsigned fired = sx_wheel_expire(shard->wheel, now);
     /* What the service received and completed while no caller came: a

@@ -74,6 +74,7 @@ struct sx_shard_guest {
     X(rx_packets, "datagrams received")                                                          \
     X(rx_out_of_order, "packets kept aside ahead of a gap")                                      \
     X(rx_kept_behind, "packets in order kept aside for the next caller to deliver")              \
+    X(acks_held, "ACKs of in-order data packets taken after their data was handed up")           \
     X(rtx_timeout, "retransmissions after a timeout")                                            \
     X(rtx_dupack, "fast retransmissions after three duplicate ACKs")                             \
     X(rtx_sack, "fast retransmissions of SACK holes")                                            \
@@ -262,6 +263,13 @@ struct sx_shard {
     struct sx_op *done_head, *done_tail;
     struct sx_peer *err_head, *err_tail;
     struct sx_chan *backlog_head, *backlog_tail;
+    /* A held ACK (chan_retransmit.c, sx_chan_ack_hold_locked): the
+     * acknowledgement an in-order data packet carried, taken at the start
+     * of the next pass or datagram instead of before the data is handed
+     * up; its channel (NULL: none), header and arrival time. */
+    struct sx_chan *ack_held_chan;
+    sx_wire_hdr_t ack_held;
+    uint64_t ack_held_ns;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* The last progress pass's start and how long before it the one
      * before began: how long this shard was not progressed, which is
