@@ -161,6 +161,7 @@ typedef struct sx_chan {
     sx_op_t *rmaq, *rmaq_tail; /* PUT and GET sent, waiting for the target's answer */
     uint32_t next_op_id;
     unsigned rma_outstanding; /* our PUT and GET not yet answered */
+    unsigned pinned_out;      /* packets sent from a region, under a pin, not yet acknowledged */
     unsigned resp_queued;     /* answers we owe the peer, not yet sent */
     /* Refusals of the peer's messages (wire.h): while `hold`, the
      * cumulative ACK stays at hold_seq, the oldest packet with a refused

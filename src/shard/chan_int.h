@@ -101,9 +101,10 @@ void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt);
  *  passed (a timeout). */
 void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
 
-/** Takes the cumulative and selective ACK of a packet from the peer,
- *  which arrived at @p now. */
-void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now);
+/** Takes the cumulative and selective ACK of a packet from the peer at
+ *  @p now; the packet arrived at @p arrived_ns, where RTT samples end. */
+void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now,
+                                uint64_t arrived_ns);
 
 /** Holds the ACK of in-order data packet @p h, arrived at @p now, for the
  *  shard's next datagram or pass (false: it must be taken now). */

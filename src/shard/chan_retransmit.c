@@ -379,27 +379,41 @@ static void chan_loss_episode(sx_chan_t *c, const sx_txpkt_t *pkt, uint64_t now)
 /*
  * Holding an ACK. An in-order data packet that also acknowledges new data
  * of ours is handed up first, and its acknowledgement is taken after: at
- * the shard's next datagram, or at the start of its next pass. Taking it
+ * the shard's next datagram, before a timer of the shard fires (shard.c:
+ * a retransmission timeout must see it, or it resends what was
+ * acknowledged), or at the start of the shard's next pass. Taking it
  * (rooms checked out, sends completed, an RTT sample, the controller)
  * came between a ping's read and its pong's send, 160-175 ns of the
  * 1.1 us the library spent there (sx_bench latency, clock checkpoints);
- * after the caller has sent its reply it delays no one. The next pass
- * comes at once in a caller that waits, and a caller that computes
- * instead gets its completions at its next progress call, as it would
- * have had the ACK come a moment later. One ACK per shard is held, and a
- * second one takes the first before it is held, so they are taken in
- * order; the RTT sample still ends at the arrival. Taken at once are
- * duplicate and out-of-range ACKs, ACKs during loss recovery, which may
- * resend, and ACKs of a channel with sends queued, which wait for the
- * room the ACK frees: a stream of PUTs, whose chunks sent a pass later
- * came back to back and landed less (test_rma test_put_lands under load).
+ * after the caller has sent its reply it delays no one. RTT samples end
+ * at the arrival; timers it re-arms start at the taking.
+ *
+ * Only a pass of a thread that calls the shard home holds one
+ * (home_pass): that thread's next sx_progress starts with a pass over the
+ * shard, where a shard that threads only visit would keep it until the
+ * next visit. One is held per shard, and a second takes the first before
+ * it is held, so they are taken in order; a channel that fails takes its
+ * own first, so what the peer acknowledged completes with SX_OK.
+ *
+ * Taken at once, as before, are the ACKs whose wait costs more than it
+ * saves: duplicate and out-of-range ones; those in loss recovery, which
+ * may resend; those of a channel with sends queued behind the window
+ * they open (a PUT stream's chunks, sent a pass later, came back to back
+ * and landed less: test_rma test_put_lands under load); and those of a
+ * channel with answers out that were sent from a registered region
+ * under a pin (pinned_out). ob1 deregisters the region in the handler of
+ * the very message whose ACK was held, and the deregistration copied the
+ * region for packets already acknowledged (mem_shadow_bytes): 1 MiB
+ * collectives at 2 ranks took ten times as long (test_rma
+ * test_fin_after_get_copies_nothing).
  */
 bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
 {
     sx_shard_t *shard = c->shard;
 
-    if (!sx_u32_before(c->snd_una, h->ack) || sx_u32_before(c->snd_nxt, h->ack) ||
-        (h->flags & SX_PKTF_DSACK) || c->in_recovery || c->in_rto_recovery || c->sendq != NULL)
+    if (!shard->home_pass || !sx_u32_before(c->snd_una, h->ack) ||
+        sx_u32_before(c->snd_nxt, h->ack) || (h->flags & SX_PKTF_DSACK) || c->in_recovery ||
+        c->in_rto_recovery || c->sendq != NULL || c->pinned_out != 0)
         return false;
     (void)sx_chan_ack_release_locked(shard);
     shard->ack_held_chan = c;
@@ -419,13 +433,14 @@ int sx_chan_ack_release_locked(sx_shard_t *shard)
     shard->ack_held_chan = NULL;
     if (c->failed)
         return 0;
-    sx_chan_process_ack_locked(c, &h, false, shard->ack_held_ns);
+    sx_chan_process_ack_locked(c, &h, false, sx_time_ns(), shard->ack_held_ns);
     if (c->ack_now || c->rtx != NULL || c->sendq != NULL)
         sx_chan_kick_locked(c);
     return 1;
 }
 
-void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now)
+void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now,
+                                uint64_t arrived_ns)
 {
     uint32_t mask = sx_chan_window(c) - 1;
     /*
@@ -473,7 +488,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                  * earlier ACK could not have (see `reportable`). */
                 if (pkt->transmissions == 1 && !pkt->sacked &&
                     !sx_u32_before(reportable, c->snd_una))
-                    sample = now - pkt->first_sent_ns;
+                    sample = arrived_ns - pkt->first_sent_ns;
                 if (pkt->key != 0) {
                     void *occupant;
                     (void)sx_hotel_checkout(c->shard->hotel, pkt->key, &occupant);
@@ -576,7 +591,7 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
                     sacked += pkt->len;
                 }
                 if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
-                    sack_sample = now - pkt->first_sent_ns; /* newest wins */
+                    sack_sample = arrived_ns - pkt->first_sent_ns; /* newest wins */
                 pkt->sacked = true;
                 if (pkt->last_sent_ns > c->rack_ns)
                     c->rack_ns = pkt->last_sent_ns;

@@ -50,6 +50,7 @@ uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_fr
     if (pinned) {
         zc_pkt->ext = src;
         zc_pkt->pin = m;
+        c->pinned_out++;
         sx_stat_add(&c->shard->stats.region_zc_sent, 1);
         return p;
     }

@@ -501,7 +501,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
     if (h->flags & SX_PKTF_ACK) {
         uint64_t now = sx_time_ns();
         if (!(in_order && h->type == SX_PKT_DATA && sx_chan_ack_hold_locked(c, h, now)))
-            sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK, now);
+            sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK, now, now);
     }
     if (c->failed || h->type != SX_PKT_DATA)
         goto out;

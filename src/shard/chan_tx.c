@@ -83,8 +83,10 @@ void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     sx_shard_t *s = c->shard;
 
-    if (pkt->pin != NULL)
+    if (pkt->pin != NULL) {
         sx_mem_unpin(pkt->pin);
+        c->pinned_out--;
+    }
 
     if (chan_pkt_pooled(c, pkt->cap) && s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
         pkt->rtx_next = s->pkt_pool;
@@ -350,6 +352,7 @@ void sx_chan_pkt_materialize_locked(sx_chan_t *c, sx_txpkt_t *pkt)
         sx_mem_pin_read_end(pkt->pin);
         sx_mem_unpin(pkt->pin);
         pkt->pin = NULL;
+        c->pinned_out--;
     } else
         memcpy(pkt->data + pkt->head, pkt->ext, pkt->len - pkt->head);
     sx_stat_add(&c->shard->stats.copy_tx_bytes, pkt->len - pkt->head);

@@ -652,7 +652,15 @@ static int sx_shard_pass(sx_shard_t *shard, bool home)
         env->svc_push(env->svc_arg, now);
     if (shard->ack_held_chan != NULL)
         ran += (size_t)sx_chan_ack_release_locked(shard);
+    shard->home_pass = home && !shard->serving; /* may hold an ACK: chan_retransmit.c */
     int polled = sx_shard_poll_locked(shard);
+    shard->home_pass = false;
+    /* A timer decides on what the peer acknowledged: one due now sees a
+     * held ACK taken (chan_retransmit.c). */
+    uint64_t due;
+    if (shard->ack_held_chan != NULL && sx_wheel_next_deadline(shard->wheel, &due) == SX_OK &&
+        sx_u64_before_eq(due, now))
+        ran += (size_t)sx_chan_ack_release_locked(shard);
     unsigned fired = sx_wheel_expire(shard->wheel, now);
     /* What the service received and completed while no caller came: a
      * caller's pass hands it up. */

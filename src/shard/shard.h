@@ -270,6 +270,7 @@ struct sx_shard {
     struct sx_chan *ack_held_chan;
     sx_wire_hdr_t ack_held;
     uint64_t ack_held_ns;
+    bool home_pass;       /* while a home thread's pass polls: only it holds one */
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* The last progress pass's start and how long before it the one
      * before began: how long this shard was not progressed, which is
