@@ -226,9 +226,8 @@ void sx_chan_fail_locked(sx_chan_t *c, int status)
 
 void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
 {
-    if (c->failed != 0)
-        return;
-    /* What the peer acknowledged completes as acknowledged. */
+    /* What the peer acknowledged completes as acknowledged (a failed
+     * channel holds none: the release finds it failed). */
     if (c->shard->ack_held_chan == c)
         (void)sx_chan_ack_release_locked(c->shard);
     if (c->failed != 0)

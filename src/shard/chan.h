@@ -511,8 +511,9 @@ void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status);
 unsigned sx_chan_deliver_backlog_locked(sx_chan_t *chan);
 
 /** Takes the ACK the shard holds (sx_chan_ack_hold_locked), if any: at the
- *  start of each pass and before each datagram is parsed. Returns 1 if
- *  one was taken. Token holder of @p shard. */
+ *  start of each pass, before each datagram is parsed, before a due timer
+ *  fires, and when its channel fails. Returns 1 if one was taken. Token
+ *  holder of @p shard. */
 int sx_chan_ack_release_locked(sx_shard_t *shard);
 
 #endif /* SX_SHARD_CHAN_H */

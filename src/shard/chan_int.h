@@ -106,8 +106,8 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
 void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now,
                                 uint64_t arrived_ns);
 
-/** Holds the ACK of in-order data packet @p h, arrived at @p now, for the
- *  shard's next datagram or pass (false: it must be taken now). */
+/** Holds the ACK of in-order data packet @p h, arrived at @p now, until
+ *  sx_chan_ack_release_locked takes it (false: it must be taken now). */
 bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now);
 
 /* chan_cc.c */

@@ -264,9 +264,10 @@ struct sx_shard {
     struct sx_peer *err_head, *err_tail;
     struct sx_chan *backlog_head, *backlog_tail;
     /* A held ACK (chan_retransmit.c, sx_chan_ack_hold_locked): the
-     * acknowledgement an in-order data packet carried, taken at the start
-     * of the next pass or datagram instead of before the data is handed
-     * up; its channel (NULL: none), header and arrival time. */
+     * acknowledgement an in-order data packet carried, taken after its
+     * data was handed up (at the next datagram, due timer or pass, or when
+     * its channel fails); its channel (NULL: none), header and arrival
+     * time. */
     struct sx_chan *ack_held_chan;
     sx_wire_hdr_t ack_held;
     uint64_t ack_held_ns;
