@@ -19,7 +19,9 @@
  * callback) run on whichever thread is working a shard at that moment:
  * inside sx_progress, on a progress thread (SX_PROGRESS=thread), or inside
  * a call that took the shard to submit work (sx_send, sx_sendi, sx_put,
- * sx_get, sx_peer_remove), which also runs work other threads queued. A
+ * sx_get, sx_peer_remove), which also runs work other threads queued.
+ * shardx's other threads (its service, below; the threads of its
+ * out-of-band and rdmacm connection methods) never run one. A
  * callback may call any function here except sx_engine_destroy: a send
  * from a callback is queued on the shard and goes out before the shard is
  * released, with no lock held and no recursion into one. In the global

@@ -6,7 +6,8 @@
  * card blob is the endpoint's "host:port".
  *
  * Messages arrive on the OOB's progress thread and are delegated to the
- * shard they name, through the shard's inbox.
+ * shard they name, through the shard's inbox; that thread runs no
+ * callback of the application's (sx_shard_set_engine_thread).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "shard/chan.h"
 #include "shard/conn.h"
 #include "shard/peer.h"
+#include "shard/shard.h"
 #include "shard/wire.h"
 
 typedef struct oob_ctrl_req {
@@ -60,6 +62,10 @@ static void oob_ctrl_handler(void *arg, uint64_t peer, uint32_t tag, const void 
     r->env = env;
     r->len = len;
     memcpy(r->data, data, len);
+    /* Finding the shard's token free, this thread runs the message itself
+     * and may take an ACK a caller's pass held, which completes the
+     * caller's sends: their callbacks wait for the caller (shard.h). */
+    sx_shard_set_engine_thread();
     env->submit(env->submit_arg, h.dst_shard, &r->req);
 }
 

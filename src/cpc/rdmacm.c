@@ -74,6 +74,7 @@
 #include "shard/chan.h"
 #include "shard/conn.h"
 #include "shard/peer.h"
+#include "shard/shard.h"
 #include "transports/transport.h"
 #include "transports/verbs_addr.h"
 
@@ -518,6 +519,10 @@ static void *rdmacm_thread(void *arg)
 {
     rdmacm_state_t *st = arg;
     int timeout = -1;
+
+    /* It hands answers to shards and may run them itself: no callback of
+     * the application's runs here (shard.h). */
+    sx_shard_set_engine_thread();
 
     for (;;) {
         struct epoll_event evs[2];

@@ -38,12 +38,19 @@ void sx_shard_wake(sx_shard_t *shard)
         sx_debug("shard", "shard %u: eventfd write failed", shard->index);
 }
 
-/* The engine's service thread, whose token tenures run no callback. */
+/* The engine's service thread and its other threads (shard.h), whose
+ * token tenures run no callback. */
 static _Thread_local bool sx_shard_on_service_thread;
+static _Thread_local bool sx_shard_on_engine_thread;
 
 void sx_shard_set_service_thread(bool on)
 {
     sx_shard_on_service_thread = on;
+}
+
+void sx_shard_set_engine_thread(void)
+{
+    sx_shard_on_engine_thread = true;
 }
 
 /* Called by every thread that takes the token, before it runs anything. */
@@ -51,7 +58,7 @@ static void sx_shard_acquire_hook(void *owner)
 {
     sx_shard_t *shard = owner;
 
-    shard->serving = sx_shard_on_service_thread;
+    shard->serving = sx_shard_on_service_thread || sx_shard_on_engine_thread;
 }
 
 /*
@@ -105,12 +112,13 @@ static void sx_shard_flush_hook(void *owner)
     else
         sx_shard_flush_locked(shard);
     /* The service sleeps until the earliest timer, which this flush may
-     * just have armed (a retransmission deadline). */
-    if (shard->serving && sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
-        next = UINT64_MAX;
-    /* ... or at once, when an interface holds what its fd will not
-     * announce (udp: the rest of a GRO read). */
-    if (shard->serving) {
+     * just have armed (a retransmission deadline), or at once, when an
+     * interface holds what its fd will not announce (udp: the rest of a
+     * GRO read). Only the service's own tenures note it: it reads the
+     * note after its pass (sx_shard_serve). */
+    if (sx_shard_on_service_thread) {
+        if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
+            next = UINT64_MAX;
         for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
             sx_tl_iface_t *iface = shard->ifaces[t];
             if (iface != NULL && iface->ops->arm != NULL && iface->ops->arm(iface) != SX_OK)
@@ -122,10 +130,13 @@ static void sx_shard_flush_hook(void *owner)
     /* A sleeping progress thread computed its wake-up before we armed our
      * timers: wake it if one of ours is due earlier. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
-     * through the token), so we cannot miss it. */
+     * through the token), so we cannot miss it. Likewise when an engine
+     * thread deferred callbacks for it (SX_PROGRESS=thread has no
+     * service, but the OOB thread may take the token). */
     if (atomic_load_explicit(&shard->sleeping, memory_order_relaxed) &&
-        sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
-        next < atomic_load_explicit(&shard->sleep_until_ns, memory_order_relaxed))
+        ((shard->serving && shard->deferred) ||
+         (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
+          next < atomic_load_explicit(&shard->sleep_until_ns, memory_order_relaxed))))
         sx_shard_wake(shard);
 }
 
@@ -136,8 +147,9 @@ bool sx_shard_prepare_sleep(sx_shard_t *shard, uint64_t *timeout_ns_p)
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, NULL))
         return false;
     /* An interface whose fd needs arming (libfabric's fi_trywait) may have
-     * something that its fd will not announce: poll again instead. */
-    bool armed = true;
+     * something that its fd will not announce, and an engine thread may
+     * have deferred callbacks since the last pass: poll again instead. */
+    bool armed = !shard->deferred;
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT && armed; t++) {
         sx_tl_iface_t *iface = shard->ifaces[t];
         if (iface != NULL && iface->ops->arm != NULL)

@@ -252,9 +252,11 @@ struct sx_shard {
      * the token holder's. */
     atomic_int fd_timer;
     uint64_t fd_timer_at;
-    /* Whether the token holder is the engine's service thread, which
-     * serves a shard no caller progresses but never runs a callback: set
-     * at every acquisition (the inbox's on_acquire). What it cannot run
+    /* Whether the token holder is one of the engine's own threads, which
+     * never run a callback (DESIGN.md section 3): the service thread,
+     * which serves a shard no caller progresses, or a thread that hands
+     * the shard connection messages (the OOB's, rdmacm's): set at every
+     * acquisition (the inbox's on_acquire). What it cannot run
      * waits here for the next caller's sx_shard_progress: completions,
      * peer error reports, and channels holding data received and
      * acknowledged but not yet handed to a handler (their backlog). */
@@ -348,6 +350,17 @@ int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p);
 /** Marks the calling thread as the engine's service thread (callbacks are
  *  deferred on it) or not. */
 void sx_shard_set_service_thread(bool on);
+
+/**
+ * Marks the calling thread, for its lifetime, as a thread of the engine's
+ * own that is not the service: one that hands shards what arrives on
+ * another channel (the OOB's connection messages, rdmacm's answers) and
+ * may find a shard's token free and run the work itself. Its tenures
+ * defer every callback to the next caller, as the service's do: a
+ * completion of the caller's (a held ACK taken, chan_retransmit.c) or a
+ * peer's failure must not run on a thread the application never gave us.
+ */
+void sx_shard_set_engine_thread(void);
 
 /** Runs what the service deferred (completions, peer error reports,
  *  backlogged deliveries); returns how many. Token holder, never the

@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,11 +55,13 @@
 
 typedef struct cp_side cp_side_t;
 
-/* One send: its completion must run exactly once. */
+/* One send: its completion must run exactly once, on a thread of the
+ * test's (every test here calls shardx from its main thread only). */
 typedef struct cp_op {
     cp_side_t *side;
     unsigned calls;
     int status;
+    bool foreign; /* the completion ran on another thread (shardx's own) */
     uint8_t *buf;
 } cp_op_t;
 
@@ -78,6 +81,7 @@ struct cp_side {
 
 static struct {
     cp_side_t side[3];
+    pthread_t main_thread;
     int sock;
     bool capturing;
     int log_level; /* the process-wide level before the test */
@@ -107,6 +111,7 @@ static void cp_done(void *ctx, int status)
     cp_op_t *op = ctx;
     op->calls++;
     op->status = status;
+    op->foreign |= !pthread_equal(pthread_self(), fx.main_thread);
     op->side->done++;
     if (status == SX_OK)
         op->side->ok++;
@@ -203,6 +208,9 @@ static void cp_check_ops(const cp_side_t *s, uint64_t from, uint64_t to, int sta
         if (op->calls != 1 || op->status != status)
             fail_msg("send %llu: %u completions, last %s; expected one, %s", (unsigned long long)i,
                      op->calls, sx_status_name(op->status), sx_status_name(status));
+        if (op->foreign)
+            fail_msg("send %llu: its completion ran on a thread of shardx's own",
+                     (unsigned long long)i);
     }
 }
 
@@ -342,6 +350,7 @@ static int cp_setup(void **state)
     (void)state;
     memset(&fx, 0, sizeof(fx));
     fx.sock = -1;
+    fx.main_thread = pthread_self();
     fx.log_level = atomic_load(&sx_log_level_g);
     return 0;
 }
@@ -700,6 +709,56 @@ static void test_spec_oob(void **state)
     char *log = cp_capture_stop();
     assert_contains(log, "is up (oob");
     free(log);
+}
+
+/*
+ * The OOB's thread hands a connection message to the shard it names and,
+ * finding the shard's token free, runs it itself (cpc/oob.c). Doing so it
+ * takes the ACK the caller's last pass held (chan_retransmit.c, Holding
+ * an ACK), which completes the caller's send: that completion waits for
+ * the caller's next sx_progress and runs there, never on the OOB's
+ * thread (sx_shard_set_engine_thread). No service thread
+ * (SX_SERVICE_US=0): only the OOB's threads and this one touch the
+ * engines.
+ */
+static void test_oob_thread_runs_no_callback(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"CPC", "oob"}, {"SERVICE_US", "0"}};
+    cp_side_t *a = cp_open(0, kv, 3);
+    cp_side_t *b = cp_open(1, kv, 3);
+    cp_side_t *c = cp_open(2, kv, 3);
+    cp_link(0, 1);
+    cp_exchange(1, 8, 1);
+    /* A request from a and a reply from b, until a's pass that handed the
+     * reply up held its ACK: the request is then not yet complete. */
+    bool held = false;
+    for (int i = 0; i < 100 && !held; i++) {
+        uint64_t held0 = cp_stat(a->e, "acks_held");
+        uint64_t b_rx = b->rx[0].received, a_rx = a->rx[1].received;
+        cp_send_ok(a, 1, 1, 8, 1);
+        CP_WAIT_ONE(b->e, b->rx[0].received > b_rx, "the request");
+        cp_send_ok(b, 0, 1, 8, 1);
+        CP_WAIT_ONE(a->e, a->rx[1].received > a_rx, "the reply");
+        held = cp_stat(a->e, "acks_held") > held0 && a->done < a->nops;
+        if (!held)
+            CP_WAIT(a->done == a->nops && b->done == b->nops, "the round's completions");
+    }
+    assert_true(held);
+    /* c connects to a: its CONNECT reaches a through a's OOB thread. */
+    uint64_t done = a->done, ctrl = cp_stat(a->e, "ctrl_received");
+    cp_link(0, 2);
+    cp_send_ok(c, 0, 1, 8, 1);
+    CP_WAIT_ONE(c->e, cp_stat(a->e, "ctrl_received") > ctrl, "c's CONNECT at a");
+    assert_int_equal(a->done, done); /* nothing ran on the OOB's thread */
+    CP_WAIT_ONE(a->e, a->done == a->nops, "the request's completion at a's next call");
+    CP_WAIT(c->done == c->nops && a->rx[2].received >= 1 && b->done == b->nops,
+            "c's message and the last completions");
+    cp_check_ops(a, 0, a->nops, SX_OK);
+    cp_check_ops(b, 0, b->nops, SX_OK);
+    cp_check_ops(c, 0, c->nops, SX_OK);
+    cp_check_rx(a, 2, 1);
+    assert_int_equal(cp_chosen(a->peer[2]), SX_CPC_OOB);
 }
 
 /* ------------------------------------------------------------ the exchange */
@@ -1944,6 +2003,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_select_patched_offers, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_spec_invalid, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_spec_oob, cp_setup, cp_teardown),
+        cmocka_unit_test_setup_teardown(test_oob_thread_runs_no_callback, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_simultaneous_connect, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_handshake_loss, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_seq_start_differs, cp_setup, cp_teardown),
