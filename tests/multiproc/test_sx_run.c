@@ -1270,6 +1270,9 @@ int main(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* SX_TEST_FILTER=pattern runs only the matching tests. */
+    if (getenv("SX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
