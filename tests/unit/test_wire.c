@@ -501,6 +501,26 @@ static void test_csum16_reference(void **state)
                 sum = (sum & 0xffff) + (sum >> 16);
             assert_int_equal(sx_wire_csum16(buf, len), (uint16_t)~sum);
         }
+        /* The parser sums a header with an unrolled copy of the loop
+         * (wire.c, wire_hdr_csum): a header whose checksum the plain sum
+         * set passes it, and one changed byte (always a nonzero change
+         * modulo 2^16 - 1) fails it. */
+        uint8_t hdr[SX_WIRE_HDR_LEN];
+        sx_wire_hdr_t h;
+        memcpy(hdr, buf, sizeof(hdr));
+        hdr[0] = SX_WIRE_VERSION;
+        hdr[42] = hdr[43] = 0;
+        uint32_t sum = 0;
+        for (size_t i = 0; i < sizeof(hdr); i += 2)
+            sum += (uint32_t)hdr[i] | ((uint32_t)hdr[i + 1] << 8);
+        while (sum >> 16)
+            sum = (sum & 0xffff) + (sum >> 16);
+        hdr[42] = (uint8_t)(~sum & 0xff);
+        hdr[43] = (uint8_t)((~sum >> 8) & 0xff);
+        assert_int_not_equal(sx_wire_parse_packet(hdr, sizeof(hdr), &h), SX_DROP_HDR_CSUM);
+        size_t at = 1 + (size_t)round % (sizeof(hdr) - 1);
+        hdr[at] ^= (uint8_t)(1u << (round % 8));
+        assert_int_equal(sx_wire_parse_packet(hdr, sizeof(hdr), &h), SX_DROP_HDR_CSUM);
     }
 }
 
