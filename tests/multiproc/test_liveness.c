@@ -816,5 +816,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_whole_job_stopped, lv_teardown),
         cmocka_unit_test_teardown(test_busy_under_loss, lv_teardown),
     };
+    /* SX_TEST_FILTER=pattern runs only the matching tests (as in
+     * test_sx_run), to repeat one under load. */
+    if (getenv("SX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
