@@ -456,16 +456,18 @@ unsigned sx_wheel_expire(sx_wheel_t *w, uint64_t now_ns)
 
     uint64_t tick;
     unsigned level;
-    while (next_event(w, &tick, &level) && sx_u64_before_eq(tick, target)) {
+    bool more;
+    while ((more = next_event(w, &tick, &level)) && sx_u64_before_eq(tick, target)) {
         advance_to(w, tick);
         process_event(w, level);
         fired += run_firing(w);
     }
     /* Nothing lies between here and target, so the clock may jump; every
-     * occupied slot stays ahead of it because its event is after target. */
+     * occupied slot stays ahead of it because its event is after target,
+     * and that event, the one the loop stopped at, is the next. */
     if (sx_u64_before(w->cur, target))
         advance_to(w, target);
-    w->quiet_until = next_event(w, &tick, &level) ? tick : w->cur + SX_WHEEL_QUIET_FAR;
+    w->quiet_until = more ? tick : w->cur + SX_WHEEL_QUIET_FAR;
 
     w->expiring = false;
     return fired;
