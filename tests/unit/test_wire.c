@@ -38,6 +38,20 @@ static void fix_csum(uint8_t *pkt)
     pkt[43] = (uint8_t)(c >> 8);
 }
 
+/* RFC 1071's one's-complement sum of 16-bit little-endian words, folded
+ * (not complemented), one word at a time: the reference. */
+static uint16_t ref_sum16(const uint8_t *buf, size_t len)
+{
+    uint32_t sum = 0;
+    for (size_t i = 0; i + 1 < len; i += 2)
+        sum += (uint32_t)buf[i] | ((uint32_t)buf[i + 1] << 8);
+    if (len & 1)
+        sum += buf[len - 1];
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return (uint16_t)sum;
+}
+
 /* A header whose every field has a distinct, multi-byte value, so a field
  * written at the wrong offset or in the wrong byte order shows. */
 static sx_wire_hdr_t sample_hdr(uint16_t payload_len)
@@ -53,6 +67,10 @@ static sx_wire_hdr_t sample_hdr(uint16_t payload_len)
         .ack = 0x41424344u,
         .sack = 0x5152535455565758ull,
         .payload_len = payload_len,
+        .rwnd_pkts = 0x61626364u,
+        .rwnd_bytes = 0x71727374u,
+        .ecn_ect = 0x81828384u,
+        .ecn_ce = 0x91929394u,
     };
     return h;
 }
@@ -236,7 +254,20 @@ static void test_header_layout_and_round_trip(void **state)
     assert_int_equal(le64(pkt + 32), in.sack);
     assert_int_equal(pkt[40] | pkt[41] << 8, 16);
     assert_int_equal(le32(pkt + 44), crc);
+    assert_int_equal(le32(pkt + 48), in.rwnd_pkts);
+    assert_int_equal(le32(pkt + 52), in.rwnd_bytes);
+    assert_int_equal(le32(pkt + 56), in.ecn_ect);
+    assert_int_equal(le32(pkt + 60), in.ecn_ce);
+    /* The checksum at 42 is the plain 16-bit sum's (sx_wire_write_hdr sums
+     * the words it composes, not the bytes it stored). */
     assert_int_equal(sx_wire_csum16(pkt, SX_WIRE_HDR_LEN), 0);
+    uint8_t zeroed[SX_WIRE_HDR_LEN];
+    memcpy(zeroed, pkt, sizeof(zeroed));
+    zeroed[42] = zeroed[43] = 0;
+    assert_int_equal(pkt[42] | pkt[43] << 8, (uint16_t)~ref_sum16(zeroed, sizeof(zeroed)));
+    /* Nothing past the header is touched. */
+    for (size_t i = SX_WIRE_HDR_LEN; i < sizeof(pkt); i++)
+        assert_int_equal(pkt[i], 0x5a);
 
     assert_int_equal(sx_wire_parse_packet(pkt, sizeof(pkt), &out), SX_DROP_NONE);
     in.flags |= SX_PKTF_CRC;
@@ -476,20 +507,6 @@ static void test_drop_reason_names(void **state)
     assert_string_equal(sx_drop_reason_name(SX_DROP_COUNT), "unknown");
     assert_string_equal(sx_drop_reason_name(SX_DROP_NONE), "unknown");
     assert_string_equal(sx_drop_reason_text((sx_drop_reason_t)-1), "unknown");
-}
-
-/* RFC 1071's one's-complement sum of 16-bit little-endian words, folded
- * (not complemented), one word at a time: the reference. */
-static uint16_t ref_sum16(const uint8_t *buf, size_t len)
-{
-    uint32_t sum = 0;
-    for (size_t i = 0; i + 1 < len; i += 2)
-        sum += (uint32_t)buf[i] | ((uint32_t)buf[i + 1] << 8);
-    if (len & 1)
-        sum += buf[len - 1];
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return (uint16_t)sum;
 }
 
 /* The checksum sums wider words than RFC 1071's 16 bits: it must agree
