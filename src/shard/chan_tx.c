@@ -37,17 +37,6 @@
 #define SX_TXPKT_POOL_MIN   (16u * 1024u)
 #define SX_TXPKT_POOL_SMALL 1024u
 
-/*
- * Small packets (an eager message up to a few hundred bytes, or a few
- * shared ones) are made SX_TXPKT_SMALL_CAP bytes large and up to
- * SX_TXPKT_SMALL_KEEP of them are kept on the shard's own free list, so
- * that a stream of small sends takes no malloc and free per packet: those
- * were a tenth of the sender's time in sx_bench mt's injection-only run
- * (perf). At most 128 x 512 bytes of data a shard stay allocated.
- */
-#define SX_TXPKT_SMALL_CAP  512u
-#define SX_TXPKT_SMALL_KEEP 128u
-
 /* Whether a packet of @p need bytes on @p c comes from, and goes back to,
  * the pool. */
 static bool chan_pkt_pooled(const sx_chan_t *c, size_t need)
@@ -82,13 +71,6 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
             cap = pkt->cap;
             SX_POOL_UNPOISON(pkt->data, cap);
         }
-    } else if (need <= SX_TXPKT_SMALL_CAP) {
-        cap = SX_TXPKT_SMALL_CAP;
-        if ((pkt = s->pkt_small) != NULL) {
-            s->pkt_small = pkt->rtx_next;
-            s->pkt_small_n--;
-            SX_POOL_UNPOISON(pkt->data, cap);
-        }
     }
     if (pkt == NULL && (pkt = malloc(sizeof(*pkt) + cap)) == NULL)
         return NULL;
@@ -110,13 +92,6 @@ void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
         pkt->rtx_next = s->pkt_pool;
         s->pkt_pool = pkt;
         s->pkt_pool_bytes += pkt->cap;
-        SX_POOL_POISON(pkt->data, pkt->cap);
-        return;
-    }
-    if (pkt->cap == SX_TXPKT_SMALL_CAP && s->pkt_small_n < SX_TXPKT_SMALL_KEEP) {
-        pkt->rtx_next = s->pkt_small;
-        s->pkt_small = pkt;
-        s->pkt_small_n++;
         SX_POOL_POISON(pkt->data, pkt->cap);
         return;
     }

@@ -242,11 +242,6 @@ void sx_shard_destroy(sx_shard_t *shard)
         shard->pkt_pool = pkt->rtx_next;
         free(pkt);
     }
-    while (shard->pkt_small != NULL) {
-        sx_txpkt_t *pkt = shard->pkt_small;
-        shard->pkt_small = pkt->rtx_next;
-        free(pkt);
-    }
     for (unsigned i = 0; i < SX_SHARD_TL_COUNT; i++) {
         if (shard->ifaces[i] != NULL)
             shard->ifaces[i]->ops->close(shard->ifaces[i]);

@@ -13,7 +13,7 @@
  *   token                     | any thread               | try-lock, never waited on
  *   inbox                     | producers: any thread    | wfcqueue, see inbox.h
  *   wheel, hotel, txq,        | the token holder         | plain accesses
- *   ready list, pkt_pool(s)   |                          |
+ *   ready list, pkt_pool      |                          |
  *   stats                     | the token holder         | sx_stat_add (no RMW);
  *                             |                          | readable from any thread
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
@@ -235,12 +235,9 @@ struct sx_shard {
      * (sx_shard_land_release_locked). NULL between polls. */
     sx_tl_event_t *land_ev;
     int land_ev_n, land_ev_next;
-    /* Large data packets kept for reuse, and small ones (chan_tx.c,
-     * chan_pkt_alloc). */
+    /* Large data packets kept for reuse (chan.c, chan_pkt_alloc). */
     struct sx_txpkt *pkt_pool;
     size_t pkt_pool_bytes;
-    struct sx_txpkt *pkt_small;
-    unsigned pkt_small_n;
     unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
     /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
      * until when; a token holder that arms an earlier timer rings wake_fd. */
