@@ -101,6 +101,17 @@ static inline uint16_t wire_hdr_csum(const uint8_t *h)
 /* ---------------------------------------------------------------- packets */
 
 /*
+ * One field of the caller's header struct, read on its own. GCC merges
+ * reads of neighbouring fields into one wider load where an expression
+ * puts them side by side, as the words below do (seq and ack, say); a
+ * wide load of fields that the caller has just stored one by one waits
+ * for those stores to leave the store buffer, as summing a header just
+ * written does (below; perf annotate put a third of sx_wire_write_hdr's
+ * samples on such a load). A volatile read is never merged.
+ */
+#define WIRE_FIELD(f) (*(const volatile __typeof__(f) *)&(f))
+
+/*
  * The header is composed as its eight little-endian words in registers,
  * summed there, and stored a word at a time: summing it back out of
  * memory right after writing it field by field made each of the sum's
@@ -112,17 +123,6 @@ static inline uint16_t wire_hdr_csum(const uint8_t *h)
  * written took 23 ns a header that way and 11 ns this way. Same bytes on
  * the wire (test_wire's layout test).
  */
-/*
- * One field of the caller's header struct, read on its own. GCC merges
- * reads of neighbouring fields into one wider load where an expression
- * puts them side by side, as the words below do (seq and ack, say); a
- * wide load of fields that the caller has just stored one by one waits
- * for those stores to leave the store buffer just like the sum above did
- * (perf annotate put a third of this function's samples on such a load).
- * A volatile read is never merged.
- */
-#define WIRE_FIELD(f) (*(const volatile __typeof__(f) *)&(f))
-
 void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc)
 {
     uint16_t flags = WIRE_FIELD(hdr->flags);
@@ -180,10 +180,11 @@ void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_s
      * (the epochs) stay as they are. */
     uint64_t w0 = sx_get64(pkt) | (uint64_t)flags_set << 16;
     uint64_t w1 = sx_get64(pkt + 8), w2 = sx_get64(pkt + 16);
-    uint64_t w3 = (sx_get64(pkt + 24) & 0xffffffffu) | (uint64_t)ack->ack << 32;
+    uint64_t w3 = (sx_get64(pkt + 24) & 0xffffffffu) | (uint64_t)WIRE_FIELD(ack->ack) << 32;
     uint64_t w5 = sx_get64(pkt + 40) & ~((uint64_t)0xffff << WIRE_W5_CSUM_SHIFT);
-    uint64_t w6 = (uint64_t)ack->rwnd_pkts | (uint64_t)ack->rwnd_bytes << 32;
-    uint64_t w7 = (uint64_t)ack->ecn_ect | (uint64_t)ack->ecn_ce << 32;
+    uint64_t w6 = (uint64_t)WIRE_FIELD(ack->rwnd_pkts) | (uint64_t)WIRE_FIELD(ack->rwnd_bytes)
+                                                             << 32;
+    uint64_t w7 = (uint64_t)WIRE_FIELD(ack->ecn_ect) | (uint64_t)WIRE_FIELD(ack->ecn_ce) << 32;
     w5 |= (uint64_t)wire_sum_words(w0, w1, w2, w3, ack->sack, w5, w6, w7) << WIRE_W5_CSUM_SHIFT;
     sx_put64(pkt, w0);
     sx_put64(pkt + 24, w3);
