@@ -98,6 +98,12 @@ static inline uint16_t wire_hdr_csum(const uint8_t *h)
 /* Word 5 (bytes 40..47) holds the checksum in its bits 16..31. */
 #define WIRE_W5_CSUM_SHIFT 16
 
+/* A header word of two 32-bit fields, @p lo at the lower offset. */
+static inline uint64_t wire_word32x2(uint32_t lo, uint32_t hi)
+{
+    return (uint64_t)lo | (uint64_t)hi << 32;
+}
+
 /* ---------------------------------------------------------------- packets */
 
 /*
@@ -132,12 +138,10 @@ void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *p
     uint64_t w0 = (uint64_t)SX_WIRE_VERSION | (uint64_t)WIRE_FIELD(hdr->type) << 8 |
                   (uint64_t)flags << 16 | (uint64_t)WIRE_FIELD(hdr->src_shard) << 32 |
                   (uint64_t)WIRE_FIELD(hdr->dst_shard) << 48;
-    uint64_t w3 = (uint64_t)WIRE_FIELD(hdr->seq) | (uint64_t)WIRE_FIELD(hdr->ack) << 32;
-    uint64_t w5 = (uint64_t)hdr->payload_len | (uint64_t)(payload_crc != NULL ? *payload_crc : 0)
-                                                   << 32;
-    uint64_t w6 = (uint64_t)WIRE_FIELD(hdr->rwnd_pkts) | (uint64_t)WIRE_FIELD(hdr->rwnd_bytes)
-                                                             << 32;
-    uint64_t w7 = (uint64_t)WIRE_FIELD(hdr->ecn_ect) | (uint64_t)WIRE_FIELD(hdr->ecn_ce) << 32;
+    uint64_t w3 = wire_word32x2(WIRE_FIELD(hdr->seq), WIRE_FIELD(hdr->ack));
+    uint64_t w5 = wire_word32x2(hdr->payload_len, payload_crc != NULL ? *payload_crc : 0);
+    uint64_t w6 = wire_word32x2(WIRE_FIELD(hdr->rwnd_pkts), WIRE_FIELD(hdr->rwnd_bytes));
+    uint64_t w7 = wire_word32x2(WIRE_FIELD(hdr->ecn_ect), WIRE_FIELD(hdr->ecn_ce));
     w5 |= (uint64_t)wire_sum_words(w0, hdr->src_epoch, hdr->dst_epoch, w3, hdr->sack, w5, w6, w7)
           << WIRE_W5_CSUM_SHIFT;
     sx_put64(out, w0);
@@ -180,11 +184,10 @@ void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_s
      * (the epochs) stay as they are. */
     uint64_t w0 = sx_get64(pkt) | (uint64_t)flags_set << 16;
     uint64_t w1 = sx_get64(pkt + 8), w2 = sx_get64(pkt + 16);
-    uint64_t w3 = (sx_get64(pkt + 24) & 0xffffffffu) | (uint64_t)WIRE_FIELD(ack->ack) << 32;
+    uint64_t w3 = wire_word32x2((uint32_t)sx_get64(pkt + 24), WIRE_FIELD(ack->ack));
     uint64_t w5 = sx_get64(pkt + 40) & ~((uint64_t)0xffff << WIRE_W5_CSUM_SHIFT);
-    uint64_t w6 = (uint64_t)WIRE_FIELD(ack->rwnd_pkts) | (uint64_t)WIRE_FIELD(ack->rwnd_bytes)
-                                                             << 32;
-    uint64_t w7 = (uint64_t)WIRE_FIELD(ack->ecn_ect) | (uint64_t)WIRE_FIELD(ack->ecn_ce) << 32;
+    uint64_t w6 = wire_word32x2(WIRE_FIELD(ack->rwnd_pkts), WIRE_FIELD(ack->rwnd_bytes));
+    uint64_t w7 = wire_word32x2(WIRE_FIELD(ack->ecn_ect), WIRE_FIELD(ack->ecn_ce));
     w5 |= (uint64_t)wire_sum_words(w0, w1, w2, w3, ack->sack, w5, w6, w7) << WIRE_W5_CSUM_SHIFT;
     sx_put64(pkt, w0);
     sx_put64(pkt + 24, w3);
