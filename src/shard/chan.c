@@ -279,6 +279,8 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
     sx_shard_unlink_backlog_locked(c->shard, c);
     if (c->shard->ack_held_chan == c) /* taken by the failure; this is a guard */
         c->shard->ack_held_chan = NULL;
+    if (c->shard->rx_chan == c)
+        c->shard->rx_chan = NULL;
     sx_chan_iface(c)->ops->addr_remove(sx_chan_iface(c), c->dest);
     free(c->win);
     free(c);

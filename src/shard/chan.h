@@ -274,7 +274,12 @@ typedef struct sx_chan {
     bool ack_now;
     bool dsack_owed; /* a packet came twice: dsack_seq, reported by the next flush */
     uint32_t dsack_seq;
+    /* The delayed ACK (chan_rx.c, chan_owe_ack): due ack_delay after
+     * ack_owed_ns, when the first frame we owe an ACK for came. The
+     * timer may have been armed for an earlier debt that a packet of
+     * ours has paid since; it then fires early and arms itself again. */
     sx_timer_t ack_timer;
+    uint64_t ack_owed_ns;
     struct sx_chan_frags *frags; /* packets arriving in fragments (chan_pmtu.c) */
     uint8_t *asm_buf;            /* reassembly of a chunked message */
     uint64_t asm_total, asm_got;

@@ -18,12 +18,19 @@
 void sx_chan_ack_timer(sx_timer_t *timer, void *arg)
 {
     sx_chan_t *c = arg;
-    (void)timer;
+    sx_wheel_t *wheel = c->shard->wheel;
 
-    if (c->ack_pending > 0) {
-        c->ack_now = true;
-        sx_chan_kick_locked(c);
+    if (c->ack_pending == 0)
+        return;
+    /* Armed for a debt that was paid, and the one owed now is younger
+     * than the delay (chan_owe_ack). */
+    uint64_t due = c->ack_owed_ns + c->shard->env->conf.ack_delay_ns;
+    if (sx_u64_before(sx_wheel_now(wheel), due)) {
+        sx_wheel_add(wheel, timer, due);
+        return;
     }
+    c->ack_now = true;
+    sx_chan_kick_locked(c);
 }
 
 static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t len)
@@ -309,12 +316,15 @@ static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *p
 static inline void chan_owe_ack(sx_chan_t *c, unsigned frames)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
+    uint64_t now = c->shard->rx_ns;
 
+    if (c->ack_pending == 0)
+        c->ack_owed_ns = now;
     c->ack_pending += frames > 0 ? frames : 1;
     if (c->ack_pending >= p->ack_every || p->ack_delay_ns == 0) {
         c->ack_now = true;
     } else if (!sx_timer_is_pending(&c->ack_timer)) {
-        sx_wheel_add(c->shard->wheel, &c->ack_timer, sx_time_ns() + p->ack_delay_ns);
+        sx_wheel_add(c->shard->wheel, &c->ack_timer, now + p->ack_delay_ns);
     }
 }
 
@@ -499,7 +509,7 @@ void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *da
         c->ack_now = true;
     bool in_order = h->seq == c->rcv_nxt && !c->shard->serving && c->rcv_dlv == c->rcv_nxt;
     if (h->flags & SX_PKTF_ACK) {
-        uint64_t now = sx_time_ns();
+        uint64_t now = c->shard->rx_ns; /* when it was read: shard.h */
         if (!(in_order && h->type == SX_PKT_DATA && sx_chan_ack_hold_locked(c, h, now)))
             sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK, now, now);
     }

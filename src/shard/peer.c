@@ -13,6 +13,7 @@ int sx_peer_table_init(sx_peer_table_t *table)
     table->all = NULL;
     table->removed_epochs = NULL;
     table->nremoved = table->removed_cap = 0;
+    atomic_init(&table->removals, 0);
     sx_fairlock_init(&table->lock);
     int rc = sx_rcu_table_init(&table->rcu);
     table->created = rc == SX_OK;
@@ -124,6 +125,7 @@ int sx_peer_table_remove(sx_peer_table_t *table, struct sx_peer *peer)
     /* No new packet finds the peer from here on; the table's reference
      * drops after a grace period. */
     (void)sx_rcu_table_remove(&table->rcu, peer->epoch);
+    atomic_fetch_add_explicit(&table->removals, 1, memory_order_release);
     return SX_OK;
 }
 

@@ -92,6 +92,11 @@ typedef struct sx_peer_table {
      * channels' sequence state is gone; only a handshake could reset it). */
     uint64_t *removed_epochs;
     size_t nremoved, removed_cap;
+    /* Removals so far, counted after each is out of the RCU table: a
+     * shard's cached receive channel (shard.h, rx_chan) is used only
+     * while this has not moved since the lookup that found it. Any
+     * thread reads it; sx_peer_table_remove writes it. */
+    atomic_uint removals;
 } sx_peer_table_t;
 
 int sx_peer_table_init(sx_peer_table_t *table);

@@ -272,6 +272,16 @@ struct sx_shard {
      * time. */
     struct sx_chan *ack_held_chan;
     sx_wire_hdr_t ack_held;
+    /* The channel the last datagram was for, and the peer table's
+     * removal count when the lookup found it (sx_shard_chan_of): the
+     * next datagram from the same peer's shard skips the RCU lookup.
+     * NULL when its channel is destroyed. The token holder's. */
+    struct sx_chan *rx_chan;
+    unsigned rx_chan_removals;
+    /* When the datagrams now being handled were read: their arrival
+     * time for RTT samples and the delayed-ACK timer, one clock read per
+     * read that returned any (sx_shard_poll_locked). */
+    uint64_t rx_ns;
     uint64_t ack_held_ns;
     bool home_pass;       /* while a home thread's pass polls: only it holds one */
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
