@@ -27,9 +27,9 @@
 #ifndef UDP_GRO
 #define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
 #endif
-#define UDP_V6_QUIET_POLLS 16u /* udp_poll: an unused IPv6 socket, every 16th */
-#define UDP_CTRL_MAX       256 /* longest datagram sent or received on the ACK path */
-#define UDP_ADDRS_MAX      8   /* addresses a card offers for one interface */
+#define UDP_V6_QUIET_POLLS 256u /* udp_poll: an unused IPv6 socket, every 256th */
+#define UDP_CTRL_MAX       256  /* longest datagram sent or received on the ACK path */
+#define UDP_ADDRS_MAX      8    /* addresses a card offers for one interface */
 #define UDP_CAND_MAX       (UDP_ADDRS_MAX + 1) /* a peer's, and loopback on this host */
 #define UDP_FILTER_MAX     16                  /* items in an SX_BIND_ADDR filter */
 
