@@ -433,9 +433,9 @@ static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire
 
     /* Datagrams come in runs from one peer's shard: the last one's
      * channel, while no peer was removed since it was found (a removed
-     * peer's datagrams must not find it: sx_peer_table_remove). A ping
-     * -pong's lookup below was ~290 of the ~1,150 instructions from a
-     * datagram to its handler (callgrind of sx_bench latency). */
+     * peer's datagrams must not find it: sx_peer_table_remove). In a
+     * ping-pong the lookup below was ~290 of the ~1,150 instructions
+     * from a datagram to its handler (callgrind of sx_bench latency). */
     unsigned removals = atomic_load_explicit(&env->peers->removals, memory_order_acquire);
     if (c != NULL && c->peer->epoch == h->src_epoch && c->lane == h->src_shard && c->tl == tl &&
         shard->rx_chan_removals == removals)

@@ -272,6 +272,8 @@ struct sx_shard {
      * time. */
     struct sx_chan *ack_held_chan;
     sx_wire_hdr_t ack_held;
+    uint64_t ack_held_ns;
+    bool home_pass; /* while a home thread's pass polls: only it holds one */
     /* The channel the last datagram was for, and the peer table's
      * removal count when the lookup found it (sx_shard_chan_of): the
      * next datagram from the same peer's shard skips the RCU lookup.
@@ -282,8 +284,6 @@ struct sx_shard {
      * time for RTT samples and the delayed-ACK timer, one clock read per
      * read that returned any (sx_shard_poll_locked). */
     uint64_t rx_ns;
-    uint64_t ack_held_ns;
-    bool home_pass;       /* while a home thread's pass polls: only it holds one */
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* The last progress pass's start and how long before it the one
      * before began: how long this shard was not progressed, which is
