@@ -276,8 +276,8 @@ static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t se
      * the next packet cost a ping-pong a wheel removal and insertion per
      * message (~300 instructions of ~3,000, callgrind of sx_bench
      * latency); now one insertion per SX_ACK_DELAY_US. A packet that
-     * finds it pending is acknowledged up to one delay sooner than its
-     * own delay: RFC 1122 4.2.3.2 bounds the delay, not how short it is. */
+     * finds it pending still waits its whole delay: the timer, firing for
+     * a debt that was paid, arms itself again for the one owed now. */
     c->ack_pending = 0;
     c->ack_now = false;
 }
