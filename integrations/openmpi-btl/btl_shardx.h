@@ -3,8 +3,9 @@
  * The shardx BTL: Open MPI's byte transfer layer over one shardx engine.
  *
  * One module per process, over one engine. Everything Open MPI hands the
- * module maps onto shardx's public API (include/shardx.h) and nothing
- * else:
+ * module maps onto shardx's public API (include/shardx.h), except the put
+ * and get between two ranks of one host that the kernel lets one process
+ * copy from the other (btl_shardx_cma.c, the last line):
  *
  *   BTL                                shardx
  *   btl_init                           sx_engine_create (SX_MODEX=manual)
@@ -19,6 +20,7 @@
  *   btl_progress                       sx_progress
  *   error callback                     sx_error_register
  *   btl_shardx_<name> MCA parameters   the engine's own SX_<NAME> settings
+ *   put / get, a peer on this host     process_vm_writev / process_vm_readv
  *
  * Concurrency. ob1 calls every entry point from every thread at once
  * (MPI_THREAD_MULTIPLE) and re-enters send, alloc, put and get from the
@@ -81,6 +83,8 @@ typedef struct mca_btl_shardx_module {
     atomic_uint_fast64_t n_sendi, n_sendi_queued, n_send, n_send_inline, n_put, n_get, n_reg;
     atomic_uint_fast64_t n_batch_threads; /* threads moved to SCHED_BATCH */
     atomic_uint_fast64_t n_caller_yields; /* sx_engine_caller_yields turned on */
+    /* puts and gets done by single copy, and those it handed back */
+    atomic_uint_fast64_t n_cma_put, n_cma_get, n_cma_fallback;
 } mca_btl_shardx_module_t;
 
 #define SHARDX_COUNT(m, field)                                               \
@@ -124,11 +128,14 @@ typedef struct mca_btl_shardx_component {
     /* The engine's sockets are bound to a loopback address (SX_BIND_ADDR,
      * 127.0.0.1 by default): only processes on this host can reach it. */
     bool loopback_only;
-    int free_list_max; /* btl_shardx_free_list_max */
-    bool sched_batch;  /* btl_shardx_sched_batch: see mca_btl_shardx_progress */
-    bool idle_wait;    /* btl_shardx_idle_wait: see shardx_follow_yield_when_idle */
-    int verbose;       /* btl_shardx_verbose */
-    int output;        /* opal_output stream */
+    int free_list_max;       /* btl_shardx_free_list_max */
+    bool sched_batch;        /* btl_shardx_sched_batch: see mca_btl_shardx_progress */
+    bool idle_wait;          /* btl_shardx_idle_wait: see shardx_follow_yield_when_idle */
+    bool cma;                /* btl_shardx_cma: see btl_shardx_cma.c */
+    uint64_t cma_host;       /* this host's and pid namespace's identity; 0: unknown */
+    atomic_bool cma_refused; /* the kernel said EPERM or ENOSYS once */
+    int verbose;             /* btl_shardx_verbose */
+    int output;              /* opal_output stream */
 } mca_btl_shardx_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_shardx_component_t mca_btl_shardx_component;
@@ -207,9 +214,16 @@ typedef struct mca_btl_shardx_rdma_op {
 OBJ_CLASS_DECLARATION(mca_btl_shardx_rdma_op_t);
 
 /* What a peer needs to name a registered region: sent by ob1 to the peer
- * as btl_registration_handle_size plain bytes, so no local pointers. */
+ * as btl_registration_handle_size plain bytes, so no local pointers. The
+ * rkey is shardx's; the rest lets a peer on this host copy the region's
+ * bytes itself (btl_shardx_cma.c): the region, its rights, who owns it. */
 struct mca_btl_base_registration_handle_t {
-    uint64_t rkey;
+    uint64_t rkey; /* sx_mem_rkey; 0 for a local-only registration */
+    uint64_t base; /* the registered range, as the owner's addresses */
+    uint64_t len;
+    uint64_t host;   /* mca_btl_shardx_cma_host_id(); 0: no single copy */
+    uint32_t pid;    /* the owner's process id, in that pid namespace */
+    uint32_t access; /* SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE */
 };
 
 /* The local side of a registration; ob1 holds &reg->handle. */
@@ -221,6 +235,18 @@ typedef struct mca_btl_shardx_reg {
 /* Module functions (btl_shardx_module.c). */
 int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine);
 int mca_btl_shardx_progress(void);
+
+/* Single copy between ranks of one host (btl_shardx_cma.c). host_id: this
+ * kernel's boot and pid namespace, 0 when unknown. fill: the handle fields
+ * besides rkey. copy: moves [raddr, raddr + size) of @p ep's region named
+ * by @p remote_handle to or from @p local; OPAL_SUCCESS when every byte
+ * is there, OPAL_ERR_NOT_AVAILABLE when the caller must use shardx. */
+uint64_t mca_btl_shardx_cma_host_id(void);
+void mca_btl_shardx_cma_fill(mca_btl_base_registration_handle_t *h, const void *base, size_t len,
+                             unsigned access);
+int mca_btl_shardx_cma_copy(mca_btl_shardx_module_t *m, struct mca_btl_base_endpoint_t *ep,
+                            void *local, uint64_t raddr, size_t size,
+                            const mca_btl_base_registration_handle_t *remote_handle, bool write);
 
 /* shardx status -> OPAL status. */
 int mca_btl_shardx_status(int sx_status);

@@ -99,6 +99,15 @@ static int shardx_component_register(void)
         "woke it (sx_engine_caller_yields). 0: return at once, and let Open MPI yield",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->idle_wait);
+    c->cma = true;
+    (void)mca_base_component_var_register(
+        &c->super.btl_version, "cma",
+        "Between ranks on one host, move put and get data in one copy from process to process "
+        "(process_vm_readv/process_vm_writev, Linux cross-memory attach) instead of through "
+        "shardx's datagrams, which copy twice and need the target to run. Used only where the "
+        "peer is on this node, in this kernel and pid namespace; where the kernel refuses "
+        "(ptrace restrictions), the datagrams carry everything. 0: always the datagrams",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &c->cma);
     c->verbose = 0;
     (void)mca_base_component_var_register(
         &c->super.btl_version, "verbose",
@@ -234,6 +243,14 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
                                 : "");
         return NULL;
     }
+    /* Single copy needs to know which kernel and pid namespace we are in
+     * (btl_shardx_cma.c). */
+    atomic_init(&c->cma_refused, false);
+    c->cma_host = c->cma ? mca_btl_shardx_cma_host_id() : 0;
+    if (c->cma && c->cma_host == 0)
+        opal_output_verbose(1, c->output,
+                            "btl shardx: cannot read the boot id or pid namespace under /proc: "
+                            "put and get between ranks of this host go through the datagrams");
     int rc = shardx_engine_create(&engine);
     if (rc != SX_OK) {
         opal_output(0, "btl shardx: cannot start the shardx engine: %s (%s); the BTL is disabled",

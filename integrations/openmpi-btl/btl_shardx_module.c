@@ -558,6 +558,7 @@ static mca_btl_base_registration_handle_t *shardx_register_mem(mca_btl_base_modu
         return NULL;
     reg->mem = NULL;
     reg->handle.rkey = 0;
+    mca_btl_shardx_cma_fill(&reg->handle, base, size, access);
     /* Local access needs nothing from shardx: put and get read and write
      * local memory directly. */
     if (access != 0) {
@@ -612,14 +613,12 @@ typedef int (*shardx_rdma_fn_t)(sx_peer_h peer, void *local, size_t len, uint64_
 static int shardx_put_fn(sx_peer_h peer, void *local, size_t len, uint64_t raddr, sx_rkey_t key,
                          sx_complete_cb_t cb, void *ctx)
 {
-    SHARDX_COUNT(&mca_btl_shardx_module, n_put);
     return sx_put(peer, local, len, raddr, key, cb, ctx);
 }
 
 static int shardx_get_fn(sx_peer_h peer, void *local, size_t len, uint64_t raddr, sx_rkey_t key,
                          sx_complete_cb_t cb, void *ctx)
 {
-    SHARDX_COUNT(&mca_btl_shardx_module, n_get);
     return sx_get(peer, local, len, raddr, key, cb, ctx);
 }
 
@@ -628,7 +627,7 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
                        mca_btl_base_registration_handle_t *local_handle,
                        mca_btl_base_registration_handle_t *remote_handle, size_t size,
                        mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata,
-                       shardx_rdma_fn_t fn)
+                       shardx_rdma_fn_t fn, bool write)
 {
     mca_btl_shardx_module_t *m = shardx_module(btl);
     sx_peer_h peer = shardx_ep_peer(endpoint);
@@ -636,6 +635,17 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
 
     if (peer == NULL)
         return OPAL_ERR_UNREACH;
+    if (write)
+        SHARDX_COUNT(m, n_put);
+    else
+        SHARDX_COUNT(m, n_get);
+    /* A peer on this host: one copy, by this thread, done when it returns
+     * (btl_shardx_cma.c); else, or when that fails, shardx's datagrams. */
+    if (mca_btl_shardx_cma_copy(m, endpoint, local_address, remote_address, size, remote_handle,
+                                write) == OPAL_SUCCESS) {
+        cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+        return OPAL_SUCCESS;
+    }
     /* The remote handle sits in a PML header and may be unaligned. */
     memcpy(&rkey, &remote_handle->rkey, sizeof(rkey));
     mca_btl_shardx_rdma_op_t *op = (mca_btl_shardx_rdma_op_t *)opal_free_list_get(&m->rdma_ops);
@@ -664,7 +674,7 @@ static int shardx_put(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpo
     (void)flags;
     (void)order;
     return shardx_rdma(btl, endpoint, local_address, remote_address, local_handle, remote_handle,
-                       size, cbfunc, cbcontext, cbdata, shardx_put_fn);
+                       size, cbfunc, cbcontext, cbdata, shardx_put_fn, true);
 }
 
 static int shardx_get(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpoint,
@@ -677,7 +687,7 @@ static int shardx_get(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpo
     (void)flags;
     (void)order;
     return shardx_rdma(btl, endpoint, local_address, remote_address, local_handle, remote_handle,
-                       size, cbfunc, cbcontext, cbdata, shardx_get_fn);
+                       size, cbfunc, cbcontext, cbdata, shardx_get_fn, false);
 }
 
 /* ------------------------------------------------------------------ */
@@ -950,20 +960,23 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
     sx_engine_destroy(m->engine);
     m->engine = NULL;
     if (m->count_ops)
-        opal_output(0,
-                    "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
-                    "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
-                    "caller_yields=%llu idle_wakeups=%llu landed_kib=%llu",
-                    (unsigned long long)atomic_load(&m->n_sendi),
-                    (unsigned long long)atomic_load(&m->n_sendi_queued),
-                    (unsigned long long)atomic_load(&m->n_send),
-                    (unsigned long long)atomic_load(&m->n_send_inline),
-                    (unsigned long long)atomic_load(&m->n_put),
-                    (unsigned long long)atomic_load(&m->n_get),
-                    (unsigned long long)atomic_load(&m->n_reg),
-                    (unsigned long long)atomic_load(&m->n_batch_threads),
-                    (unsigned long long)atomic_load(&m->n_caller_yields),
-                    (unsigned long long)wakeups, (unsigned long long)(landed >> 10));
+        opal_output(
+            0,
+            "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
+            "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
+            "caller_yields=%llu idle_wakeups=%llu landed_kib=%llu cma_put=%llu "
+            "cma_get=%llu cma_fallback=%llu",
+            (unsigned long long)atomic_load(&m->n_sendi),
+            (unsigned long long)atomic_load(&m->n_sendi_queued),
+            (unsigned long long)atomic_load(&m->n_send),
+            (unsigned long long)atomic_load(&m->n_send_inline),
+            (unsigned long long)atomic_load(&m->n_put), (unsigned long long)atomic_load(&m->n_get),
+            (unsigned long long)atomic_load(&m->n_reg),
+            (unsigned long long)atomic_load(&m->n_batch_threads),
+            (unsigned long long)atomic_load(&m->n_caller_yields), (unsigned long long)wakeups,
+            (unsigned long long)(landed >> 10), (unsigned long long)atomic_load(&m->n_cma_put),
+            (unsigned long long)atomic_load(&m->n_cma_get),
+            (unsigned long long)atomic_load(&m->n_cma_fallback));
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",
@@ -1035,6 +1048,9 @@ int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine)
     atomic_init(&m->n_put, 0);
     atomic_init(&m->n_get, 0);
     atomic_init(&m->n_reg, 0);
+    atomic_init(&m->n_cma_put, 0);
+    atomic_init(&m->n_cma_get, 0);
+    atomic_init(&m->n_cma_fallback, 0);
     atomic_init(&m->n_batch_threads, 0);
     OBJ_CONSTRUCT(&m->ep_lock, opal_mutex_t);
     OBJ_CONSTRUCT(&m->endpoints, opal_list_t);

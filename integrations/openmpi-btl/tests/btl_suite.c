@@ -39,8 +39,14 @@
  *                               engine's service must send them by the
  *                               deadline)
  */
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -665,6 +671,42 @@ static void test_peerfail(void)
     CHECK(0, "peerfail: rank %d returned although its peer stopped", rank);
 }
 
+/*
+ * SXT_DENY_CMA=1: make process_vm_readv and process_vm_writev fail with
+ * EPERM in this rank, as Docker's default seccomp profile and Yama's
+ * ptrace_scope do, so the BTL's single copy (btl_shardx_cma.c) must hand
+ * every put and get to shardx's datagrams and say so.
+ */
+#if defined(__x86_64__)
+#define SXT_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SXT_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+static void deny_cma(void)
+{
+#ifdef SXT_AUDIT_ARCH
+    /* Another architecture's system call numbers pass (the last but one
+     * instruction); these two get EPERM (the last). */
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SXT_AUDIT_ARCH, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1 /* EPERM */),
+    };
+    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0)
+        return;
+    perror("btl_suite: SXT_DENY_CMA: prctl");
+#else
+    fprintf(stderr, "btl_suite: SXT_DENY_CMA: no seccomp filter for this architecture\n");
+#endif
+    exit(1);
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "";
@@ -673,6 +715,8 @@ int main(int argc, char **argv)
                    ? MPI_THREAD_MULTIPLE
                    : MPI_THREAD_SINGLE;
 
+    if (getenv("SXT_DENY_CMA") != NULL && strcmp(getenv("SXT_DENY_CMA"), "1") == 0)
+        deny_cma();
     MPI_Init_thread(&argc, &argv, want, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
