@@ -13,6 +13,11 @@
 # time 1 MiB collectives (mpi_bench coll: allreduce, alltoall, bcast) over
 # each transport, in rounds like the rest.
 #
+# On one machine the BTL moves put and get data between its ranks in one
+# copy, process to process (btl_shardx_cma); the ping-pong and the
+# collectives also run with that off (transport shardx_dgram: everything
+# over shardx's datagrams, as between hosts), for reference.
+#
 #   bench/bench_mpi.sh [BUILD_DIR [RESULTS_DIR]]   (default: build, BUILD_DIR/bench-results)
 #
 # Across hosts (bench/bench_mpi_hosts.sh runs it so on two hosts of the
@@ -60,6 +65,9 @@ declare -A args=(
     [ucx_tcp]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo"
 )
 transports=(shardx tcp ucx_tcp)
+args[shardx_dgram]="${args[shardx]} --mca btl_shardx_cma 0"
+# The tests that also run as shardx_dgram (one machine only).
+declare -A dgram_too=([pingpong]=1 [coll]=1)
 tests=("pingpong" "rate" "mt 1" "mt 2" "mt 2 200 4096" "mt 2 200 8192" "mtrate 1" "mtrate 2")
 where=(-np 2)
 title="two ranks, one machine"
@@ -111,7 +119,9 @@ repeat=${BENCH_REPEAT:-3}
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "bench_mpi: BENCH_REPEAT=$repeat: want a count" >&2; exit 2; }
 for ((round = 1; round <= repeat; round++)); do
     for test in "${tests[@]}"; do
-        for t in "${transports[@]}"; do
+        more=()
+        [[ -z ${BENCH_MPI_HOSTS:-} && -n ${dgram_too[$test]:-} ]] && more=(shardx_dgram)
+        for t in "${transports[@]}" "${more[@]}"; do
             echo "bench_mpi: round $round of $repeat: $t: $test" >&2
             # shellcheck disable=SC2086
             run_bench "$test" "$t" ", \"round\": $round" "${where[@]}" ${args[$t]} "$bench" $test
@@ -122,7 +132,7 @@ done
 # Collectives of 1 MiB over four ranks (one machine only), in rounds.
 if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
     for ((round = 1; round <= repeat; round++)); do
-        for t in "${transports[@]}"; do
+        for t in "${transports[@]}" shardx_dgram; do
             echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks" >&2
             # shellcheck disable=SC2086
             run_bench coll "$t" ", \"round\": $round" -np 4 --oversubscribe ${args[$t]} "$bench" coll
@@ -304,6 +314,14 @@ if not hosts:
         ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
     other["bcast_1MiB_np4_shardx_over_tcp"] = ratio(sx.get("bcast_1MiB_np4_us"),
                                                     tcp.get("bcast_1MiB_np4_us"))
+    # Without the single copy between ranks of one host (btl_shardx_cma 0).
+    dg = res.get("shardx_dgram", {})
+    for size, name in ((1048576, "1MiB"), (4194304, "4MiB")):
+        other["latency_%s_dgram_over_tcp" % name] = ratio(lat("shardx_dgram", size),
+                                                          lat("tcp", size))
+    for c in ("allreduce", "alltoall", "bcast"):
+        k = "%s_1MiB_np4_us" % c
+        other["%s_1MiB_np4_dgram_over_tcp" % c] = ratio(dg.get(k), tcp.get(k))
 floor_ratios = {
     "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
     "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
@@ -355,27 +373,27 @@ with open(os.path.join(outdir, "mpi_bars.dat"), "w") as f:
 
 def fmt(v, f="%.1f"):
     return f % v if v is not None else "-"
-print("\n%-9s %12s %14s %14s %14s %14s %14s" % ("transport", "8 B lat us", "1 MiB MB/s",
+print("\n%-12s %12s %14s %14s %14s %14s %14s" % ("transport", "8 B lat us", "1 MiB MB/s",
                                                 "16 MiB MB/s", "8 B msgs/s", "mt1 lat us",
                                                 "mt2 lat us"))
 for t in res:
     d = res[t]
-    print("%-9s %12s %14s %14s %14s %14s %14s" % (t, fmt(lat8(t)), fmt(bw(t, 1048576)),
+    print("%-12s %12s %14s %14s %14s %14s %14s" % (t, fmt(lat8(t)), fmt(bw(t, 1048576)),
                                              fmt(bw(t, 16777216)),
                                              fmt(d.get("rate_msgs_per_s"), "%.0f"),
                                              fmt(d.get("mt1_latency_us")),
                                              fmt(d.get("mt2_latency_us"))))
 if floor:
-    print("%-9s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
+    print("%-12s %12s %14s %14s %14s %14s %14s" % ("raw UDP", fmt(floor.get("latency_8B_us")), "-",
                                              "-", fmt(floor.get("rate_msgs_per_s"), "%.0f"), "-",
                                              "-"))
-print("\n%-9s %16s %16s %16s %16s %22s %18s %18s" % ("transport", "mtrate1 msgs/s",
+print("\n%-12s %16s %16s %16s %16s %22s %18s %18s" % ("transport", "mtrate1 msgs/s",
                                                        "mtrate2 msgs/s", "mt2 4 KiB us",
                                                        "mt2 8 KiB us", "mt2 lat us, busy loops",
                                                        "suite np4 s, busy", "ring np4 s, busy"))
 for t in res:
     d = res[t]
-    print("%-9s %16s %16s %16s %16s %22s %18s %18s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
+    print("%-12s %16s %16s %16s %16s %22s %18s %18s" % (t, fmt(d.get("mtrate1_msgs_per_s"), "%.0f"),
                                                        fmt(d.get("mtrate2_msgs_per_s"), "%.0f"),
                                                        fmt(d.get("mt2_4096B_latency_us")),
                                                        fmt(d.get("mt2_8192B_latency_us")),
@@ -383,11 +401,11 @@ for t in res:
                                                        fmt(d.get("suite_np4_busy_s"), "%.2f"),
                                                        fmt(d.get("ring_np4_busy_s"), "%.3f")))
 if not hosts:
-    print("\n%-9s %18s %18s %18s" % ("transport", "allreduce 1 MiB us", "alltoall 1 MiB us",
+    print("\n%-12s %18s %18s %18s" % ("transport", "allreduce 1 MiB us", "alltoall 1 MiB us",
                                      "bcast 1 MiB us"))
     for t in res:
         d = res[t]
-        print("%-9s %18s %18s %18s" % (t, fmt(d.get("allreduce_1MiB_np4_us")),
+        print("%-12s %18s %18s %18s" % (t, fmt(d.get("allreduce_1MiB_np4_us")),
                                        fmt(d.get("alltoall_1MiB_np4_us")),
                                        fmt(d.get("bcast_1MiB_np4_us"))))
 print("\nratios (medians of %s rounds, load average %.2f on %d CPUs):"

@@ -133,6 +133,7 @@ typedef struct mca_btl_shardx_component {
     bool idle_wait;          /* btl_shardx_idle_wait: see shardx_follow_yield_when_idle */
     bool cma;                /* btl_shardx_cma: see btl_shardx_cma.c */
     uint64_t cma_host;       /* this host's and pid namespace's identity; 0: unknown */
+    uint32_t cma_pid;        /* getpid() at start-up: a handle is filled per message */
     atomic_bool cma_refused; /* the kernel said EPERM or ENOSYS once */
     int verbose;             /* btl_shardx_verbose */
     int output;              /* opal_output stream */

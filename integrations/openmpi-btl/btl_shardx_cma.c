@@ -87,7 +87,7 @@ void mca_btl_shardx_cma_fill(mca_btl_base_registration_handle_t *h, const void *
     h->base = (uint64_t)(uintptr_t)base;
     h->len = len;
     h->access = access;
-    h->pid = (uint32_t)getpid();
+    h->pid = c->cma_pid;
     h->host = c->cma ? c->cma_host : 0;
 }
 

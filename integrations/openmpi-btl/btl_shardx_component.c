@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int shardx_component_register(void);
 static int shardx_component_open(void);
@@ -247,6 +248,7 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
      * (btl_shardx_cma.c). */
     atomic_init(&c->cma_refused, false);
     c->cma_host = c->cma ? mca_btl_shardx_cma_host_id() : 0;
+    c->cma_pid = (uint32_t)getpid();
     if (c->cma && c->cma_host == 0)
         opal_output_verbose(1, c->output,
                             "btl shardx: cannot read the boot id or pid namespace under /proc: "
