@@ -16,10 +16,11 @@
  *
  * With SX_UDP_GSO (the default), a run of equal data datagrams to one
  * destination goes out as one message with a UDP_SEGMENT control message,
- * which the kernel cuts back into those datagrams (udp_gso_merge), and the
- * data socket has UDP_GRO: a read may return several datagrams of one
- * flow coalesced, which poll cuts at the size the kernel reports
- * (udp_rx.c). docs/tuning.md, "UDP GSO and GRO", has the figures.
+ * which the kernel cuts back into those datagrams (udp_gso_merge), and a
+ * data socket gets UDP_GRO at its first backlog (sx_udp_rx_busy): a read may
+ * then return several datagrams of one flow coalesced, which poll cuts at
+ * the size the kernel reports (udp_rx.c). docs/tuning.md, "UDP GSO and
+ * GRO", has the figures.
  *
  * ECN (config->ecn: congestion control on and SX_CONGESTION_ECN): the data
  * sockets send ECT(0) and, once a channel that uses congestion control
@@ -209,14 +210,22 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
      * them. With GRO a read may hold up to 64 KiB of datagrams, whatever
      * the mtu, so the data socket's buffers grow to that. */
     if (config->udp_gso) {
-        int one = 1, seg = 0;
+        int seg = 0;
         socklen_t sl = sizeof(seg);
+        /* Asked, not set: UDP_GRO goes on with the first backlog
+         * (sx_udp_rx_busy). */
         u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &seg, &sl) == 0;
-        u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+        sl = sizeof(seg);
+        u->gro = getsockopt(u->fd, SOL_UDP, UDP_GRO, &seg, &sl) == 0;
     }
     u->ecn = config->ecn && sx_udp_ecn_open(u->fd, AF_INET);
     status = sx_udp_rx_init(&u->rx, u->fd, u->gro && mtu < UDP_GRO_BUF ? UDP_GRO_BUF : mtu);
     u->rx.limit = mtu;
+    u->rx.gro = u->gro;
+    /* Room for fewer than four of the largest datagrams: it may drop
+     * before a read ever finds two queued (sx_udp_rx_busy). */
+    if (status == SX_OK && (size_t)rcv < 4 * mtu)
+        sx_udp_rx_busy(&u->rx);
     if (status == SX_OK && config->ack_socket)
         status = sx_udp_open_ack(u, config);
     if (status == SX_OK && wildcard)
@@ -228,7 +237,7 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     sx_debug("udp",
              "shard %u: bound to port %u, ACK socket on port %u (0: none), mtu %zu, GSO %s, GRO %s",
              config->shard, ntohs(u->local.sin_port), u->ack_port, mtu, u->gso ? "on" : "off",
-             u->gro ? "on" : "off");
+             u->gro ? "on at the first backlog" : "off");
     *iface_p = &u->base;
     return SX_OK;
 fail:
@@ -271,14 +280,13 @@ static int udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config, size_t mtu)
         u->nladdrs = v4; /* scan_local lists IPv4 first */
         return SX_OK;
     }
-    if (u->gro) {
-        int one = 1;
-        (void)setsockopt(u->fd6, SOL_UDP, UDP_GRO, &one, sizeof(one));
-    }
     if (u->ecn)
         (void)sx_udp_ecn_open(u->fd6, AF_INET6);
     int status = sx_udp_rx_init(&u->rx6, u->fd6, u->rx.buflen);
     u->rx6.limit = mtu;
+    u->rx6.gro = u->gro;
+    if (status == SX_OK && u->rx.busy) /* the same buffer size */
+        sx_udp_rx_busy(&u->rx6);
     return status;
 }
 

@@ -118,7 +118,12 @@ typedef struct udp_rx {
     udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
     uint32_t last_ovfl;         /* the socket's drop counter as last reported */
     bool batch;                 /* the last poll found datagrams back to back: use recvmmsg */
-    unsigned dirty;             /* msgs[0..dirty) the last read may have written back */
+    /* busy: a read found datagrams queued behind each other once, and
+     * the options a busy socket needs are on: SO_RXQ_OVFL, and UDP_GRO
+     * when gro (a data socket on a kernel that has it). sx_udp_rx_busy says
+     * why they wait for that. */
+    bool busy, gro;
+    unsigned dirty; /* msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
      * buffer that GRO filled with several datagrams can hold more than a
      * poll's room), from offset pend_off in buffer pend_i; seg[i] is the
@@ -168,7 +173,8 @@ typedef struct udp_iface {
 
     /* UDP GSO on send (UDP_SEGMENT: a run of equal datagrams to one
      * destination in one message, cut by the kernel) and GRO on the data
-     * socket's receive side (UDP_GRO); false where the kernel lacks them.
+     * sockets' receive side (UDP_GRO, turned on at a socket's first
+     * backlog: sx_udp_rx_busy); false where the kernel lacks them.
      * bench/gso_bench.c has why (docs/tuning.md, "UDP GSO and GRO"). */
     bool gso;
     bool gro;
@@ -230,6 +236,10 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen);
  * @p events, scattered around u's landings when it offers some; returns
  * how many, or SX_ERR_IO (udp_rx.c). */
 int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max);
+
+/* Turns on what a socket with a backlog needs (SO_RXQ_OVFL; UDP_GRO when
+ * rx->gro), once (udp_rx.c says why it waits for the backlog). */
+void sx_udp_rx_busy(udp_rx_t *rx);
 
 /* Whether a failed send or receive only found no room (or nothing to
  * read): worth trying again later, never an error of the datagram's. */

@@ -403,7 +403,7 @@ static void udp_set_buf(int fd, size_t want, int force_opt, int opt, const char 
 /*
  * Creates one nonblocking socket of @p sa's family (an IPv6 one IPv6 only,
  * IPV6_V6ONLY, so that IPv4 keeps arriving on the IPv4 socket), sizes its
- * buffers, asks for drop counts and binds it to @p sa; the bound address
+ * buffers and binds it to @p sa; the bound address
  * goes to *bound_p. @p what names it in messages ("data", "ACK"). On
  * failure *fd_p may hold a socket for the caller to close.
  */
@@ -425,12 +425,7 @@ int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size
     }
     udp_set_buf(fd, rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
     udp_set_buf(fd, sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
-
-    /* SO_RXQ_OVFL attaches the socket's drop count to every datagram read,
-     * so loss in the network can be told from overflow here (socket(7)). */
-    if (setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
-        sx_debug("udp", "SO_RXQ_OVFL unavailable (%s); kernel drops will not be counted",
-                 strerror(errno));
+    /* SO_RXQ_OVFL waits for the socket's first backlog (sx_udp_rx_busy). */
 
     if (bind(fd, &sa->sa, udp_sa_len(sa)) != 0) {
         int err = errno;
@@ -504,6 +499,8 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
                                               .msg_control = rx->ctrl[i].buf};
     }
     rx->dirty = UDP_RX_BATCH; /* the lengths are set at the first read */
+    rx->busy = false;
+    rx->gro = false; /* the data sockets' opener says */
     return SX_OK;
 }
 
