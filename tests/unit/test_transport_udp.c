@@ -907,6 +907,28 @@ static void test_ack_socket_wait_fd(void **state)
     b->ops->close(b);
 }
 
+/* Polls @p a, 16 events at a time (a coalesced read takes several), for
+ * the 50 datagrams of 1000 bytes and the one of 10 that test_gso_and_gro
+ * sent as one GSO message of @p big, and checks each. */
+static void read_gso_message(sx_tl_iface_t *a, const uint8_t *big)
+{
+    rx_log_t log = {0};
+    uint64_t deadline = sx_time_ns() + TL_RX_DEADLINE_NS;
+    while (log.n < 51) {
+        sx_tl_event_t ev[16];
+        int n = a->ops->poll(a, ev, 16);
+        assert_true(n >= 0 && n <= 16);
+        for (int i = 0; i < n; i++)
+            rx_log_add(&log, ev[i].data, ev[i].len);
+        assert_true(sx_time_ns() < deadline);
+    }
+    for (unsigned i = 0; i < 51; i++) {
+        assert_int_equal(log.len[i], i < 50 ? 1000 : 10);
+        assert_memory_equal(log.data[i], big + i * 1000, log.len[i]);
+    }
+    rx_log_free(&log);
+}
+
 /*
  * UDP GSO and GRO (SX_UDP_GSO): a run of equal datagrams to one peer goes
  * out as one GSO message that a plain socket still receives as separate
@@ -914,7 +936,8 @@ static void test_ack_socket_wait_fd(void **state)
  * starts the next. The other way, a GSO message from a raw socket reaches
  * a GRO socket as one coalesced read, which poll hands up datagram by
  * datagram, the rest of a read waiting for the next poll when the events
- * do not fit. Skipped where the kernel has neither.
+ * do not fit: once the socket has had a backlog (GRO waits for one). Skipped
+ * where the kernel has neither.
  */
 static void test_gso_and_gro(void **state)
 {
@@ -989,42 +1012,14 @@ static void test_gso_and_gro(void **state)
     if (sendmsg(fd, &m, 0) != (ssize_t)sizeof(big)) {
         print_message("UDP_SEGMENT refused here (%s): GRO not checked\n", strerror(errno));
     } else {
-        /* 16 events a poll: a coalesced read takes several. */
-        rx_log_t log = {0};
-        uint64_t deadline = sx_time_ns() + TL_RX_DEADLINE_NS;
-        while (log.n < 51) {
-            sx_tl_event_t ev[16];
-            int n = a->ops->poll(a, ev, 16);
-            assert_true(n >= 0 && n <= 16);
-            for (int i = 0; i < n; i++)
-                rx_log_add(&log, ev[i].data, ev[i].len);
-            assert_true(sx_time_ns() < deadline);
-        }
-        for (unsigned i = 0; i < 51; i++) {
-            assert_int_equal(log.len[i], i < 50 ? 1000 : 10);
-            assert_memory_equal(log.data[i], big + i * 1000, log.len[i]);
-        }
+        read_gso_message(a, big);
         /* The socket had no backlog before this message, so no UDP_GRO
          * yet: the kernel cut the message at the socket, and the reads
          * that found its datagrams queued turned GRO on (sx_udp_rx_busy).
          * The same message again is read coalesced. */
         assert_int_equal(a->stats.rx_gro, 0);
-        rx_log_free(&log);
-        memset(&log, 0, sizeof(log));
         assert_int_equal(sendmsg(fd, &m, 0), (ssize_t)sizeof(big));
-        deadline = sx_time_ns() + TL_RX_DEADLINE_NS;
-        while (log.n < 51) {
-            sx_tl_event_t ev[16];
-            int n = a->ops->poll(a, ev, 16);
-            assert_true(n >= 0 && n <= 16);
-            for (int i = 0; i < n; i++)
-                rx_log_add(&log, ev[i].data, ev[i].len);
-            assert_true(sx_time_ns() < deadline);
-        }
-        for (unsigned i = 0; i < 51; i++) {
-            assert_int_equal(log.len[i], i < 50 ? 1000 : 10);
-            assert_memory_equal(log.data[i], big + i * 1000, log.len[i]);
-        }
+        read_gso_message(a, big);
         print_message("GRO: %llu reads held several datagrams\n",
                       (unsigned long long)a->stats.rx_gro);
         /* UDP_GRO came with Linux 5.0, UDP_SEGMENT with 4.18. */
@@ -1034,7 +1029,6 @@ static void test_gso_and_gro(void **state)
         close(probe);
         if (has_gro)
             assert_true(a->stats.rx_gro > 0);
-        rx_log_free(&log);
     }
     close(fd);
     a->ops->close(a);
