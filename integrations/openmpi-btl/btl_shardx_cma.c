@@ -88,7 +88,7 @@ void mca_btl_shardx_cma_fill(mca_btl_base_registration_handle_t *h, const void *
     h->len = len;
     h->access = access;
     h->pid = c->cma_pid;
-    h->host = c->cma ? c->cma_host : 0;
+    h->host = c->cma_host; /* 0 with btl_shardx_cma 0 */
 }
 
 /* Whether @p h (copied out of the PML header) lets this process copy
@@ -99,7 +99,7 @@ static bool shardx_cma_allowed(const mca_btl_base_endpoint_t *ep,
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
 
-    if (!c->cma || c->cma_host == 0 || atomic_load_explicit(&c->cma_refused, memory_order_relaxed))
+    if (c->cma_host == 0 || atomic_load_explicit(&c->cma_refused, memory_order_relaxed))
         return false;
     if (ep->proc == NULL || !OPAL_PROC_ON_LOCAL_NODE(ep->proc->proc_flags))
         return false;

@@ -607,27 +607,12 @@ static void shardx_rdma_complete(void *ctx, int status)
                 copy.cbdata, mca_btl_shardx_status(status));
 }
 
-typedef int (*shardx_rdma_fn_t)(sx_peer_h peer, void *local, size_t len, uint64_t raddr,
-                                sx_rkey_t key, sx_complete_cb_t cb, void *ctx);
-
-static int shardx_put_fn(sx_peer_h peer, void *local, size_t len, uint64_t raddr, sx_rkey_t key,
-                         sx_complete_cb_t cb, void *ctx)
-{
-    return sx_put(peer, local, len, raddr, key, cb, ctx);
-}
-
-static int shardx_get_fn(sx_peer_h peer, void *local, size_t len, uint64_t raddr, sx_rkey_t key,
-                         sx_complete_cb_t cb, void *ctx)
-{
-    return sx_get(peer, local, len, raddr, key, cb, ctx);
-}
-
 static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpoint,
                        void *local_address, uint64_t remote_address,
                        mca_btl_base_registration_handle_t *local_handle,
                        mca_btl_base_registration_handle_t *remote_handle, size_t size,
                        mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata,
-                       shardx_rdma_fn_t fn, bool write)
+                       bool write)
 {
     mca_btl_shardx_module_t *m = shardx_module(btl);
     sx_peer_h peer = shardx_ep_peer(endpoint);
@@ -657,7 +642,9 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
     op->cbfunc = cbfunc;
     op->cbcontext = cbcontext;
     op->cbdata = cbdata;
-    int rc = fn(peer, local_address, size, remote_address, rkey, shardx_rdma_complete, op);
+    int rc =
+        write ? sx_put(peer, local_address, size, remote_address, rkey, shardx_rdma_complete, op)
+              : sx_get(peer, local_address, size, remote_address, rkey, shardx_rdma_complete, op);
     if (rc == SX_INPROGRESS)
         return OPAL_SUCCESS;
     opal_free_list_return(&m->rdma_ops, &op->super);
@@ -674,7 +661,7 @@ static int shardx_put(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpo
     (void)flags;
     (void)order;
     return shardx_rdma(btl, endpoint, local_address, remote_address, local_handle, remote_handle,
-                       size, cbfunc, cbcontext, cbdata, shardx_put_fn, true);
+                       size, cbfunc, cbcontext, cbdata, true);
 }
 
 static int shardx_get(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpoint,
@@ -687,7 +674,7 @@ static int shardx_get(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpo
     (void)flags;
     (void)order;
     return shardx_rdma(btl, endpoint, local_address, remote_address, local_handle, remote_handle,
-                       size, cbfunc, cbcontext, cbdata, shardx_get_fn, false);
+                       size, cbfunc, cbcontext, cbdata, false);
 }
 
 /* ------------------------------------------------------------------ */

@@ -20,8 +20,9 @@
 
 /*
  * The first read that finds datagrams queued behind each other (a batch
- * read that returns several) turns on what only a busy socket needs (the same options on an idle
- * one cost each datagram's reader time, see docs/tuning.md, "Where a small message's time goes"):
+ * read that returns several) turns on what only a busy socket needs; on
+ * an idle one the same options cost the reader of every datagram time
+ * (docs/tuning.md, "Where a small message's time goes"):
  *  - SO_RXQ_OVFL, which attaches the socket's drop count to every datagram
  *    read from then on (socket(7)), so that loss in the network can be
  *    told from overflow here. Only a full receive queue drops, and a queue
@@ -34,11 +35,11 @@
  *    socket: the same datagrams, in more reads, and the read that finds
  *    them queued is the one that turns GRO on.
  * A ping-pong's socket never has a backlog and keeps neither: 8-byte
- * ping-pongs over loopback, 20 interleaved pairs of one build with both
- * options on from the start and without, 5.04 against 4.95 us one way
- * (sx_bench latency, medians; faster in 18 of 20). Either option alone
- * cost as much as both in a raw-socket ping-pong (0.18-0.21 us), and
- * turning GRO off alone gained nothing measurable in sx_bench.
+ * ping-pongs over loopback (sx_bench latency), 30 interleaved pairs of
+ * the build before and this one, 6.19 against 5.925 us one way (medians;
+ * faster in 28 of 30). Either option alone cost as much as both in a
+ * raw-socket ping-pong (0.18-0.21 us), and turning GRO off alone gained
+ * nothing measurable in sx_bench.
  *
  * A socket too small to queue a few of its largest datagrams could drop
  * before any read found two: udp_open makes such a socket busy at once.

@@ -403,9 +403,9 @@ static void udp_set_buf(int fd, size_t want, int force_opt, int opt, const char 
 /*
  * Creates one nonblocking socket of @p sa's family (an IPv6 one IPv6 only,
  * IPV6_V6ONLY, so that IPv4 keeps arriving on the IPv4 socket), sizes its
- * buffers and binds it to @p sa; the bound address
- * goes to *bound_p. @p what names it in messages ("data", "ACK"). On
- * failure *fd_p may hold a socket for the caller to close.
+ * buffers and binds it to @p sa; the bound address goes to *bound_p.
+ * @p what names it in messages ("data", "ACK"). On failure *fd_p may hold
+ * a socket for the caller to close.
  */
 int sx_udp_socket_open(const char *what, const udp_sa_t *sa, size_t rcvbuf, size_t sndbuf,
                        int *fd_p, udp_sa_t *bound_p)
