@@ -581,9 +581,18 @@ static bool udp_src_matches(sx_tl_iface_t *iface, sx_tl_dest_t dest, const void 
     if (dest >= u->ndests || !u->dests[dest].live || src_len > sizeof(from) ||
         src_len < sizeof(sa_family_t))
         return false;
+    const udp_dest_t *d = &u->dests[dest];
+    if (src_len == sizeof(from.in4) && d->ncand > 0 && d->cand[0].sa.sa_family == AF_INET) {
+        /* Every datagram is checked, on the way to its delivery: the usual
+         * one, IPv4 from the first candidate, in two loads (the general
+         * path below is ~90 instructions; callgrind of sx_bench latency). */
+        memcpy(&from.in4, src, sizeof(from.in4));
+        if (from.in4.sin_family == AF_INET &&
+            from.in4.sin_addr.s_addr == d->cand[0].in4.sin_addr.s_addr)
+            return true;
+    }
     memset(&from, 0, sizeof(from));
     memcpy(&from, src, src_len);
-    const udp_dest_t *d = &u->dests[dest];
     for (unsigned i = 0; i < d->ncand; i++)
         if (udp_same_ip(&from, &d->cand[i]))
             return true;
@@ -697,7 +706,7 @@ static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *
     int status = SX_OK;
 
     while (sent < n) {
-        int rc = sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
+        int rc = sx_udp_sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
         if (rc > 0) {
             sent += (unsigned)rc;
             retried = false;

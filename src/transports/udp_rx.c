@@ -290,9 +290,9 @@ int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned
     udp_rx_land(u, rx, batch ? want : 1);
     for (;;) {
         if (batch) {
-            rc = recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT, NULL);
+            rc = sx_udp_recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT);
         } else {
-            ssize_t got = recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
+            ssize_t got = sx_udp_recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
             if (got >= 0)
                 rx->msgs[0].msg_len = (unsigned)got;
             rc = got >= 0 ? 1 : -1;
