@@ -46,6 +46,7 @@
 
 #include <shardx.h>
 
+#include "common/hot.h"
 #include "common/time.h"
 
 #define SLOT_BITS 6u
@@ -177,7 +178,7 @@ static void advance_to(sx_wheel_t *w, uint64_t tick)
  * A tick at or before cur goes to @p due_list: the due list for a new
  * timer, the firing list for one cascaded down to the tick being expired.
  */
-static void place(sx_wheel_t *w, sx_timer_t *t, sx_timer_link_t *due_list)
+SX_HOT static void place(sx_wheel_t *w, sx_timer_t *t, sx_timer_link_t *due_list)
 {
     if (sx_u64_before_eq(t->tick, w->cur)) {
         t->loc = LOC_LIST;
@@ -235,7 +236,7 @@ void sx_timer_init(sx_timer_t *timer, sx_timer_cb_t cb, void *arg)
     timer->slot = 0;
 }
 
-bool sx_timer_is_pending(const sx_timer_t *timer)
+SX_HOT bool sx_timer_is_pending(const sx_timer_t *timer)
 {
     return timer->loc != LOC_IDLE;
 }
@@ -300,7 +301,7 @@ void sx_wheel_fini(sx_wheel_t *wheel)
     free(wheel);
 }
 
-int sx_wheel_add(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_ns)
+SX_HOT int sx_wheel_add(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_ns)
 {
     if (timer->loc != LOC_IDLE)
         return SX_ERR_EXISTS;
@@ -317,7 +318,7 @@ int sx_wheel_rearm(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_ns)
     return sx_wheel_add(wheel, timer, deadline_ns);
 }
 
-int sx_wheel_cancel(sx_wheel_t *wheel, sx_timer_t *timer)
+SX_HOT int sx_wheel_cancel(sx_wheel_t *wheel, sx_timer_t *timer)
 {
     if (timer->loc == LOC_IDLE)
         return SX_ERR_NOT_FOUND;
@@ -331,12 +332,12 @@ size_t sx_wheel_pending(const sx_wheel_t *wheel)
     return wheel->pending;
 }
 
-uint64_t sx_wheel_now(const sx_wheel_t *wheel)
+SX_HOT uint64_t sx_wheel_now(const sx_wheel_t *wheel)
 {
     return wheel->now_ns;
 }
 
-uint64_t sx_wheel_tick_ns(const sx_wheel_t *wheel)
+SX_HOT uint64_t sx_wheel_tick_ns(const sx_wheel_t *wheel)
 {
     return wheel->tick_ns;
 }
@@ -349,7 +350,7 @@ uint64_t sx_wheel_tick_ns(const sx_wheel_t *wheel)
  * number of levels, the overflow list to re-examine. False when the wheel
  * and the overflow list are both empty.
  */
-static bool next_event(const sx_wheel_t *w, uint64_t *tick_p, unsigned *level_p)
+SX_HOT static bool next_event(const sx_wheel_t *w, uint64_t *tick_p, unsigned *level_p)
 {
     for (unsigned level = 0; level < w->levels; level++) {
         uint64_t bits = w->bitmap[level];
@@ -412,7 +413,7 @@ static void process_event(sx_wheel_t *w, unsigned level)
 }
 
 /* Runs the callbacks of the firing list; returns how many ran. */
-static unsigned run_firing(sx_wheel_t *w)
+SX_HOT static unsigned run_firing(sx_wheel_t *w)
 {
     unsigned fired = 0;
     /* Each timer leaves the list before its callback runs, and callbacks
@@ -428,7 +429,7 @@ static unsigned run_firing(sx_wheel_t *w)
     return fired;
 }
 
-unsigned sx_wheel_expire(sx_wheel_t *w, uint64_t now_ns)
+SX_HOT unsigned sx_wheel_expire(sx_wheel_t *w, uint64_t now_ns)
 {
     assert(!w->expiring && "sx_wheel_expire() called from a timer callback");
     if (w->expiring)
@@ -473,7 +474,7 @@ unsigned sx_wheel_expire(sx_wheel_t *w, uint64_t now_ns)
     return fired;
 }
 
-int sx_wheel_next_deadline(const sx_wheel_t *wheel, uint64_t *deadline_ns_p)
+SX_HOT int sx_wheel_next_deadline(const sx_wheel_t *wheel, uint64_t *deadline_ns_p)
 {
     if (wheel->pending == 0)
         return SX_ERR_NOT_FOUND;

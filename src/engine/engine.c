@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/namelist.h"
 #include "common/time.h"
@@ -678,7 +679,7 @@ static uintptr_t sx_engine_slot(struct sx_engine *e)
     return v;
 }
 
-unsigned sx_engine_home_shard(struct sx_engine *e)
+SX_HOT unsigned sx_engine_home_shard(struct sx_engine *e)
 {
     return (unsigned)(sx_engine_slot(e) & SX_HOME_MASK) - 1u;
 }
@@ -719,8 +720,8 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
  * its core up whenever it gets 0 (Open MPI's opal_progress) gets the work
  * that woke it instead, and keeps the core it was woken onto.
  */
-static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home, sx_yield_action_t act,
-                                    unsigned ready[SX_IDLE_READY_MAX])
+SX_HOT static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home,
+                                           sx_yield_action_t act, unsigned ready[SX_IDLE_READY_MAX])
 {
     struct pollfd pfd[SX_SHARD_TL_COUNT];
     nfds_t n = 0;
@@ -773,7 +774,7 @@ static unsigned sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_acti
 #define SX_PROGRESS_VISIT_EVERY   8u
 #define SX_PROGRESS_VISIT_IDLE_NS (1000000ull)
 
-SX_API int sx_progress(sx_engine_h engine)
+SX_HOT SX_API int sx_progress(sx_engine_h engine)
 {
     int n;
 

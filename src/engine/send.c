@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "engine/engine.h"
@@ -10,7 +11,7 @@
 #include "shard/chan.h"
 #include "shard/op_cache.h"
 
-void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
+SX_HOT void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
 {
     /* The baseline serialises every entry point on one lock (and has one
      * shard, so shard is 0 there). */
@@ -20,7 +21,8 @@ void sx_engine_submit(struct sx_engine *e, unsigned shard, sx_inbox_req_t *req)
 }
 
 /* Validates a send and sums its length; SX_OK or why not. */
-static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iovcnt, uint64_t *len_p)
+SX_HOT static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iovcnt,
+                                uint64_t *len_p)
 {
     uint64_t len = 0;
 
@@ -58,8 +60,8 @@ unsigned sx_send_lane(struct sx_engine *e, sx_peer_h peer, unsigned *home_p)
     return home % peer->nshards;
 }
 
-SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
-                      const sx_send_params_t *params, sx_complete_cb_t cb, void *ctx)
+SX_HOT SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt,
+                             const sx_send_params_t *params, sx_complete_cb_t cb, void *ctx)
 {
     uint64_t len;
     int rc = sx_send_check(peer, iov, iovcnt, &len);

@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "engine/yield.h"
@@ -172,7 +173,7 @@ static bool sx_yield_bound_runtime_yields(void)
     return true;
 }
 
-sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
+SX_HOT sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
 {
     if (n != 0) {
         sx_yield_streak = 0;

@@ -26,6 +26,8 @@
 
 #include <shardx.h>
 
+#include "common/hot.h"
+
 #define ROOM_NONE     UINT32_MAX        /* end of the free list */
 #define ROOM_OCCUPIED (UINT32_MAX - 1u) /* next_free of an occupied room */
 
@@ -88,7 +90,7 @@ static sx_hotel_room_t *lookup(sx_hotel_t *h, sx_hotel_key_t key)
 }
 
 /* Ends the current stay of @p room and puts it on the free list. */
-static void vacate(sx_hotel_t *h, sx_hotel_room_t *room)
+SX_HOT static void vacate(sx_hotel_t *h, sx_hotel_room_t *room)
 {
     room->occupant = NULL;
     room->gen++;
@@ -154,7 +156,8 @@ void sx_hotel_fini(sx_hotel_t *hotel)
     free(hotel);
 }
 
-int sx_hotel_checkin(sx_hotel_t *hotel, void *occupant, uint64_t deadline_ns, sx_hotel_key_t *key_p)
+SX_HOT int sx_hotel_checkin(sx_hotel_t *hotel, void *occupant, uint64_t deadline_ns,
+                            sx_hotel_key_t *key_p)
 {
     sx_hotel_t *h = hotel;
     uint32_t index = h->free_head;
@@ -189,7 +192,7 @@ int sx_hotel_checkin(sx_hotel_t *hotel, void *occupant, uint64_t deadline_ns, sx
     return SX_OK;
 }
 
-int sx_hotel_checkout(sx_hotel_t *hotel, sx_hotel_key_t key, void **occupant_p)
+SX_HOT int sx_hotel_checkout(sx_hotel_t *hotel, sx_hotel_key_t key, void **occupant_p)
 {
     sx_hotel_room_t *room = lookup(hotel, key);
     if (room == NULL)
@@ -203,7 +206,7 @@ int sx_hotel_checkout(sx_hotel_t *hotel, sx_hotel_key_t key, void **occupant_p)
     return SX_OK;
 }
 
-int sx_hotel_rearm(sx_hotel_t *hotel, sx_hotel_key_t key, uint64_t deadline_ns)
+SX_HOT int sx_hotel_rearm(sx_hotel_t *hotel, sx_hotel_key_t key, uint64_t deadline_ns)
 {
     sx_hotel_room_t *room = lookup(hotel, key);
     if (room == NULL)

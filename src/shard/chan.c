@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "shard/chan_int.h"
@@ -19,7 +20,7 @@
 #include "shard/handlers.h"
 #include "shard/peer.h"
 
-void sx_chan_kick_locked(sx_chan_t *c)
+SX_HOT void sx_chan_kick_locked(sx_chan_t *c)
 {
     sx_shard_t *s = c->shard;
 
@@ -34,7 +35,7 @@ void sx_chan_kick_locked(sx_chan_t *c)
     s->ready_tail = c;
 }
 
-void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
+SX_HOT void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
 {
     if (op->kind == SX_OP_GET && shard->land_ev != NULL)
         sx_shard_land_release_locked(shard, op->dst, op->len);
@@ -72,7 +73,7 @@ uint32_t sx_chan_random32(void)
     return r != 0 ? r : 1;
 }
 
-sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane)
+SX_HOT sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, unsigned lane)
 {
     size_t idx = (size_t)shard->index * peer->nshards + lane;
     sx_chan_t *c = peer->chans[idx];
@@ -286,7 +287,7 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
     free(c);
 }
 
-void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
+SX_HOT void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
 {
     int failed = c->failed ? c->failed : atomic_load(&c->peer->failed);
     if (failed != 0) {
@@ -334,7 +335,7 @@ int sx_chan_set_dest_locked(sx_chan_t *c, const void *addr, size_t len)
 }
 
 /* Runs on the home shard with its token: the op joins its channel. */
-void sx_op_push_run(void *owner, sx_inbox_req_t *req)
+SX_HOT void sx_op_push_run(void *owner, sx_inbox_req_t *req)
 {
     sx_shard_t *shard = owner;
     sx_op_t *op = (sx_op_t *)req;

@@ -4,6 +4,7 @@
  * their destination host's controller, the flush's test against its
  * window and pacing clock, and the signals the ACK path gives it.
  */
+#include "common/hot.h"
 #include "common/time.h"
 #include "shard/cc.h"
 #include "shard/chan.h"
@@ -48,7 +49,7 @@ static void chan_cc_retry(sx_chan_t *c, uint64_t at)
         sx_wheel_add(c->shard->wheel, &c->cc_timer, at);
 }
 
-bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
+SX_HOT bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
 {
     sx_cc_t *cc = c->cc;
 
@@ -71,7 +72,7 @@ bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
     return true;
 }
 
-void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+SX_HOT void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     if (c->cc == NULL)
         return;
@@ -85,7 +86,7 @@ void sx_chan_cc_in_locked(sx_chan_t *c, sx_txpkt_t *pkt)
     c->cc_unposted += (int64_t)pkt->len;
 }
 
-void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+SX_HOT void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     if (c->cc == NULL || !pkt->in_pipe)
         return;
@@ -94,7 +95,7 @@ void sx_chan_cc_acked_out_locked(sx_chan_t *c, sx_txpkt_t *pkt)
     c->cc_unposted -= (int64_t)pkt->len; /* the ACK path posts it */
 }
 
-void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now)
+SX_HOT void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now)
 {
     if (c->cc_pace_unposted != 0) {
         sx_cc_pace_advance(c->cc, c->cc_pace_unposted, c->shard->pass_gap_ns, now);
@@ -137,7 +138,7 @@ void sx_chan_cc_rto_spurious_locked(sx_chan_t *c)
     c->cc_collapse_ns = 0;
 }
 
-void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn)
+SX_HOT void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn)
 {
     if (ecn == SX_TL_ECN_CE) {
         c->rx_ecn_ce++;
@@ -147,7 +148,7 @@ void sx_chan_cc_ecn_rx_locked(sx_chan_t *c, uint8_t ecn)
     }
 }
 
-void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
+SX_HOT void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
 {
     /* Counts only grow (mod 2^32): an ACK overtaken by a newer one carries
      * smaller counts and says nothing new. */
@@ -171,7 +172,7 @@ void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t no
         sx_stat_add(&c->shard->stats.cc_ecn_cuts, 1);
 }
 
-void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now)
+SX_HOT void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now)
 {
     if (c->cc != NULL && sx_cc_rtt(c->cc, rtt, c->shard->env->conf.cc_delay_ns, now))
         sx_stat_add(&c->shard->stats.cc_delay_exits, 1);

@@ -9,6 +9,7 @@
  */
 #include <stdatomic.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "shard/chan.h"
@@ -16,7 +17,7 @@
 #include "shard/peer.h"
 
 /* Arms (or re-arms) the retransmission deadline of @p pkt. */
-int sx_chan_arm_locked(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
+SX_HOT int sx_chan_arm_locked(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
 {
     uint64_t deadline = now + c->rto_ns;
 
@@ -83,7 +84,7 @@ void sx_chan_rto_restart_locked(sx_chan_t *c)
 }
 
 /* RFC 6298 section 2: SRTT and RTTVAR from a sample R. */
-static void chan_rtt_sample(sx_chan_t *c, uint64_t r, uint64_t now)
+SX_HOT static void chan_rtt_sample(sx_chan_t *c, uint64_t r, uint64_t now)
 {
     sx_chan_cc_rtt_locked(c, r, now);
     if (c->srtt_ns == 0) {
@@ -270,7 +271,7 @@ static inline bool chan_take_rwnd(sx_chan_t *c, const sx_wire_hdr_t *h)
  * window with data to send (the persist timer's case), or PUT and GET
  * that the peer acknowledged and has yet to answer (a keepalive's).
  */
-static bool chan_waits_idle(const sx_chan_t *c)
+SX_HOT static bool chan_waits_idle(const sx_chan_t *c)
 {
     if (c->failed || c->snd_una != c->snd_nxt)
         return false;
@@ -407,7 +408,7 @@ static void chan_loss_episode(sx_chan_t *c, const sx_txpkt_t *pkt, uint64_t now)
  * collectives at 2 ranks took ten times as long (test_rma
  * test_fin_after_get_copies_nothing).
  */
-bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
+SX_HOT bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
 {
     sx_shard_t *shard = c->shard;
 
@@ -423,7 +424,7 @@ bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
     return true;
 }
 
-int sx_chan_ack_release_locked(sx_shard_t *shard)
+SX_HOT int sx_chan_ack_release_locked(sx_shard_t *shard)
 {
     sx_chan_t *c = shard->ack_held_chan;
 
@@ -439,8 +440,8 @@ int sx_chan_ack_release_locked(sx_shard_t *shard)
     return 1;
 }
 
-void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now,
-                                uint64_t arrived_ns)
+SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack,
+                                       uint64_t now, uint64_t arrived_ns)
 {
     uint32_t mask = sx_chan_window(c) - 1;
     /*

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "shard/chan.h"
@@ -15,7 +16,7 @@
 #include "shard/handlers.h"
 #include "shard/peer.h"
 
-void sx_chan_ack_timer(sx_timer_t *timer, void *arg)
+SX_HOT void sx_chan_ack_timer(sx_timer_t *timer, void *arg)
 {
     sx_chan_t *c = arg;
     sx_wheel_t *wheel = c->shard->wheel;
@@ -33,7 +34,7 @@ void sx_chan_ack_timer(sx_timer_t *timer, void *arg)
     sx_chan_kick_locked(c);
 }
 
-static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t len)
+SX_HOT static void chan_deliver_am(sx_chan_t *c, uint8_t tag, const void *data, size_t len)
 {
     const sx_am_handler_t *h = sx_handlers_am(c->shard->env->handlers, tag);
 
@@ -123,7 +124,7 @@ static void chan_refuse(sx_chan_t *c, uint32_t seq, unsigned idx, const sx_wire_
     sx_chan_queue_resp_locked(c, op);
 }
 
-void sx_chan_hold_check_locked(sx_chan_t *c)
+SX_HOT void sx_chan_hold_check_locked(sx_chan_t *c)
 {
     if (c->hold && c->refuse_queued == 0 && sx_u32_before(c->refuse_last_seq, c->snd_una)) {
         c->hold = false;
@@ -211,8 +212,8 @@ static void chan_abort_assembly(sx_chan_t *c)
  * packet went through chan_scan_kept, which decided its refusals and
  * took its AM_REFUSE frames; else both happen here, as it arrives.
  */
-static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *payload, size_t len,
-                                    bool scanned, const sx_landing_t *land)
+SX_HOT static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *payload,
+                                           size_t len, bool scanned, const sx_landing_t *land)
 {
     unsigned frames = 0;
     size_t off = 0;
@@ -445,7 +446,7 @@ static void chan_window_update(sx_chan_t *c)
     }
 }
 
-unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c)
+SX_HOT unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c)
 {
     uint32_t mask = sx_chan_window(c) - 1;
     unsigned n = 0;
@@ -488,8 +489,8 @@ static void chan_deliver_kept(sx_chan_t *c)
     }
 }
 
-void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data, size_t len,
-                         const sx_landing_t *land)
+SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_t *data,
+                                size_t len, const sx_landing_t *land)
 {
     if (c->failed) {
         sx_stat_add(&c->shard->stats.drops[SX_DROP_CHANNEL_FAILED], 1);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/crc32c.h"
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "shard/chan.h"
@@ -79,7 +80,7 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
     return pkt;
 }
 
-void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
+SX_HOT void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     sx_shard_t *s = c->shard;
 
@@ -227,7 +228,7 @@ static unsigned chan_plan_packet(sx_chan_t *c, size_t space, frame_plan_t *plan,
 
 /* The acknowledgement every packet carries: ack, SACK and the receive
  * window, which is remembered as advertised (chan_rx.c's window update). */
-void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h)
+SX_HOT void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h)
 {
     h->ack = c->rcv_nxt;
     h->sack = c->rcv_sack;
@@ -245,8 +246,9 @@ void sx_chan_ack_fields_locked(sx_chan_t *c, sx_wire_hdr_t *h)
     }
 }
 
-static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t seq,
-                           uint16_t payload_len, uint16_t flags, const uint8_t *ext, size_t ext_len)
+SX_HOT static void chan_write_hdr(sx_chan_t *c, uint8_t *buf, uint8_t type, uint32_t seq,
+                                  uint16_t payload_len, uint16_t flags, const uint8_t *ext,
+                                  size_t ext_len)
 {
     sx_wire_hdr_t h = {
         .type = type,
@@ -387,7 +389,7 @@ static bool chan_region_zero_copy(sx_chan_t *c, unsigned n, uint32_t len)
 }
 
 /* Builds the next data packet from the send queue, or returns NULL. */
-static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
+SX_HOT static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
 {
     frame_plan_t plan[SX_PKT_MAX_FRAMES];
     size_t mtu = c->dgram_max;
@@ -502,7 +504,7 @@ void sx_chan_send_challenge_locked(sx_chan_t *c, uint32_t nonce)
     chan_send_ack_flags(c, SX_PKTF_PROBE, nonce);
 }
 
-unsigned sx_chan_flush_locked(sx_chan_t *c)
+SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
     unsigned sent = 0;

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#include "common/hot.h"
 #include "common/tsan.h"
 
 void sx_inbox_init(sx_inbox_t *inbox, sx_inbox_flush_fn flush, sx_inbox_acquire_fn on_acquire)
@@ -51,7 +52,7 @@ size_t sx_inbox_depth_locked(sx_inbox_t *inbox)
     return n;
 }
 
-size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
+SX_HOT size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
 {
     size_t ran = 0;
 
@@ -85,7 +86,7 @@ bool sx_delegate_try_acquire(sx_token_t *token, sx_inbox_t *inbox, void *owner)
     return true;
 }
 
-bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
+SX_HOT bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
 {
     if (!sx_delegate_try_acquire(token, inbox, owner))
         return false;
@@ -95,7 +96,7 @@ bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t
     return true;
 }
 
-size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owner)
+SX_HOT size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owner)
 {
     size_t ran = 0;
 
@@ -120,7 +121,8 @@ size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owne
     }
 }
 
-bool sx_delegate_submit_mpsc(sx_token_t *token, sx_inbox_t *inbox, void *owner, sx_inbox_req_t *req)
+SX_HOT bool sx_delegate_submit_mpsc(sx_token_t *token, sx_inbox_t *inbox, void *owner,
+                                    sx_inbox_req_t *req)
 {
     if (sx_delegate_try_acquire(token, inbox, owner)) {
         bool blocked = false;

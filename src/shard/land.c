@@ -9,6 +9,7 @@
  */
 #include <stdint.h>
 
+#include "common/hot.h"
 #include "shard/chan.h"
 #include "shard/mem.h"
 #include "shard/peer.h"
@@ -44,7 +45,7 @@ static void sx_shard_land_offer_put_locked(sx_shard_t *shard, sx_tl_iface_t *ifa
  * the places of the next chunks of the GETs whose answers arrive on
  * land_chan. Not for the service, which delivers nothing.
  */
-void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface)
+SX_HOT void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface)
 {
     struct iovec spans[SX_TL_LAND_SPANS];
     size_t step;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hot.h"
 #include "shard/op_cache.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -41,7 +42,7 @@ static void sx_op_cache_init(void)
     sx_op_cache_key_ok = pthread_key_create(&sx_op_cache_key, sx_op_cache_drain) == 0;
 }
 
-sx_op_t *sx_op_alloc(void)
+SX_HOT sx_op_t *sx_op_alloc(void)
 {
     sx_op_t *op = sx_op_cache_head;
     if (op != NULL) {
@@ -55,7 +56,7 @@ sx_op_t *sx_op_alloc(void)
     return op;
 }
 
-void sx_op_release(sx_op_t *op)
+SX_HOT void sx_op_release(sx_op_t *op)
 {
     if (op == NULL)
         return;

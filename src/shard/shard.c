@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hot.h"
 #include "common/le.h"
 #include "common/log.h"
 #include "locks/rcu_table.h"
@@ -54,7 +55,7 @@ void sx_shard_set_engine_thread(void)
 }
 
 /* Called by every thread that takes the token, before it runs anything. */
-static void sx_shard_acquire_hook(void *owner)
+SX_HOT static void sx_shard_acquire_hook(void *owner)
 {
     sx_shard_t *shard = owner;
 
@@ -102,7 +103,7 @@ static void sx_shard_fd_timer_locked(sx_shard_t *shard)
 }
 
 /* Called by every token holder before it releases the token. */
-static void sx_shard_flush_hook(void *owner)
+SX_HOT static void sx_shard_flush_hook(void *owner)
 {
     sx_shard_t *shard = owner;
     uint64_t next;
@@ -254,7 +255,7 @@ void sx_shard_destroy(sx_shard_t *shard)
     free(shard);
 }
 
-bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req)
+SX_HOT bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req)
 {
     return sx_delegate_submit_mpsc(&shard->token, &shard->inbox, shard, req);
 }
@@ -313,9 +314,9 @@ uint8_t *sx_shard_tx_ack_buf_locked(sx_shard_t *shard, unsigned tl)
     return shard->txq.ack_buf[sx_shard_tx_room_locked(shard, tl)];
 }
 
-void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
-                              const uint8_t *data, size_t len, struct sx_chan *chan,
-                              struct sx_txpkt *pkt)
+SX_HOT void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
+                                     const uint8_t *data, size_t len, struct sx_chan *chan,
+                                     struct sx_txpkt *pkt)
 {
     sx_shard_txq_t *q = &shard->txq;
     unsigned i = sx_shard_tx_room_locked(shard, tl);
@@ -351,7 +352,7 @@ void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_t dest,
     q->pkt[i] = pkt;
 }
 
-void sx_shard_tx_post_locked(sx_shard_t *shard)
+SX_HOT void sx_shard_tx_post_locked(sx_shard_t *shard)
 {
     sx_shard_txq_t *q = &shard->txq;
     sx_tl_iface_t *iface = shard->ifaces[q->tl];
@@ -400,7 +401,7 @@ void sx_shard_recv_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
     sx_shard_recv_from_locked(shard, SX_SHARD_TL_NET, data, len, NULL, 0, SX_TL_ECN_NOT_ECT);
 }
 
-bool sx_shard_src_ok_locked(sx_shard_t *shard, sx_chan_t *c, const void *src, size_t src_len)
+SX_HOT bool sx_shard_src_ok_locked(sx_shard_t *shard, sx_chan_t *c, const void *src, size_t src_len)
 {
     sx_tl_iface_t *iface = shard->ifaces[c->tl];
 
@@ -425,8 +426,8 @@ bool sx_shard_src_ok_locked(sx_shard_t *shard, sx_chan_t *c, const void *src, si
 
 /* The channel a checked packet belongs to, created on first use; NULL
  * with *why_p set when there is none. */
-static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire_hdr_t *h,
-                                   sx_drop_reason_t *why_p)
+SX_HOT static sx_chan_t *sx_shard_chan_of(sx_shard_t *shard, unsigned tl, const sx_wire_hdr_t *h,
+                                          sx_drop_reason_t *why_p)
 {
     const sx_shard_env_t *env = shard->env;
     sx_chan_t *c = shard->rx_chan;
@@ -493,9 +494,10 @@ static sx_drop_reason_t sx_shard_auth_check(sx_shard_t *shard, const sx_wire_hdr
     return SX_DROP_NONE;
 }
 
-static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
-                                     size_t len, bool via_oob, const void *src, size_t src_len,
-                                     uint8_t ecn, size_t landed, uint8_t *landed_at)
+SX_HOT static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, const uint8_t *data,
+                                            size_t len, bool via_oob, const void *src,
+                                            size_t src_len, uint8_t ecn, size_t landed,
+                                            uint8_t *landed_at)
 {
     const sx_shard_env_t *env = shard->env;
     sx_landing_t land = {
@@ -588,7 +590,7 @@ void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t le
                              NULL);
 }
 
-static int sx_shard_poll_locked(sx_shard_t *shard)
+SX_HOT static int sx_shard_poll_locked(sx_shard_t *shard)
 {
     sx_tl_event_t ev[SX_SHARD_POLL_BATCH];
     int total = 0;
@@ -607,8 +609,6 @@ static int sx_shard_poll_locked(sx_shard_t *shard)
                 max = 1;
         }
         int n = iface->ops->poll(iface, ev, max);
-        if (n > 0)
-            shard->rx_ns = sx_time_ns();
         if (probe && n > 0) /* over at a datagram with a payload: shard.h */
             shard->land_probe = ev[0].type == SX_TL_EV_RECV && ev[0].len > SX_WIRE_HDR_LEN
                                     ? 0
@@ -660,7 +660,7 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
 
 /* One progress pass; -1 (and nothing done) if another thread holds the
  * token. */
-static int sx_shard_pass(sx_shard_t *shard, bool home)
+SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home)
 {
     size_t ran = 0;
 
@@ -680,8 +680,11 @@ static int sx_shard_pass(sx_shard_t *shard, bool home)
     if (!shard->serving && env != NULL && env->svc_until != NULL &&
         now + env->svc_half_ns > atomic_load_explicit(env->svc_until, memory_order_relaxed))
         env->svc_push(env->svc_arg, now);
-    if (shard->ack_held_chan != NULL)
+    shard->rx_ns = now; /* what the poll reads arrived by its end: shard.h */
+    if (shard->ack_held_chan != NULL) {
         ran += (size_t)sx_chan_ack_release_locked(shard);
+        shard->rx_ns = sx_time_ns(); /* completions ran, which take their time */
+    }
     shard->home_pass = home && !shard->serving; /* may hold an ACK: chan_retransmit.c */
     int polled = sx_shard_poll_locked(shard);
     shard->home_pass = false;
@@ -710,13 +713,13 @@ static int sx_shard_pass(sx_shard_t *shard, bool home)
     return (int)ran + polled + (int)fired + deferred;
 }
 
-int sx_shard_progress(sx_shard_t *shard)
+SX_HOT int sx_shard_progress(sx_shard_t *shard)
 {
     int n = sx_shard_pass(shard, false);
     return n < 0 ? 0 : n;
 }
 
-int sx_shard_progress_home(sx_shard_t *shard)
+SX_HOT int sx_shard_progress_home(sx_shard_t *shard)
 {
     return sx_shard_pass(shard, true);
 }

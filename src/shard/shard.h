@@ -281,8 +281,12 @@ struct sx_shard {
     struct sx_chan *rx_chan;
     unsigned rx_chan_removals;
     /* When the datagrams now being handled were read: their arrival
-     * time for RTT samples and the delayed-ACK timer, one clock read per
-     * read that returned any (sx_shard_poll_locked). */
+     * time for RTT samples and the delayed-ACK timer. For a pass's poll,
+     * the time just before it (sx_shard_pass): the read that finds them
+     * ends one system call later, and nothing the pass sends leaves
+     * before it. A clock read after the read, as before, was ~100 cycles
+     * between a datagram's arrival and its delivery (rdtsc stamps in a
+     * ping-pong, sx_bench latency). */
     uint64_t rx_ns;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* The last progress pass's start and how long before it the one

@@ -3,6 +3,7 @@
 #include "common/le.h"
 #include "shard/wire.h"
 #include "common/crc32c.h"
+#include "common/hot.h"
 
 #include <endian.h>
 #include <string.h>
@@ -129,7 +130,7 @@ static inline uint64_t wire_word32x2(uint32_t lo, uint32_t hi)
  * written took 23 ns a header that way and 6-7 ns this way. Same bytes on
  * the wire (test_wire's layout test).
  */
-void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc)
+SX_HOT void sx_wire_write_hdr(uint8_t *out, const sx_wire_hdr_t *hdr, const uint32_t *payload_crc)
 {
     uint16_t flags = WIRE_FIELD(hdr->flags);
 
@@ -198,7 +199,7 @@ void sx_wire_update_ack(uint8_t *pkt, const sx_wire_hdr_t *ack, uint16_t flags_s
 }
 
 /* sx_wire_parse_packet up to the payload CRC32C. */
-static sx_drop_reason_t wire_parse_hdr(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
+SX_HOT static sx_drop_reason_t wire_parse_hdr(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
 {
     if (data == NULL || len < SX_WIRE_HDR_LEN)
         return SX_DROP_SHORT;
@@ -240,14 +241,14 @@ static sx_drop_reason_t wire_parse_hdr(const uint8_t *data, size_t len, sx_wire_
     return SX_DROP_NONE;
 }
 
-sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
+SX_HOT sx_drop_reason_t sx_wire_parse_packet(const uint8_t *data, size_t len, sx_wire_hdr_t *hdr)
 {
     return sx_wire_parse_packet_landed(data, len, SX_WIRE_HDR_LEN, NULL, 0, hdr);
 }
 
-sx_drop_reason_t sx_wire_parse_packet_landed(const uint8_t *data, size_t len, size_t head,
-                                             const uint8_t *landed, size_t nlanded,
-                                             sx_wire_hdr_t *hdr)
+SX_HOT sx_drop_reason_t sx_wire_parse_packet_landed(const uint8_t *data, size_t len, size_t head,
+                                                    const uint8_t *landed, size_t nlanded,
+                                                    sx_wire_hdr_t *hdr)
 {
     sx_drop_reason_t why = wire_parse_hdr(data, len, hdr);
     if (why != SX_DROP_NONE || !(hdr->flags & SX_PKTF_CRC))
@@ -362,7 +363,7 @@ int sx_wire_is_control(const void *data, size_t len)
 
 /* ---------------------------------------------------------------- frames */
 
-int sx_wire_ext_len(uint8_t kind)
+SX_HOT int sx_wire_ext_len(uint8_t kind)
 {
     switch (kind) {
     case SX_FRAME_AM:
@@ -382,7 +383,7 @@ int sx_wire_ext_len(uint8_t kind)
     }
 }
 
-size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *f)
+SX_HOT size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *f)
 {
     uint8_t *p = out + SX_WIRE_FRAME_LEN;
 
@@ -425,8 +426,8 @@ size_t sx_wire_write_frame(uint8_t *out, const sx_wire_frame_t *f)
     return (size_t)(p - out);
 }
 
-int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offset,
-                       sx_wire_frame_t *f)
+SX_HOT int sx_wire_next_frame(const uint8_t *payload, size_t payload_len, size_t *offset,
+                              sx_wire_frame_t *f)
 {
     size_t off = *offset;
 

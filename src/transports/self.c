@@ -54,6 +54,7 @@
 
 #include <shardx.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "common/tsan.h"
@@ -489,7 +490,7 @@ static __attribute__((noinline)) int self_poll_queue(self_iface_t *s, sx_tl_even
     return (int)n;
 }
 
-static int self_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+SX_HOT static int self_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
 {
     self_iface_t *s = (self_iface_t *)iface;
 

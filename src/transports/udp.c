@@ -91,6 +91,7 @@
 
 #include <shardx.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 
 #define UDP_MTU_WILDCARD 65000 /* receive buffers: the largest route's (loopback) */
@@ -476,7 +477,7 @@ static size_t udp_dest_mtu(sx_tl_iface_t *iface, sx_tl_dest_t dest)
     return u->dests[dest].mtu;
 }
 
-static bool udp_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
+SX_HOT static bool udp_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
 
@@ -572,8 +573,8 @@ static bool udp_same_ip(const udp_sa_t *a, const udp_sa_t *b)
  * host's addresses that we offer, which is what the kernel picks as the
  * source of a datagram to one of them; the rest of 127/8 is no one's.
  */
-static bool udp_src_matches(sx_tl_iface_t *iface, sx_tl_dest_t dest, const void *src,
-                            size_t src_len)
+SX_HOT static bool udp_src_matches(sx_tl_iface_t *iface, sx_tl_dest_t dest, const void *src,
+                                   size_t src_len)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     udp_sa_t from;
@@ -698,8 +699,8 @@ static int udp_send_errno(int err)
 
 /* Sends msgs[0..n) through @p fd (@p connected: a destination's own
  * socket); sets *sent_p to how many the kernel took. */
-static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *msgs, unsigned n,
-                        unsigned *sent_p, int *err_p)
+SX_HOT static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mmsghdr *msgs,
+                               unsigned n, unsigned *sent_p, int *err_p)
 {
     unsigned sent = 0, refused = 0;
     bool retried = false; /* msgs[sent] already met one stale error */
@@ -810,8 +811,8 @@ static bool udp_fd_connected(const udp_iface_t *u, int fd)
     return fd != u->fd && fd != u->ack_fd && fd != u->fd6;
 }
 
-static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
-                         unsigned *posted_p)
+SX_HOT static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
+                                unsigned *posted_p)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     struct mmsghdr msgs[UDP_TX_BATCH], merged[UDP_TX_BATCH];
@@ -932,7 +933,7 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
     return got;
 }
 
-static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+SX_HOT static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     int got = udp_poll_sockets(u, events, max);

@@ -16,6 +16,7 @@
 
 #include <shardx.h>
 
+#include "common/hot.h"
 #include "common/log.h"
 
 /*
@@ -124,7 +125,8 @@ static void udp_rx_land_back(udp_rx_t *rx, unsigned i)
  * written; the rest waits for the next poll, which reads nothing new
  * before it is out (the buffers must stay as they are).
  */
-static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events,
+                                      unsigned max)
 {
     unsigned n = 0;
 
@@ -256,7 +258,7 @@ static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
         u->land_n = 0; /* the offer is used */
 }
 
-int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+SX_HOT int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
 {
     unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
     unsigned refused = 0;
