@@ -243,6 +243,9 @@ int mca_btl_shardx_progress(void);
  * by @p remote_handle to or from @p local; OPAL_SUCCESS when every byte
  * is there, OPAL_ERR_NOT_AVAILABLE when the caller must use shardx. */
 uint64_t mca_btl_shardx_cma_host_id(void);
+/* Lets this host's other processes of our user copy from and into ours
+ * where Yama would refuse them (btl_shardx_cma.c). */
+void mca_btl_shardx_cma_allow_peers(int output);
 void mca_btl_shardx_cma_fill(mca_btl_base_registration_handle_t *h, const void *base, size_t len,
                              unsigned access);
 int mca_btl_shardx_cma_copy(mca_btl_shardx_module_t *m, struct mca_btl_base_endpoint_t *ep,

@@ -45,6 +45,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -77,6 +78,33 @@ uint64_t mca_btl_shardx_cma_host_id(void)
     h = shardx_fnv(h, &ns.st_dev, sizeof(ns.st_dev));
     h = shardx_fnv(h, &ns.st_ino, sizeof(ns.st_ino));
     return h | 1; /* 0 means "no single copy" in a handle */
+}
+
+/*
+ * Yama (ptrace_scope 1, Ubuntu's default) lets a process read another's
+ * memory only if it is an ancestor of it, and the ranks mpirun starts are
+ * siblings: every copy would fail with EPERM. Unless the target names who
+ * may: PR_SET_PTRACER_ANY lets any process that the usual checks allow
+ * (our user, same namespace), as Open MPI's vader does for its own single
+ * copy. Scope 0 needs nothing, and 2 and 3 allow nothing a process can
+ * change: there the first copy's EPERM turns single copy off.
+ */
+void mca_btl_shardx_cma_allow_peers(int output)
+{
+    char scope = 0;
+    int fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return; /* no Yama */
+    ssize_t n = read(fd, &scope, 1);
+    close(fd);
+    if (n != 1 || scope != '1')
+        return;
+    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        opal_output_verbose(1, output,
+                            "btl shardx: Yama's ptrace_scope is 1 and PR_SET_PTRACER failed (%s): "
+                            "the other ranks of this host may not copy from this one",
+                            strerror(errno));
 }
 
 void mca_btl_shardx_cma_fill(mca_btl_base_registration_handle_t *h, const void *base, size_t len,

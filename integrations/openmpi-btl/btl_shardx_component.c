@@ -249,6 +249,8 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
     atomic_init(&c->cma_refused, false);
     c->cma_host = c->cma ? mca_btl_shardx_cma_host_id() : 0;
     c->cma_pid = (uint32_t)getpid();
+    if (c->cma_host != 0)
+        mca_btl_shardx_cma_allow_peers(c->output);
     if (c->cma && c->cma_host == 0)
         opal_output_verbose(1, c->output,
                             "btl shardx: cannot read the boot id or pid namespace under /proc: "

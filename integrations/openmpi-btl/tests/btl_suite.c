@@ -39,6 +39,7 @@
  *                               engine's service must send them by the
  *                               deadline)
  */
+#include <errno.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -47,12 +48,15 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int rank, nranks;
 
@@ -707,6 +711,60 @@ static void deny_cma(void)
     exit(1);
 }
 
+/*
+ * "cma_probe", without MPI: whether this host lets one process copy from
+ * a sibling's memory (process_vm_readv), as two ranks that mpirun started
+ * are. The target does what the BTL does for it under Yama
+ * (mca_btl_shardx_cma_allow_peers). Exits 0 if the copy worked, 2 if the
+ * kernel refused it (EPERM: Yama's ptrace_scope 2 or 3, a seccomp profile
+ * without CMA, a container without CAP_SYS_PTRACE where it is needed;
+ * ENOSYS), 1 on any other failure. run_mpi.sh asks before a test that
+ * wants single copy, so that such a host checks the datagram fallback
+ * instead of failing.
+ */
+static int cma_probe(void)
+{
+    static volatile uint64_t secret = 0x5e11c0de5e11c0deull;
+    int go[2], res[2];
+    if (pipe(go) != 0 || pipe(res) != 0)
+        return 1;
+    pid_t target = fork();
+    if (target == 0) {
+        char scope = 0, c;
+        FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+        if (f != NULL && fread(&scope, 1, 1, f) == 1 && scope == '1')
+            (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+        if (f != NULL)
+            fclose(f);
+        (void)!write(res[1], "r", 1); /* ready */
+        (void)!read(go[0], &c, 1);    /* until the reader is done */
+        _exit(0);
+    }
+    char c;
+    if (target < 0 || read(res[0], &c, 1) != 1)
+        return 1;
+    pid_t reader = fork();
+    if (reader == 0) {
+        uint64_t got = 0;
+        struct iovec l = {.iov_base = &got, .iov_len = sizeof(got)};
+        struct iovec r = {.iov_base = (void *)&secret, .iov_len = sizeof(secret)};
+        ssize_t n = process_vm_readv(target, &l, 1, &r, 1, 0);
+        if (n == (ssize_t)sizeof(got) && got == secret)
+            _exit(0);
+        _exit(n < 0 && (errno == EPERM || errno == ENOSYS) ? 2 : 1);
+    }
+    int status = 1;
+    if (reader > 0)
+        (void)waitpid(reader, &status, 0);
+    (void)!write(go[1], "g", 1);
+    (void)waitpid(target, NULL, 0);
+    int rc = reader > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    printf("btl_suite: cma_probe: %s\n", rc == 0   ? "a process may copy from its sibling"
+                                         : rc == 2 ? "the kernel refuses copies between siblings"
+                                                   : "probe failed");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc > 1 ? argv[1] : "";
@@ -717,6 +775,8 @@ int main(int argc, char **argv)
 
     if (getenv("SXT_DENY_CMA") != NULL && strcmp(getenv("SXT_DENY_CMA"), "1") == 0)
         deny_cma();
+    if (strcmp(test, "cma_probe") == 0)
+        return cma_probe();
     MPI_Init_thread(&argc, &argv, want, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
