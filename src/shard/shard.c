@@ -195,8 +195,9 @@ int sx_shard_create(const sx_shard_conf_t *conf, sx_shard_t **shard_p)
     if (conf == NULL || shard_p == NULL || conf->tick_ns == 0 ||
         (conf->env != NULL && conf->net_ops == NULL))
         return SX_ERR_INVALID_PARAM;
-    /* Aligned so the token and the inbox ends sit on their own lines. */
-    if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0)
+    /* Aligned so the token and the inbox ends sit on their own lines, and
+     * the fields before the batch (txq) on one page. */
+    if (posix_memalign((void **)&s, 4096, sizeof(*s)) != 0)
         return SX_ERR_NO_MEMORY;
     memset(s, 0, sizeof(*s));
     sx_token_init(&s->token);

@@ -206,7 +206,6 @@ struct sx_shard {
     bool sendi_since_progress;
     bool hold_armed;
     size_t held_bytes;
-    sx_shard_txq_t txq;
     /* Landing (chan.h): the channel whose GET answers the data socket's
      * next read is offered to land, and the GETs this poll's offer
      * covered (land_n 0: none). The token holder's. */
@@ -302,6 +301,10 @@ struct sx_shard {
     int first_pu;
     int numa_node;
     hwloc_bitmap_t cpuset;
+    /* The batch being built: 6 KB of arrays, after every other field, so
+     * that the ones a pass reads share a page (sx_shard_create aligns the
+     * shard to one; src/common/hot.h says why pages count). */
+    sx_shard_txq_t txq;
     /* When a thread whose home this shard is last progressed it
      * (sx_shard_progress_home, the pass's own clock read): sx_progress
      * visits only shards that no thread has called home lately. On a line

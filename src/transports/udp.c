@@ -162,9 +162,12 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         bind_sa.sin_addr.s_addr = htonl(INADDR_ANY);
     }
 
-    udp_iface_t *u = calloc(1, sizeof(*u));
-    if (u == NULL)
+    /* On a page boundary: the receive state a poll reads first then shares
+     * the interface's first page (udp_rx_t). */
+    udp_iface_t *u = NULL;
+    if (posix_memalign((void **)&u, 4096, sizeof(*u)) != 0)
         return SX_ERR_NO_MEMORY;
+    memset(u, 0, sizeof(*u));
     u->base.ops = &sx_tl_udp_ops;
     u->free_head = UDP_DEST_FREE_END;
     u->is_control = config->is_control;

@@ -110,16 +110,16 @@ typedef union udp_ctrl {
 /* One socket's receive side: UDP_RX_BATCH buffers of buflen bytes; the
  * events of one poll point into them until the next poll. */
 typedef struct udp_rx {
+    /* What one read of one datagram touches first, then the arrays in
+     * order of size: a single-datagram poll finds its state, and buffer
+     * 0's entries, on one or two pages (udp_open aligns the interface to
+     * one; src/common/hot.h says why pages count). */
     int fd;
     size_t buflen;
     size_t limit; /* the longest datagram handed up: buflen, or the mtu under GRO */
     uint8_t *mem;
-    struct mmsghdr msgs[UDP_RX_BATCH];
-    struct iovec iov[UDP_RX_BATCH];
-    udp_ctrl_t ctrl[UDP_RX_BATCH];
-    udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
-    uint32_t last_ovfl;         /* the socket's drop counter as last reported */
-    bool batch;                 /* the last poll found datagrams back to back: use recvmmsg */
+    uint32_t last_ovfl; /* the socket's drop counter as last reported */
+    bool batch;         /* the last poll found datagrams back to back: use recvmmsg */
     /* busy: a read found datagrams queued behind each other once, and
      * the options a busy socket needs are on: SO_RXQ_OVFL, and UDP_GRO
      * when gro (a data socket on a kernel that has it). sx_udp_rx_busy says
@@ -132,16 +132,20 @@ typedef struct udp_rx {
      * datagram size in buffer i (UDP_GRO), 0 for one datagram. */
     unsigned pend_i, pend_n;
     size_t pend_off;
-    uint32_t seg[UDP_RX_BATCH];
-    uint8_t ecn[UDP_RX_BATCH]; /* buffer i's ECN field (GRO coalesces equal ones only) */
     /* The landings the last read gave buffers 0..land_n-1 (sx_tl_ops_t.land):
      * bytes land_head .. land_head + land_cap[i] of buffer i's datagram
      * went to land_dst[i], the rest to the buffer around a gap of that
      * size; land_iov[i] is its scatter list for that read. */
     unsigned land_n;
     size_t land_head;
+    uint32_t seg[UDP_RX_BATCH];
+    uint8_t ecn[UDP_RX_BATCH]; /* buffer i's ECN field (GRO coalesces equal ones only) */
     size_t land_cap[UDP_RX_BATCH];
     uint8_t *land_dst[UDP_RX_BATCH];
+    struct iovec iov[UDP_RX_BATCH];
+    udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
+    struct mmsghdr msgs[UDP_RX_BATCH];
+    udp_ctrl_t ctrl[UDP_RX_BATCH];
     struct iovec land_iov[UDP_RX_BATCH][3];
 } udp_rx_t;
 
