@@ -131,6 +131,8 @@ typedef struct sx_txpkt {
     bool sacked;
     bool queued;               /* waiting in the channel's retransmit queue */
     bool in_pipe;              /* counted in its congestion controller's flight */
+    bool unstamped;            /* new, staged: its send time and hotel room come
+                                * after the system call (sx_chan_stamp_locked) */
     struct sx_txpkt *rtx_next; /* also the link in the shard's pool */
     uint8_t data[];            /* header + payload */
 } sx_txpkt_t;
@@ -468,6 +470,12 @@ unsigned sx_chan_flush_locked(sx_chan_t *chan);
  *  out again at the next flush; otherwise a data packet waits for its
  *  retransmission timer. */
 void sx_chan_tx_refused_locked(sx_chan_t *chan, struct sx_txpkt *pkt, bool full);
+
+/** A new data packet the shard's batch just posted (or tried to: before
+ *  sx_chan_tx_refused_locked): its send time is @p now, and it takes its
+ *  hotel room (retransmission timer) now, or waits as a retransmission
+ *  where the hotel has none. Called once per packet with `unstamped` set. */
+void sx_chan_stamp_locked(struct sx_txpkt *pkt, uint64_t now);
 
 /** Whether an operation queued now would have to wait (operations ahead of
  *  it, retransmissions, a full window or byte budget): sx_sendi's test. */

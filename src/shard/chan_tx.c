@@ -504,11 +504,44 @@ void sx_chan_send_challenge_locked(sx_chan_t *c, uint32_t nonce)
     chan_send_ack_flags(c, SX_PKTF_PROBE, nonce);
 }
 
+/*
+ * A new packet's send time and retransmission timer are set after the
+ * system call that sends it (sx_shard_tx_post_locked), not before: the
+ * clock read (libc, the vDSO and its data page) and the hotel's check-in
+ * (its rooms, its wheel) were ~200 cycles between a message's sx_send and
+ * its sendmmsg, mostly TLB misses after the system call before
+ * (src/common/hot.h). Nothing can acknowledge or time out the packet in
+ * between: the token is held throughout. The time is also closer to the
+ * datagram's departure. A channel whose flush needs the time before
+ * sending (retransmissions, congestion control, a closed receive window)
+ * still reads it first.
+ */
+SX_HOT void sx_chan_stamp_locked(sx_txpkt_t *pkt, uint64_t now)
+{
+    sx_chan_t *c = pkt->chan;
+
+    pkt->unstamped = false;
+    pkt->first_sent_ns = now;
+    pkt->last_sent_ns = now;
+    if (pkt->seq == c->snd_una && !sx_timer_is_pending(&c->persist_timer)) {
+        /* The peer owed us nothing before it. */
+        c->alive_ns = now;
+        c->probes = 0;
+    }
+    if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
+        /* No room to time it: it goes again as a retransmission, which
+         * takes a room then (before, it waited unsent). */
+        sx_stat_add(&c->shard->stats.hotel_full, 1);
+        sx_chan_queue_rtx_locked(c, pkt);
+    }
+}
+
 SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
 {
     const sx_chan_conf_t *p = &c->shard->env->conf;
     unsigned sent = 0;
-    uint64_t now = sx_time_ns();
+    /* Read when first needed (see sx_chan_stamp_locked). */
+    uint64_t now = c->rtx != NULL || c->cc != NULL ? sx_time_ns() : 0;
 
     c->held = false;
     if (c->failed)
@@ -565,6 +598,8 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
         if (!sx_chan_rwnd_open(c)) {
             sx_stat_add(&c->shard->stats.rwnd_stalls, 1);
             c->rwnd_stalled = true;
+            if (now == 0)
+                now = sx_time_ns();
             if (c->snd_una == c->snd_nxt) {
                 if (!sx_timer_is_pending(&c->persist_timer))
                     c->alive_ns = now; /* the wait for the window begins */
@@ -579,26 +614,14 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
         sx_txpkt_t *pkt = chan_build_packet(c);
         if (pkt == NULL)
             break;
-        if (c->snd_una == c->snd_nxt && !sx_timer_is_pending(&c->persist_timer)) {
-            /* The peer owes us nothing until now. */
-            c->alive_ns = now;
-            c->probes = 0;
-        }
         c->win[pkt->seq & (sx_chan_window(c) - 1)] = pkt;
         c->snd_nxt++;
         c->inflight_bytes += pkt->len;
         sx_chan_cc_in_locked(c, pkt);
-        pkt->first_sent_ns = now;
-        pkt->last_sent_ns = now;
         pkt->transmissions = 1;
+        pkt->unstamped = true; /* sx_chan_stamp_locked, after the post */
         sx_stat_add(&c->shard->stats.data_sent, 1);
         sx_stat_add(&c->shard->stats.data_bytes, pkt->len);
-        if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
-            /* No room to time it: send it later as a retransmission. */
-            sx_stat_add(&c->shard->stats.hotel_full, 1);
-            sx_chan_queue_rtx_locked(c, pkt);
-            break;
-        }
         chan_stage(c, pkt->data, pkt->len, pkt);
         sent++;
     }

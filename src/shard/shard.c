@@ -372,9 +372,18 @@ SX_HOT void sx_shard_tx_post_locked(sx_shard_t *shard)
                            : 0;
     unsigned n = q->n < credits ? q->n : credits;
     int rc = n > 0 ? iface->ops->post_send(iface, q->tx, n, &posted) : SX_OK;
+    uint64_t now = 0;
     for (unsigned i = 0; i < q->n; i++) {
         if (q->pin[i] != NULL)
             sx_mem_pin_read_end(q->pin[i]);
+        /* New packets get their send time and retransmission timer now,
+         * after the system call (sx_chan_stamp_locked says why), also
+         * those it refused: they wait as retransmissions either way. */
+        if (q->pkt[i] != NULL && q->pkt[i]->unstamped) {
+            if (now == 0)
+                now = sx_time_ns();
+            sx_chan_stamp_locked(q->pkt[i], now);
+        }
     }
     if (rc == SX_OK && posted < q->n) {
         rc = SX_ERR_AGAIN;
