@@ -255,21 +255,43 @@ void sx_udp_rx_busy(udp_rx_t *rx);
  * user space (callgrind of a loop of sx_progress calls), and a thread
  * cancelled inside one would die holding its shard's token, which no
  * other thread could then take. Same arguments, same return values and
- * errno; a progress call is not a place to be cancelled.
+ * errno; a progress call is not a place to be cancelled. Under ASan and
+ * TSan the wrappers stay: the sanitizers intercept them, check the
+ * buffers and see the kernel write into them.
  */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SX_UDP_WRAPPED_CALLS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SX_UDP_WRAPPED_CALLS 1
+#endif
+#endif
+
 static inline ssize_t sx_udp_recvmsg(int fd, struct msghdr *msg, int flags)
 {
+#ifdef SX_UDP_WRAPPED_CALLS
+    return recvmsg(fd, msg, flags);
+#else
     return (ssize_t)syscall(SYS_recvmsg, fd, msg, flags);
+#endif
 }
 
 static inline int sx_udp_recvmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags)
 {
+#ifdef SX_UDP_WRAPPED_CALLS
+    return recvmmsg(fd, msgs, n, flags, NULL);
+#else
     return (int)syscall(SYS_recvmmsg, fd, msgs, n, flags, NULL);
+#endif
 }
 
 static inline int sx_udp_sendmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags)
 {
+#ifdef SX_UDP_WRAPPED_CALLS
+    return sendmmsg(fd, msgs, n, flags);
+#else
     return (int)syscall(SYS_sendmmsg, fd, msgs, n, flags);
+#endif
 }
 
 /* Whether a failed send or receive only found no room (or nothing to
