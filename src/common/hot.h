@@ -10,7 +10,7 @@
  * project's VMs: `pti` without `pcid` in /proc/cpuinfo) flushes the TLB
  * at every system call, so a progress pass pays one TLB miss for every
  * page of code it touches between two of them. The functions of an 8-byte
- * ping-pong were 36 KB over 22 pages of sx_bench's text, 9 when packed.
+ * ping-pong were 36 KB over 22 pages of sx_bench's text, 10 when packed.
  * Only the section changes: no optimisation level, no inlining.
  */
 #ifndef SX_COMMON_HOT_H
