@@ -112,6 +112,36 @@ typedef union udp_gso_cmsg {
     char buf[CMSG_SPACE(sizeof(uint16_t))];
 } udp_gso_cmsg_t;
 
+/*
+ * The arrays of one udp_post_send batch of at most cap datagrams: msgs,
+ * merged, per and ctrl have cap entries, iov cap * SX_TL_IOV_MAX (no
+ * datagram has more), cm cap / 2 (a GSO message carries two datagrams at
+ * least). A flush of a few datagrams (UDP_TX_SMALL) has them on the stack;
+ * a full batch's, 13 KB, are the interface's (udp_tx_batch_t), so that
+ * the usual send's frame stays small: 13 KB of stack between the shard's
+ * frames and the system call's put them on three pages, each a TLB miss
+ * after every system call on a kernel that flushes the TLB there
+ * (common/hot.h).
+ */
+typedef struct udp_tx_arrays {
+    struct mmsghdr *msgs, *merged;
+    struct iovec *iov;
+    udp_gso_cmsg_t *cm;
+    unsigned *per;
+    bool *ctrl;
+    unsigned cap;
+} udp_tx_arrays_t;
+
+#define UDP_TX_SMALL 4
+
+struct udp_tx_batch {
+    struct mmsghdr msgs[UDP_TX_BATCH], merged[UDP_TX_BATCH];
+    struct iovec iov[UDP_TX_BATCH * SX_TL_IOV_MAX];
+    udp_gso_cmsg_t cm[UDP_TX_BATCH / 2];
+    unsigned per[UDP_TX_BATCH];
+    bool ctrl[UDP_TX_BATCH];
+};
+
 /* ------------------------------------------------------------------ */
 /* Ops                                                                 */
 
@@ -168,6 +198,10 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     if (posix_memalign((void **)&u, 4096, sizeof(*u)) != 0)
         return SX_ERR_NO_MEMORY;
     memset(u, 0, sizeof(*u));
+    if ((u->txb = malloc(sizeof(*u->txb))) == NULL) {
+        free(u);
+        return SX_ERR_NO_MEMORY;
+    }
     u->base.ops = &sx_tl_udp_ops;
     u->free_head = UDP_DEST_FREE_END;
     u->is_control = config->is_control;
@@ -315,6 +349,7 @@ static void udp_close(sx_tl_iface_t *iface)
     free(u->ack_rx.mem);
     free(u->rx6.mem);
     free(u->dests);
+    free(u->txb);
     free(u);
 }
 
@@ -716,7 +751,7 @@ SX_HOT static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mm
             retried = false;
             continue;
         }
-        int err = rc == 0 ? EAGAIN : errno;
+        int err = rc == 0 ? EAGAIN : -rc;
         if (err == EINTR)
             continue;
         /* A stale ICMP report (see the top of the file): ECONNREFUSED on
@@ -814,15 +849,13 @@ static bool udp_fd_connected(const udp_iface_t *u, int fd)
     return fd != u->fd && fd != u->ack_fd && fd != u->fd6;
 }
 
-SX_HOT static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
-                                unsigned *posted_p)
+/* udp_post_send with the arrays of @p a. */
+SX_HOT static int udp_post_batches(udp_iface_t *u, const sx_tl_tx_t *tx, unsigned count,
+                                   unsigned *posted_p, const udp_tx_arrays_t *a)
 {
-    udp_iface_t *u = (udp_iface_t *)iface;
-    struct mmsghdr msgs[UDP_TX_BATCH], merged[UDP_TX_BATCH];
-    struct iovec iov[UDP_GSO_IOVS];
-    udp_gso_cmsg_t cm[UDP_TX_BATCH / 2];
-    unsigned per[UDP_TX_BATCH];
-    bool ctrl[UDP_TX_BATCH];
+    struct mmsghdr *msgs = a->msgs;
+    bool *ctrl = a->ctrl;
+    unsigned *per = a->per;
     unsigned done = 0;
     int status = SX_OK;
 
@@ -840,7 +873,7 @@ SX_HOT static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsi
          * costs K calls where the shared socket took one; a call costs
          * far less than the kernel's work per datagram, part of which
          * (the route lookup) the connected socket saves on every one. */
-        while (done + n < count && n < UDP_TX_BATCH) {
+        while (done + n < count && n < a->cap) {
             int this_fd;
             bad = udp_prepare(u, &tx[done + n], &msgs[n], &this_fd, &ctrl[n]);
             if (bad != SX_OK || (n > 0 && this_fd != fd))
@@ -850,9 +883,9 @@ SX_HOT static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsi
         }
         if (n > 0 && u->gso && n > 1) {
             /* At most one GSO message per two datagrams: cm[] has room. */
-            unsigned m = udp_gso_merge(msgs, ctrl, n, merged, per, iov, cm), msent = 0;
+            unsigned m = udp_gso_merge(msgs, ctrl, n, a->merged, per, a->iov, a->cm), msent = 0;
             int err = 0;
-            status = udp_sendmmsg(u, fd, udp_fd_connected(u, fd), merged, m, &msent, &err);
+            status = udp_sendmmsg(u, fd, udp_fd_connected(u, fd), a->merged, m, &msent, &err);
             for (unsigned k = 0; k < msent; k++) {
                 sent += per[k];
                 u->base.stats.tx_gso += per[k] > 1;
@@ -884,6 +917,25 @@ SX_HOT static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsi
     if (posted_p != NULL)
         *posted_p = done;
     return status;
+}
+
+SX_HOT static int udp_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
+                                unsigned *posted_p)
+{
+    udp_iface_t *u = (udp_iface_t *)iface;
+
+    if (count > UDP_TX_SMALL) {
+        struct udp_tx_batch *b = u->txb;
+        udp_tx_arrays_t a = {b->msgs, b->merged, b->iov, b->cm, b->per, b->ctrl, UDP_TX_BATCH};
+        return udp_post_batches(u, tx, count, posted_p, &a);
+    }
+    struct mmsghdr msgs[UDP_TX_SMALL], merged[UDP_TX_SMALL];
+    struct iovec iov[UDP_TX_SMALL * SX_TL_IOV_MAX];
+    udp_gso_cmsg_t cm[UDP_TX_SMALL / 2];
+    unsigned per[UDP_TX_SMALL];
+    bool ctrl[UDP_TX_SMALL];
+    udp_tx_arrays_t a = {msgs, merged, iov, cm, per, ctrl, UDP_TX_SMALL};
+    return udp_post_batches(u, tx, count, posted_p, &a);
 }
 
 /* udp_poll's reads, socket by socket. */
@@ -922,15 +974,18 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
      * Its first datagram (an IPv6 peer's CONNECT, which is retransmitted
      * anyway) waits at most that many polls, under half a millisecond of
      * busy polling; the wait fd (ep_fd, level triggered) keeps waking a
-     * sleeper until it is read. */
+     * sleeper until it is read. A read that leaves datagrams pending (the
+     * rest of a GRO read) also sets v6_seen, so the test needs no look at
+     * rx6, 16 KB into the interface: a page an empty pass need not touch
+     * (common/hot.h). */
     if (u->fd6 >= 0 && (unsigned)got < max &&
-        (u->v6_seen || u->rx6.pend_n != 0 || ++u->v6_polls % UDP_V6_QUIET_POLLS == 0)) {
+        (u->v6_seen || ++u->v6_polls % UDP_V6_QUIET_POLLS == 0)) {
         /* Each socket has buffers of its own: the events of all stay
          * valid until the next poll. */
         n = sx_udp_rx_poll(u, &u->rx6, events + got, max - (unsigned)got);
         if (n < 0)
             return n;
-        u->v6_seen |= n > 0;
+        u->v6_seen |= n > 0 || u->rx6.pend_n != 0;
         got += n;
     }
     return got;

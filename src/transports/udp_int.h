@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <sys/uio.h>
 
+#include "common/syscall.h"
 #include "transports/transport.h"
 
 #define UDP_RX_BATCH        32 /* receive buffers per socket */
@@ -209,6 +210,8 @@ typedef struct udp_iface {
     udp_rx_t rx;     /* the data socket */
     udp_rx_t ack_rx; /* the ACK socket, when there is one */
     udp_rx_t rx6;    /* the IPv6 data socket, when there is one */
+
+    struct udp_tx_batch *txb; /* a full send batch's arrays (udp.c, udp_tx_arrays_t) */
 } udp_iface_t;
 
 /* ------------------------------------------------------------ udp_sock.c */
@@ -248,16 +251,17 @@ int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned
 void sx_udp_rx_busy(udp_rx_t *rx);
 
 /*
- * The data path's socket calls, through syscall(2) rather than glibc's
- * wrappers of the same name. Those are cancellation points (pthreads(7)):
- * each call switches asynchronous cancellation on and off around the
- * system call, 42 instructions of the 947 an empty progress pass spent in
- * user space (callgrind of a loop of sx_progress calls), and a thread
- * cancelled inside one would die holding its shard's token, which no
- * other thread could then take. Same arguments, same return values and
- * errno; a progress call is not a place to be cancelled. Under ASan and
- * TSan the wrappers stay: the sanitizers intercept them, check the
- * buffers and see the kernel write into them.
+ * The data path's socket calls: the count, or the negated errno (errno
+ * itself is not set). They go straight to the kernel (common/syscall.h)
+ * rather than through glibc's wrappers of the same name, which are
+ * cancellation points (pthreads(7)): each call switches asynchronous
+ * cancellation on and off around the system call, 42 instructions of the
+ * 947 an empty progress pass spent in user space (callgrind of a loop of
+ * sx_progress calls), and a thread cancelled inside one would die holding
+ * its shard's token, which no other thread could then take. A progress
+ * call is not a place to be cancelled. Under ASan and TSan the wrappers
+ * stay: the sanitizers intercept them, check the buffers and see the
+ * kernel write into them.
  */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SX_UDP_WRAPPED_CALLS 1
@@ -270,27 +274,30 @@ void sx_udp_rx_busy(udp_rx_t *rx);
 static inline ssize_t sx_udp_recvmsg(int fd, struct msghdr *msg, int flags)
 {
 #ifdef SX_UDP_WRAPPED_CALLS
-    return recvmsg(fd, msg, flags);
+    ssize_t n = recvmsg(fd, msg, flags);
+    return n < 0 ? -(ssize_t)errno : n;
 #else
-    return (ssize_t)syscall(SYS_recvmsg, fd, msg, flags);
+    return (ssize_t)sx_syscall5(SYS_recvmsg, fd, (long)msg, flags, 0, 0);
 #endif
 }
 
 static inline int sx_udp_recvmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags)
 {
 #ifdef SX_UDP_WRAPPED_CALLS
-    return recvmmsg(fd, msgs, n, flags, NULL);
+    int got = recvmmsg(fd, msgs, n, flags, NULL);
+    return got < 0 ? -errno : got;
 #else
-    return (int)syscall(SYS_recvmmsg, fd, msgs, n, flags, NULL);
+    return (int)sx_syscall5(SYS_recvmmsg, fd, (long)msgs, n, flags, 0);
 #endif
 }
 
 static inline int sx_udp_sendmmsg(int fd, struct mmsghdr *msgs, unsigned n, int flags)
 {
 #ifdef SX_UDP_WRAPPED_CALLS
-    return sendmmsg(fd, msgs, n, flags);
+    int sent = sendmmsg(fd, msgs, n, flags);
+    return sent < 0 ? -errno : sent;
 #else
-    return (int)syscall(SYS_sendmmsg, fd, msgs, n, flags);
+    return (int)sx_syscall5(SYS_sendmmsg, fd, (long)msgs, n, flags, 0);
 #endif
 }
 

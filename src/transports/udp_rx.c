@@ -291,17 +291,19 @@ SX_HOT int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, u
     rx->dirty = 0;
     udp_rx_land(u, rx, batch ? want : 1);
     for (;;) {
+        int err;
         if (batch) {
             rc = sx_udp_recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT);
+            err = -rc;
         } else {
             ssize_t got = sx_udp_recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
             if (got >= 0)
                 rx->msgs[0].msg_len = (unsigned)got;
             rc = got >= 0 ? 1 : -1;
+            err = (int)-got;
         }
         if (rc >= 0)
             break;
-        int err = errno;
         if (sx_udp_errno_no_room(err)) {
             rx->batch = false;
             udp_rx_unland(u, rx, 0);
