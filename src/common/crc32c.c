@@ -25,10 +25,12 @@
 #include "common/crc32c.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "build_config.h"
+#include "common/hot.h"
 #include "common/le.h"
 
 #if SX_HAVE_ISAL
@@ -40,8 +42,24 @@ unsigned int crc32_iscsi_01(unsigned char *buffer, int len, unsigned int init_cr
  * and by the SSE4.2 crc32 instruction. */
 #define SX_CRC32C_POLY 0x82f63b78u
 
+/*
+ * Buffers up to this long go through the crc32 instruction one word at a
+ * time even where ISA-L's variant is chosen: a packet header's payload
+ * checksum of a few to a few hundred bytes. ISA-L's three streams only pay
+ * once each has several words to hide the instruction's latency behind,
+ * and its code (two pages of another library, reached through the PLT)
+ * costs an 8-byte message two TLB misses after every system call on a
+ * kernel that flushes the TLB there (hot.h): in `sx_bench latency` those
+ * misses are on the answering rank's way from its read to its reply.
+ */
+#define SX_CRC32C_SHORT 256u
+
 static uint32_t sx_crc32c_table[8][256];
-static int sx_crc32c_mode; /* 1: software, 2: SSE4.2, 3: ISA-L's; set once */
+/* 1: software, 2: SSE4.2, 3: ISA-L's; -1 until chosen (once, under
+ * sx_crc32c_once; read with acquire, so the table is visible). Not 0, so
+ * that it is initialised data, not .bss: there it followed the 8 KB table,
+ * a page away from the rest of the library's variables (common/hot.h). */
+static _Atomic int sx_crc32c_mode = -1;
 
 static void sx_crc32c_init_table(void)
 {
@@ -78,8 +96,8 @@ static uint32_t sx_crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t sx_crc32c_hw(uint32_t crc, const uint8_t *p,
-                                                               size_t len)
+SX_HOT __attribute__((target("sse4.2"))) static uint32_t sx_crc32c_hw(uint32_t crc,
+                                                                      const uint8_t *p, size_t len)
 {
     uint64_t c = crc;
     while (len >= 8) {
@@ -100,25 +118,36 @@ static pthread_once_t sx_crc32c_once = PTHREAD_ONCE_INIT;
 
 static void sx_crc32c_choose(void)
 {
-    sx_crc32c_mode = 1;
+    int mode = 1;
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("sse4.2"))
-        sx_crc32c_mode = 2;
+        mode = 2;
 #if SX_HAVE_ISAL
-    if (sx_crc32c_mode == 2 && __builtin_cpu_supports("pclmul"))
-        sx_crc32c_mode = 3;
+    if (mode == 2 && __builtin_cpu_supports("pclmul"))
+        mode = 3;
 #endif
 #endif
-    if (sx_crc32c_mode == 1)
+    if (mode == 1)
         sx_crc32c_init_table();
+    atomic_store_explicit(&sx_crc32c_mode, mode, memory_order_release);
 }
 
-uint32_t sx_crc32c(uint32_t crc, const void *data, size_t len)
+SX_HOT uint32_t sx_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    pthread_once(&sx_crc32c_once, sx_crc32c_choose);
+    /* pthread_once only until the choice is made: it is a call into libc
+     * (another page, see SX_CRC32C_SHORT) for what is a load after. */
+    int mode = atomic_load_explicit(&sx_crc32c_mode, memory_order_acquire);
+    if (mode < 0) {
+        pthread_once(&sx_crc32c_once, sx_crc32c_choose);
+        mode = atomic_load_explicit(&sx_crc32c_mode, memory_order_acquire);
+    }
     crc = ~crc;
+#if defined(__x86_64__)
+    if (mode >= 2 && len <= SX_CRC32C_SHORT)
+        return ~sx_crc32c_hw(crc, data, len);
+#endif
 #if SX_HAVE_ISAL
-    if (sx_crc32c_mode == 3) {
+    if (mode == 3) {
         /* The register runs from crc, with neither inversion done inside;
          * the length is an int. */
         const uint8_t *p = data;
@@ -132,7 +161,7 @@ uint32_t sx_crc32c(uint32_t crc, const void *data, size_t len)
     }
 #endif
 #if defined(__x86_64__)
-    if (sx_crc32c_mode == 2)
+    if (mode == 2)
         return ~sx_crc32c_hw(crc, data, len);
 #endif
     return ~sx_crc32c_sw(crc, data, len);

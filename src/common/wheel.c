@@ -43,6 +43,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <shardx.h>
 
@@ -255,9 +256,14 @@ int sx_wheel_init(uint64_t tick_ns, unsigned levels, uint64_t now_ns, sx_wheel_t
     if (levels == 0)
         levels = SX_WHEEL_DEFAULT_LEVELS;
 
-    sx_wheel_t *w = calloc(1, sizeof(*w) + (size_t)levels * SLOTS * sizeof(sx_timer_link_t));
-    if (w == NULL)
+    /* On a page boundary, so that the fields a pass reads and the first
+     * levels' slots, where a message's timers go, share a page
+     * (common/hot.h says why pages count). */
+    size_t bytes = sizeof(sx_wheel_t) + (size_t)levels * SLOTS * sizeof(sx_timer_link_t);
+    sx_wheel_t *w;
+    if (posix_memalign((void **)&w, 4096, bytes) != 0)
         return SX_ERR_NO_MEMORY;
+    memset(w, 0, bytes);
 
     w->tick_ns = tick_ns;
     w->tick_pow2 = (tick_ns & (tick_ns - 1)) == 0;
@@ -373,7 +379,7 @@ SX_HOT static bool next_event(const sx_wheel_t *w, uint64_t *tick_p, unsigned *l
 }
 
 /* Re-places every timer of @p head relative to the (advanced) clock. */
-static void replace_all(sx_wheel_t *w, sx_timer_link_t *head)
+SX_HOT static void replace_all(sx_wheel_t *w, sx_timer_link_t *head)
 {
     sx_timer_link_t tmp;
     list_init(&tmp);
@@ -392,7 +398,7 @@ static void replace_all(sx_wheel_t *w, sx_timer_link_t *head)
  * no other slot starts at this tick. Cascaded timers that are due now go
  * straight to the firing list.
  */
-static void process_event(sx_wheel_t *w, unsigned level)
+SX_HOT static void process_event(sx_wheel_t *w, unsigned level)
 {
     if (level == w->levels) {
         replace_all(w, &w->overflow);
