@@ -447,6 +447,10 @@ static void sx_engine_free(struct sx_engine *e)
     free(e);
 }
 
+/* Engine ids (engine.h): 0 is no engine's, so a thread's empty cache
+ * (sx_engine_tls) matches none. */
+static atomic_uint_fast64_t sx_engine_next_id = 1;
+
 SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engine_p)
 {
     const sx_config_kv_t *kv = NULL;
@@ -475,13 +479,15 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
         }
     }
 
-    struct sx_engine *e = calloc(1, sizeof(*e));
-    if (e == NULL)
+    struct sx_engine *e;
+    if (posix_memalign((void **)&e, 4096, sizeof(*e)) != 0)
         return SX_ERR_NO_MEMORY;
+    memset(e, 0, sizeof(*e));
     snprintf(e->name, sizeof(e->name), "%s",
              (params != NULL && (params->field_mask & SX_ENGINE_PARAM_NAME) && params->name)
                  ? params->name
                  : "shardx");
+    e->id = atomic_fetch_add_explicit(&sx_engine_next_id, 1, memory_order_relaxed);
     atomic_init(&e->next_rr, 0);
     atomic_init(&e->closing, false);
     pthread_mutex_init(&e->join_lock, NULL);
@@ -660,28 +666,40 @@ static unsigned sx_engine_choose_home(struct sx_engine *e)
 }
 
 /*
- * A thread's per-engine slot holds its home shard in the low 16 bits (plus
- * one, so 0 means "not chosen yet") and, above them, a count of its
- * progress calls on this engine. The count must be per engine: a thread
- * that alternates between two engines would otherwise always reach the
- * "visit another shard" turn on the same one of them.
+ * A thread's home shard on an engine, plus one (0: not chosen yet), is the
+ * value of the engine's key for that thread. The key of the engine a
+ * thread used last is cached in a thread-local variable, so that the
+ * progress and send paths make no pthread_getspecific call: that is a
+ * call into libc and a read of its key table, two pages, each a TLB miss
+ * after every system call where the kernel flushes the TLB there
+ * (common/hot.h). The cache is keyed by the engine's id, unique for the
+ * process's lifetime, not its address, which a later engine may reuse.
+ * Only this thread writes its key's value, and every write goes to both,
+ * so the cache never disagrees with the key.
  */
-#define SX_HOME_BITS 16u
-#define SX_HOME_MASK ((1u << SX_HOME_BITS) - 1u)
+static _Thread_local struct {
+    uint64_t engine_id;
+    unsigned home1; /* home shard plus one */
+} sx_engine_tls;
 
-static uintptr_t sx_engine_slot(struct sx_engine *e)
+static int sx_engine_set_home(struct sx_engine *e, unsigned home1)
 {
-    uintptr_t v = (uintptr_t)pthread_getspecific(e->home_key);
-    if ((v & SX_HOME_MASK) != 0)
-        return v;
-    v = sx_engine_choose_home(e) + 1u;
-    (void)pthread_setspecific(e->home_key, (void *)v);
-    return v;
+    if (pthread_setspecific(e->home_key, (void *)(uintptr_t)home1) != 0)
+        return SX_ERR_NO_MEMORY;
+    sx_engine_tls.engine_id = e->id;
+    sx_engine_tls.home1 = home1;
+    return SX_OK;
 }
 
 SX_HOT unsigned sx_engine_home_shard(struct sx_engine *e)
 {
-    return (unsigned)(sx_engine_slot(e) & SX_HOME_MASK) - 1u;
+    if (sx_engine_tls.engine_id == e->id)
+        return sx_engine_tls.home1 - 1u;
+    unsigned home1 = (unsigned)(uintptr_t)pthread_getspecific(e->home_key);
+    if (home1 == 0)
+        home1 = sx_engine_choose_home(e) + 1u;
+    (void)sx_engine_set_home(e, home1); /* not cached if not stored: chosen again next time */
+    return home1 - 1u;
 }
 
 SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
@@ -693,10 +711,7 @@ SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
                  engine->nshards);
         return SX_ERR_OUT_OF_RANGE;
     }
-    uintptr_t counter = (uintptr_t)pthread_getspecific(engine->home_key) & ~(uintptr_t)SX_HOME_MASK;
-    if (pthread_setspecific(engine->home_key, (void *)(counter | (shard + 1))) != 0)
-        return SX_ERR_NO_MEMORY;
-    return SX_OK;
+    return sx_engine_set_home(engine, shard + 1);
 }
 
 SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
@@ -793,15 +808,17 @@ SX_HOT SX_API int sx_progress(sx_engine_h engine)
         }
         return n;
     }
-    uintptr_t slot = sx_engine_slot(engine);
-    unsigned home = (unsigned)(slot & SX_HOME_MASK) - 1u;
-    int mine = sx_shard_progress_home(engine->shards[home]);
+    unsigned home = sx_engine_home_shard(engine);
+    unsigned passes = 1;
+    int mine = sx_shard_progress_home(engine->shards[home], &passes);
     n = mine < 0 ? 0 : mine;
     /*
      * Peers send to shard (their home % our shard count), which no thread
      * of ours may call home when there are fewer active threads than
      * shards (a single-threaded program on a 16-core node), or whose home
-     * thread computes or was descheduled. So every few calls a thread also
+     * thread computes or was descheduled. So every few passes over its
+     * home shard (the shard counts them: per engine, so a thread that
+     * alternates between two engines visits on both) a thread also
      * progresses another shard, in rotation, if no thread has called it
      * home for SX_PROGRESS_VISIT_IDLE_NS and its token is free: no shard
      * starves. A shard whose home thread keeps calling is left alone:
@@ -811,18 +828,13 @@ SX_HOT SX_API int sx_progress(sx_engine_h engine)
      * moving between cores. SX_PROGRESS=thread is the way to give every
      * shard a thread of its own.
      */
-    if (engine->nshards > 1) {
-        uintptr_t calls = (slot >> SX_HOME_BITS) + 1;
-        (void)pthread_setspecific(engine->home_key,
-                                  (void *)((calls << SX_HOME_BITS) | (slot & SX_HOME_MASK)));
-        if ((calls & (SX_PROGRESS_VISIT_EVERY - 1)) == 0) {
-            uintptr_t round = calls / SX_PROGRESS_VISIT_EVERY;
-            sx_shard_t *other =
-                engine->shards[(home + 1 + round % (engine->nshards - 1)) % engine->nshards];
-            uint64_t seen = atomic_load_explicit(&other->home_seen_ns, memory_order_relaxed);
-            if (sx_time_ns() - seen >= SX_PROGRESS_VISIT_IDLE_NS)
-                n += sx_shard_progress(other);
-        }
+    if (engine->nshards > 1 && (passes & (SX_PROGRESS_VISIT_EVERY - 1)) == 0) {
+        unsigned round = passes / SX_PROGRESS_VISIT_EVERY;
+        sx_shard_t *other =
+            engine->shards[(home + 1 + round % (engine->nshards - 1)) % engine->nshards];
+        uint64_t seen = atomic_load_explicit(&other->home_seen_ns, memory_order_relaxed);
+        if (sx_time_ns() - seen >= SX_PROGRESS_VISIT_IDLE_NS)
+            n += sx_shard_progress(other);
     }
     /* Nothing found: spin a little, then give the core up while threads
      * outnumber cores (yield.h), and progress what ended the wait. */
@@ -830,7 +842,7 @@ SX_HOT SX_API int sx_progress(sx_engine_h engine)
     unsigned woken =
         sx_engine_idle(engine, home, sx_yield_after(&engine->yield, n, mine < 0), ready);
     for (unsigned i = 0; i < woken; i++) {
-        int k = ready[i] == home ? sx_shard_progress_home(engine->shards[home])
+        int k = ready[i] == home ? sx_shard_progress_home(engine->shards[home], &passes)
                                  : sx_shard_progress(engine->shards[ready[i]]);
         n += k > 0 ? k : 0;
     }

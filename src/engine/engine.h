@@ -10,6 +10,7 @@
  *   cfg, topo        | create only              | any thread, no lock
  *   tl, net_ops, ... | create only              | any thread, no lock
  *   shards[]         | create/destroy only      | any thread, no lock
+ *   id               | create only              | any thread, no lock
  *   home_key values  | each thread, its own     | that thread
  *   next_rr          | any thread (relaxed RMW) | any thread
  *   global_lock      | SX_THREAD_MODE=global: held around every entry point
@@ -47,22 +48,28 @@ struct sx_service;
 struct sx_shard;
 
 struct sx_engine {
-    sx_config_t cfg;
-    char name[64];
+    /* What a progress call, a send and a delivery read, first: on the one
+     * page the engine is aligned to (sx_engine_create; common/hot.h says
+     * why pages count). */
     bool global_mode;
-    sx_topo_t topo;
     unsigned nshards;
     struct sx_shard **shards;
+    uint64_t id; /* unique in the process, never reused (engine.c, sx_engine_tls) */
     pthread_key_t home_key;
-    bool home_key_created;
-    atomic_uint next_rr;
-    sx_rlock_t global_lock;
-    bool global_lock_created;
+    sx_yield_t yield;       /* SX_YIELD (yield.h) */
     sx_shard_env_t env;     /* what the shards share: settings, epoch, the tables below */
     sx_peer_table_t peers;  /* by the peer engine's epoch (shard/peer.h) */
     sx_handlers_t handlers; /* active-message and error handlers (shard/handlers.h) */
     sx_mem_table_t mem;     /* registered regions, by key (shard/mem.h) */
     sx_cc_table_t cc;       /* congestion controllers, by destination host (shard/cc.h) */
+    /* The rest. */
+    sx_config_t cfg;
+    char name[64];
+    sx_topo_t topo;
+    bool home_key_created;
+    atomic_uint next_rr;
+    sx_rlock_t global_lock;
+    bool global_lock_created;
     bool cc_created;
     void *self_domain;
     /* Transports (src/transports/registry.c): what the selection saw of
@@ -105,7 +112,6 @@ struct sx_engine {
     sx_peer_h *job_peers;       /* [modex->size] */
     void *diag;                 /* SX_DUMP_SIGNAL, SX_WATCHDOG_S: the diagnostics thread (diag.h) */
     struct sx_service *service; /* the service thread (service.h), or NULL */
-    sx_yield_t yield;           /* SX_YIELD (yield.h) */
     bool yield_ready;
 };
 

@@ -21,8 +21,6 @@
 #include "shard/mem.h"
 #include "shard/peer.h"
 
-#define SX_SHARD_POLL_BATCH 32
-
 static void sx_shard_on_evict(void *occupant, void *arg)
 {
     sx_shard_t *shard = arg;
@@ -602,7 +600,7 @@ void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t le
 
 SX_HOT static int sx_shard_poll_locked(sx_shard_t *shard)
 {
-    sx_tl_event_t ev[SX_SHARD_POLL_BATCH];
+    sx_tl_event_t *ev = shard->poll_ev;
     int total = 0;
 
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
@@ -670,7 +668,7 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
 
 /* One progress pass; -1 (and nothing done) if another thread holds the
  * token. */
-SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home)
+SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *passes_p)
 {
     size_t ran = 0;
 
@@ -679,8 +677,10 @@ SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home)
     uint64_t now = sx_time_ns();
     shard->pass_gap_ns = shard->pass_ns != 0 && now > shard->pass_ns ? now - shard->pass_ns : 0;
     shard->pass_ns = now;
-    if (home)
+    if (home) {
         atomic_store_explicit(&shard->home_seen_ns, now, memory_order_relaxed);
+        *passes_p = ++shard->home_passes;
+    }
     /* A caller is here: the engine's service stays away (service.h). One
      * load and a compare; the push itself at most twice per
      * SX_SERVICE_US. */
@@ -725,13 +725,13 @@ SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home)
 
 SX_HOT int sx_shard_progress(sx_shard_t *shard)
 {
-    int n = sx_shard_pass(shard, false);
+    int n = sx_shard_pass(shard, false, NULL);
     return n < 0 ? 0 : n;
 }
 
-SX_HOT int sx_shard_progress_home(sx_shard_t *shard)
+SX_HOT int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p)
 {
-    return sx_shard_pass(shard, true);
+    return sx_shard_pass(shard, true, passes_p);
 }
 
 int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
@@ -740,7 +740,7 @@ int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
      * tenure as serving, and the flush hook notes the next timer there
      * (svc_next_ns is the token holder's, like every shard field). */
     *next_ns_p = UINT64_MAX;
-    int n = sx_shard_pass(shard, false);
+    int n = sx_shard_pass(shard, false, NULL);
     if (n >= 0)
         *next_ns_p = shard->svc_next_ns;
     return n;

@@ -21,6 +21,7 @@
  *   sx_shard_progress         | any thread               | returns 0 if token busy
  *   sx_shard_progress_home    | any thread               | returns -1 if token busy
  *   home_seen_ns              | sx_shard_progress_home   | relaxed atomic
+ *   home_passes               | sx_shard_progress_home   | the token holder
  *   sx_shard_serve            | the service thread only  | returns 0 if token busy
  *   serving, deferred lists   | the token holder         | plain accesses
  *   *_locked functions        | the token holder only    |
@@ -183,6 +184,9 @@ typedef struct sx_land_span {
     size_t got, len;
 } sx_land_span_t;
 
+/* Events one poll of one interface hands up at most. */
+#define SX_SHARD_POLL_BATCH 32
+
 struct sx_shard {
     sx_token_t token __attribute__((aligned(64)));
     sx_inbox_t inbox;
@@ -292,6 +296,9 @@ struct sx_shard {
      * before began: how long this shard was not progressed, which is
      * pacing time its senders could not use (shard/cc.h). */
     uint64_t pass_ns, pass_gap_ns;
+    /* Passes by a thread whose home this shard is (sx_progress visits
+     * other shards every few of them). */
+    unsigned home_passes;
     /* Read-only after creation. */
     const sx_shard_env_t *env;
     uint32_t seq_start;
@@ -301,15 +308,20 @@ struct sx_shard {
     int first_pu;
     int numa_node;
     hwloc_bitmap_t cpuset;
-    /* The batch being built: 6 KB of arrays, after every other field, so
-     * that the ones a pass reads share a page (sx_shard_create aligns the
-     * shard to one; src/common/hot.h says why pages count). */
-    sx_shard_txq_t txq;
     /* When a thread whose home this shard is last progressed it
      * (sx_shard_progress_home, the pass's own clock read): sx_progress
      * visits only shards that no thread has called home lately. On a line
      * of its own: the home caller writes it, visitors read it. */
     _Atomic uint64_t home_seen_ns __attribute__((aligned(64)));
+    /* What a poll of an interface found (sx_shard_poll_locked): here
+     * rather than on the stack, where its 2 KB put the transport's frames
+     * and its system call a page below the pass's. A pass is never nested
+     * in another on the same shard (the token is no recursive lock). */
+    sx_tl_event_t poll_ev[SX_SHARD_POLL_BATCH] __attribute__((aligned(64)));
+    /* The batch being built: 6 KB of arrays, after every other field, so
+     * that the ones a pass reads share a page (sx_shard_create aligns the
+     * shard to one; src/common/hot.h says why pages count). */
+    sx_shard_txq_t txq __attribute__((aligned(64)));
 };
 
 typedef struct sx_shard_conf {
@@ -349,9 +361,10 @@ bool sx_shard_submit_mpsc(sx_shard_t *shard, sx_inbox_req_t *req);
 int sx_shard_progress(sx_shard_t *shard);
 
 /** sx_shard_progress by a thread whose home the shard is: notes the time
- *  (home_seen_ns) and tells a busy token apart: -1 if another thread
- *  holds it (sx_progress yields on that when oversubscribed). */
-int sx_shard_progress_home(sx_shard_t *shard);
+ *  (home_seen_ns), counts the pass into *passes_p (home_passes, this one
+ *  included) and tells a busy token apart: -1 if another thread holds it
+ *  (sx_progress yields on that when oversubscribed), *passes_p untouched. */
+int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p);
 
 /**
  * The engine's service (DESIGN.md section 3, "liveness without the
