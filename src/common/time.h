@@ -7,11 +7,22 @@
 #include <stdint.h>
 #include <time.h>
 
+/*
+ * The clock_gettime that sx_time_ns calls: the vDSO's own where time.c
+ * found it, else libc's. libc's is a function of its own that loads the
+ * vDSO's address from the dynamic loader's data, two pages besides the
+ * vDSO's, each a TLB miss after every system call on a kernel that
+ * flushes the TLB there (common/hot.h), and a progress pass reads the
+ * clock after its system calls. Set before main; read-only afterwards.
+ */
+typedef int (*sx_clock_fn_t)(clockid_t, struct timespec *);
+extern sx_clock_fn_t sx_clock_gettime_fn;
+
 /** Nanoseconds on CLOCK_MONOTONIC: never jumps with wall-clock changes. */
 static inline uint64_t sx_time_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    sx_clock_gettime_fn(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -28,7 +39,7 @@ static inline struct timespec sx_ns_to_ts(uint64_t ns)
 static inline uint64_t sx_time_coarse_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    sx_clock_gettime_fn(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
