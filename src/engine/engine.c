@@ -691,7 +691,7 @@ static int sx_engine_set_home(struct sx_engine *e, unsigned home1)
     return SX_OK;
 }
 
-SX_HOT unsigned sx_engine_home_shard(struct sx_engine *e)
+SX_HOT_PASS unsigned sx_engine_home_shard(struct sx_engine *e)
 {
     if (sx_engine_tls.engine_id == e->id)
         return sx_engine_tls.home1 - 1u;
@@ -735,8 +735,9 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
  * its core up whenever it gets 0 (Open MPI's opal_progress) gets the work
  * that woke it instead, and keeps the core it was woken onto.
  */
-SX_HOT static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home,
-                                           sx_yield_action_t act, unsigned ready[SX_IDLE_READY_MAX])
+SX_HOT_PASS static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned home,
+                                                sx_yield_action_t act,
+                                                unsigned ready[SX_IDLE_READY_MAX])
 {
     struct pollfd pfd[SX_SHARD_TL_COUNT];
     nfds_t n = 0;
@@ -789,7 +790,7 @@ static unsigned sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_acti
 #define SX_PROGRESS_VISIT_EVERY   8u
 #define SX_PROGRESS_VISIT_IDLE_NS (1000000ull)
 
-SX_HOT SX_API int sx_progress(sx_engine_h engine)
+SX_HOT_PASS SX_API int sx_progress(sx_engine_h engine)
 {
     int n;
 

@@ -173,7 +173,7 @@ static bool sx_yield_bound_runtime_yields(void)
     return true;
 }
 
-SX_HOT sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
+SX_HOT_PASS sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
 {
     if (n != 0) {
         sx_yield_streak = 0;

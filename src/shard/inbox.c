@@ -33,9 +33,26 @@ void sx_inbox_enqueue_mpsc(sx_inbox_t *inbox, sx_inbox_req_t *req)
     cds_wfcq_enqueue(&inbox->head, &inbox->tail, &req->node);
 }
 
-bool sx_inbox_empty(sx_inbox_t *inbox)
+/*
+ * Whether nothing is queued, by the two loads of liburcu's own test
+ * (cds_wfcq_empty: no node after the head's dummy, and the tail at that
+ * dummy; both fields are in liburcu's public header), written here so
+ * that a pass that finds its inbox empty, nearly every pass, makes no
+ * call into liburcu: its code and the PLT are two pages, each a TLB miss
+ * after every system call where the kernel flushes the TLB there
+ * (common/hot.h). Anything queued still goes through liburcu's functions.
+ * Relaxed loads, as liburcu's are: a snapshot that the callers' fences
+ * order (inbox.h).
+ */
+static inline bool sx_inbox_nothing_queued(sx_inbox_t *inbox)
 {
-    return cds_wfcq_empty(&inbox->head, &inbox->tail);
+    return __atomic_load_n(&inbox->head.node.next, __ATOMIC_RELAXED) == NULL &&
+           __atomic_load_n(&inbox->tail.p, __ATOMIC_RELAXED) == &inbox->head.node;
+}
+
+SX_HOT_PASS bool sx_inbox_empty(sx_inbox_t *inbox)
+{
+    return sx_inbox_nothing_queued(inbox);
 }
 
 size_t sx_inbox_depth_locked(sx_inbox_t *inbox)
@@ -52,10 +69,15 @@ size_t sx_inbox_depth_locked(sx_inbox_t *inbox)
     return n;
 }
 
-SX_HOT size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
+SX_HOT_PASS size_t sx_inbox_drain_locked(sx_inbox_t *inbox, void *owner, bool *blocked_p)
 {
     size_t ran = 0;
 
+    if (sx_inbox_nothing_queued(inbox)) {
+        if (blocked_p != NULL)
+            *blocked_p = false;
+        return 0;
+    }
     for (;;) {
         struct cds_wfcq_node *node = __cds_wfcq_dequeue_nonblocking(&inbox->head, &inbox->tail);
         if (node == NULL)
@@ -86,7 +108,7 @@ bool sx_delegate_try_acquire(sx_token_t *token, sx_inbox_t *inbox, void *owner)
     return true;
 }
 
-SX_HOT bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
+SX_HOT_PASS bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner, size_t *ran_p)
 {
     if (!sx_delegate_try_acquire(token, inbox, owner))
         return false;
@@ -96,7 +118,7 @@ SX_HOT bool sx_delegate_enter(sx_token_t *token, sx_inbox_t *inbox, void *owner,
     return true;
 }
 
-SX_HOT size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owner)
+SX_HOT_PASS size_t sx_delegate_leave_locked(sx_token_t *token, sx_inbox_t *inbox, void *owner)
 {
     size_t ran = 0;
 

@@ -12,7 +12,9 @@
  * bound). bench/inbox_bench.c compares it with ck_ring; see the figures
  * there and in the foundation issue's note. Its functions are called out
  * of line (no _LGPL_SOURCE), which keeps shardx free of LGPL inline code
- * and lets ThreadSanitizer see the hand-off through the annotations below.
+ * and lets ThreadSanitizer see the hand-off through the annotations below;
+ * only the emptiness test is written here, two loads of the queue's public
+ * fields (inbox.c says why).
  *
  * Synchronization:
  *

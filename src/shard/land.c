@@ -45,7 +45,7 @@ static void sx_shard_land_offer_put_locked(sx_shard_t *shard, sx_tl_iface_t *ifa
  * the places of the next chunks of the GETs whose answers arrive on
  * land_chan. Not for the service, which delivers nothing.
  */
-SX_HOT void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface)
+SX_HOT_PASS void sx_shard_land_offer_locked(sx_shard_t *shard, sx_tl_iface_t *iface)
 {
     struct iovec spans[SX_TL_LAND_SPANS];
     size_t step;

@@ -53,7 +53,7 @@ void sx_shard_set_engine_thread(void)
 }
 
 /* Called by every thread that takes the token, before it runs anything. */
-SX_HOT static void sx_shard_acquire_hook(void *owner)
+SX_HOT_PASS static void sx_shard_acquire_hook(void *owner)
 {
     sx_shard_t *shard = owner;
 
@@ -101,7 +101,7 @@ static void sx_shard_fd_timer_locked(sx_shard_t *shard)
 }
 
 /* Called by every token holder before it releases the token. */
-SX_HOT static void sx_shard_flush_hook(void *owner)
+SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
 {
     sx_shard_t *shard = owner;
     uint64_t next;
@@ -279,7 +279,7 @@ void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan)
     chan->on_ready = false;
 }
 
-void sx_shard_flush_locked(sx_shard_t *shard)
+SX_HOT_PASS void sx_shard_flush_locked(sx_shard_t *shard)
 {
     shard->held_bytes = 0;
     shard->hold_armed = false;
@@ -351,7 +351,7 @@ SX_HOT void sx_shard_tx_stage_locked(sx_shard_t *shard, unsigned tl, sx_tl_dest_
     q->pkt[i] = pkt;
 }
 
-SX_HOT void sx_shard_tx_post_locked(sx_shard_t *shard)
+SX_HOT_PASS void sx_shard_tx_post_locked(sx_shard_t *shard)
 {
     sx_shard_txq_t *q = &shard->txq;
     sx_tl_iface_t *iface = shard->ifaces[q->tl];
@@ -598,7 +598,7 @@ void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t le
                              NULL);
 }
 
-SX_HOT static int sx_shard_poll_locked(sx_shard_t *shard)
+SX_HOT_PASS static int sx_shard_poll_locked(sx_shard_t *shard)
 {
     sx_tl_event_t *ev = shard->poll_ev;
     int total = 0;
@@ -668,7 +668,7 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
 
 /* One progress pass; -1 (and nothing done) if another thread holds the
  * token. */
-SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *passes_p)
+SX_HOT_PASS static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *passes_p)
 {
     size_t ran = 0;
 
@@ -723,13 +723,13 @@ SX_HOT static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *passes_p
     return (int)ran + polled + (int)fired + deferred;
 }
 
-SX_HOT int sx_shard_progress(sx_shard_t *shard)
+SX_HOT_PASS int sx_shard_progress(sx_shard_t *shard)
 {
     int n = sx_shard_pass(shard, false, NULL);
     return n < 0 ? 0 : n;
 }
 
-SX_HOT int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p)
+SX_HOT_PASS int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p)
 {
     return sx_shard_pass(shard, true, passes_p);
 }

@@ -991,7 +991,7 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
     return got;
 }
 
-SX_HOT static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+SX_HOT_PASS static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     int got = udp_poll_sockets(u, events, max);

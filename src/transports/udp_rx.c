@@ -258,7 +258,7 @@ static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
         u->land_n = 0; /* the offer is used */
 }
 
-SX_HOT int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
 {
     unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
     unsigned refused = 0;
