@@ -34,6 +34,24 @@
 /* The whole run, as a last resort when a step blocks somewhere unexpected. */
 #define SXB_RUN_LIMIT_S 1800u
 
+/*
+ * The functions of a ping-pong's loop, shardx's and the raw-UDP floor's
+ * alike, side by side in the text (GNU ld sorts .text.sorted.* by name;
+ * src/common/hot.h): on a kernel that flushes the TLB at every system
+ * call each page of code a round trip runs costs a miss, and the
+ * harness's loops should cost each side the same, not whatever their
+ * files' layout gives. shardx's loop took two pages where the floor's
+ * took one. SXB_LOOP_FIRST (one function) starts them on a page of their
+ * own; the rest, under 3 KB, follow it.
+ */
+#if defined(__GNUC__)
+#define SXB_LOOP_FIRST __attribute__((section(".text.sorted.sxbench.0"), aligned(4096), noinline))
+#define SXB_LOOP       __attribute__((section(".text.sorted.sxbench.1")))
+#else
+#define SXB_LOOP_FIRST
+#define SXB_LOOP
+#endif
+
 /* Largest payload of one raw UDP datagram the floor uses (as shardx's udp
  * transport does on loopback). */
 #define SXB_UDP_MAX 65000u

@@ -62,7 +62,8 @@ typedef struct sxb_rx_report {
     uint64_t first_ns, last_ns;
 } sxb_rx_report_t;
 
-static void sxb_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+SXB_LOOP static void sxb_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data,
+                               size_t len)
 {
     sxb_am_t *am = arg;
     (void)peer_id;
@@ -78,13 +79,13 @@ static void sxb_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data
     am->rx_last_len = len;
 }
 
-static void sxb_note_status(sxb_am_t *am, int status)
+SXB_LOOP static void sxb_note_status(sxb_am_t *am, int status)
 {
     if (status != SX_OK && am->tx_errors++ == 0)
         am->tx_first_error = status;
 }
 
-static void sxb_on_done(void *ctx, int status)
+SXB_LOOP static void sxb_on_done(void *ctx, int status)
 {
     sxb_am_t *am = ctx;
     sxb_note_status(am, status);
@@ -109,7 +110,7 @@ static void sxb_on_error(void *arg, uint64_t peer_id, int status)
 }
 
 /* One progress pass with error checks; the control channel's idle hook. */
-static int sxb_am_poll(void *arg)
+SXB_LOOP static int sxb_am_poll(void *arg)
 {
     sxb_am_t *am = arg;
     int rc = sx_progress(am->engine);
@@ -134,8 +135,8 @@ typedef struct sxb_stall {
     unsigned spins;
 } sxb_stall_t;
 
-static int sxb_stall_check(const sxb_ctl_t *ctl, sxb_stall_t *st, uint64_t progress,
-                           const char *what)
+SXB_LOOP static int sxb_stall_check(const sxb_ctl_t *ctl, sxb_stall_t *st, uint64_t progress,
+                                    const char *what)
 {
     if ((++st->spins & 1023) != 0)
         return 0;
@@ -148,7 +149,8 @@ static int sxb_stall_check(const sxb_ctl_t *ctl, sxb_stall_t *st, uint64_t progr
 }
 
 /* Progresses until *counter reaches target. */
-static int sxb_am_wait(sxb_am_t *am, const uint64_t *counter, uint64_t target, const char *what)
+SXB_LOOP static int sxb_am_wait(sxb_am_t *am, const uint64_t *counter, uint64_t target,
+                                const char *what)
 {
     sxb_stall_t st = {0};
 
@@ -159,8 +161,8 @@ static int sxb_am_wait(sxb_am_t *am, const uint64_t *counter, uint64_t target, c
     return 0;
 }
 
-static int sxb_am_send(sxb_am_t *am, const uint8_t *buf, size_t size, bool more,
-                       sx_complete_cb_t cb, void *ctx)
+SXB_LOOP static int sxb_am_send(sxb_am_t *am, const uint8_t *buf, size_t size, bool more,
+                                sx_complete_cb_t cb, void *ctx)
 {
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = size};
     sx_send_params_t params = {.field_mask = SX_SEND_PARAM_FLAGS, .flags = SX_SEND_MORE};
@@ -392,8 +394,8 @@ static void sxb_print_counters(const sxb_ctl_t *ctl, const sxb_opts_t *opts, siz
 /* ---- latency -------------------------------------------------------------- */
 
 /* shardx ping-pong of @p size bytes; rank 0 fills @p rtt_ns. */
-static int sxb_am_pingpong(sxb_am_t *am, const uint8_t *buf, size_t size, uint64_t warmup,
-                           uint64_t iters, uint64_t *rtt_ns)
+SXB_LOOP_FIRST static int sxb_am_pingpong(sxb_am_t *am, const uint8_t *buf, size_t size,
+                                          uint64_t warmup, uint64_t iters, uint64_t *rtt_ns)
 {
     uint64_t base = am->rx_count;
 

@@ -94,7 +94,7 @@ void sxb_udp_close(sxb_udp_t *u)
     u->buf = NULL;
 }
 
-static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
+SXB_LOOP static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
 {
     uint64_t deadline = 0;
     unsigned spins = 0;
@@ -115,7 +115,7 @@ static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
 }
 
 /* Busy-polls for one datagram; returns its length or -1. */
-static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u)
+SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u)
 {
     uint64_t deadline = 0;
     unsigned spins = 0;
@@ -139,8 +139,8 @@ static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u)
     }
 }
 
-int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t warmup,
-                     uint64_t iters, uint64_t *rtt_ns)
+SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t warmup,
+                              uint64_t iters, uint64_t *rtt_ns)
 {
     if (size > SXB_UDP_MAX)
         return sxb_fail("raw UDP ping-pong of %zu bytes: above %u", size, SXB_UDP_MAX);
