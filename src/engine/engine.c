@@ -667,8 +667,8 @@ static unsigned sx_engine_choose_home(struct sx_engine *e)
 
 /*
  * A thread's home shard on an engine, plus one (0: not chosen yet), is the
- * value of the engine's key for that thread. The key of the engine a
- * thread used last is cached in a thread-local variable, so that the
+ * value of the engine's key for that thread. That value, for the engine
+ * a thread used last, is cached in a thread-local variable, so that the
  * progress and send paths make no pthread_getspecific call: that is a
  * call into libc and a read of its key table, two pages, each a TLB miss
  * after every system call where the kernel flushes the TLB there

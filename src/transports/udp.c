@@ -117,7 +117,7 @@ typedef union udp_gso_cmsg {
  * merged, per and ctrl have cap entries, iov cap * SX_TL_IOV_MAX (no
  * datagram has more), cm cap / 2 (a GSO message carries two datagrams at
  * least). A flush of a few datagrams (UDP_TX_SMALL) has them on the stack;
- * a full batch's, 13 KB, are the interface's (udp_tx_batch_t), so that
+ * a full batch's, 13 KB, are the interface's (struct udp_tx_batch), so that
  * the usual send's frame stays small: 13 KB of stack between the shard's
  * frames and the system call's put them on three pages, each a TLB miss
  * after every system call on a kernel that flushes the TLB there
