@@ -98,7 +98,6 @@
 #define UDP_GRO_BUF      65536 /* receive buffers with GRO: a coalesced read */
 #define UDP_GSO_BYTES    64000 /* payload of one GSO message, at most (IPv4: 65507) */
 #define UDP_GSO_SEGS     64    /* datagrams of one GSO message (UDP_MAX_SEGMENTS) */
-#define UDP_GSO_IOVS     (UDP_GSO_SEGS * SX_TL_IOV_MAX)
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103 /* linux/udp.h, Linux 4.18 */
 #endif
@@ -780,13 +779,14 @@ SX_HOT static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mm
  * which is at most L; the kernel cuts the message back into those
  * datagrams, in order, as late as the device allows (udp(7), UDP_SEGMENT;
  * a bulk flush is a run of full packets). Writes the merged messages to
- * out[] (their iovecs into iov[], control into cm[]), how many txs each
- * carries to per[], and returns how many messages. A merged message takes
- * two datagrams at least, so cm[] needs room for n / 2.
+ * out[] (their iovecs into iov[], which has room for iov_cap, control into
+ * cm[]), how many txs each carries to per[], and returns how many
+ * messages. A merged message takes two datagrams at least, so cm[] needs
+ * room for n / 2.
  */
 static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsigned n,
                               struct mmsghdr *out, unsigned *per, struct iovec *iov,
-                              udp_gso_cmsg_t *cm)
+                              unsigned iov_cap, udp_gso_cmsg_t *cm)
 {
     unsigned m = 0, used = 0, nc = 0;
 
@@ -803,7 +803,7 @@ static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsi
             for (size_t k = 0; k < msgs[j].msg_hdr.msg_iovlen; k++)
                 len += msgs[j].msg_hdr.msg_iov[k].iov_len;
             if (len > seg || total + len > UDP_GSO_BYTES ||
-                iovs + msgs[j].msg_hdr.msg_iovlen > UDP_GSO_IOVS - used)
+                iovs + msgs[j].msg_hdr.msg_iovlen > iov_cap - used)
                 break;
             total += len;
             iovs += msgs[j].msg_hdr.msg_iovlen;
@@ -883,7 +883,9 @@ SX_HOT static int udp_post_batches(udp_iface_t *u, const sx_tl_tx_t *tx, unsigne
         }
         if (n > 0 && u->gso && n > 1) {
             /* At most one GSO message per two datagrams: cm[] has room. */
-            unsigned m = udp_gso_merge(msgs, ctrl, n, a->merged, per, a->iov, a->cm), msent = 0;
+            unsigned m =
+                udp_gso_merge(msgs, ctrl, n, a->merged, per, a->iov, a->cap * SX_TL_IOV_MAX, a->cm);
+            unsigned msent = 0;
             int err = 0;
             status = udp_sendmmsg(u, fd, udp_fd_connected(u, fd), a->merged, m, &msent, &err);
             for (unsigned k = 0; k < msent; k++) {
