@@ -89,7 +89,9 @@ SX_HOT SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *io
     op->len = len;
     op->cb = cb;
     op->ctx = ctx;
-    if (iovcnt > 0)
+    if (iovcnt == 1)
+        op->iov[0] = iov[0]; /* the common case, without a call (common/copy.h) */
+    else if (iovcnt > 0)
         memcpy(op->iov, iov, (size_t)iovcnt * sizeof(*iov));
     unsigned home;
     op->lane = sx_send_lane(e, peer, &home);

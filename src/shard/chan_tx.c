@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "common/crc32c.h"
 #include "common/hot.h"
 #include "common/log.h"
@@ -37,6 +38,23 @@
  */
 #define SX_TXPKT_POOL_MIN   (16u * 1024u)
 #define SX_TXPKT_POOL_SMALL 1024u
+
+/*
+ * A smaller packet is malloc'd, its size rounded up to SX_TXPKT_SPARE_ROUND,
+ * and the shard keeps one of them, the last freed, for the next small
+ * packet that fits (shard->pkt_spare). One is what a ping-pong needs: a
+ * reply's packet is freed by the ACK the next message carries, just
+ * before that message's answer is built. Without it each small message
+ * made a free and a malloc: two pages of libc's code and three of its
+ * data (the thread's tcache, the arena's tunables) on every message,
+ * each a TLB miss where the kernel flushes the TLB at every system call
+ * (common/hot.h, docs/tuning.md "Pages counted"). A free list of 128 was
+ * tried once and made sx_bench mt's injection-only run slower at 8 and 16
+ * threads on a 16-core machine (54cfa20 reverted it); one spare keeps
+ * malloc's footprint for a stream of packets in flight and changes
+ * nothing there but a branch.
+ */
+#define SX_TXPKT_SPARE_ROUND 64u
 
 /* Whether a packet of @p need bytes on @p c comes from, and goes back to,
  * the pool. */
@@ -72,6 +90,17 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
             cap = pkt->cap;
             SX_POOL_UNPOISON(pkt->data, cap);
         }
+    } else {
+        if (s->pkt_spare != NULL && s->pkt_spare->cap >= need) {
+            pkt = s->pkt_spare;
+            s->pkt_spare = NULL;
+            cap = pkt->cap;
+            SX_POOL_UNPOISON(pkt->data, cap);
+        } else {
+            size_t round = (need + SX_TXPKT_SPARE_ROUND - 1) & ~(size_t)(SX_TXPKT_SPARE_ROUND - 1);
+            if (!chan_pkt_pooled(c, round))
+                cap = round; /* else it would go to the pool when freed */
+        }
     }
     if (pkt == NULL && (pkt = malloc(sizeof(*pkt) + cap)) == NULL)
         return NULL;
@@ -96,6 +125,11 @@ SX_HOT void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
         SX_POOL_POISON(pkt->data, pkt->cap);
         return;
     }
+    if (s->pkt_spare == NULL && !chan_pkt_pooled(c, pkt->cap)) {
+        s->pkt_spare = pkt;
+        SX_POOL_POISON(pkt->data, pkt->cap);
+        return;
+    }
     free(pkt);
 }
 
@@ -107,7 +141,7 @@ static void op_copy(sx_op_t *op, uint8_t *dst, size_t n)
         size_t take = v->iov_len - op->cur_off;
         if (take > n)
             take = n;
-        memcpy(dst, (const uint8_t *)v->iov_base + op->cur_off, take);
+        sx_copy_small(dst, (const uint8_t *)v->iov_base + op->cur_off, take);
         dst += take;
         n -= take;
         op->cur_off += take;

@@ -242,6 +242,7 @@ void sx_shard_destroy(sx_shard_t *shard)
         shard->pkt_pool = pkt->rtx_next;
         free(pkt);
     }
+    free(shard->pkt_spare);
     for (unsigned i = 0; i < SX_SHARD_TL_COUNT; i++) {
         if (shard->ifaces[i] != NULL)
             shard->ifaces[i]->ops->close(shard->ifaces[i]);

@@ -13,7 +13,8 @@
  *   token                     | any thread               | try-lock, never waited on
  *   inbox                     | producers: any thread    | wfcqueue, see inbox.h
  *   wheel, hotel, txq,        | the token holder         | plain accesses
- *   ready list, pkt_pool      |                          |
+ *   ready list, pkt_pool,     |                          |
+ *   pkt_spare                 |                          |
  *   stats                     | the token holder         | sx_stat_add (no RMW);
  *                             |                          | readable from any thread
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
@@ -283,6 +284,10 @@ struct sx_shard {
      * NULL when its channel is destroyed. The token holder's. */
     struct sx_chan *rx_chan;
     unsigned rx_chan_removals;
+    /* The last small data packet freed, kept for the next (chan_tx.c,
+     * chan_pkt_alloc); NULL: none. Beside rx_chan, on a page a message's
+     * way touches anyway. The token holder's. */
+    struct sx_txpkt *pkt_spare;
     /* When the datagrams now being handled were read: their arrival
      * time for RTT samples and the delayed-ACK timer. For a pass's poll,
      * the time just before it (sx_shard_pass): the read that finds them

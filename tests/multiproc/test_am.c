@@ -133,6 +133,38 @@ static void test_small_messages(void **state)
     send_sizes(sizes, 200);
 }
 
+/* Small messages one at a time, each in three pieces, so that every
+ * packet is freed (by the ACK) before the next is made: the shard's spare
+ * packet (chan_tx.c, chan_pkt_alloc) is reused by a message of another
+ * size, larger or smaller, and the bytes are copied in pieces of every
+ * small length (common/copy.h). Every byte is checked. */
+static void test_small_messages_one_at_a_time(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    size_t sizes[N];
+    uint8_t buf[400];
+    pair_t p = pair_new();
+    ctx_t rx = {.rx = {.sizes = sizes, .nsizes = N}};
+    ctx_t tx = {0};
+
+    for (size_t i = 0; i < N; i++)
+        sizes[i] = (i * 53) % 397;
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
+    for (size_t i = 0; i < N; i++) {
+        size_t n = sizes[i], a = n / 3, b = n / 2;
+        am_fill(buf, n, i);
+        struct iovec iov[3] = {{buf, a}, {buf + a, b - a}, {buf + b, n - b}};
+        assert_int_equal(sx_send(p.a_to_b, 7, iov, 3, on_done, &tx), SX_INPROGRESS);
+        assert_true(am_progress_until(p.a, p.b, &tx.completions, i + 1));
+        assert_true(am_progress_until(p.a, p.b, &rx.rx.received, i + 1));
+    }
+    assert_int_equal(rx.rx.received, N);
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(tx.completion_errors, 0);
+    pair_free(&p);
+}
+
 static void test_chunked_1B_to_8MiB(void **state)
 {
     (void)state;
@@ -974,6 +1006,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_messages),
+        cmocka_unit_test(test_small_messages_one_at_a_time),
         cmocka_unit_test(test_chunked_1B_to_8MiB),
         cmocka_unit_test(test_global_mode),
         cmocka_unit_test(test_maximum_size),

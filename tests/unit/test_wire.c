@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "shard/wire.h"
+#include "common/copy.h"
 #include "common/crc32c.h"
 #include "common/le.h"
 
@@ -837,6 +838,34 @@ static void test_frame_unknown_kind(void **state)
 
 /* A len field that runs past the payload, by one byte or by nearly 4 GiB:
  * the bounds check must not overflow into accepting it. */
+/* sx_copy_small (common/copy.h), the copy of a message's bytes into its
+ * packet: every length from 0 to past its inline limit, at every
+ * alignment of source and destination, copies exactly n bytes and touches
+ * none around them. */
+static void test_copy_small(void **state)
+{
+    (void)state;
+    uint8_t src[256 + 16], dst[256 + 48];
+
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (uint8_t)(i * 7 + 1);
+    for (size_t n = 0; n <= 256; n++) {
+        for (size_t so = 0; so < 8; so++) {
+            for (size_t dof = 0; dof < 8; dof++) {
+                memset(dst, 0xA5, sizeof(dst));
+                sx_copy_small(dst + 16 + dof, src + so, n);
+                for (size_t i = 0; i < sizeof(dst); i++) {
+                    size_t at = 16 + dof;
+                    if (i >= at && i < at + n)
+                        assert_int_equal(dst[i], src[so + i - at]);
+                    else
+                        assert_int_equal(dst[i], 0xA5);
+                }
+            }
+        }
+    }
+}
+
 static void test_frame_length_overflow(void **state)
 {
     (void)state;
@@ -908,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_frame_truncated),
         cmocka_unit_test(test_frame_unknown_kind),
         cmocka_unit_test(test_frame_length_overflow),
+        cmocka_unit_test(test_copy_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
