@@ -32,6 +32,19 @@ static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
                      : "rcx", "r11", "memory");
     return ret;
 }
+
+static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    long ret;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
 #elif defined(__aarch64__) && defined(__GNUC__)
 static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
 {
@@ -44,10 +57,32 @@ static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
     __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
     return x0;
 }
+
+static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    register long x5 __asm__("x5") = f;
+    __asm__ volatile("svc 0"
+                     : "+r"(x0)
+                     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+                     : "memory");
+    return x0;
+}
 #else
 static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
 {
     long ret = syscall(nr, a, b, c, d, e);
+    return ret == -1 ? -(long)errno : ret;
+}
+
+static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+    long ret = syscall(nr, a, b, c, d, e, f);
     return ret == -1 ? -(long)errno : ret;
 }
 #endif

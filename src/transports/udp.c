@@ -5,7 +5,8 @@
  * One nonblocking IPv4 UDP socket per interface, an IPv6 one beside it
  * when the interface offers IPv6 addresses (below), and optionally one
  * for acknowledgements (below). Sends go out in batches through
- * sendmmsg(2) and, while datagrams arrive back to back, receives come in
+ * sendmmsg(2), a lone datagram through sendto(2), which costs the kernel
+ * less (sx_udp_send1), and, while datagrams arrive back to back, receives come in
  * batches through recvmmsg(2), so a busy shard pays one system call per
  * batch, not per datagram; an idle one polls with recvmsg(2), which
  * returns a lone datagram sooner (udp_rx.c). The first SX_UDP_CONNECT
@@ -744,7 +745,8 @@ SX_HOT static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mm
     int status = SX_OK;
 
     while (sent < n) {
-        int rc = sx_udp_sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
+        int rc = n - sent == 1 ? sx_udp_send1(fd, &msgs[sent].msg_hdr, MSG_DONTWAIT)
+                               : sx_udp_sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
         if (rc > 0) {
             sent += (unsigned)rc;
             retried = false;
@@ -1083,7 +1085,8 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     /* The source's IP address against the peer's card addresses (and,
      * for a peer on this host, loopback and ours); token holder. */
     .src_matches = udp_src_matches,
-    /* sendmmsg with MSG_DONTWAIT, one call per run of datagrams for the
+    /* sendmmsg (sendto or sendmsg for one datagram) with MSG_DONTWAIT,
+     * one call per run of datagrams for the
      * same socket (the data socket, the ACK socket or a destination's
      * connected one); the kernel has copied the data when it returns
      * (sync_send), so the caller owns its buffers again; token holder;

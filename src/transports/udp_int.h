@@ -301,6 +301,40 @@ static inline int sx_udp_sendmmsg(int fd, struct mmsghdr *msgs, unsigned n, int 
 #endif
 }
 
+/*
+ * One datagram: sendto(2) when it is one piece without control data (the
+ * address, if any, is the message's), sendmsg(2) otherwise; 1 when the
+ * kernel took it, else the negated errno. A sendmmsg of one message costs
+ * the kernel more than this (it copies the mmsghdr and the iovec array in
+ * and the length back out): in sx_bench latency's 8-byte ping-pong,
+ * sendmmsg took 6,760-7,180 TSC cycles against the raw-UDP floor's send's
+ * 6,470-6,700 in the same runs, sendto 6,850-6,970 against 6,550-6,740
+ * (rdtsc around each call, medians of 22,000; docs/tuning.md, "Where a
+ * small message's time goes").
+ */
+static inline int sx_udp_send1(int fd, const struct msghdr *h, int flags)
+{
+    if (h->msg_iovlen == 1 && h->msg_controllen == 0) {
+#ifdef SX_UDP_WRAPPED_CALLS
+        ssize_t n = sendto(fd, h->msg_iov[0].iov_base, h->msg_iov[0].iov_len, flags,
+                           (const struct sockaddr *)h->msg_name, h->msg_namelen);
+        return n < 0 ? -errno : 1;
+#else
+        long n =
+            sx_syscall6(SYS_sendto, fd, (long)h->msg_iov[0].iov_base, (long)h->msg_iov[0].iov_len,
+                        flags, (long)h->msg_name, (long)h->msg_namelen);
+        return n < 0 ? (int)n : 1;
+#endif
+    }
+#ifdef SX_UDP_WRAPPED_CALLS
+    ssize_t n = sendmsg(fd, h, flags);
+    return n < 0 ? -errno : 1;
+#else
+    long n = sx_syscall5(SYS_sendmsg, fd, (long)h, flags, 0, 0);
+    return n < 0 ? (int)n : 1;
+#endif
+}
+
 /* Whether a failed send or receive only found no room (or nothing to
  * read): worth trying again later, never an error of the datagram's. */
 static inline bool sx_udp_errno_no_room(int err)
