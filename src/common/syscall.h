@@ -21,18 +21,6 @@
 #include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
-static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
-{
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    long ret;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
-
 static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, long f)
 {
     register long r10 __asm__("r10") = d;
@@ -46,18 +34,6 @@ static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, 
     return ret;
 }
 #elif defined(__aarch64__) && defined(__GNUC__)
-static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
-{
-    register long x8 __asm__("x8") = nr;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    register long x3 __asm__("x3") = d;
-    register long x4 __asm__("x4") = e;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
-    return x0;
-}
-
 static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, long f)
 {
     register long x8 __asm__("x8") = nr;
@@ -74,17 +50,18 @@ static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, 
     return x0;
 }
 #else
-static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
-{
-    long ret = syscall(nr, a, b, c, d, e);
-    return ret == -1 ? -(long)errno : ret;
-}
-
 static inline long sx_syscall6(long nr, long a, long b, long c, long d, long e, long f)
 {
     long ret = syscall(nr, a, b, c, d, e, f);
     return ret == -1 ? -(long)errno : ret;
 }
 #endif
+
+/* Five arguments: the sixth register is passed as 0, which a call of five
+ * ignores. */
+static inline long sx_syscall5(long nr, long a, long b, long c, long d, long e)
+{
+    return sx_syscall6(nr, a, b, c, d, e, 0);
+}
 
 #endif /* SX_COMMON_SYSCALL_H */
