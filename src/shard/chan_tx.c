@@ -45,9 +45,9 @@
  * packet that fits (shard->pkt_spare). One is what a ping-pong needs: a
  * reply's packet is freed by the ACK the next message carries, just
  * before that message's answer is built. Without it each small message
- * made a free and a malloc: two pages of libc's code and three of its
- * data (the thread's tcache, the arena's tunables) on every message,
- * each a TLB miss where the kernel flushes the TLB at every system call
+ * made a free and a malloc: two pages of libc's code, two of its data and
+ * the PLT's on every message (valgrind lackey, docs/tuning.md), each a
+ * TLB miss where the kernel flushes the TLB at every system call
  * (common/hot.h, docs/tuning.md "Pages counted"). A free list of 128 was
  * tried once and made sx_bench mt's injection-only run slower at 8 and 16
  * threads on a 16-core machine (54cfa20 reverted it); one spare keeps

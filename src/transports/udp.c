@@ -5,13 +5,13 @@
  * One nonblocking IPv4 UDP socket per interface, an IPv6 one beside it
  * when the interface offers IPv6 addresses (below), and optionally one
  * for acknowledgements (below). Sends go out in batches through
- * sendmmsg(2), a lone datagram through sendto(2), which costs the kernel
- * less (sx_udp_send1), and, while datagrams arrive back to back, receives come in
- * batches through recvmmsg(2), so a busy shard pays one system call per
- * batch, not per datagram; an idle one polls with recvmsg(2), which
- * returns a lone datagram sooner (udp_rx.c). The first SX_UDP_CONNECT
- * destinations get a send socket of their own, connected, so the kernel
- * keeps their route instead of looking it up per datagram
+ * sendmmsg(2), a lone datagram through sendto(2), which costs the
+ * kernel less (sx_udp_send1), and, while datagrams arrive back to back,
+ * receives come in batches through recvmmsg(2), so a busy shard pays one
+ * system call per batch, not per datagram; an idle one polls with
+ * recvmsg(2), which returns a lone datagram sooner (udp_rx.c). The first
+ * SX_UDP_CONNECT destinations get a send socket of their own, connected,
+ * so the kernel keeps their route instead of looking it up per datagram
  * (sx_udp_connect_dest); it sends from another port, which receivers
  * ignore.
  *
@@ -1086,12 +1086,12 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * for a peer on this host, loopback and ours); token holder. */
     .src_matches = udp_src_matches,
     /* sendmmsg (sendto or sendmsg for one datagram) with MSG_DONTWAIT,
-     * one call per run of datagrams for the
-     * same socket (the data socket, the ACK socket or a destination's
-     * connected one); the kernel has copied the data when it returns
-     * (sync_send), so the caller owns its buffers again; token holder;
-     * never blocks. Calls config->is_control on iov[0] of each datagram
-     * when an ACK path exists to its destination. */
+     * one call per run of datagrams for the same socket (the data
+     * socket, the ACK socket or a destination's connected one); the
+     * kernel has copied the data when it returns (sync_send), so the
+     * caller owns its buffers again; token holder; never blocks. Calls
+     * config->is_control on iov[0] of each datagram when an ACK path
+     * exists to its destination. */
     .post_send = udp_post_send,
     /* recvmsg, or recvmmsg while datagrams come back to back, with
      * MSG_DONTWAIT into the interface's own buffers, which stay valid
