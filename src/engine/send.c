@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -163,18 +164,17 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
     } else if (sx_chan_would_wait_locked(c)) {
         rc = SX_ERR_AGAIN; /* it would have to wait: that is sx_send's job */
     } else {
-        sx_op_t *op = malloc(sizeof(*op) + len);
+        sx_op_t *op = sx_op_alloc_inline((size_t)len);
         if (op == NULL) {
             rc = SX_ERR_NO_MEMORY;
         } else {
-            memset(op, 0, sizeof(*op));
             op->peer = peer;
             op->lane = lane;
             op->tag = tag;
             op->len = len;
             size_t off = 0;
             for (int i = 0; i < iovcnt; i++) {
-                memcpy(op->inline_data + off, iov[i].iov_base, iov[i].iov_len);
+                sx_copy_small(op->inline_data + off, iov[i].iov_base, iov[i].iov_len);
                 off += iov[i].iov_len;
             }
             sx_stat_add(&shard->stats.copy_tx_bytes, len);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Operation records kept per thread for reuse: op_cache.h says why. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,11 +49,23 @@ SX_HOT sx_op_t *sx_op_alloc(void)
     if (op != NULL) {
         sx_op_cache_head = op->next;
         sx_op_cache_n--;
-    } else if ((op = malloc(sizeof(*op))) == NULL) {
+    } else if ((op = malloc(sizeof(*op) + SX_OP_INLINE_CACHED)) == NULL) {
         return NULL;
     }
     memset(op, 0, sizeof(*op));
     op->cached = SX_OP_CACHE_ON;
+    return op;
+}
+
+SX_HOT sx_op_t *sx_op_alloc_inline(size_t len)
+{
+    if (len <= SX_OP_INLINE_CACHED)
+        return sx_op_alloc();
+    if (len > SIZE_MAX - sizeof(sx_op_t))
+        return NULL;
+    sx_op_t *op = malloc(sizeof(*op) + len);
+    if (op != NULL)
+        memset(op, 0, sizeof(*op)); /* op->cached stays clear: free() */
     return op;
 }
 

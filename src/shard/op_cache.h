@@ -7,11 +7,14 @@
  * window of 64 sends outgrows glibc's per-thread cache (7 chunks of a
  * size), so without this each send and completion took the thread's
  * malloc arena, and threads that share an arena serialised on its lock.
- * A thread keeps up to SX_OP_CACHE_MAX freed records of the plain size
- * and hands them to its next sends; records with inline data (sx_sendi,
- * responses) are malloc'd and freed as before. The cache is drained when
- * the thread exits. Under AddressSanitizer nothing is kept, so a record
- * used after its completion is still reported.
+ * A thread keeps up to SX_OP_CACHE_MAX freed records and hands them to
+ * its next sends. Each has room for SX_OP_INLINE_CACHED bytes of inline
+ * data after the record, so an sx_sendi of a small message (the Open MPI
+ * BTL's eager sends: ob1's header and a few bytes) takes one too, instead
+ * of a malloc, a free and the arena's pages per message; longer inline
+ * data and responses are malloc'd and freed as before. The cache is
+ * drained when the thread exits. Under AddressSanitizer nothing is kept,
+ * so a record used after its completion is still reported.
  *
  * Concurrency: thread-local; both calls from any thread.
  */
@@ -22,8 +25,19 @@
 
 #define SX_OP_CACHE_MAX 256u
 
-/** A zeroed record of sizeof(sx_op_t), or NULL; op->cached is set. */
+/* Inline bytes every cached record has room for (sx_op_t.inline_data):
+ * 128 covers ob1's match header and 8-byte messages several times over,
+ * for 128 bytes more per record of SX_OP_CACHE_MAX. */
+#define SX_OP_INLINE_CACHED 128u
+
+/** A zeroed record, or NULL; op->cached is set. Its inline_data has room
+ *  for SX_OP_INLINE_CACHED bytes, not zeroed. */
 sx_op_t *sx_op_alloc(void);
+
+/** A record as sx_op_alloc's with room for @p len bytes of inline_data
+ *  (not zeroed), or NULL: from the cache up to SX_OP_INLINE_CACHED bytes,
+ *  else malloc'd (op->cached clear). sx_op_release frees either. */
+sx_op_t *sx_op_alloc_inline(size_t len);
 
 /** Frees @p op: into this thread's cache if it came from sx_op_alloc and
  *  there is room, else free(). */

@@ -446,6 +446,54 @@ static void test_sendi(void **state)
     pair_free(&p);
 }
 
+/* sx_sendi and sx_send by turns, one message at a time, sizes 0..299 in
+ * one or two pieces: an sx_sendi of up to SX_OP_INLINE_CACHED (128)
+ * bytes copies its message into a cached operation record, which the
+ * next sx_send may take back (and the next sx_sendi after it), so records
+ * pass between the two kinds with every inline length across the cache's
+ * limit and across sx_copy_small's (64). The source is overwritten as
+ * soon as sx_sendi returns; every byte is checked at the receiver. */
+static void test_sendi_and_send_by_turns(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    size_t sizes[N];
+    uint8_t buf[300], keep[N / 2][300];
+    pair_t p = pair_new();
+    ctx_t rx = {.rx = {.sizes = sizes, .nsizes = N}};
+    ctx_t tx = {0};
+
+    for (size_t i = 0; i < N; i++)
+        sizes[i] = i / 2; /* each length twice: once by sendi, once by send */
+    assert_int_equal(sx_am_register(p.b, 6, on_am, &rx), SX_OK);
+    for (size_t i = 0; i < N; i++) {
+        size_t n = sizes[i], cut = (i % 4 < 2) ? n : n / 3;
+        int rc;
+        if (i % 2 == 0) {
+            am_fill(buf, n, i);
+            struct iovec iov[2] = {{buf, cut}, {buf + cut, n - cut}};
+            while ((rc = sx_sendi(p.a_to_b, 6, iov, cut == n ? 1 : 2)) == SX_ERR_AGAIN) {
+                sx_progress(p.a);
+                sx_progress(p.b);
+            }
+            assert_int_equal(rc, SX_OK);
+            memset(buf, 0xa5, sizeof(buf)); /* sendi copied it */
+        } else {
+            uint8_t *b = keep[i / 2]; /* sx_send's stays until completion */
+            am_fill(b, n, i);
+            struct iovec iov[2] = {{b, cut}, {b + cut, n - cut}};
+            assert_int_equal(sx_send(p.a_to_b, 6, iov, cut == n ? 1 : 2, on_done, &tx),
+                             SX_INPROGRESS);
+            assert_true(am_progress_until(p.a, p.b, &tx.completions, i / 2 + 1));
+        }
+        assert_true(am_progress_until(p.a, p.b, &rx.rx.received, i + 1));
+    }
+    assert_int_equal(rx.rx.received, N);
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(tx.completion_errors, 0);
+    pair_free(&p);
+}
+
 /* The sender's home shard is 1, so its messages land on the receiver's
  * shard 1, whose only visitor is a thread whose home is shard 0: progress
  * must still reach it. */
@@ -1014,6 +1062,7 @@ int main(void)
         cmocka_unit_test(test_iovec_and_empty_iov),
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),
+        cmocka_unit_test(test_sendi_and_send_by_turns),
         cmocka_unit_test(test_other_shards_are_progressed),
         cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_send_more),

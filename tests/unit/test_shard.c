@@ -3,7 +3,8 @@
  * A shard's parts working together: requests submitted from several
  * threads run through the token-or-delegate protocol, and guests checked
  * into the shard's hotel are evicted by sx_shard_progress exactly once
- * when their deadline passes, or never when they check out in time.
+ * when their deadline passes, or never when they check out in time; and
+ * the thread's cache of operation records gives room for inline data.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,13 +12,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <shardx.h>
 
 #include "common/time.h"
+#include "shard/op_cache.h"
 #include "shard/shard.h"
 
 static sx_shard_t *new_shard(unsigned rooms)
@@ -213,6 +217,42 @@ static void test_threads_submit_and_progress(void **state)
     sx_shard_destroy(s);
 }
 
+/* Records from sx_op_alloc_inline have room for the inline bytes asked
+ * (malloc_usable_size says what the allocation holds, so a record made
+ * too small fails here, not only under AddressSanitizer); up to
+ * SX_OP_INLINE_CACHED they are the cache's, which takes them back and
+ * hands them out again, to sx_op_alloc too; longer ones are malloc'd and
+ * freed. */
+static void test_op_cache_inline_room(void **state)
+{
+    (void)state;
+    const size_t lens[] = {0, 1, 64, SX_OP_INLINE_CACHED, SX_OP_INLINE_CACHED + 1, 4096};
+
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        size_t len = lens[i];
+        sx_op_t *op = sx_op_alloc_inline(len);
+        assert_non_null(op);
+        assert_true(malloc_usable_size(op) >= sizeof(*op) + len);
+        assert_null(op->peer); /* the record is zeroed, the inline bytes need not be */
+        assert_int_equal(op->len, 0);
+        if (len > SX_OP_INLINE_CACHED)
+            assert_false(op->cached);
+        memset(op->inline_data, 0x5a, len);
+        bool cached = op->cached;
+        sx_op_release(op);
+        if (!cached)
+            continue;
+        /* The cache is last in, first out: the next record is this one,
+         * still with its room. */
+        sx_op_t *again = sx_op_alloc();
+        assert_ptr_equal(again, op);
+        assert_true(malloc_usable_size(again) >= sizeof(*again) + SX_OP_INLINE_CACHED);
+        assert_true(again->cached);
+        sx_op_release(again);
+    }
+    assert_null(sx_op_alloc_inline(SIZE_MAX));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_checked_out_guest_never_evicted),
         cmocka_unit_test(test_full_hotel_and_bad_guest),
         cmocka_unit_test(test_threads_submit_and_progress),
+        cmocka_unit_test(test_op_cache_inline_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
