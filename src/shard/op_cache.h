@@ -26,8 +26,8 @@
 #define SX_OP_CACHE_MAX 256u
 
 /* Inline bytes every cached record has room for (sx_op_t.inline_data):
- * 128 covers ob1's match header and 8-byte messages several times over,
- * for 128 bytes more per record of SX_OP_CACHE_MAX. */
+ * 128 covers ob1's match header and an 8-byte message several times
+ * over, and costs a thread's full cache 32 KiB more. */
 #define SX_OP_INLINE_CACHED 128u
 
 /** A zeroed record, or NULL; op->cached is set. Its inline_data has room
