@@ -452,7 +452,8 @@ static void test_sendi(void **state)
  * next sx_send may take back (and the next sx_sendi after it), so records
  * pass between the two kinds with every inline length across the cache's
  * limit and across sx_copy_small's (64). The source is overwritten as
- * soon as sx_sendi returns; every byte is checked at the receiver. */
+ * soon as sx_sendi returns; the receiver checks every message's length
+ * and order, and every byte of those of 8 bytes or more (am_check). */
 static void test_sendi_and_send_by_turns(void **state)
 {
     (void)state;
