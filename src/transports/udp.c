@@ -9,7 +9,8 @@
  * kernel less (sx_udp_send1), and, while datagrams arrive back to back,
  * receives come in batches through recvmmsg(2), so a busy shard pays one
  * system call per batch, not per datagram; an idle one polls with
- * recvmsg(2), which returns a lone datagram sooner (udp_rx.c). The first
+ * recvfrom(2) (recvmsg(2) once the socket carries control data), which
+ * returns a lone datagram sooner (udp_rx.c). The first
  * SX_UDP_CONNECT destinations get a send socket of their own, connected,
  * so the kernel keeps their route instead of looking it up per datagram
  * (sx_udp_connect_dest); it sends from another port, which receivers
@@ -535,8 +536,11 @@ static void udp_ecn_report(sx_tl_iface_t *iface)
         return;
     u->ecn_report = true; /* once, whatever the kernel answers (it warns) */
     (void)sx_udp_ecn_recv(u->fd, AF_INET);
-    if (u->fd6 >= 0)
+    u->rx.cmsg = true;
+    if (u->fd6 >= 0) {
         (void)sx_udp_ecn_recv(u->fd6, AF_INET6);
+        u->rx6.cmsg = true;
+    }
 }
 
 static uint64_t udp_dest_host(sx_tl_iface_t *iface, sx_tl_dest_t dest)

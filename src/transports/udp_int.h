@@ -126,6 +126,10 @@ typedef struct udp_rx {
      * when gro (a data socket on a kernel that has it). sx_udp_rx_busy says
      * why they wait for that. */
     bool busy, gro;
+    /* cmsg: the socket was asked for control data (SO_RXQ_OVFL when busy,
+     * the ECN field once udp_ecn_report ran), so a lone datagram is read
+     * with recvmsg; until then with recvfrom (sx_udp_rx_poll says why). */
+    bool cmsg;
     unsigned dirty; /* msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
      * buffer that GRO filled with several datagrams can hold more than a
@@ -278,6 +282,21 @@ static inline ssize_t sx_udp_recvmsg(int fd, struct msghdr *msg, int flags)
     return n < 0 ? -(ssize_t)errno : n;
 #else
     return (ssize_t)sx_syscall5(SYS_recvmsg, fd, (long)msg, flags, 0, 0);
+#endif
+}
+
+/* One datagram into one buffer, with its sender and no control data;
+ * the caller passes MSG_TRUNC so that a longer datagram's real length
+ * comes back (udp(7): recv's MSG_TRUNC, UDP since Linux 3.4). */
+static inline ssize_t sx_udp_recvfrom(int fd, void *buf, size_t len, int flags,
+                                      struct sockaddr *src, socklen_t *src_len)
+{
+#ifdef SX_UDP_WRAPPED_CALLS
+    ssize_t n = recvfrom(fd, buf, len, flags, src, src_len);
+    return n < 0 ? -(ssize_t)errno : n;
+#else
+    return (ssize_t)sx_syscall6(SYS_recvfrom, fd, (long)buf, (long)len, flags, (long)src,
+                                (long)src_len);
 #endif
 }
 

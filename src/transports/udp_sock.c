@@ -500,6 +500,7 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
     }
     rx->dirty = UDP_RX_BATCH; /* the lengths are set at the first read */
     rx->busy = false;
+    rx->cmsg = false;
     rx->gro = false; /* the data sockets' opener says */
     return SX_OK;
 }

@@ -831,6 +831,56 @@ static void test_ack_socket_routing(void **state)
     b->ops->close(b);
 }
 
+/*
+ * A datagram longer than the receive buffer, read alone from an idle
+ * socket (recvfrom, sx_udp_rx_poll), is counted as truncated and never
+ * handed up, and the datagram after it arrives whole: the ACK socket's
+ * buffers hold UDP_CTRL_MAX (256) bytes. Each is sent on its own and
+ * polled once it is readable, so that no read finds two (which would
+ * switch the socket to recvmmsg). Without MSG_TRUNC the cut 256 bytes
+ * were handed up as a datagram.
+ */
+static void test_lone_datagram_cut_counted(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *b = open_udp_ack(1);
+    uint8_t addr[SX_TL_ADDR_MAX];
+    size_t alen = sizeof(addr);
+    sx_tl_event_t ev[8];
+    static char big[300];
+    uint64_t deadline = sx_time_ns() + TL_RX_DEADLINE_NS;
+
+    assert_int_equal(b->ops->local_addr(b, addr, &alen), SX_OK);
+    int b_ack = fd_of_port((uint16_t)(addr[8] | addr[9] << 8));
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_port = htons((uint16_t)(addr[8] | addr[9] << 8));
+    memcpy(&sa.sin_addr, addr + 4, 4);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+
+    memset(big, 'A', sizeof(big));
+    assert_int_equal(sendto(fd, big, sizeof(big), 0, (struct sockaddr *)&sa, sizeof(sa)),
+                     (ssize_t)sizeof(big));
+    assert_true(fd_readable(b_ack, 10000));
+    while (b->stats.rx_truncated == 0) {
+        assert_int_equal(b->ops->poll(b, ev, 8), 0);
+        if (sx_time_ns() > deadline)
+            fail_msg("the 300-byte datagram was never read");
+    }
+    assert_int_equal(b->stats.rx_truncated, 1);
+    assert_int_equal(b->stats.rx_datagrams, 0);
+
+    assert_int_equal(sendto(fd, "A!", 2, 0, (struct sockaddr *)&sa, sizeof(sa)), 2);
+    rx_log_t log = {0};
+    rx_until(b, &log, 1);
+    assert_int_equal(log.len[0], 2);
+    assert_memory_equal(log.data[0], "A!", 2);
+    assert_int_equal(b->stats.rx_truncated, 1);
+    rx_log_free(&log);
+    close(fd);
+    b->ops->close(b);
+}
+
 /* Peers with and without the ACK socket, and one with no idea of control
  * datagrams at all, talk to each other. */
 static void test_ack_socket_interop(void **state)
@@ -1082,6 +1132,7 @@ int main(void)
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_gso_and_gro),
         cmocka_unit_test(test_ecn_report),
+        cmocka_unit_test(test_lone_datagram_cut_counted),
         cmocka_unit_test(test_addr_insert_rejects_garbage),
         cmocka_unit_test(test_closed_port_is_not_fatal),
         cmocka_unit_test(test_connected_send_sockets),
