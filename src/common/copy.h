@@ -50,4 +50,28 @@ static inline void sx_copy_small(void *dst, const void *src, size_t n)
     }
 }
 
+/*
+ * memset(@p dst, 0, @p n) for a record of a few hundred bytes whose size
+ * is a constant (an operation record, a packet's head): 16-byte stores
+ * in a loop the compiler keeps as it is. GCC expands a memset of such a
+ * size into `rep stosq`, whose start-up on this machine's EPYC cost a
+ * packet's build ~25 cycles of its ~200 (perf annotate of
+ * chan_build_packet under sx_bench latency: a tenth of its samples on the
+ * instruction after it); 32-byte steps with a tail that may overlap.
+ */
+static inline void sx_zero_small(void *dst, size_t n)
+{
+    uint8_t *d = dst;
+    size_t i = 0;
+
+    if (n < 32) {
+        memset(d, 0, n);
+        return;
+    }
+    for (; i + 32 <= n; i += 32)
+        memset(d + i, 0, 32);
+    if (i < n)
+        memset(d + n - 32, 0, 32);
+}
+
 #endif

@@ -104,7 +104,7 @@ static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
     }
     if (pkt == NULL && (pkt = malloc(sizeof(*pkt) + cap)) == NULL)
         return NULL;
-    memset(pkt, 0, sizeof(*pkt));
+    sx_zero_small(pkt, sizeof(*pkt));
     pkt->cap = (uint32_t)cap;
     return pkt;
 }

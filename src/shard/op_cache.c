@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "common/hot.h"
 #include "shard/op_cache.h"
 
@@ -52,7 +53,7 @@ SX_HOT sx_op_t *sx_op_alloc(void)
     } else if ((op = malloc(sizeof(*op) + SX_OP_INLINE_CACHED)) == NULL) {
         return NULL;
     }
-    memset(op, 0, sizeof(*op));
+    sx_zero_small(op, sizeof(*op)); /* not rep stosq: common/copy.h */
     op->cached = SX_OP_CACHE_ON;
     return op;
 }

@@ -260,6 +260,77 @@ static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
         u->land_n = 0; /* the offer is used */
 }
 
+/* Whether a read that failed with @p err is worth trying again now: an
+ * interrupted one, or one that only reported an earlier datagram's
+ * ICMP "port unreachable" (a few per poll). */
+static bool udp_rx_again(udp_iface_t *u, int err, unsigned *refused_p)
+{
+    if (err == EINTR)
+        return true;
+    if (err == ECONNREFUSED && (*refused_p)++ < UDP_REFUSED_RETRIES) {
+        u->base.stats.tx_refused++;
+        return true;
+    }
+    return false;
+}
+
+/* What a poll whose read failed for good returns: nothing read (an empty
+ * socket, or more ICMP reports than a poll skips), or an I/O error. */
+static int udp_rx_failed(int err, const char *call)
+{
+    if (sx_udp_errno_no_room(err) || err == ECONNREFUSED)
+        return 0;
+    sx_error("udp", "%s: %s", call, strerror(err));
+    return SX_ERR_IO;
+}
+
+/*
+ * One datagram into buffer 0, on a socket asked for no control data and
+ * with no landing offered, its event written here: recvfrom(2), which
+ * leaves out the kernel's copying in of a message header and its iovec
+ * (copy_msghdr_from_user, import_iovec), in every empty poll too, and
+ * none of the general read's bookkeeping (control messages, landings,
+ * GRO's cuts, the headers to reset). A raw 8-byte ping-pong over
+ * loopback, the sender's address taken either way: 3.19-3.22 us one way
+ * with recvfrom, 3.25-3.42 with recvmsg as this transport called it
+ * (docs/tuning.md, "Reading a lone datagram"). MSG_TRUNC makes a longer
+ * datagram return its real length, so that it is counted as cut (udp(7):
+ * recv's MSG_TRUNC, UDP since Linux 3.4). Finding one enters batch mode,
+ * as a recvmsg that finds one does (sx_udp_rx_poll).
+ */
+SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events)
+{
+    unsigned refused = 0;
+
+    for (;;) {
+        socklen_t src_len = sizeof(rx->src[0]);
+        ssize_t got = sx_udp_recvfrom(rx->fd, rx->iov[0].iov_base, rx->iov[0].iov_len,
+                                      MSG_DONTWAIT | MSG_TRUNC, &rx->src[0].sa, &src_len);
+        if (got >= 0) {
+            rx->batch = true;
+            if ((size_t)got > rx->limit) {
+                /* Cut, or longer than the mtu (a GRO buffer is larger):
+                 * the verdict of udp_rx_hand_up. */
+                u->base.stats.rx_truncated++;
+                return 0;
+            }
+            events[0] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
+                                        .status = SX_OK,
+                                        .data = rx->iov[0].iov_base,
+                                        .len = (size_t)got,
+                                        .src = &rx->src[0],
+                                        .src_len = src_len,
+                                        .ecn = SX_TL_ECN_NOT_ECT};
+            u->base.stats.rx_datagrams++;
+            return 1;
+        }
+        if (!udp_rx_again(u, (int)-got, &refused)) {
+            rx->batch = false;
+            return udp_rx_failed((int)-got, "recvfrom");
+        }
+    }
+}
+
 SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
 {
     unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
@@ -270,6 +341,8 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
         return 0;
     if (rx->pend_n != 0)
         return (int)udp_rx_hand_up(u, rx, events, max);
+    if ((!rx->batch || want == 1) && !rx->cmsg && u->land_n == 0)
+        return udp_rx_lone(u, rx, events);
     /* recvmsg and recvmmsg write back the lengths and flags of the
      * headers they were given: reset those the last read had, not all 32
      * at every poll (a busy-polling caller's empty polls spent 18 % of
@@ -297,52 +370,20 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
         if (batch) {
             rc = sx_udp_recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT);
             err = -rc;
-        } else if (rx->cmsg || rx->land_n != 0) {
+        } else {
             ssize_t got = sx_udp_recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
             if (got >= 0)
                 rx->msgs[0].msg_len = (unsigned)got;
             rc = got >= 0 ? 1 : -1;
             err = (int)-got;
-        } else {
-            /* Nothing to scatter and no control data asked: recvfrom, which
-             * leaves out the kernel's copying in of the message header and
-             * its iovec (copy_msghdr_from_user, import_iovec), in every
-             * empty poll too. A raw 8-byte ping-pong over loopback, the
-             * sender's address taken either way: 3.08-3.16 us one way with
-             * recvfrom, 3.26-3.34 with recvmsg (docs/tuning.md, "Reading a
-             * lone datagram"). The header is filled in as recvmsg would. */
-            struct msghdr *h = &rx->msgs[0].msg_hdr;
-            socklen_t src_len = sizeof(rx->src[0]);
-            ssize_t got = sx_udp_recvfrom(rx->fd, rx->iov[0].iov_base, rx->iov[0].iov_len,
-                                          MSG_DONTWAIT | MSG_TRUNC, &rx->src[0].sa, &src_len);
-            if (got >= 0) {
-                bool cut = (size_t)got > rx->iov[0].iov_len;
-                rx->msgs[0].msg_len = cut ? (unsigned)rx->iov[0].iov_len : (unsigned)got;
-                h->msg_flags = cut ? MSG_TRUNC : 0;
-                h->msg_namelen = src_len;
-                h->msg_controllen = 0;
-            }
-            rc = got >= 0 ? 1 : -1;
-            err = (int)-got;
         }
         if (rc >= 0)
             break;
-        if (sx_udp_errno_no_room(err)) {
-            rx->batch = false;
-            udp_rx_unland(u, rx, 0);
-            return 0;
-        }
-        if (err == EINTR)
+        if (udp_rx_again(u, err, &refused))
             continue;
-        if (err == ECONNREFUSED && refused++ < UDP_REFUSED_RETRIES) {
-            u->base.stats.tx_refused++;
-            continue;
-        }
+        rx->batch = false;
         udp_rx_unland(u, rx, 0);
-        if (err == ECONNREFUSED)
-            return 0;
-        sx_error("udp", "%s: %s", batch ? "recvmmsg" : "recvmsg", strerror(err));
-        return SX_ERR_IO;
+        return udp_rx_failed(err, batch ? "recvmmsg" : "recvmsg");
     }
     /* Only the headers of datagrams read are written back (a read that
      * fails writes none): resetting all of a batch's after every

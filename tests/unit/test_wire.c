@@ -866,6 +866,26 @@ static void test_copy_small(void **state)
     }
 }
 
+/* sx_zero_small (common/copy.h), the zeroing of an operation record and a
+ * packet head: every size from 0 to past both records', at every
+ * alignment, zeroes exactly n bytes and touches none around them. */
+static void test_zero_small(void **state)
+{
+    (void)state;
+    uint8_t buf[320 + 48];
+
+    for (size_t n = 0; n <= 320; n++) {
+        for (size_t off = 0; off < 8; off++) {
+            memset(buf, 0xA5, sizeof(buf));
+            sx_zero_small(buf + 16 + off, n);
+            for (size_t i = 0; i < sizeof(buf); i++) {
+                bool in = i >= 16 + off && i < 16 + off + n;
+                assert_int_equal(buf[i], in ? 0 : 0xA5);
+            }
+        }
+    }
+}
+
 static void test_frame_length_overflow(void **state)
 {
     (void)state;
@@ -938,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_frame_unknown_kind),
         cmocka_unit_test(test_frame_length_overflow),
         cmocka_unit_test(test_copy_small),
+        cmocka_unit_test(test_zero_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
