@@ -801,6 +801,22 @@ static sx_engine_h engine_in(const char *name, const sx_config_kv_t *kv, size_t 
     return e;
 }
 
+/* Datagrams shard @p i's network interface sent (@p tx) or received. Its
+ * counters are the token holder's (shard.c, sx_shard_mirror_tl_stats),
+ * and the engine's service thread polls the shard between our calls:
+ * read them as a pass would, holding the token. */
+static uint64_t shard_datagrams(sx_engine_h e, unsigned i, bool tx)
+{
+    sx_shard_t *s = e->shards[i];
+
+    while (!sx_delegate_enter(&s->token, &s->inbox, s, NULL))
+        sched_yield();
+    const sx_tl_iface_t *iface = s->ifaces[SX_SHARD_TL_NET];
+    uint64_t n = tx ? iface->stats.tx_datagrams : iface->stats.rx_datagrams;
+    (void)sx_delegate_leave_locked(&s->token, &s->inbox, s);
+    return n;
+}
+
 static unsigned long long veth_counter(const char *nsname, const char *dev, const char *what)
 {
     char out[64];
@@ -852,8 +868,8 @@ static void test_netns_two_veths(void **state)
     for (unsigned i = 0; i < 2; i++) {
         veth_tx[i] = veth_counter(ns.a, dev[i], "tx_packets");
         veth_rx[i] = veth_counter(ns.b, dev[i], "rx_packets");
-        shard_tx[i] = a->shards[i]->ifaces[SX_SHARD_TL_NET]->stats.tx_datagrams;
-        shard_rx[i] = b->shards[i]->ifaces[SX_SHARD_TL_NET]->stats.rx_datagrams;
+        shard_tx[i] = shard_datagrams(a, i, true);
+        shard_rx[i] = shard_datagrams(b, i, false);
     }
     sx_peer_h a_to_b = am_connect(a, b, 2);
     sx_peer_h b_to_a = am_connect(b, a, 1);
@@ -862,8 +878,8 @@ static void test_netns_two_veths(void **state)
     for (unsigned i = 0; i < 2; i++) {
         unsigned long long sent = veth_counter(ns.a, dev[i], "tx_packets") - veth_tx[i];
         unsigned long long got = veth_counter(ns.b, dev[i], "rx_packets") - veth_rx[i];
-        uint64_t tx = a->shards[i]->ifaces[SX_SHARD_TL_NET]->stats.tx_datagrams - shard_tx[i];
-        uint64_t rx = b->shards[i]->ifaces[SX_SHARD_TL_NET]->stats.rx_datagrams - shard_rx[i];
+        uint64_t tx = shard_datagrams(a, i, true) - shard_tx[i];
+        uint64_t rx = shard_datagrams(b, i, false) - shard_rx[i];
         /* Data, ACKs and the handshake: a few datagrams at least, even
          * with the 50 small messages of a lane aggregated. */
         print_message("%s: shard %u sent %llu and its peer received %llu datagrams; the veth "
