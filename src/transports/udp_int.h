@@ -128,7 +128,7 @@ typedef struct udp_rx {
     bool busy, gro;
     /* cmsg: the socket was asked for control data (SO_RXQ_OVFL when busy,
      * the ECN field once udp_ecn_report ran), so a lone datagram is read
-     * with recvmsg; until then with recvfrom (sx_udp_rx_poll says why). */
+     * with recvmsg; until then with recvfrom (udp_rx_lone says why). */
     bool cmsg;
     unsigned dirty; /* msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a

@@ -3,9 +3,9 @@
  * udp's receive side (udp.c has the interface): reads one socket's
  * datagrams into its buffers, one recvfrom(2) or recvmsg(2) at a time
  * while they come alone and in recvmmsg(2) batches while they come back
- * to back, cuts
- * what GRO coalesced at the size the kernel reports, and scatters each
- * read around the landings the shard offered (sx_tl_ops_t.land).
+ * to back, cuts what GRO coalesced at the size the kernel reports, and
+ * scatters each read around the landings the shard offered
+ * (sx_tl_ops_t.land).
  */
 #include "transports/udp_int.h"
 
