@@ -261,9 +261,10 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     status = sx_udp_rx_init(&u->rx, u->fd, u->gro && mtu < UDP_GRO_BUF ? UDP_GRO_BUF : mtu);
     u->rx.limit = mtu;
     u->rx.gro = u->gro;
-    /* Room for fewer than four of the largest datagrams: it may drop
-     * before a read ever finds two queued (sx_udp_rx_busy). */
-    if (status == SX_OK && (size_t)rcv < 4 * mtu)
+    /* Room for fewer than twice UDP_RX_BUSY_READ of the largest datagrams
+     * (the kernel counts each with its overhead): it may drop before a
+     * read ever finds that many queued (sx_udp_rx_busy). */
+    if (status == SX_OK && (size_t)rcv < 2 * UDP_RX_BUSY_READ * mtu)
         sx_udp_rx_busy(&u->rx);
     if (status == SX_OK && config->ack_socket)
         status = sx_udp_open_ack(u, config);

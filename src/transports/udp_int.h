@@ -26,6 +26,7 @@
 #include "transports/transport.h"
 
 #define UDP_RX_BATCH        32 /* receive buffers per socket */
+#define UDP_RX_BUSY_READ    8  /* datagrams in one read that make a socket busy */
 #define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
 #ifndef UDP_GRO
 #define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
@@ -121,10 +122,10 @@ typedef struct udp_rx {
     uint8_t *mem;
     uint32_t last_ovfl; /* the socket's drop counter as last reported */
     bool batch;         /* the last poll found datagrams back to back: use recvmmsg */
-    /* busy: a read found datagrams queued behind each other once, and
-     * the options a busy socket needs are on: SO_RXQ_OVFL, and UDP_GRO
-     * when gro (a data socket on a kernel that has it). sx_udp_rx_busy says
-     * why they wait for that. */
+    /* busy: a read found UDP_RX_BUSY_READ datagrams queued behind each
+     * other once, and the options a busy socket needs are on: SO_RXQ_OVFL,
+     * and UDP_GRO when gro (a data socket on a kernel that has it).
+     * sx_udp_rx_busy says why they wait for that. */
     bool busy, gro;
     /* cmsg: the socket was asked for control data (SO_RXQ_OVFL when busy,
      * the ECN field once udp_ecn_report ran), so a lone datagram is read

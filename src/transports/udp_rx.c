@@ -21,9 +21,9 @@
 #include "common/log.h"
 
 /*
- * The first read that finds datagrams queued behind each other (a batch
- * read that returns several) turns on what only a busy socket needs; on
- * an idle one the same options cost the reader of every datagram time
+ * The first read that finds a backlog, UDP_RX_BUSY_READ datagrams queued
+ * behind each other, turns on what only a busy socket needs; on an idle
+ * one the same options cost the reader of every datagram time
  * (docs/tuning.md, "Where a small message's time goes"):
  *  - SO_RXQ_OVFL, which attaches the socket's drop count to every datagram
  *    read from then on (socket(7)), so that loss in the network can be
@@ -43,8 +43,16 @@
  * raw-socket ping-pong (0.18-0.21 us), and turning GRO off alone gained
  * nothing measurable in sx_bench.
  *
- * A socket too small to queue a few of its largest datagrams could drop
- * before any read found two: udp_open makes such a socket busy at once.
+ * Why eight, not two: the options stay on for good (turning UDP_GRO off
+ * again would race with a coalesced run queued before the call, read
+ * whole without its segment size), and an MPI job's start is a few
+ * short bursts: every rank of mpi_bench pingpong, mt 1 and coll over the
+ * Open MPI BTL met a read of 2 to 4 datagrams in its first exchanges, so
+ * its sockets were busy before the first measured message. With eight,
+ * 8-byte MPI latency 3.667 -> 3.559 us (medians of 20 interleaved pairs,
+ * faster in 15); a stream fills a batch read of UDP_RX_BATCH at once, and
+ * a queue that overflows holds more than eight (udp_open makes a socket
+ * too small for that busy at once).
  */
 void sx_udp_rx_busy(udp_rx_t *rx)
 {
@@ -52,6 +60,8 @@ void sx_udp_rx_busy(udp_rx_t *rx)
 
     rx->busy = true;
     rx->cmsg = true;
+    sx_debug("udp", "socket %d is busy: drop counts%s from now on", rx->fd,
+             rx->gro ? " and GRO" : "");
     if (setsockopt(rx->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) != 0)
         sx_debug("udp", "SO_RXQ_OVFL unavailable (%s); kernel drops will not be counted",
                  strerror(errno));
@@ -391,7 +401,7 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
      * empty, poll of a ping-pong (callgrind of sx_bench latency). */
     rx->dirty = (unsigned)rc;
     rx->batch = batch ? rc > 1 : true;
-    if (rc > 1 && !rx->busy)
+    if (rc >= UDP_RX_BUSY_READ && !rx->busy)
         sx_udp_rx_busy(rx);
     udp_rx_unland(u, rx, rc); /* land_cap[i] stays until buffer i is handed up */
 

@@ -3,7 +3,8 @@
  * What only the udp transport does, over real loopback sockets: its mtu
  * and card address, the bind address, every field of an address checked,
  * a closed destination port through the shared and a connected socket,
- * connected send sockets (SX_UDP_CONNECT), kernel drop counting; and the
+ * connected send sockets (SX_UDP_CONNECT), kernel drop counting, GSO and
+ * GRO and when a socket turns busy; and the
  * ACK socket: its address, routing, priority, interoperation with peers
  * without one, and its wait fd. What every transport does (sizes,
  * batches, destinations, the wait fd, oversized datagrams) is
@@ -35,6 +36,7 @@
 
 #include "common/time.h"
 #include "transports/transport.h"
+#include "transports/udp_int.h"
 
 #define DEADLINE_NS       (10ull * 1000000000ull)
 #define TL_RX_DEADLINE_NS DEADLINE_NS
@@ -960,6 +962,42 @@ static void test_ack_socket_wait_fd(void **state)
 /* Polls @p a, 16 events at a time (a coalesced read takes several), for
  * the 50 datagrams of 1000 bytes and the one of 10 that test_gso_and_gro
  * sent as one GSO message of @p big, and checks each. */
+/* Where @p a receives on loopback: its card's port. */
+static struct sockaddr_in loopback_of(sx_tl_iface_t *a)
+{
+    uint8_t own[SX_TL_ADDR_MAX];
+    size_t olen = sizeof(own);
+    assert_int_equal(a->ops->local_addr(a, own, &olen), SX_OK);
+    return (struct sockaddr_in){.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)(own[2] | own[3] << 8)),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+}
+
+/* Sends @p len bytes from @p fd to @p to as one GSO message of @p seg-byte
+ * datagrams (UDP_SEGMENT, Linux 4.18); sendmsg's result. */
+static ssize_t raw_gso_send(int fd, const struct sockaddr_in *to, uint8_t *buf, size_t len,
+                            uint16_t seg)
+{
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct msghdr m = {.msg_name = (void *)to,
+                       .msg_namelen = sizeof(*to),
+                       .msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = ctl.buf,
+                       .msg_controllen = sizeof(ctl.buf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = 103; /* UDP_SEGMENT */
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+    return sendmsg(fd, &m, 0);
+}
+
 static void read_gso_message(sx_tl_iface_t *a, const uint8_t *big)
 {
     rx_log_t log = {0};
@@ -1032,34 +1070,11 @@ static void test_gso_and_gro(void **state)
         assert_int_equal(a->stats.tx_gso, 2);
 
     /* GRO: a raw GSO message of 50 x 1000 bytes and one of 10, to a. */
-    uint8_t own[SX_TL_ADDR_MAX];
-    size_t olen = sizeof(own);
-    assert_int_equal(a->ops->local_addr(a, own, &olen), SX_OK);
-    struct sockaddr_in to = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)(own[2] | own[3] << 8)),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in to = loopback_of(a);
     static uint8_t big[50 * 1000 + 10];
     for (unsigned i = 0; i < 51; i++)
         fill(big + i * 1000, i < 50 ? 1000 : 10, 100 + i);
-    struct iovec iov = {.iov_base = big, .iov_len = sizeof(big)};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(uint16_t))];
-    } ctl;
-    memset(&ctl, 0, sizeof(ctl));
-    struct msghdr m = {.msg_name = &to,
-                       .msg_namelen = sizeof(to),
-                       .msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = ctl.buf,
-                       .msg_controllen = sizeof(ctl.buf)};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_UDP;
-    c->cmsg_type = 103; /* UDP_SEGMENT */
-    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-    uint16_t seg = 1000;
-    memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-    if (sendmsg(fd, &m, 0) != (ssize_t)sizeof(big)) {
+    if (raw_gso_send(fd, &to, big, sizeof(big), 1000) != (ssize_t)sizeof(big)) {
         print_message("UDP_SEGMENT refused here (%s): GRO not checked\n", strerror(errno));
     } else {
         read_gso_message(a, big);
@@ -1068,7 +1083,7 @@ static void test_gso_and_gro(void **state)
          * that found its datagrams queued turned GRO on (sx_udp_rx_busy).
          * The same message again is read coalesced. */
         assert_int_equal(a->stats.rx_gro, 0);
-        assert_int_equal(sendmsg(fd, &m, 0), (ssize_t)sizeof(big));
+        assert_int_equal(raw_gso_send(fd, &to, big, sizeof(big), 1000), (ssize_t)sizeof(big));
         read_gso_message(a, big);
         print_message("GRO: %llu reads held several datagrams\n",
                       (unsigned long long)a->stats.rx_gro);
@@ -1079,6 +1094,73 @@ static void test_gso_and_gro(void **state)
         close(probe);
         if (has_gro)
             assert_true(a->stats.rx_gro > 0);
+    }
+    close(fd);
+    a->ops->close(a);
+}
+
+/*
+ * A socket turns busy (SO_RXQ_OVFL, UDP_GRO: sx_udp_rx_busy) at a read of
+ * UDP_RX_BUSY_READ datagrams, not at a short burst such as an MPI job's
+ * start sends: after bursts just short of that, all of them read whole and
+ * in order, a GSO message still arrives cut at the socket (no GRO yet);
+ * its datagrams, read in batches, are the backlog, and the same message
+ * again is read coalesced. Skipped where the kernel lacks GSO or GRO.
+ */
+static void test_busy_needs_a_backlog(void **state)
+{
+    (void)state;
+    sx_tl_config_t cfg = {.udp_gso = true, .rcvbuf = 4 << 20};
+    sx_tl_iface_t *a = NULL;
+    assert_int_equal(sx_tl_udp_ops.open(&cfg, &a), SX_OK);
+    uint8_t peer[8];
+    int fd = raw_peer(peer);
+    struct sockaddr_in to = loopback_of(a);
+    int probe = socket(AF_INET, SOCK_DGRAM, 0), on = 0;
+    socklen_t onlen = sizeof(on);
+    bool has_gro = getsockopt(probe, SOL_UDP, 104 /* UDP_GRO */, &on, &onlen) == 0;
+    close(probe);
+
+    /* Three bursts of UDP_RX_BUSY_READ - 1, each queued whole before the
+     * first poll, so the batch read after the lone one finds the rest. */
+    enum { SHORT = UDP_RX_BUSY_READ - 1 };
+    for (unsigned burst = 0; burst < 3; burst++) {
+        uint8_t small[SHORT][100];
+        for (unsigned i = 0; i < SHORT; i++) {
+            fill(small[i], sizeof(small[i]), 10 * burst + i);
+            assert_int_equal(
+                sendto(fd, small[i], sizeof(small[i]), 0, (struct sockaddr *)&to, sizeof(to)),
+                (ssize_t)sizeof(small[i]));
+        }
+        rx_log_t log = {0};
+        uint64_t deadline = sx_time_ns() + TL_RX_DEADLINE_NS;
+        while (log.n < SHORT) {
+            sx_tl_event_t ev[32];
+            int n = a->ops->poll(a, ev, 32);
+            assert_true(n >= 0 && log.n + (unsigned)n <= SHORT);
+            for (int i = 0; i < n; i++)
+                rx_log_add(&log, ev[i].data, ev[i].len);
+            assert_true(sx_time_ns() < deadline);
+        }
+        for (unsigned i = 0; i < SHORT; i++) {
+            assert_int_equal(log.len[i], sizeof(small[i]));
+            assert_memory_equal(log.data[i], small[i], sizeof(small[i]));
+        }
+        rx_log_free(&log);
+    }
+    static uint8_t big[50 * 1000 + 10];
+    for (unsigned i = 0; i < 51; i++)
+        fill(big + i * 1000, i < 50 ? 1000 : 10, 100 + i);
+    if (raw_gso_send(fd, &to, big, sizeof(big), 1000) != (ssize_t)sizeof(big)) {
+        print_message("UDP_SEGMENT refused here (%s): not checked\n", strerror(errno));
+    } else {
+        read_gso_message(a, big);
+        assert_int_equal(a->stats.rx_gro, 0); /* the bursts left GRO off */
+        assert_int_equal(a->stats.rx_kernel_drops, 0);
+        assert_int_equal(raw_gso_send(fd, &to, big, sizeof(big), 1000), (ssize_t)sizeof(big));
+        read_gso_message(a, big);
+        if (has_gro)
+            assert_true(a->stats.rx_gro > 0); /* the first message's reads turned it on */
     }
     close(fd);
     a->ops->close(a);
@@ -1131,6 +1213,7 @@ int main(void)
         cmocka_unit_test(test_addresses_offered_and_chosen),
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_gso_and_gro),
+        cmocka_unit_test(test_busy_needs_a_backlog),
         cmocka_unit_test(test_ecn_report),
         cmocka_unit_test(test_lone_datagram_cut_counted),
         cmocka_unit_test(test_addr_insert_rejects_garbage),
