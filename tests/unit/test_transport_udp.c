@@ -58,6 +58,17 @@ static sx_tl_iface_t *open_udp(size_t rcvbuf)
     return open_udp_connect(rcvbuf, 0);
 }
 
+/* With SX_UDP_GSO (and GRO at the first backlog), room for 4 MiB. */
+static sx_tl_iface_t *open_udp_gso(void)
+{
+    sx_tl_config_t cfg = {.udp_gso = true, .rcvbuf = 4 << 20};
+    sx_tl_iface_t *iface = NULL;
+
+    assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
+    assert_non_null(iface);
+    return iface;
+}
+
 /* ------------------------------------------------------------------ */
 
 static void test_open_caps_and_address(void **state)
@@ -1017,6 +1028,39 @@ static void read_gso_message(sx_tl_iface_t *a, const uint8_t *big)
 }
 
 /*
+ * A raw GSO message of 50 x 1000 bytes and one of 10 from @p fd to @p a,
+ * which has had no backlog yet, twice: GRO is off for the first, so the
+ * kernel cuts it at the socket, and the reads that find its datagrams
+ * queued turn GRO on (sx_udp_rx_busy); the second is read coalesced.
+ * Every datagram arrives whole and in order, none dropped. Skipped where
+ * the kernel refuses UDP_SEGMENT (4.18); the coalescing needs UDP_GRO
+ * (5.0).
+ */
+static void gso_message_twice(sx_tl_iface_t *a, int fd)
+{
+    struct sockaddr_in to = loopback_of(a);
+    static uint8_t big[50 * 1000 + 10];
+    for (unsigned i = 0; i < 51; i++)
+        fill(big + i * 1000, i < 50 ? 1000 : 10, 100 + i);
+    if (raw_gso_send(fd, &to, big, sizeof(big), 1000) != (ssize_t)sizeof(big)) {
+        print_message("UDP_SEGMENT refused here (%s): GRO not checked\n", strerror(errno));
+        return;
+    }
+    read_gso_message(a, big);
+    assert_int_equal(a->stats.rx_gro, 0);
+    assert_int_equal(raw_gso_send(fd, &to, big, sizeof(big), 1000), (ssize_t)sizeof(big));
+    read_gso_message(a, big);
+    assert_int_equal(a->stats.rx_kernel_drops, 0);
+    print_message("GRO: %llu reads held several datagrams\n", (unsigned long long)a->stats.rx_gro);
+    int probe = socket(AF_INET, SOCK_DGRAM, 0), on = 0;
+    socklen_t onlen = sizeof(on);
+    bool has_gro = getsockopt(probe, SOL_UDP, 104 /* UDP_GRO */, &on, &onlen) == 0;
+    close(probe);
+    if (has_gro)
+        assert_true(a->stats.rx_gro > 0);
+}
+
+/*
  * UDP GSO and GRO (SX_UDP_GSO): a run of equal datagrams to one peer goes
  * out as one GSO message that a plain socket still receives as separate
  * datagrams, in order, each whole; a shorter one ends a run, a longer one
@@ -1029,9 +1073,7 @@ static void read_gso_message(sx_tl_iface_t *a, const uint8_t *big)
 static void test_gso_and_gro(void **state)
 {
     (void)state;
-    sx_tl_config_t cfg = {.udp_gso = true, .rcvbuf = 4 << 20};
-    sx_tl_iface_t *a = NULL;
-    assert_int_equal(sx_tl_udp_ops.open(&cfg, &a), SX_OK);
+    sx_tl_iface_t *a = open_udp_gso();
     uint8_t peer[8];
     int fd = raw_peer(peer);
     sx_tl_dest_t d;
@@ -1068,32 +1110,8 @@ static void test_gso_and_gro(void **state)
     if (gso)
         assert_int_equal(a->stats.tx_gso, 2);
 
-    /* GRO: a raw GSO message of 50 x 1000 bytes and one of 10, to a. */
-    struct sockaddr_in to = loopback_of(a);
-    static uint8_t big[50 * 1000 + 10];
-    for (unsigned i = 0; i < 51; i++)
-        fill(big + i * 1000, i < 50 ? 1000 : 10, 100 + i);
-    if (raw_gso_send(fd, &to, big, sizeof(big), 1000) != (ssize_t)sizeof(big)) {
-        print_message("UDP_SEGMENT refused here (%s): GRO not checked\n", strerror(errno));
-    } else {
-        read_gso_message(a, big);
-        /* The socket had no backlog before this message, so no UDP_GRO
-         * yet: the kernel cut the message at the socket, and the reads
-         * that found its datagrams queued turned GRO on (sx_udp_rx_busy).
-         * The same message again is read coalesced. */
-        assert_int_equal(a->stats.rx_gro, 0);
-        assert_int_equal(raw_gso_send(fd, &to, big, sizeof(big), 1000), (ssize_t)sizeof(big));
-        read_gso_message(a, big);
-        print_message("GRO: %llu reads held several datagrams\n",
-                      (unsigned long long)a->stats.rx_gro);
-        /* UDP_GRO came with Linux 5.0, UDP_SEGMENT with 4.18. */
-        int probe = socket(AF_INET, SOCK_DGRAM, 0), on = 0;
-        socklen_t onlen = sizeof(on);
-        bool has_gro = getsockopt(probe, SOL_UDP, 104 /* UDP_GRO */, &on, &onlen) == 0;
-        close(probe);
-        if (has_gro)
-            assert_true(a->stats.rx_gro > 0);
-    }
+    /* GRO: a raw GSO message from a plain socket, to a. */
+    gso_message_twice(a, fd);
     close(fd);
     a->ops->close(a);
 }
@@ -1109,16 +1127,10 @@ static void test_gso_and_gro(void **state)
 static void test_busy_needs_a_backlog(void **state)
 {
     (void)state;
-    sx_tl_config_t cfg = {.udp_gso = true, .rcvbuf = 4 << 20};
-    sx_tl_iface_t *a = NULL;
-    assert_int_equal(sx_tl_udp_ops.open(&cfg, &a), SX_OK);
+    sx_tl_iface_t *a = open_udp_gso();
     uint8_t peer[8];
     int fd = raw_peer(peer);
     struct sockaddr_in to = loopback_of(a);
-    int probe = socket(AF_INET, SOCK_DGRAM, 0), on = 0;
-    socklen_t onlen = sizeof(on);
-    bool has_gro = getsockopt(probe, SOL_UDP, 104 /* UDP_GRO */, &on, &onlen) == 0;
-    close(probe);
 
     /* Three bursts of seven (one short of UDP_RX_BUSY_READ, private to
      * src/transports), each queued whole before the first poll, so the
@@ -1148,20 +1160,7 @@ static void test_busy_needs_a_backlog(void **state)
         }
         rx_log_free(&log);
     }
-    static uint8_t big[50 * 1000 + 10];
-    for (unsigned i = 0; i < 51; i++)
-        fill(big + i * 1000, i < 50 ? 1000 : 10, 100 + i);
-    if (raw_gso_send(fd, &to, big, sizeof(big), 1000) != (ssize_t)sizeof(big)) {
-        print_message("UDP_SEGMENT refused here (%s): not checked\n", strerror(errno));
-    } else {
-        read_gso_message(a, big);
-        assert_int_equal(a->stats.rx_gro, 0); /* the bursts left GRO off */
-        assert_int_equal(a->stats.rx_kernel_drops, 0);
-        assert_int_equal(raw_gso_send(fd, &to, big, sizeof(big), 1000), (ssize_t)sizeof(big));
-        read_gso_message(a, big);
-        if (has_gro)
-            assert_true(a->stats.rx_gro > 0); /* the first message's reads turned it on */
-    }
+    gso_message_twice(a, fd); /* GRO still off for the first */
     close(fd);
     a->ops->close(a);
 }
