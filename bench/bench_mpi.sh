@@ -114,14 +114,25 @@ run_bench() {
 
 # Transports alternate within each test and tests within each round, so a
 # change of load on the machine during the run falls on all of them
-# alike, not on one.
+# alike, not on one; and each round starts with the next transport
+# (rotated), so no one of them always runs first after another test. In
+# a run with a fixed order (2026-11-30, the 2-core VM) every one of
+# shardx's three ping-pongs came out slow (8 KiB 9.6-9.8 us) and every
+# one of shardx_dgram's fast (5.5-5.7), over the same eager path; tcp's
+# and UCX's were slow in two rounds of three.
+rotated() { # rotated N WORD...: the words, starting at the (N mod count)th
+    local n=$1
+    shift
+    local w=("$@") i
+    for ((i = 0; i < ${#w[@]}; i++)); do echo "${w[(i + n) % ${#w[@]}]}"; done
+}
 repeat=${BENCH_REPEAT:-3}
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "bench_mpi: BENCH_REPEAT=$repeat: want a count" >&2; exit 2; }
 for ((round = 1; round <= repeat; round++)); do
     for test in "${tests[@]}"; do
         more=()
         [[ -z ${BENCH_MPI_HOSTS:-} && -n ${dgram_too[$test]:-} ]] && more=(shardx_dgram)
-        for t in "${transports[@]}" "${more[@]}"; do
+        for t in $(rotated $((round - 1)) "${transports[@]}" "${more[@]}"); do
             echo "bench_mpi: round $round of $repeat: $t: $test" >&2
             # shellcheck disable=SC2086
             run_bench "$test" "$t" ", \"round\": $round" "${where[@]}" ${args[$t]} "$bench" $test
@@ -132,7 +143,7 @@ done
 # Collectives of 1 MiB over four ranks (one machine only), in rounds.
 if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
     for ((round = 1; round <= repeat; round++)); do
-        for t in "${transports[@]}" shardx_dgram; do
+        for t in $(rotated $((round - 1)) "${transports[@]}" shardx_dgram); do
             echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks" >&2
             # shellcheck disable=SC2086
             run_bench coll "$t" ", \"round\": $round" -np 4 --oversubscribe ${args[$t]} "$bench" coll
