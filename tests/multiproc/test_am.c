@@ -611,14 +611,18 @@ static void test_send_more(void **state)
  * so the receiver, progressed alone, gets every message. Returns the
  * data packets the burst took; @p held_p the messages held, @p served_p
  * whether the service worked the sender's shards during the burst (a
- * slow run: TSan on a loaded machine takes the burst past SX_SERVICE_US,
- * and the service then flushes what is held so far, and holds the token
- * while it does, when sx_sendi says SX_ERR_AGAIN).
+ * slow run: the burst outlasted the hold or SX_SERVICE_US, and the
+ * service then flushed what was held so far, and held the token while
+ * it did, when sx_sendi says SX_ERR_AGAIN). So the hold is the longest
+ * allowed (10 ms) and the service's idle time ten times that: with 200
+ * us and the default 10 ms, TSan on a loaded 2-core machine ran all five
+ * attempts of test_sendi_hold past the hold (CI, 2026-11-30).
  */
 static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p, bool *served_p)
 {
-    sx_config_kv_t kv[] = {{.name = "SENDI_HOLD_US", .value = hold_us}};
-    pair_t p = pair_new_cfg(kv, 1);
+    sx_config_kv_t kv[] = {{.name = "SENDI_HOLD_US", .value = hold_us},
+                           {.name = "SERVICE_US", .value = "100000"}};
+    pair_t p = pair_new_cfg(kv, 2);
     ctx_t rx = {0}, tx = {0};
     uint8_t buf[8];
 
@@ -665,7 +669,7 @@ static void test_sendi_hold(void **state)
     /* Held: the first alone, the other 63 together (8-byte messages). A
      * burst the service cut up (sendi_burst) is run again. */
     for (int attempt = 0; attempt < 5 && served; attempt++) {
-        packets = sendi_burst("200", &held, &served);
+        packets = sendi_burst("10000", &held, &served);
         assert_int_equal(held, 63);
         if (served)
             print_message("    the service flushed during the burst (%llu packets): again\n",
