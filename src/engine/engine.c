@@ -493,6 +493,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     pthread_mutex_init(&e->join_lock, NULL);
     e->event_fd = -1;
     e->wait_fd = -1;
+    atomic_init(&e->wait_state, SX_WAIT_SET_NONE);
 
     rc = sx_config_load(&e->cfg, kv, kv_count);
     if (rc != SX_OK) {
@@ -534,9 +535,6 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     if (rc != SX_OK)
         goto fail;
     rc = sx_engine_create_shards(e);
-    if (rc != SX_OK)
-        goto fail;
-    rc = sx_engine_wait_init(e);
     if (rc != SX_OK)
         goto fail;
     /* No channel exists yet, and no thread but ours reads env. */
@@ -739,8 +737,8 @@ SX_HOT_PASS static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned ho
                                                 sx_yield_action_t act,
                                                 unsigned ready[SX_IDLE_READY_MAX])
 {
-    struct pollfd pfd[SX_SHARD_TL_COUNT];
-    nfds_t n = 0;
+    struct pollfd pfd[SX_SHARD_WAIT_FDS];
+    int fds[SX_SHARD_WAIT_FDS];
 
     if (act == SX_YIELD_SPIN)
         return 0;
@@ -748,19 +746,18 @@ SX_HOT_PASS static unsigned sx_engine_idle_wait(struct sx_engine *e, unsigned ho
         (void)sched_yield();
         return 0;
     }
-    if (act == SX_YIELD_WAIT_ANY && e->wait_fd >= 0) {
+    if (act == SX_YIELD_WAIT_ANY && sx_engine_wait_any_ready(e)) {
         uint64_t start;
         int saved = sx_yield_wait_begin(&start); /* a wait that preempts: yield.h */
         unsigned found = sx_engine_wait_any(e, SX_YIELD_WAIT_NS, ready, SX_IDLE_READY_MAX);
         sx_yield_wait_end(saved, start);
         return found;
     }
-    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
-        sx_tl_iface_t *iface = e->shards[home]->ifaces[t];
-        int fd = iface != NULL ? iface->ops->wait_fd(iface) : -1;
-        if (fd >= 0)
-            pfd[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
-    }
+    /* ppoll watches the fds for this call only: nothing stays behind to
+     * cost later datagrams a callback (transport.h, wait_fds). */
+    nfds_t n = sx_engine_shard_wait_fds(e->shards[home], fds);
+    for (nfds_t i = 0; i < n; i++)
+        pfd[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
     if (n == 0) {
         (void)sched_yield();
         return 0;

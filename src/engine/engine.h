@@ -97,8 +97,11 @@ struct sx_engine {
     atomic_bool progress_stop;
     int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */
     /* Every shard's transport fds, each tagged with its shard's index
-     * (epoll data.u32): what SX_YIELD_WAIT_ANY waits on. -1 if none. */
+     * (epoll data.u32): what SX_YIELD_WAIT_ANY waits on; built by the
+     * first such wait (sx_engine_wait_any_ready), -1 until then. Written
+     * once, before wait_state turns SX_WAIT_SET_READY (release). */
     int wait_fd;
+    atomic_int wait_state; /* sx_wait_set_state_t */
     /* Connection methods (src/cpc/): the components that run, with the
      * narrow context the engine gives them. */
     sx_cpc_t cpc;
@@ -166,11 +169,23 @@ struct epoll_event;
 /** epoll_pwait2 with a timeout in nanoseconds (UINT64_MAX: none), falling
  *  back to epoll_wait's milliseconds on kernels without it; its result. */
 int sx_engine_epoll_wait_ns(int epfd, struct epoll_event *ev, int max, uint64_t timeout_ns);
-/** Builds engine->wait_fd once the shards are open (creating thread). */
-int sx_engine_wait_init(struct sx_engine *engine);
+/** Where engine->wait_fd stands. */
+typedef enum {
+    SX_WAIT_SET_NONE = 0, /* not built: no caller waited on every shard yet */
+    SX_WAIT_SET_BUILDING, /* a caller is building it */
+    SX_WAIT_SET_READY,    /* wait_fd is the set */
+    SX_WAIT_SET_FAILED,   /* could not be built (logged): callers wait on their home shard */
+} sx_wait_set_state_t;
+/** Whether engine->wait_fd is ready, building it if no caller has; false
+ *  while another builds it or when that failed. Any thread. */
+bool sx_engine_wait_any_ready(struct sx_engine *engine);
+/** Every wait fd of @p shard's interfaces (at most SX_SHARD_WAIT_FDS):
+ *  writes them to @p fds and returns how many. Any thread. */
+unsigned sx_engine_shard_wait_fds(const struct sx_shard *shard, int *fds);
 /** Waits at most @p timeout_ns for a datagram to any shard; writes the
  *  indices of the shards found readable (no repeats, at most @p max) to
- *  @p ready and returns how many. Any thread; no token held. */
+ *  @p ready and returns how many; 0 at once when the set is not ready
+ *  (sx_engine_wait_any_ready). Any thread; no token held. */
 unsigned sx_engine_wait_any(struct sx_engine *engine, uint64_t timeout_ns, unsigned *ready,
                             unsigned max);
 

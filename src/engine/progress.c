@@ -43,21 +43,32 @@ int sx_engine_epoll_add_fd(int epfd, int fd)
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? SX_OK : SX_ERR_IO;
 }
 
+unsigned sx_engine_shard_wait_fds(const sx_shard_t *shard, int *fds)
+{
+    unsigned n = 0;
+
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        if (iface != NULL)
+            n += iface->ops->wait_fds(iface, fds + n);
+    }
+    return n;
+}
+
 /* Adds the shard's interfaces' fds to @p epfd, each tagged with itself
  * (data.fd) or, with @p by_index, with the shard's index (data.u32). */
 static int sx_engine_epoll_add_ifaces(int epfd, sx_shard_t *shard, bool by_index)
 {
-    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
-        sx_tl_iface_t *iface = shard->ifaces[t];
-        int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
-        if (fd < 0)
-            continue;
+    int fds[SX_SHARD_WAIT_FDS];
+    unsigned n = sx_engine_shard_wait_fds(shard, fds);
+
+    for (unsigned i = 0; i < n; i++) {
         struct epoll_event ev = {.events = EPOLLIN};
         if (by_index)
             ev.data.u32 = shard->index;
         else
-            ev.data.fd = fd;
-        if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+            ev.data.fd = fds[i];
+        if (epoll_ctl(epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0)
             return SX_ERR_IO;
     }
     return SX_OK;
@@ -84,31 +95,63 @@ int sx_engine_epoll_wait_ns(int epfd, struct epoll_event *ev, int max, uint64_t 
 
 int sx_engine_epoll_del_shard(int epfd, sx_shard_t *shard)
 {
+    int fds[SX_SHARD_WAIT_FDS];
+    unsigned n = sx_engine_shard_wait_fds(shard, fds);
     int rc = SX_OK;
 
-    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
-        sx_tl_iface_t *iface = shard->ifaces[t];
-        int fd = (iface != NULL) ? iface->ops->wait_fd(iface) : -1;
-        if (fd >= 0 && epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) != 0)
+    for (unsigned i = 0; i < n; i++)
+        if (epoll_ctl(epfd, EPOLL_CTL_DEL, fds[i], NULL) != 0)
             rc = SX_ERR_IO;
-    }
     return rc;
 }
 
-int sx_engine_wait_init(struct sx_engine *e)
+/* Builds the set that SX_YIELD_WAIT_ANY waits on; its builder's thread. */
+static int sx_engine_wait_build(struct sx_engine *e)
 {
-    e->wait_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (e->wait_fd < 0) {
-        sx_error("progress", "epoll_create1 for the idle wait: %s", strerror(errno));
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0) {
+        sx_warn("progress",
+                "epoll_create1 for the wait on every shard: %s; idle callers wait "
+                "on their home shard",
+                strerror(errno));
         return SX_ERR_IO;
     }
     for (unsigned i = 0; i < e->nshards; i++) {
-        if (sx_engine_epoll_add_ifaces(e->wait_fd, e->shards[i], true) != SX_OK) {
-            sx_error("progress", "shard %u: epoll_ctl for the idle wait: %s", i, strerror(errno));
+        if (sx_engine_epoll_add_ifaces(epfd, e->shards[i], true) != SX_OK) {
+            sx_warn("progress",
+                    "shard %u: epoll_ctl for the wait on every shard: %s; idle "
+                    "callers wait on their home shard",
+                    i, strerror(errno));
+            close(epfd);
             return SX_ERR_IO;
         }
     }
+    e->wait_fd = epfd;
     return SX_OK;
+}
+
+/*
+ * Built by the first wait, not at creation: a socket that an epoll set
+ * watches costs every datagram that arrives a wake-up callback in the
+ * kernel, in the sender's send call over loopback (transport.h, wait_fds),
+ * and most engines never have a caller that yields when idle. Once built
+ * the set stays: such callers wait at nearly every idle call. A caller
+ * that finds another building it (or the build failed) waits on its home
+ * shard this time.
+ */
+bool sx_engine_wait_any_ready(struct sx_engine *e)
+{
+    int st = atomic_load_explicit(&e->wait_state, memory_order_acquire);
+    if (st == SX_WAIT_SET_READY)
+        return true;
+    if (st != SX_WAIT_SET_NONE ||
+        !atomic_compare_exchange_strong_explicit(&e->wait_state, &st, SX_WAIT_SET_BUILDING,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        return false;
+    int rc = sx_engine_wait_build(e);
+    atomic_store_explicit(&e->wait_state, rc == SX_OK ? SX_WAIT_SET_READY : SX_WAIT_SET_FAILED,
+                          memory_order_release);
+    return rc == SX_OK;
 }
 
 unsigned sx_engine_wait_any(struct sx_engine *e, uint64_t timeout_ns, unsigned *ready, unsigned max)
@@ -116,7 +159,7 @@ unsigned sx_engine_wait_any(struct sx_engine *e, uint64_t timeout_ns, unsigned *
     struct epoll_event ev[16];
     unsigned found = 0;
 
-    if (e->wait_fd < 0)
+    if (!sx_engine_wait_any_ready(e))
         return 0;
     if (max > sizeof(ev) / sizeof(ev[0]))
         max = sizeof(ev) / sizeof(ev[0]);

@@ -50,6 +50,8 @@ struct sx_txpkt;
 
 /* A shard's interfaces: the network transport, and self for this engine. */
 enum { SX_SHARD_TL_NET = 0, SX_SHARD_TL_SELF = 1, SX_SHARD_TL_COUNT = 2 };
+/* A shard's fds to sleep on, all its interfaces' together, at most. */
+#define SX_SHARD_WAIT_FDS (SX_SHARD_TL_COUNT * SX_TL_WAIT_FDS)
 
 typedef struct sx_shard sx_shard_t;
 typedef struct sx_shard_guest sx_shard_guest_t;

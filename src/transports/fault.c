@@ -50,8 +50,8 @@
  * applied on the send side, but for ce: poll passes the inner events
  * through, with ce the ECN field of some rewritten.
  *
- * wait_fd is the inner one: it does not wake for a delayed or held
- * datagram falling due. An owner that sleeps on it must also wake for its
+ * wait_fds are the inner ones: they do not wake for a delayed or held
+ * datagram falling due. An owner that sleeps on them must also wake for its
  * timers (the shard's timer wheel does), or poll now and then.
  */
 #include "transports/transport.h"
@@ -740,10 +740,10 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     return rc;
 }
 
-static int fault_wait_fd(sx_tl_iface_t *iface)
+static unsigned fault_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
 {
     sx_tl_iface_t *inner = ((fault_iface_t *)iface)->inner;
-    return inner->ops->wait_fd(inner);
+    return inner->ops->wait_fds(inner, fds);
 }
 
 static int fault_addr_check(sx_tl_iface_t *iface, const void *addr, size_t len)
@@ -858,5 +858,5 @@ const sx_tl_ops_t sx_tl_fault_ops = {
      * interface; its data stays valid until the next poll; token holder. */
     .poll = fault_poll,
     /* The inner interface's fd; see the note on delays above; any thread. */
-    .wait_fd = fault_wait_fd,
+    .wait_fds = fault_wait_fds,
 };

@@ -532,7 +532,7 @@ const sx_tl_ops_t sx_tl_ofi_ops = {
      * receive completions in batches; token holder; never blocks. */
     .poll = sx_ofi_poll,
     /* The receive queue's wait object; any thread. */
-    .wait_fd = sx_ofi_wait_fd,
+    .wait_fds = sx_ofi_wait_fds,
     /* fi_trywait; token holder. */
     .arm = sx_ofi_arm,
 };

@@ -126,11 +126,11 @@ int sx_ofi_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DEVICE_MAX]
 /** Posts receive slot @p i; FI_MORE when another follows at once. */
 int sx_ofi_post_recv(ofi_iface_t *o, unsigned i, bool more);
 
-/** The post_send, poll, wait_fd and arm slots. */
+/** The post_send, poll, wait_fds and arm slots. */
 int sx_ofi_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
                      unsigned *posted_p);
 int sx_ofi_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max);
-int sx_ofi_wait_fd(sx_tl_iface_t *iface);
+unsigned sx_ofi_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS]);
 int sx_ofi_arm(sx_tl_iface_t *iface);
 
 #endif /* SX_TRANSPORTS_OFI_INT_H */

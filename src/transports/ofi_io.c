@@ -30,7 +30,7 @@
  * the provider reports as truncated (FI_ETRUNC): the udp provider cuts long
  * datagrams silently, so the spare byte is what tells.
  *
- * Blocking: wait_fd is the receive queue's wait object; arm calls
+ * Blocking: the wait fd (wait_fds) is the receive queue's wait object; arm calls
  * fi_trywait, which resets the provider's signal and says whether
  * completions are pending. poll also re-arms when it finds nothing, so
  * that the fd does not stay readable for callers that only use the fd
@@ -355,9 +355,13 @@ int sx_ofi_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     return (int)n;
 }
 
-int sx_ofi_wait_fd(sx_tl_iface_t *iface)
+unsigned sx_ofi_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
 {
-    return ((ofi_iface_t *)iface)->wait_fd;
+    int fd = ((ofi_iface_t *)iface)->wait_fd;
+    if (fd < 0)
+        return 0;
+    fds[0] = fd;
+    return 1;
 }
 
 int sx_ofi_arm(sx_tl_iface_t *iface)

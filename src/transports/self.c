@@ -507,9 +507,10 @@ SX_HOT_PASS static int self_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, un
     return self_poll_queue(s, events, max);
 }
 
-static int self_wait_fd(sx_tl_iface_t *iface)
+static unsigned self_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
 {
-    return ((self_iface_t *)iface)->slot->efd;
+    fds[0] = ((self_iface_t *)iface)->slot->efd;
+    return 1;
 }
 
 static bool self_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
@@ -543,7 +544,7 @@ const sx_tl_ops_t sx_tl_self_ops = {
     .poll = self_poll,
     /* The slot's eventfd, readable while datagrams may be queued; any
      * thread. */
-    .wait_fd = self_wait_fd,
+    .wait_fds = self_wait_fds,
     /* Always: the datagram is a heap copy inside this process. */
     .dest_local = self_dest_local,
 };

@@ -230,10 +230,11 @@ static int sink_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     return (int)n;
 }
 
-static int sink_wait_fd(sx_tl_iface_t *iface)
+static unsigned sink_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
 {
     (void)iface;
-    return -1; /* poll-mode only: nothing ever arrives from outside */
+    (void)fds;
+    return 0; /* poll-mode only: nothing ever arrives from outside */
 }
 
 const sx_tl_ops_t sx_tl_sink_ops = {
@@ -248,5 +249,5 @@ const sx_tl_ops_t sx_tl_sink_ops = {
     .addr_remove = sink_addr_remove,
     .post_send = sink_post_send,
     .poll = sink_poll,
-    .wait_fd = sink_wait_fd,
+    .wait_fds = sink_wait_fds,
 };

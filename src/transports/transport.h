@@ -38,6 +38,7 @@
 #define SX_TL_DEVICE_MAX 64  /* bytes of a device name ("mlx5_0", "eth0"), with the NUL */
 #define SX_TL_DEVICES    16  /* devices a transport lists for NIC locality, at most */
 #define SX_TL_LAND_SPANS 4   /* spans of one landing offer (sx_tl_ops_t.land), at most */
+#define SX_TL_WAIT_FDS   3   /* fds an interface hands out to sleep on (wait_fds), at most */
 
 /*
  * Exclusivity (Open MPI's BTL selection): among the network transports an
@@ -369,15 +370,24 @@ struct sx_tl_ops {
     void (*land)(sx_tl_iface_t *iface, size_t head, const struct iovec *spans, unsigned nspans,
                  size_t step);
 
-    /** A file descriptor that becomes readable when poll may return
-     *  something, for epoll; -1 if the interface has none. Any thread. */
-    int (*wait_fd)(sx_tl_iface_t *iface);
+    /**
+     * The file descriptors to sleep on: writes up to SX_TL_WAIT_FDS to
+     * fds[] and returns how many (0 if the interface has none); one of
+     * them becomes readable when poll may return something. The same fds
+     * for the interface's whole life, for poll(2) or epoll. They are the
+     * interface's own sockets or queues, never an epoll set over them: a
+     * socket that any epoll set watches costs every datagram that arrives
+     * a wake-up callback under the set's lock, one more for each level of
+     * nesting, and the engine therefore puts them in its sets only while a
+     * thread may sleep there (docs/design.md, section 4). Any thread.
+     */
+    unsigned (*wait_fds)(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS]);
 
     /**
-     * Prepares to sleep on wait_fd (libfabric's fi_trywait): SX_OK when the
-     * fd will become readable for anything poll has not reported yet,
-     * SX_ERR_AGAIN when poll must run first. Token holder; never blocks.
-     * May be NULL: the fd alone is enough.
+     * Prepares to sleep on wait_fds (libfabric's fi_trywait): SX_OK when
+     * one of them will become readable for anything poll has not reported
+     * yet, SX_ERR_AGAIN when poll must run first. Token holder; never
+     * blocks. May be NULL: the fds alone are enough.
      */
     int (*arm)(sx_tl_iface_t *iface);
 };

@@ -41,7 +41,7 @@
  * IPv4 stays on the first, so that nothing changes for a host without
  * IPv6 or a peer without it, and an IPv6 destination is reached through
  * the second (the ACK socket, when on, serves IPv4 peers only). poll
- * reads both, and wait_fd is an epoll fd over them.
+ * reads both, and wait_fds hands out both.
  *
  * ACK socket (config->ack_socket, SX_UDP_ACK_SOCKET): the seeds' usnic BTL
  * gives each module a priority channel for ACKs and tiny messages beside
@@ -55,8 +55,8 @@
  * the socket: an 8-byte address means "send me ACKs on the data socket",
  * and an interface without an ACK socket still sends ACKs to a peer's ACK
  * port. poll reads the ACK socket first (up to three quarters of its
- * room, so a flood there cannot starve the data), and wait_fd is then an
- * epoll fd over both sockets. The ACK socket carries SO_PRIORITY 6, which
+ * room, so a flood there cannot starve the data), and wait_fds hands out
+ * both sockets. The ACK socket carries SO_PRIORITY 6, which
  * a pfifo_fast or prio qdisc on a real NIC dequeues first; fq_codel, the
  * usual default, already treats it as a separate, sparse flow. Whether it
  * pays off is measured by bench/ack_socket_bench.c. On loopback it did not
@@ -206,7 +206,7 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->base.ops = &sx_tl_udp_ops;
     u->free_head = UDP_DEST_FREE_END;
     u->is_control = config->is_control;
-    u->ack_fd = u->ep_fd = u->fd6 = -1;
+    u->ack_fd = u->fd6 = -1;
     u->rx6.fd = -1;
     u->connect_max = sx_udp_connect_budget(config);
     u->sndbuf = config->sndbuf;
@@ -270,8 +270,6 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         status = sx_udp_open_ack(u, config);
     if (status == SX_OK && wildcard)
         status = udp_open_v6(u, config, mtu);
-    if (status == SX_OK && (u->ack_fd >= 0 || u->fd6 >= 0))
-        status = sx_udp_open_epoll(u);
     if (status != SX_OK)
         goto fail;
     sx_debug("udp",
@@ -336,8 +334,6 @@ static void udp_close(sx_tl_iface_t *iface)
 
     if (u == NULL)
         return;
-    if (u->ep_fd >= 0)
-        close(u->ep_fd);
     if (u->ack_fd >= 0)
         close(u->ack_fd);
     if (u->fd >= 0)
@@ -982,8 +978,8 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
      * 5.31 to 5.15 us (median of 16 interleaved pairs; faster in 12).
      * Its first datagram (an IPv6 peer's CONNECT, which is retransmitted
      * anyway) waits at most that many polls, under half a millisecond of
-     * busy polling; the wait fd (ep_fd, level triggered) keeps waking a
-     * sleeper until it is read. A read that leaves datagrams pending (the
+     * busy polling; a sleeper waits on it too (wait_fds), which keeps
+     * waking it until it is read. A read that leaves datagrams pending (the
      * rest of a GRO read) also sets v6_seen, so the test needs no look at
      * rx6, 16 KB into the interface: a page an empty pass need not touch
      * (common/hot.h). */
@@ -1022,11 +1018,22 @@ static void udp_land(sx_tl_iface_t *iface, size_t head, const struct iovec *span
             u->land_spans[u->land_n++] = spans[i];
 }
 
-static int udp_wait_fd(sx_tl_iface_t *iface)
+/* Every socket the interface reads: the data socket, then the ACK socket
+ * and the IPv6 one where they exist. It used to hand out one epoll fd
+ * over them, which cost every datagram that arrived a wake-up callback in
+ * the kernel (in the sender's sendto, over loopback) whether or not
+ * anybody slept: docs/tuning.md, "Where a small message's time goes". */
+static unsigned udp_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
 {
     udp_iface_t *u = (udp_iface_t *)iface;
+    unsigned n = 0;
 
-    return u->ep_fd >= 0 ? u->ep_fd : u->fd;
+    fds[n++] = u->fd;
+    if (u->ack_fd >= 0)
+        fds[n++] = u->ack_fd;
+    if (u->fd6 >= 0)
+        fds[n++] = u->fd6;
+    return n;
 }
 
 static int udp_arm(sx_tl_iface_t *iface)
@@ -1053,7 +1060,7 @@ const sx_tl_ops_t sx_tl_udp_ops = {
     .devices = udp_devices,
     /* Creates, sizes and binds the data socket, to config->device's IPv4
      * address when the engine chose a device, else to bind_addr (and the
-     * ACK socket and their epoll fd when config->ack_socket is set); may
+     * ACK socket when config->ack_socket is set); may
      * block briefly;
      * allocates UDP_RX_BATCH receive buffers of mtu bytes (and as many of
      * UDP_CTRL_MAX bytes for the ACK socket). */
@@ -1107,9 +1114,9 @@ const sx_tl_ops_t sx_tl_udp_ops = {
      * the landings: three iovecs each, no extra system call; a
      * GRO-coalesced read copies its landing back. Token holder. */
     .land = udp_land,
-    /* The data socket, or with an ACK or IPv6 socket an epoll fd over
-     * them: readable when a datagram is queued on any; any thread. */
-    .wait_fd = udp_wait_fd,
+    /* The data socket, then the ACK and IPv6 sockets where they exist:
+     * one is readable when a datagram is queued on it; any thread. */
+    .wait_fds = udp_wait_fds,
     /* SX_ERR_AGAIN while a GRO read left datagrams for the next poll;
      * token holder; never blocks. */
     .arm = udp_arm,

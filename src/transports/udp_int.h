@@ -177,10 +177,8 @@ typedef struct udp_iface {
     unsigned nladdrs;
     int (*is_control)(const void *data, size_t len);
 
-    /* The ACK socket, -1 when off; ep_fd is the epoll fd over both
-     * sockets that wait_fd returns then (-1 when off). */
+    /* The ACK socket, -1 when off. */
     int ack_fd;
-    int ep_fd;
     uint16_t ack_port; /* host order */
 
     /* UDP GSO on send (UDP_SEGMENT: a run of equal datagrams to one
@@ -372,10 +370,6 @@ int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config);
 
 /** Opens the IPv6 data socket on the data socket's port. */
 int sx_udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config);
-
-/** With more than one socket to read, the epoll fd over them that
- *  wait_fd hands out. */
-int sx_udp_open_epoll(udp_iface_t *u);
 
 /** The calling thread's network namespace; zeros when unknown. */
 void sx_udp_netns(dev_t *dev_p, ino_t *ino_p);

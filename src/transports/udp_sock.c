@@ -44,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -535,27 +534,6 @@ int sx_udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config)
              bound;
 
     return sx_udp_socket_open("IPv6 data", &sa, config->rcvbuf, config->sndbuf, &u->fd6, &bound);
-}
-
-/* One fd for the owner to sleep on: an epoll set is itself pollable and
- * readable while any socket in it is (epoll(7)), so the engine's epoll
- * needs no change for a transport with two or three sockets. */
-int sx_udp_open_epoll(udp_iface_t *u)
-{
-    u->ep_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (u->ep_fd < 0) {
-        sx_error("udp", "epoll_create1: %s", strerror(errno));
-        return SX_ERR_IO;
-    }
-    int fds[3] = {u->fd, u->ack_fd, u->fd6};
-    for (unsigned i = 0; i < 3; i++) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-        if (fds[i] >= 0 && epoll_ctl(u->ep_fd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
-            sx_error("udp", "epoll_ctl: %s", strerror(errno));
-            return SX_ERR_IO;
-        }
-    }
-    return SX_OK;
 }
 
 /* The calling thread's network namespace, as the device and inode of its

@@ -7,7 +7,7 @@
  * ACTIVE port of its device (config->device, chosen by the engine's NIC
  * locality among those the devices slot listed, or the first usable one).
  * Receives complete on a queue with a completion channel, whose fd is the
- * interface's wait_fd; sends on one without, so that a send never wakes a
+ * interface's wait fd (wait_fds); sends on one without, so that a send never wakes a
  * sleeper. A shard's token holder is the only caller, so nothing here
  * locks; each interface owning its context keeps the device's own locks
  * uncontended too.
@@ -658,7 +658,7 @@ const sx_tl_ops_t sx_tl_verbs_ops = {
      * receive completions in batches; token holder; never blocks. */
     .poll = sx_verbs_poll,
     /* The receive queue's completion channel; any thread. */
-    .wait_fd = sx_verbs_wait_fd,
+    .wait_fds = sx_verbs_wait_fds,
     /* ibv_req_notify_cq and a last check; token holder; never blocks. */
     .arm = sx_verbs_arm,
 };

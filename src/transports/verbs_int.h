@@ -112,11 +112,11 @@ unsigned sx_verbs_post_recvs(verbs_iface_t *v, const unsigned *idx, unsigned n);
 /** Reads send completions, giving their slots back. */
 void sx_verbs_reap_tx(verbs_iface_t *v);
 
-/** The post_send, poll, wait_fd and arm slots. */
+/** The post_send, poll, wait_fds and arm slots. */
 int sx_verbs_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
                        unsigned *posted_p);
 int sx_verbs_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max);
-int sx_verbs_wait_fd(sx_tl_iface_t *iface);
+unsigned sx_verbs_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS]);
 int sx_verbs_arm(sx_tl_iface_t *iface);
 
 #endif /* SX_TRANSPORTS_VERBS_INT_H */

@@ -452,10 +452,13 @@ int sx_verbs_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     return (int)n;
 }
 
-int sx_verbs_wait_fd(sx_tl_iface_t *iface)
+unsigned sx_verbs_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
 {
     verbs_iface_t *v = (verbs_iface_t *)iface;
-    return v->channel != NULL ? v->channel->fd : -1;
+    if (v->channel == NULL)
+        return 0;
+    fds[0] = v->channel->fd;
+    return 1;
 }
 
 int sx_verbs_arm(sx_tl_iface_t *iface)

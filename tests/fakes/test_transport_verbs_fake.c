@@ -434,7 +434,7 @@ static void test_arm_race(void **state)
     /* Armed, woken and the datagram taken: the next arm asks again. */
     assert_int_equal(b->ops->arm(b), SX_OK);
     assert_int_equal(send_one(a, ab, msg, sizeof(msg)), SX_OK);
-    assert_true(fd_readable(b->ops->wait_fd(b), 0));
+    assert_true(tl_wait_readable(b, 0));
     assert_int_equal(b->ops->poll(b, ev, 8), 1);
 
     fake.hold = true;

@@ -191,6 +191,19 @@ static inline bool fd_readable(int fd, int timeout_ms)
     return poll(&pfd, 1, timeout_ms) == 1 && (pfd.revents & POLLIN);
 }
 
+/* Whether one of @p iface's wait fds becomes readable within @p
+ * timeout_ms (0: is one now); a bound only, never a sleep. */
+static inline bool tl_wait_readable(sx_tl_iface_t *iface, int timeout_ms)
+{
+    int fds[SX_TL_WAIT_FDS];
+    struct pollfd pfd[SX_TL_WAIT_FDS];
+    unsigned n = iface->ops->wait_fds(iface, fds);
+
+    for (unsigned i = 0; i < n; i++)
+        pfd[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+    return n > 0 && n <= SX_TL_WAIT_FDS && poll(pfd, n, timeout_ms) > 0;
+}
+
 #define TL_BATCH 64
 
 /*

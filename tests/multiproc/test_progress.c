@@ -18,12 +18,17 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "am_util.h"
 
@@ -668,6 +673,104 @@ static void test_caller_yields_wakes_for_any_shard(void **state)
     sx_engine_destroy(b);
 }
 
+/* The fds, or only the sockets, that the epoll sets of this process
+ * watch: the "tfd:" lines of each eventpoll fd's /proc/self/fdinfo entry
+ * (proc(5)). */
+static unsigned watched_fds(bool sockets_only)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    struct dirent *de;
+    unsigned n = 0;
+
+    assert_non_null(dir);
+    while ((de = readdir(dir)) != NULL) {
+        char path[300], target[64], line[256];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+        ssize_t len = readlink(path, target, sizeof(target) - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (strcmp(target, "anon_inode:[eventpoll]") != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%s", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        while (fgets(line, sizeof(line), f) != NULL) {
+            int tfd;
+            struct stat st;
+            if (sscanf(line, "tfd: %d", &tfd) == 1 && fstat(tfd, &st) == 0 &&
+                (!sockets_only || S_ISSOCK(st.st_mode)))
+                n++;
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return n;
+}
+
+/* A socket that an epoll set watches costs every datagram that reaches it
+ * a wake-up callback (transport.h, wait_fds), so no engine set watches
+ * one while callers busy-poll: not the udp transport's (it has none), not
+ * the one a caller that yields when idle waits on (built at its first
+ * wait, which the second half checks), not the service's (only while it
+ * serves; off here, so that a slow runner cannot make it serve). Messages
+ * both ways first, every byte checked. Over libfabric the first half is
+ * skipped: its udp provider watches its own sockets. */
+static void test_busy_callers_leave_sockets_unwatched(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv_a[] = {{"SERVICE_US", "0"}};
+    const sx_config_kv_t kv_b[] = {{"SHARDS", "2"}, {"SERVICE_US", "0"}, {"YIELD", "always"}};
+    sx_engine_h a = am_engine(kv_a, 1), b = am_engine(kv_b, 3);
+    long_handler_t h = {.engine = b};
+    counters_t c = {0};
+    enum { n = 50, len = 100 };
+    static uint8_t buf[n][len];
+
+    sx_peer_h to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    assert_int_equal(sx_am_register(b, 4, on_checked, &h), SX_OK);
+    for (unsigned i = 0; i < n; i++) {
+        am_fill(buf[i], len, i);
+        struct iovec iov = {buf[i], len};
+        assert_int_equal(sx_send(to_b, 4, &iov, 1, on_done, &c), SX_INPROGRESS);
+    }
+    uint64_t start = sx_time_ns();
+    while ((h.rx.received < n || atomic_load(&c.completed) < n) &&
+           sx_time_ns() - start < AM_TEST_LIMIT_NS) {
+        (void)sx_progress(a);
+        (void)sx_progress(b);
+    }
+    assert_int_equal(h.rx.received, n);
+    assert_int_equal(h.rx.errors, 0);
+    assert_int_equal(atomic_load(&c.completed), n);
+    assert_int_equal(atomic_load(&c.failed), 0);
+    const char *tl = getenv("SX_TRANSPORTS");
+    if (tl == NULL || strcmp(tl, "udp") == 0)
+        assert_int_equal(watched_fds(true), 0);
+    else
+        print_message("    %s: the provider's own epoll sets watch %u sockets\n", tl,
+                      watched_fds(true));
+
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    if (CPU_COUNT(&mine) > 1) {
+        /* A caller bound to one CPU does not wait (test_bound_...). */
+        uint64_t yields = 0;
+        unsigned before = watched_fds(false);
+        assert_int_equal(sx_engine_caller_yields(b, 1), SX_OK);
+        for (int i = 0; i < 4; i++)
+            (void)sx_progress(b);
+        assert_int_equal(sx_stats_value(b, "progress_yields", &yields), SX_OK);
+        assert_true(yields > 0);
+        /* b's two shards, an fd each at least. */
+        assert_true(watched_fds(false) >= before + 2);
+    }
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -680,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_service_meets_a_callback_that_computes),
         cmocka_unit_test(test_caller_yields_waits_at_once),
         cmocka_unit_test(test_caller_yields_wakes_for_any_shard),
+        cmocka_unit_test(test_busy_callers_leave_sockets_unwatched),
         cmocka_unit_test(test_bound_caller_yields_through_its_runtime),
         cmocka_unit_test(test_batch_caller_waits_as_other_after_a_late_wait),
     };

@@ -324,10 +324,18 @@ static void test_open_caps_and_address(void **state)
     /* The suite reuses send buffers as soon as post_send returns. */
     assert_int_equal(a->caps.sync_send, 1);
     assert_int_equal(a->stats.tx_datagrams + a->stats.rx_datagrams, 0);
-    int fd = a->ops->wait_fd(a);
-    assert_true(fd >= 0);
-    assert_int_equal(a->ops->wait_fd(a), fd);
-    assert_int_not_equal(b->ops->wait_fd(b), fd);
+    /* The fds to sleep on: the same at every call, none shared with
+     * another interface. */
+    int fds[SX_TL_WAIT_FDS], fds_again[SX_TL_WAIT_FDS], fds_b[SX_TL_WAIT_FDS];
+    unsigned nfds = a->ops->wait_fds(a, fds), nfds_b = b->ops->wait_fds(b, fds_b);
+    assert_true(nfds >= 1 && nfds <= SX_TL_WAIT_FDS);
+    assert_int_equal(a->ops->wait_fds(a, fds_again), nfds);
+    assert_memory_equal(fds_again, fds, nfds * sizeof(fds[0]));
+    for (unsigned i = 0; i < nfds; i++) {
+        assert_true(fds[i] >= 0);
+        for (unsigned k = 0; k < nfds_b; k++)
+            assert_int_not_equal(fds_b[k], fds[i]);
+    }
 
     /* The address: stable, its own per interface, refused to a buffer one
      * byte short (which keeps the length asked for) or to no buffer. */
@@ -798,15 +806,15 @@ static void poll_until(sx_tl_iface_t *rx, rx_log_t *log, size_t want, unsigned m
     }
 }
 
-/* Idle: an empty poll, then arming succeeds and the fd is quiet. */
-static void expect_idle(sx_tl_iface_t *rx, int fd)
+/* Idle: an empty poll, then arming succeeds and the fds are quiet. */
+static void expect_idle(sx_tl_iface_t *rx)
 {
     sx_tl_event_t ev[8];
 
     assert_int_equal(rx->ops->poll(rx, ev, 8), 0);
     if (rx->ops->arm != NULL)
         assert_int_equal(rx->ops->arm(rx), SX_OK);
-    assert_false(fd_readable(fd, 0));
+    assert_false(tl_wait_readable(rx, 0));
 }
 
 static void test_wait_fd(void **state)
@@ -814,15 +822,13 @@ static void test_wait_fd(void **state)
     (void)state;
     sx_tl_iface_t *a = tc_open(), *b = tc_open();
     sx_tl_dest_t to_b = connect_to(a, b);
-    int fd = b->ops->wait_fd(b);
     rx_log_t log = {0};
 
-    assert_true(fd >= 0);
-    expect_idle(b, fd);
+    expect_idle(b);
     for (unsigned round = 0; round < 3; round++) {
         /* A sleeper wakes for one datagram... */
         assert_int_equal(send_one(a, to_b, "wake", 4), SX_OK);
-        assert_true(fd_readable(fd, WAIT_MS));
+        assert_true(tl_wait_readable(b, WAIT_MS));
         poll_until(b, &log, 1, 8);
         assert_int_equal(log.len[0], 4);
         assert_memory_equal(log.data[0], "wake", 4);
@@ -830,25 +836,25 @@ static void test_wait_fd(void **state)
         /* ... and after it, may arm again or be told to poll first; once a
          * poll found nothing, arming succeeds and the fd is quiet. */
         (void)armed(b);
-        expect_idle(b, fd);
+        expect_idle(b);
     }
 
     /* Taking one of two: the other is not lost to a sleeper. */
     assert_int_equal(send_one(a, to_b, "1", 1), SX_OK);
     assert_int_equal(send_one(a, to_b, "2", 1), SX_OK);
-    assert_true(fd_readable(fd, WAIT_MS));
+    assert_true(tl_wait_readable(b, WAIT_MS));
     poll_until(b, &log, 1, 1);
     if (armed(b))
-        assert_true(fd_readable(fd, WAIT_MS));
+        assert_true(tl_wait_readable(b, WAIT_MS));
     poll_until(b, &log, 2, 8);
     assert_memory_equal(log.data[0], "1", 1);
     assert_memory_equal(log.data[1], "2", 1);
     rx_log_free(&log);
-    expect_idle(b, fd);
+    expect_idle(b);
 
     /* Closing with a datagram waiting and the fd readable. */
     assert_int_equal(send_one(a, to_b, "left", 4), SX_OK);
-    assert_true(fd_readable(fd, WAIT_MS));
+    assert_true(tl_wait_readable(b, WAIT_MS));
     tc_close(a);
     tc_close(b);
 }

@@ -183,7 +183,9 @@ static void test_concurrent_senders(void **state)
     uint64_t next[SENDERS] = {0};
     uint64_t total = 0, errors = 0;
     sx_tl_event_t ev[64];
-    struct pollfd pfd = {.fd = rx->ops->wait_fd(rx), .events = POLLIN};
+    int efd[SX_TL_WAIT_FDS];
+    assert_int_equal(rx->ops->wait_fds(rx, efd), 1);
+    struct pollfd pfd = {.fd = efd[0], .events = POLLIN};
 
     for (unsigned s = 0; s < SENDERS; s++) {
         args[s] = (sender_arg_t){.iface = open_self(dom, s + 1, 0), .id = s};
