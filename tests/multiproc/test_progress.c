@@ -714,8 +714,8 @@ static unsigned watched_fds(bool sockets_only)
  * one while callers busy-poll: not the udp transport's (it has none), not
  * the one a caller that yields when idle waits on (built at its first
  * wait, which the second half checks), not the service's (only while it
- * serves; off here, so that a slow runner cannot make it serve). Messages
- * both ways first, every byte checked. Over libfabric the first half is
+ * serves; off here, so that a slow runner cannot make it serve). Fifty
+ * messages first, every byte checked. Over libfabric the first half is
  * skipped: its udp provider watches its own sockets. */
 static void test_busy_callers_leave_sockets_unwatched(void **state)
 {
