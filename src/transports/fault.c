@@ -857,6 +857,6 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     /* Releases held and due delayed datagrams, then polls the inner
      * interface; its data stays valid until the next poll; token holder. */
     .poll = fault_poll,
-    /* The inner interface's fd; see the note on delays above; any thread. */
+    /* The inner interface's fds; see the note on delays above; any thread. */
     .wait_fds = fault_wait_fds,
 };
