@@ -21,6 +21,7 @@
  *   error callback                     sx_error_register
  *   btl_shardx_<name> MCA parameters   the engine's own SX_<NAME> settings
  *   put / get, a peer on this host     process_vm_writev / process_vm_readv
+ *   a large get, a peer on this host   both ranks copy part (btl_shardx_split.c)
  *
  * Concurrency. ob1 calls every entry point from every thread at once
  * (MPI_THREAD_MULTIPLE) and re-enters send, alloc, put and get from the
@@ -85,6 +86,10 @@ typedef struct mca_btl_shardx_module {
     atomic_uint_fast64_t n_caller_yields; /* sx_engine_caller_yields turned on */
     /* puts and gets done by single copy, and those it handed back */
     atomic_uint_fast64_t n_cma_put, n_cma_get, n_cma_fallback;
+    /* gets shared with their data's owner, and the chunks this rank
+     * copied for its peers' gets, or failed to (btl_shardx_split.c) */
+    atomic_uint_fast64_t n_cma_split, n_cma_helped, n_cma_help_failed;
+    _Atomic(struct mca_btl_shardx_split *) split; /* NULL until the first shared get */
 } mca_btl_shardx_module_t;
 
 #define SHARDX_COUNT(m, field)                                               \
@@ -135,6 +140,7 @@ typedef struct mca_btl_shardx_component {
     uint64_t cma_host;       /* this host's and pid namespace's identity; 0: unknown */
     uint32_t cma_pid;        /* getpid() at start-up: a handle is filled per message */
     atomic_bool cma_refused; /* the kernel said EPERM or ENOSYS once */
+    size_t cma_split;        /* btl_shardx_cma_split: see btl_shardx_split.c */
     int verbose;             /* btl_shardx_verbose */
     int output;              /* opal_output stream */
 } mca_btl_shardx_component_t;
@@ -173,6 +179,9 @@ typedef struct mca_btl_shardx_slot {
     _Atomic(struct mca_btl_base_endpoint_t *) ep; /* set once add_procs makes it */
     int status; /* sx_peer_add's; SX_ERR_NOT_FOUND: no card added yet */
     opal_process_name_t name;
+    /* The peer's board of shared gets, mapped by the first one it asked
+     * this rank to help with (btl_shardx_split.c); unmapped at finalize. */
+    _Atomic(struct mca_btl_shardx_board *) board;
 } mca_btl_shardx_slot_t;
 
 /* One remote process. Created by add_procs and kept until the module is
@@ -202,7 +211,9 @@ typedef struct mca_btl_shardx_frag {
 } mca_btl_shardx_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_shardx_frag_t);
 
-/* A put or get in flight. */
+/* A put or get in flight. The last fields are a shared get's
+ * (btl_shardx_split.c): what it needs to finish, or to go through
+ * shardx's datagrams after all. */
 typedef struct mca_btl_shardx_rdma_op {
     opal_free_list_item_t super;
     mca_btl_base_endpoint_t *endpoint;
@@ -211,6 +222,13 @@ typedef struct mca_btl_shardx_rdma_op {
     mca_btl_base_rdma_completion_fn_t cbfunc;
     void *cbcontext;
     void *cbdata;
+    uint64_t remote_address;
+    uint64_t rkey;
+    size_t size;
+    size_t chunk;     /* bytes per chunk; the last may be shorter */
+    uint32_t nchunks; /* 2..64 */
+    uint32_t gen;     /* the board slot's generation for this get */
+    uint32_t pid;     /* the owner's */
 } mca_btl_shardx_rdma_op_t;
 OBJ_CLASS_DECLARATION(mca_btl_shardx_rdma_op_t);
 
@@ -233,9 +251,11 @@ typedef struct mca_btl_shardx_reg {
     sx_mem_h mem; /* NULL for a local-only registration */
 } mca_btl_shardx_reg_t;
 
-/* Module functions (btl_shardx_module.c). */
+/* Module functions (btl_shardx_module.c). rdma_complete: returns @p op
+ * to its list and calls ob1 back with @p sx_status (a shardx status). */
 int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine);
 int mca_btl_shardx_progress(void);
+void mca_btl_shardx_rdma_complete(void *op, int sx_status);
 
 /* Single copy between ranks of one host (btl_shardx_cma.c). host_id: this
  * kernel's boot and pid namespace, 0 when unknown. fill: the handle fields
@@ -251,6 +271,36 @@ void mca_btl_shardx_cma_fill(mca_btl_base_registration_handle_t *h, const void *
 int mca_btl_shardx_cma_copy(mca_btl_shardx_module_t *m, struct mca_btl_base_endpoint_t *ep,
                             void *local, uint64_t raddr, size_t size,
                             const mca_btl_base_registration_handle_t *remote_handle, bool write);
+/* The two halves of cma_copy. owner: the pid that may be copied from or
+ * into for [raddr, raddr + size) of @p remote_handle's region, 0 when
+ * single copy is not allowed there. move: the copy itself, with cma_copy's
+ * results and reporting; the caller counts the operation. */
+uint32_t mca_btl_shardx_cma_owner(const struct mca_btl_base_endpoint_t *ep,
+                                  const mca_btl_base_registration_handle_t *remote_handle,
+                                  uint64_t raddr, size_t size, bool write);
+int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t size, bool write);
+
+/*
+ * A large get that both ranks copy (btl_shardx_split.c). SHARDX_TAG_SPLIT_ASK
+ * and _DONE are this BTL's own tags, in the range Open MPI keeps for BTLs
+ * (MCA_BTL_TAG_BTL..MCA_BTL_TAG_PML - 1; vader has +3). get: starts a
+ * shared get, or returns OPAL_ERR_NOT_AVAILABLE for the caller's other
+ * paths; on OPAL_SUCCESS @p op is the split's, completed later by
+ * progress. asked: an ASK's handler (queues it). progress: copies what
+ * this rank may of its gets and its peers', finishes gets; returns how
+ * many things it did. slot_fini, fini: unmap a peer's board, our own
+ * (after the engine is gone).
+ */
+#define SHARDX_TAG_SPLIT_ASK  (MCA_BTL_TAG_BTL + 8)
+#define SHARDX_TAG_SPLIT_DONE (MCA_BTL_TAG_BTL + 9)
+int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
+                             mca_btl_shardx_rdma_op_t *op,
+                             const mca_btl_base_registration_handle_t *remote_handle);
+void mca_btl_shardx_split_asked(mca_btl_shardx_module_t *m, uint64_t peer_id, const void *data,
+                                size_t len);
+int mca_btl_shardx_split_progress(mca_btl_shardx_module_t *m);
+void mca_btl_shardx_split_slot_fini(mca_btl_shardx_slot_t *slot);
+void mca_btl_shardx_split_fini(mca_btl_shardx_module_t *m);
 
 /* shardx status -> OPAL status. */
 int mca_btl_shardx_status(int sx_status);

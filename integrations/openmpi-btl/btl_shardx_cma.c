@@ -137,22 +137,28 @@ static bool shardx_cma_allowed(const mca_btl_base_endpoint_t *ep,
     return raddr >= h->base && size <= h->len && raddr - h->base <= h->len - size;
 }
 
-int mca_btl_shardx_cma_copy(mca_btl_shardx_module_t *m, mca_btl_base_endpoint_t *ep, void *local,
-                            uint64_t raddr, size_t size,
-                            const mca_btl_base_registration_handle_t *remote_handle, bool write)
+uint32_t mca_btl_shardx_cma_owner(const mca_btl_base_endpoint_t *ep,
+                                  const mca_btl_base_registration_handle_t *remote_handle,
+                                  uint64_t raddr, size_t size, bool write)
 {
     mca_btl_base_registration_handle_t h;
-    size_t done = 0;
 
     /* The remote handle sits in a PML header and may be unaligned. */
     memcpy(&h, remote_handle, sizeof(h));
     if (!shardx_cma_allowed(ep, &h, raddr, size, write ? SX_MEM_REMOTE_WRITE : SX_MEM_REMOTE_READ))
-        return OPAL_ERR_NOT_AVAILABLE;
+        return 0;
+    return h.pid;
+}
+
+int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t size, bool write)
+{
+    size_t done = 0;
+
     while (done < size) {
         struct iovec l = {.iov_base = (char *)local + done, .iov_len = size - done};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = size - done};
-        ssize_t n = write ? process_vm_writev((pid_t)h.pid, &l, 1, &r, 1, 0)
-                          : process_vm_readv((pid_t)h.pid, &l, 1, &r, 1, 0);
+        ssize_t n = write ? process_vm_writev((pid_t)pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
         if (n > 0) {
             done += (size_t)n;
             continue;
@@ -169,11 +175,25 @@ int mca_btl_shardx_cma_copy(mca_btl_shardx_module_t *m, mca_btl_base_endpoint_t 
                                     strerror(err));
         } else {
             opal_output_verbose(5, mca_btl_shardx_component.output,
-                                "btl shardx: %s of %zu bytes from pid %u stopped after %zu (%s): "
+                                "btl shardx: %s of %zu bytes %s pid %u stopped after %zu (%s): "
                                 "this one goes through shardx",
                                 write ? "process_vm_writev" : "process_vm_readv", size,
-                                (unsigned)h.pid, done, strerror(err));
+                                write ? "into" : "from", (unsigned)pid, done, strerror(err));
         }
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    return OPAL_SUCCESS;
+}
+
+int mca_btl_shardx_cma_copy(mca_btl_shardx_module_t *m, mca_btl_base_endpoint_t *ep, void *local,
+                            uint64_t raddr, size_t size,
+                            const mca_btl_base_registration_handle_t *remote_handle, bool write)
+{
+    uint32_t pid = mca_btl_shardx_cma_owner(ep, remote_handle, raddr, size, write);
+
+    if (pid == 0)
+        return OPAL_ERR_NOT_AVAILABLE;
+    if (mca_btl_shardx_cma_move(pid, local, raddr, size, write) != OPAL_SUCCESS) {
         SHARDX_COUNT(m, n_cma_fallback);
         return OPAL_ERR_NOT_AVAILABLE;
     }

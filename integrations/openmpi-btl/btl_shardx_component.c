@@ -109,6 +109,16 @@ static int shardx_component_register(void)
         "peer is on this node, in this kernel and pid namespace; where the kernel refuses "
         "(ptrace restrictions), the datagrams carry everything. 0: always the datagrams",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &c->cma);
+    c->cma_split = 256 * 1024;
+    (void)mca_base_component_var_register(
+        &c->super.btl_version, "cma_split",
+        "A get of at least this many bytes from a rank on this host is copied by both ranks at "
+        "once, in chunks each takes from a shared board: the owner of the data, which waits for "
+        "the get's end anyway, writes chunks into the getter (process_vm_writev) while the "
+        "getter reads others (btl_shardx_split.c). The getter never waits for an owner that "
+        "does not help. 0: the getter copies alone",
+        MCA_BASE_VAR_TYPE_SIZE_T, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->cma_split);
     c->verbose = 0;
     (void)mca_base_component_var_register(
         &c->super.btl_version, "verbose",

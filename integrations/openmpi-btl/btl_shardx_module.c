@@ -30,6 +30,7 @@ static void shardx_ep_construct(mca_btl_base_endpoint_t *ep)
     ep->own.peer = NULL;
     atomic_init(&ep->own.ep, NULL);
     ep->own.status = SX_OK;
+    atomic_init(&ep->own.board, NULL);
 }
 
 OBJ_CLASS_INSTANCE(mca_btl_base_endpoint_t, opal_list_item_t, shardx_ep_construct, NULL);
@@ -370,7 +371,15 @@ static void shardx_am_handler(void *arg, uint64_t peer_id, uint8_t tag, const vo
 {
     mca_btl_shardx_module_t *m = arg;
     const mca_btl_active_message_callback_t *reg = &mca_btl_base_active_message_trigger[tag];
-    (void)peer_id;
+
+    /* The BTL's own: a peer asks us to copy part of its get; a peer
+     * finished ours, which its datagram woke us for (btl_shardx_split.c). */
+    if (tag == SHARDX_TAG_SPLIT_ASK) {
+        mca_btl_shardx_split_asked(m, peer_id, data, len);
+        return;
+    }
+    if (tag == SHARDX_TAG_SPLIT_DONE)
+        return;
 
     if (reg->cbfunc == NULL) {
         /* No PML registered this tag. Cannot happen for ob1, which
@@ -519,6 +528,9 @@ int mca_btl_shardx_progress(void)
         return 0;
     shardx_follow_yield_when_idle(engine);
     int n = sx_progress(engine);
+    /* Shared gets (btl_shardx_split.c) copy here, outside the shard. */
+    if (atomic_load_explicit(&mca_btl_shardx_module.split, memory_order_relaxed) != NULL)
+        n += mca_btl_shardx_split_progress(&mca_btl_shardx_module);
     if (opal_using_threads() && !shardx_progress_policy_checked) {
         const void *me = &shardx_progress_me;
         uint64_t now = shardx_coarse_ns();
@@ -593,7 +605,7 @@ static int shardx_deregister_mem(mca_btl_base_module_t *btl,
 /* sx_put / sx_get completion. A put completes when the bytes are in place
  * at the target (shardx waits for the target's acknowledgement of the
  * write), which is what ob1 needs before it sends FIN. */
-static void shardx_rdma_complete(void *ctx, int status)
+void mca_btl_shardx_rdma_complete(void *ctx, int status)
 {
     mca_btl_shardx_rdma_op_t *op = ctx;
     mca_btl_shardx_module_t *m = &mca_btl_shardx_module;
@@ -626,7 +638,8 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
         SHARDX_COUNT(m, n_get);
     /* A peer on this host: one copy, by this thread, done when it returns
      * (btl_shardx_cma.c); else, or when that fails, shardx's datagrams. */
-    if (mca_btl_shardx_cma_copy(m, endpoint, local_address, remote_address, size, remote_handle,
+    if ((write || size < mca_btl_shardx_component.cma_split) &&
+        mca_btl_shardx_cma_copy(m, endpoint, local_address, remote_address, size, remote_handle,
                                 write) == OPAL_SUCCESS) {
         cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
         return OPAL_SUCCESS;
@@ -642,9 +655,27 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
     op->cbfunc = cbfunc;
     op->cbcontext = cbcontext;
     op->cbdata = cbdata;
-    int rc =
-        write ? sx_put(peer, local_address, size, remote_address, rkey, shardx_rdma_complete, op)
-              : sx_get(peer, local_address, size, remote_address, rkey, shardx_rdma_complete, op);
+    op->remote_address = remote_address;
+    op->rkey = rkey;
+    op->size = size;
+    /* A large get from a peer on this host: both ranks copy part of it,
+     * in progress calls (btl_shardx_split.c); else, if it was not tried
+     * above, one copy now. */
+    if (!write) {
+        if (mca_btl_shardx_split_get(m, peer, op, remote_handle) == OPAL_SUCCESS)
+            return OPAL_SUCCESS;
+        if (size >= mca_btl_shardx_component.cma_split &&
+            mca_btl_shardx_cma_copy(m, endpoint, local_address, remote_address, size, remote_handle,
+                                    false) == OPAL_SUCCESS) {
+            opal_free_list_return(&m->rdma_ops, &op->super);
+            cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
+            return OPAL_SUCCESS;
+        }
+    }
+    int rc = write ? sx_put(peer, local_address, size, remote_address, rkey,
+                            mca_btl_shardx_rdma_complete, op)
+                   : sx_get(peer, local_address, size, remote_address, rkey,
+                            mca_btl_shardx_rdma_complete, op);
     if (rc == SX_INPROGRESS)
         return OPAL_SUCCESS;
     opal_free_list_return(&m->rdma_ops, &op->super);
@@ -952,7 +983,8 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
             "btl shardx: operations: sendi=%llu sendi_queued=%llu send=%llu "
             "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
             "caller_yields=%llu idle_wakeups=%llu landed_kib=%llu cma_put=%llu "
-            "cma_get=%llu cma_fallback=%llu",
+            "cma_get=%llu cma_fallback=%llu cma_split=%llu cma_helped=%llu "
+            "cma_help_failed=%llu",
             (unsigned long long)atomic_load(&m->n_sendi),
             (unsigned long long)atomic_load(&m->n_sendi_queued),
             (unsigned long long)atomic_load(&m->n_send),
@@ -963,18 +995,26 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
             (unsigned long long)atomic_load(&m->n_caller_yields), (unsigned long long)wakeups,
             (unsigned long long)(landed >> 10), (unsigned long long)atomic_load(&m->n_cma_put),
             (unsigned long long)atomic_load(&m->n_cma_get),
-            (unsigned long long)atomic_load(&m->n_cma_fallback));
+            (unsigned long long)atomic_load(&m->n_cma_fallback),
+            (unsigned long long)atomic_load(&m->n_cma_split),
+            (unsigned long long)atomic_load(&m->n_cma_helped),
+            (unsigned long long)atomic_load(&m->n_cma_help_failed));
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",
                     (unsigned long long)dropped);
 
+    /* The engine is gone: no shared get runs any more. */
+    mca_btl_shardx_split_fini(m);
     while ((item = opal_list_remove_first(&m->endpoints)) != NULL) {
         mca_btl_base_endpoint_t *ep = (mca_btl_base_endpoint_t *)item;
+        mca_btl_shardx_split_slot_fini(&ep->own);
         OBJ_RELEASE(ep->proc);
         OBJ_RELEASE(ep);
     }
     OBJ_DESTRUCT(&m->endpoints);
+    for (uint32_t i = 0; i < m->nslots; i++)
+        mca_btl_shardx_split_slot_fini(&m->slots[i]);
     free(m->slots);
     m->slots = NULL;
     m->nslots = 0;
@@ -1038,6 +1078,10 @@ int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine)
     atomic_init(&m->n_cma_put, 0);
     atomic_init(&m->n_cma_get, 0);
     atomic_init(&m->n_cma_fallback, 0);
+    atomic_init(&m->n_cma_split, 0);
+    atomic_init(&m->n_cma_helped, 0);
+    atomic_init(&m->n_cma_help_failed, 0);
+    atomic_init(&m->split, NULL);
     atomic_init(&m->n_batch_threads, 0);
     OBJ_CONSTRUCT(&m->ep_lock, opal_mutex_t);
     OBJ_CONSTRUCT(&m->endpoints, opal_list_t);

@@ -30,14 +30,18 @@
  *                               sends eager and rendezvous messages (RGET or
  *                               the put pipeline) to it; nothing may fail,
  *                               every byte checked
- *   btl_suite isend_compute MS  rank 0 posts 16 small MPI_Isends, then
- *                               computes for MS milliseconds without an MPI
- *                               call; rank 1 must have received them all
- *                               before that computation ended (the BTL lets
- *                               shardx hold a burst of eager sends back to
- *                               share datagrams, SX_SENDI_HOLD_US: the
- *                               engine's service must send them by the
- *                               deadline)
+ *   btl_suite isend_compute MS [SIZE]
+ *                               rank 0 posts 16 small MPI_Isends (or one of
+ *                               SIZE bytes), then computes for MS
+ *                               milliseconds without an MPI call; rank 1
+ *                               must have received them all before that
+ *                               computation ended (the BTL lets shardx hold
+ *                               a burst of eager sends back to share
+ *                               datagrams, SX_SENDI_HOLD_US: the engine's
+ *                               service must send them by the deadline; a
+ *                               large one's get, which the receiver may
+ *                               share with the sender, must not wait for
+ *                               the sender's part)
  */
 #include <errno.h>
 #include <linux/audit.h>
@@ -45,6 +49,7 @@
 #include <linux/seccomp.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -613,19 +618,30 @@ static double mono_s(void)
  * namespace cluster's hosts included) and tells rank 0, which checks it
  * against its computation's end. The computation lasts seconds, the
  * deadline microseconds: nothing here depends on timing but the order.
+ * With @p size, one message of that many bytes instead: a large one is an
+ * RGET whose get the receiver may share with the sender (btl_shardx_split.c),
+ * and it must not wait for a sender that computes to take its part.
  */
-static void test_isend_compute(unsigned ms)
+static void test_isend_compute(unsigned ms, size_t size)
 {
     enum { N = 16 };
     uint64_t msg[N];
     MPI_Request req[N];
     double arrived = 0;
+    int n = size > 0 ? 1 : N;
+    uint8_t *big = size > 0 ? xmalloc(size) : NULL;
 
-    if (rank > 1)
+    if (rank > 1) {
+        free(big);
         return;
+    }
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD)); /* both connected, both here */
     if (rank == 1) {
-        for (int i = 0; i < N; i++) {
+        if (big != NULL) {
+            MPI_OK(MPI_Recv(big, (int)size, MPI_BYTE, 0, 900, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            verify(big, 0, size, 0, "isend_compute");
+        }
+        for (int i = 0; big == NULL && i < n; i++) {
             MPI_OK(
                 MPI_Recv(&msg[i], 1, MPI_UINT64_T, 0, 900 + i, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
             CHECK(msg[i] == 0x5eed0000u + (uint64_t)i, "isend_compute: message %d is %llx", i,
@@ -633,9 +649,14 @@ static void test_isend_compute(unsigned ms)
         }
         arrived = mono_s();
         MPI_OK(MPI_Send(&arrived, 1, MPI_DOUBLE, 0, 950, MPI_COMM_WORLD));
+        free(big);
         return;
     }
-    for (int i = 0; i < N; i++) {
+    if (big != NULL) {
+        fill(big, 0, size, 0);
+        MPI_OK(MPI_Isend(big, (int)size, MPI_BYTE, 1, 900, MPI_COMM_WORLD, &req[0]));
+    }
+    for (int i = 0; big == NULL && i < n; i++) {
         msg[i] = 0x5eed0000u + (uint64_t)i;
         MPI_OK(MPI_Isend(&msg[i], 1, MPI_UINT64_T, 1, 900 + i, MPI_COMM_WORLD, &req[i]));
     }
@@ -644,14 +665,18 @@ static void test_isend_compute(unsigned ms)
     while (mono_s() < until)
         x++; /* no MPI call: only shardx's own threads run for us */
     double end = mono_s();
-    MPI_OK(MPI_Waitall(N, req, MPI_STATUSES_IGNORE));
+    MPI_OK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
     MPI_OK(MPI_Recv(&arrived, 1, MPI_DOUBLE, 1, 950, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
     CHECK(arrived < end,
-          "isend_compute: the messages arrived %.3f s after the computation began, which ended "
-          "at %.3f s: they waited for the sender's next MPI call",
-          arrived - start, end - start);
-    printf("isend_compute: all %d messages arrived %.1f ms into a %.1f ms computation\n", N,
-           (arrived - start) * 1e3, (end - start) * 1e3);
+          "isend_compute: the %s arrived %.3f s after the computation began, which ended "
+          "at %.3f s: %s waited for the sender's next MPI call",
+          big != NULL ? "message" : "messages", arrived - start, end - start,
+          big != NULL ? "it" : "they");
+    printf("isend_compute: %d message%s of %zu bytes arrived %.1f ms into a %.1f ms "
+           "computation\n",
+           n, n == 1 ? "" : "s", big != NULL ? size : sizeof(uint64_t), (arrived - start) * 1e3,
+           (end - start) * 1e3);
+    free(big);
 }
 
 /* Rank 1 stops for good; rank 0's messages are never acknowledged, so
@@ -679,14 +704,16 @@ static void test_peerfail(void)
  * SXT_DENY_CMA=1: make process_vm_readv and process_vm_writev fail with
  * EPERM in this rank, as Docker's default seccomp profile and Yama's
  * ptrace_scope do, so the BTL's single copy (btl_shardx_cma.c) must hand
- * every put and get to shardx's datagrams and say so.
+ * every put and get to shardx's datagrams and say so. SXT_DENY_CMA=writev:
+ * only process_vm_writev, which a rank uses to copy its part of a peer's
+ * shared get (btl_shardx_split.c): the peer must copy that part again.
  */
 #if defined(__x86_64__)
 #define SXT_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define SXT_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #endif
-static void deny_cma(void)
+static void deny_cma(bool writev_only)
 {
 #ifdef SXT_AUDIT_ARCH
     /* Another architecture's system call numbers pass (the last but one
@@ -695,7 +722,8 @@ static void deny_cma(void)
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SXT_AUDIT_ARCH, 0, 3),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                 writev_only ? __NR_process_vm_writev : __NR_process_vm_readv, 2, 0),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1 /* EPERM */),
@@ -773,8 +801,9 @@ int main(int argc, char **argv)
                    ? MPI_THREAD_MULTIPLE
                    : MPI_THREAD_SINGLE;
 
-    if (getenv("SXT_DENY_CMA") != NULL && strcmp(getenv("SXT_DENY_CMA"), "1") == 0)
-        deny_cma();
+    const char *deny = getenv("SXT_DENY_CMA");
+    if (deny != NULL && (strcmp(deny, "1") == 0 || strcmp(deny, "writev") == 0))
+        deny_cma(strcmp(deny, "writev") == 0);
     if (strcmp(test, "cma_probe") == 0)
         return cma_probe();
     MPI_Init_thread(&argc, &argv, want, &provided);
@@ -803,7 +832,8 @@ int main(int argc, char **argv)
         unsigned ms = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 5000u;
         test_busy(ms, argc > 3 ? (unsigned)strtoul(argv[3], NULL, 0) : ms);
     } else if (strcmp(test, "isend_compute") == 0)
-        test_isend_compute(argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 3000u);
+        test_isend_compute(argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 3000u,
+                           argc > 3 ? strtoull(argv[3], NULL, 0) : 0);
     else
         CHECK(0,
               "unknown test '%s' (p2p, wildcard, probe, storm, threads, latency_mt, coll, "
