@@ -109,7 +109,7 @@ static int shardx_component_register(void)
         "peer is on this node, in this kernel and pid namespace; where the kernel refuses "
         "(ptrace restrictions), the datagrams carry everything. 0: always the datagrams",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &c->cma);
-    c->cma_split = 256 * 1024;
+    c->cma_split = 128 * 1024;
     (void)mca_base_component_var_register(
         &c->super.btl_version, "cma_split",
         "A get of at least this many bytes from a rank on this host is copied by both ranks at "
