@@ -138,12 +138,14 @@ struct mca_btl_shardx_split {
 
 static _Atomic int split_making; /* one thread makes the board */
 
-static void split_note(const char *what, int err)
+static void split_note(const char *what, int err, const char *then)
 {
-    opal_output_verbose(5, mca_btl_shardx_component.output,
-                        "btl shardx: shared gets: %s (%s): this rank's gets copy alone", what,
-                        strerror(err));
+    opal_output_verbose(5, mca_btl_shardx_component.output, "btl shardx: shared gets: %s (%s): %s",
+                        what, strerror(err), then);
 }
+
+#define SPLIT_ALONE   "this rank's gets are copied by this rank alone"
+#define SPLIT_NO_HELP "the peer copies that get alone"
 
 /* Our board and its state, made by the first shared get; NULL while
  * another thread makes it or when it could not be made. */
@@ -162,7 +164,7 @@ static struct mca_btl_shardx_split *split_state(mca_btl_shardx_module_t *m)
         (page = mmap(NULL, sizeof(struct mca_btl_shardx_board), PROT_READ | PROT_WRITE, MAP_SHARED,
                      fd, 0)) == MAP_FAILED ||
         getrandom(&cookie, sizeof(cookie), 0) != sizeof(cookie)) {
-        split_note("cannot make the board", errno);
+        split_note("cannot make the board", errno, SPLIT_ALONE);
         if (page != MAP_FAILED)
             munmap(page, sizeof(struct mca_btl_shardx_board));
         if (fd >= 0)
@@ -255,13 +257,8 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
     op->nchunks = (uint32_t)((op->size + chunk - 1) / chunk);
     op->gen = (uint32_t)(atomic_load_explicit(&s->claim, memory_order_relaxed) >> 32) + 1;
     op->pid = pid;
-    atomic_store_explicit(&s->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->failed, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->claim, (uint64_t)op->gen << 32, memory_order_release);
-    atomic_store_explicit(&sp->gets[i].op, op, memory_order_relaxed);
-    atomic_fetch_add_explicit(&sp->busy, 1, memory_order_relaxed);
-    atomic_store_explicit(&sp->gets[i].state, SLOT_ACTIVE, memory_order_release);
-
+    /* The request is made before the get is published: once it is
+     * ACTIVE another thread may finish it and reuse the op. */
     struct split_ask ask = {
         .version = SPLIT_VERSION,
         .pid = c->cma_pid,
@@ -275,6 +272,13 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
         .dst = (uint64_t)(uintptr_t)op->local_address,
         .src = op->remote_address,
     };
+    atomic_store_explicit(&s->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->failed, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->claim, (uint64_t)op->gen << 32, memory_order_release);
+    atomic_store_explicit(&sp->gets[i].op, op, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sp->busy, 1, memory_order_relaxed);
+    atomic_store_explicit(&sp->gets[i].state, SLOT_ACTIVE, memory_order_release);
+
     int rc = split_send(peer, SHARDX_TAG_SPLIT_ASK, &ask, sizeof(ask));
     if (rc != SX_OK)
         opal_output_verbose(5, c->output,
@@ -400,8 +404,9 @@ void mca_btl_shardx_split_asked(mca_btl_shardx_module_t *m, uint64_t peer_id, co
             continue;
         h->peer_id = peer_id;
         h->ask = ask;
+        /* Counted before it can be taken (and the count dropped). */
+        atomic_fetch_add_explicit(&sp->busy, 1, memory_order_relaxed);
         atomic_store_explicit(&h->state, HELP_QUEUED, memory_order_release);
-        atomic_fetch_add_explicit(&sp->busy, 1, memory_order_release);
         return;
     }
     /* Sixteen requests waiting: the getter copies this one alone. */
@@ -419,7 +424,7 @@ static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_slot_t *slot,
         snprintf(path, sizeof(path), "/proc/%u/fd/%d", (unsigned)a->pid, (int)a->fd);
         int fd = open(path, O_RDWR | O_CLOEXEC);
         if (fd < 0) {
-            split_note("cannot open a peer's board", errno);
+            split_note("cannot open a peer's board", errno, SPLIT_NO_HELP);
             return NULL;
         }
         void *page = MAP_FAILED;
@@ -428,13 +433,13 @@ static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_slot_t *slot,
         int err = errno;
         close(fd);
         if (page == MAP_FAILED) {
-            split_note("a peer's board is not one", err == 0 ? EINVAL : err);
+            split_note("a peer's board is not one", err == 0 ? EINVAL : err, SPLIT_NO_HELP);
             return NULL;
         }
         b = page;
         if (b->magic != SPLIT_MAGIC || b->pid != a->pid || b->nslots != SPLIT_SLOTS) {
             munmap(page, sizeof(*b));
-            split_note("a peer's board is not one", EINVAL);
+            split_note("a peer's board is not one", EINVAL, SPLIT_NO_HELP);
             return NULL;
         }
         struct mca_btl_shardx_board *none = NULL;
@@ -444,7 +449,7 @@ static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_slot_t *slot,
         }
     }
     if (b->pid != a->pid || b->cookie != a->cookie) {
-        split_note("a request does not match its sender's board", EINVAL);
+        split_note("a request does not match its sender's board", EINVAL, SPLIT_NO_HELP);
         return NULL;
     }
     return b;
@@ -461,7 +466,7 @@ static void help_run(mca_btl_shardx_module_t *m, const struct split_help *h)
         a->chunk > a->size || a->chunk * (a->nchunks - 1) >= a->size ||
         a->chunk * a->nchunks < a->size || a->dst > UINT64_MAX - a->size ||
         a->src > UINT64_MAX - a->size) {
-        split_note("a request with sizes that do not fit", EINVAL);
+        split_note("a request with sizes that do not fit", EINVAL, SPLIT_NO_HELP);
         return;
     }
     struct mca_btl_shardx_board *b = peer_board(slot, a);
