@@ -252,7 +252,10 @@ typedef struct mca_btl_shardx_reg {
 } mca_btl_shardx_reg_t;
 
 /* Module functions (btl_shardx_module.c). rdma_complete: returns @p op
- * to its list and calls ob1 back with @p sx_status (a shardx status). */
+ * to its list and calls ob1 back with @p sx_status (a shardx status).
+ * in_callback: how deep this thread is in ob1's receive callbacks (which
+ * run inside a shardx pass, holding its shard). */
+extern _Thread_local unsigned mca_btl_shardx_in_callback;
 int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine);
 int mca_btl_shardx_progress(void);
 void mca_btl_shardx_rdma_complete(void *op, int sx_status);

@@ -364,6 +364,8 @@ hand_back:
 /* Receive                                                              */
 /* ------------------------------------------------------------------ */
 
+_Thread_local unsigned mca_btl_shardx_in_callback;
+
 /* Every shardx tag lands here: the shardx tag is ob1's BTL tag. The
  * descriptor lives on the stack; ob1 may use it only during the call. */
 static void shardx_am_handler(void *arg, uint64_t peer_id, uint8_t tag, const void *data,
@@ -394,7 +396,9 @@ static void shardx_am_handler(void *arg, uint64_t peer_id, uint8_t tag, const vo
     des.des_segments = &seg;
     des.des_segment_count = 1;
     des.order = MCA_BTL_NO_ORDER;
+    mca_btl_shardx_in_callback++;
     reg->cbfunc(&m->super, tag, &des, reg->cbdata);
+    mca_btl_shardx_in_callback--;
 }
 
 static int shardx_register(mca_btl_base_module_t *btl, mca_btl_base_tag_t tag,

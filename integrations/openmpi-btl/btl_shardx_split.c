@@ -67,6 +67,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SPLIT_SLOTS      63
@@ -75,6 +76,9 @@
 #define SPLIT_MIN_CHUNK  (64u * 1024u)
 #define SPLIT_MAGIC      0x73686172645f7370ull /* "shard_sp" */
 #define SPLIT_VERSION    1u
+/* How long a get started outside a callback waits for the owner's chunks
+ * before it leaves them to progress (get_progress). */
+#define SPLIT_SPIN_NS (200u * 1000u)
 
 /* One shared get, in the board. 64 bytes: slots do not share lines. */
 struct split_slot {
@@ -224,6 +228,9 @@ static int split_send(sx_peer_h peer, uint8_t tag, const void *msg, size_t len)
     return rc == SX_INPROGRESS ? SX_OK : rc;
 }
 
+static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *sp, unsigned i,
+                        uint64_t spin_ns);
+
 int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
                              mca_btl_shardx_rdma_op_t *op,
                              const mca_btl_base_registration_handle_t *remote_handle)
@@ -286,6 +293,16 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
                             "alone",
                             sx_strerror(rc));
     SHARDX_COUNT(m, n_cma_split);
+    /* Called from the application's thread (an MPI_Irecv that matched a
+     * message already here), not from a receive callback: copy our share
+     * now, as the single copy did, and wait briefly for the owner's
+     * chunks, so that a caller who computes next does not hold the
+     * owner's FIN back. Inside a callback the request leaves only when
+     * the pass ends: progress copies then (mca_btl_shardx_split_progress). */
+    int active = SLOT_ACTIVE;
+    if (mca_btl_shardx_in_callback == 0 &&
+        atomic_compare_exchange_strong(&sp->gets[i].state, &active, SLOT_WORKING))
+        (void)get_progress(m, sp, i, SPLIT_SPIN_NS);
     return OPAL_SUCCESS;
 }
 
@@ -340,9 +357,18 @@ static void get_finish(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *
         mca_btl_shardx_rdma_complete(op, rc);
 }
 
+static uint64_t split_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Our share of get @p i, and its end if every chunk is done; the caller
- * moved it to WORKING. */
-static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *sp, unsigned i)
+ * moved it to WORKING. With @p spin_ns, waits up to that long for chunks
+ * the owner holds (it copies them without a pause: 64 KiB takes ~5 us). */
+static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *sp, unsigned i,
+                        uint64_t spin_ns)
 {
     struct split_slot *s = &sp->board->slot[i];
     mca_btl_shardx_rdma_op_t *op = atomic_load_explicit(&sp->gets[i].op, memory_order_acquire);
@@ -354,6 +380,12 @@ static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split 
             atomic_fetch_or_explicit(&s->failed, 1ull << k, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->done, 1, memory_order_acq_rel);
         did++;
+    }
+    if (spin_ns > 0 && atomic_load_explicit(&s->done, memory_order_acquire) < op->nchunks) {
+        uint64_t until = split_now_ns() + spin_ns;
+        while (atomic_load_explicit(&s->done, memory_order_acquire) < op->nchunks &&
+               split_now_ns() < until)
+            ;
     }
     if (atomic_load_explicit(&s->done, memory_order_acquire) == op->nchunks) {
         get_finish(m, sp, i);
@@ -522,7 +554,7 @@ int mca_btl_shardx_split_progress(mca_btl_shardx_module_t *m)
         int active = SLOT_ACTIVE;
         if (atomic_load_explicit(&sp->gets[i].state, memory_order_relaxed) == SLOT_ACTIVE &&
             atomic_compare_exchange_strong(&sp->gets[i].state, &active, SLOT_WORKING))
-            did += get_progress(m, sp, i);
+            did += get_progress(m, sp, i, 0);
     }
     return did;
 }

@@ -42,6 +42,12 @@
  *                               large one's get, which the receiver may
  *                               share with the sender, must not wait for
  *                               the sender's part)
+ *   btl_suite irecv_compute MS [SIZE]
+ *                               rank 1 posts MPI_Irecv for a message of SIZE
+ *                               bytes (1 MiB) that is already there, then
+ *                               computes for MS milliseconds: rank 0's
+ *                               MPI_Wait must end before that computation
+ *                               does
  */
 #include <errno.h>
 #include <linux/audit.h>
@@ -679,6 +685,58 @@ static void test_isend_compute(unsigned ms, size_t size)
     free(big);
 }
 
+/*
+ * The receiver's side of isend_compute: a large message that is already
+ * here when rank 1 posts its MPI_Irecv (rank 1 first receives a small
+ * message rank 0 sent after the large one's RGET header, so the header
+ * waits among the unexpected ones), then rank 1 computes without an MPI
+ * call. The get starts inside MPI_Irecv, outside any receive callback:
+ * rank 1 must copy its share there (btl_shardx_split.c), so that rank 0's
+ * MPI_Wait ends before rank 1's computation does. Only the order counts.
+ */
+static void test_irecv_compute(unsigned ms, size_t size)
+{
+    uint8_t *big = xmalloc(size);
+    uint64_t token = 0;
+    double t[2] = {0, 0}; /* rank 1's computation: start, end */
+
+    if (rank > 1) {
+        free(big);
+        return;
+    }
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        MPI_Request req;
+        fill(big, 0, size, 1);
+        MPI_OK(MPI_Isend(big, (int)size, MPI_BYTE, 1, 960, MPI_COMM_WORLD, &req));
+        token = 0x5eed;
+        MPI_OK(MPI_Send(&token, 1, MPI_UINT64_T, 1, 961, MPI_COMM_WORLD));
+        MPI_OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        double done = mono_s();
+        MPI_OK(MPI_Recv(t, 2, MPI_DOUBLE, 1, 962, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(done < t[1],
+              "irecv_compute: the send completed %.3f s into the receiver's %.3f s computation, "
+              "after it: the get waited for the receiver's next MPI call",
+              done - t[0], t[1] - t[0]);
+        printf("irecv_compute: %zu bytes: the send completed %.1f ms into a %.1f ms computation "
+               "of the receiver\n",
+               size, (done - t[0]) * 1e3, (t[1] - t[0]) * 1e3);
+    } else {
+        MPI_Request req;
+        MPI_OK(MPI_Recv(&token, 1, MPI_UINT64_T, 0, 961, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        MPI_OK(MPI_Irecv(big, (int)size, MPI_BYTE, 0, 960, MPI_COMM_WORLD, &req));
+        t[0] = mono_s();
+        volatile unsigned long x = 0;
+        while (mono_s() < t[0] + ms / 1000.0)
+            x++; /* no MPI call */
+        t[1] = mono_s();
+        MPI_OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        verify(big, 0, size, 1, "irecv_compute");
+        MPI_OK(MPI_Send(t, 2, MPI_DOUBLE, 0, 962, MPI_COMM_WORLD));
+    }
+    free(big);
+}
+
 /* Rank 1 stops for good; rank 0's messages are never acknowledged, so
  * after SX_PEER_TIMEOUT_MS shardx fails the channel and reports the peer,
  * and the BTL hands that to ob1's error callback, which aborts the job.
@@ -831,13 +889,16 @@ int main(int argc, char **argv)
     else if (strcmp(test, "busy") == 0) {
         unsigned ms = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 5000u;
         test_busy(ms, argc > 3 ? (unsigned)strtoul(argv[3], NULL, 0) : ms);
-    } else if (strcmp(test, "isend_compute") == 0)
+    } else if (strcmp(test, "irecv_compute") == 0)
+        test_irecv_compute(argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 3000u,
+                           argc > 3 ? strtoull(argv[3], NULL, 0) : 1048576u);
+    else if (strcmp(test, "isend_compute") == 0)
         test_isend_compute(argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 3000u,
                            argc > 3 ? strtoull(argv[3], NULL, 0) : 0);
     else
         CHECK(0,
               "unknown test '%s' (p2p, wildcard, probe, storm, threads, latency_mt, coll, "
-              "peerfail, busy, isend_compute)",
+              "peerfail, busy, isend_compute, irecv_compute)",
               test);
 
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
