@@ -60,6 +60,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,6 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SPLIT_SLOTS      63
@@ -76,9 +76,6 @@
 #define SPLIT_MIN_CHUNK  (64u * 1024u)
 #define SPLIT_MAGIC      0x73686172645f7370ull /* "shard_sp" */
 #define SPLIT_VERSION    1u
-/* How long a get started outside a callback waits for the owner's chunks
- * before it leaves them to progress (get_progress). */
-#define SPLIT_SPIN_NS (200u * 1000u)
 
 /* One shared get, in the board. 64 bytes: slots do not share lines. */
 struct split_slot {
@@ -202,8 +199,12 @@ static bool split_claim(struct split_slot *s, uint32_t gen, uint32_t nchunks, ui
     }
 }
 
-/* Sends a small control message now if the shard is free, else queued
- * (from inside a callback the shard is ours until the pass ends). */
+/* Sends a small control message with sx_send, not sx_sendi: a second
+ * sx_sendi between two progress calls is held back (SX_SENDI_HOLD_US) to
+ * share a datagram, and a held request reached the owner only after the
+ * getter had copied every chunk itself (4 MiB ping-pong 415-452 us
+ * against 257-279). sx_send goes out when the shard is free, flushing
+ * what was held; inside a receive callback, when the pass ends. */
 static void split_send_free(void *ctx, int status)
 {
     (void)status;
@@ -212,24 +213,19 @@ static void split_send_free(void *ctx, int status)
 
 static int split_send(sx_peer_h peer, uint8_t tag, const void *msg, size_t len)
 {
-    struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
-    int rc = sx_sendi(peer, tag, &iov, 1);
-
-    if (rc != SX_ERR_AGAIN)
-        return rc;
     void *copy = malloc(len);
     if (copy == NULL)
         return SX_ERR_NO_MEMORY;
     memcpy(copy, msg, len);
-    iov.iov_base = copy;
-    rc = sx_send(peer, tag, &iov, 1, split_send_free, copy);
+    struct iovec iov = {.iov_base = copy, .iov_len = len};
+    int rc = sx_send(peer, tag, &iov, 1, split_send_free, copy);
     if (rc != SX_INPROGRESS)
         free(copy);
     return rc == SX_INPROGRESS ? SX_OK : rc;
 }
 
 static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *sp, unsigned i,
-                        uint64_t spin_ns);
+                        bool wait);
 
 int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
                              mca_btl_shardx_rdma_op_t *op,
@@ -293,16 +289,16 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
                             "alone",
                             sx_strerror(rc));
     SHARDX_COUNT(m, n_cma_split);
-    /* Called from the application's thread (an MPI_Irecv that matched a
-     * message already here), not from a receive callback: copy our share
-     * now, as the single copy did, and wait briefly for the owner's
-     * chunks, so that a caller who computes next does not hold the
-     * owner's FIN back. Inside a callback the request leaves only when
-     * the pass ends: progress copies then (mca_btl_shardx_split_progress). */
+    /* Called outside a receive callback (an MPI_Irecv that matched a
+     * message already here, or ob1's next get from the completion of the
+     * last): copy our share now, as the single copy did, and wait for the
+     * chunks the owner holds, so that a caller who computes next does not
+     * hold the owner's FIN back. Inside a callback the request leaves
+     * only when the pass ends: progress copies then. */
     int active = SLOT_ACTIVE;
     if (mca_btl_shardx_in_callback == 0 &&
         atomic_compare_exchange_strong(&sp->gets[i].state, &active, SLOT_WORKING))
-        (void)get_progress(m, sp, i, SPLIT_SPIN_NS);
+        (void)get_progress(m, sp, i, true);
     return OPAL_SUCCESS;
 }
 
@@ -357,18 +353,14 @@ static void get_finish(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *
         mca_btl_shardx_rdma_complete(op, rc);
 }
 
-static uint64_t split_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Our share of get @p i, and its end if every chunk is done; the caller
- * moved it to WORKING. With @p spin_ns, waits up to that long for chunks
- * the owner holds (it copies them without a pause: 64 KiB takes ~5 us). */
+ * moved it to WORKING. With @p wait, also waits for the chunks the owner
+ * holds: it took them one at a time and copies each without a pause
+ * (64 KiB in ~5 us), so this ends unless the owner is descheduled, for
+ * which it yields the core (four ranks on two cores), or dies, which the
+ * BTL's report of the rank ends. */
 static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split *sp, unsigned i,
-                        uint64_t spin_ns)
+                        bool wait)
 {
     struct split_slot *s = &sp->board->slot[i];
     mca_btl_shardx_rdma_op_t *op = atomic_load_explicit(&sp->gets[i].op, memory_order_acquire);
@@ -381,11 +373,12 @@ static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split 
         atomic_fetch_add_explicit(&s->done, 1, memory_order_acq_rel);
         did++;
     }
-    if (spin_ns > 0 && atomic_load_explicit(&s->done, memory_order_acquire) < op->nchunks) {
-        uint64_t until = split_now_ns() + spin_ns;
-        while (atomic_load_explicit(&s->done, memory_order_acquire) < op->nchunks &&
-               split_now_ns() < until)
-            ;
+    for (unsigned spins = 0;
+         wait && atomic_load_explicit(&s->done, memory_order_acquire) < op->nchunks &&
+         !atomic_load_explicit(&op->endpoint->reported, memory_order_acquire);
+         spins++) {
+        if (spins >= 1000)
+            sched_yield();
     }
     if (atomic_load_explicit(&s->done, memory_order_acquire) == op->nchunks) {
         get_finish(m, sp, i);
@@ -554,7 +547,7 @@ int mca_btl_shardx_split_progress(mca_btl_shardx_module_t *m)
         int active = SLOT_ACTIVE;
         if (atomic_load_explicit(&sp->gets[i].state, memory_order_relaxed) == SLOT_ACTIVE &&
             atomic_compare_exchange_strong(&sp->gets[i].state, &active, SLOT_WORKING))
-            did += get_progress(m, sp, i, 0);
+            did += get_progress(m, sp, i, false);
     }
     return did;
 }
