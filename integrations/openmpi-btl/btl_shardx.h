@@ -252,10 +252,16 @@ typedef struct mca_btl_shardx_reg {
 } mca_btl_shardx_reg_t;
 
 /* Module functions (btl_shardx_module.c). rdma_complete: returns @p op
- * to its list and calls ob1 back with @p sx_status (a shardx status).
- * in_callback: how deep this thread is in ob1's receive callbacks (which
- * run inside a shardx pass, holding its shard). */
+ * to its list and calls ob1 back with @p sx_status (a shardx status);
+ * rdma_done is the same as sx_put's and sx_get's completion callback.
+ * in_callback: how deep this thread is in ob1's callbacks from inside a
+ * shardx pass (receive, send and put/get completions), which hold the
+ * shard: what the BTL sends there leaves when the pass ends. in_progress:
+ * how deep in mca_btl_shardx_split_progress (whose completions start
+ * ob1's next gets): the thread is inside btl_progress and returns to it. */
 extern _Thread_local unsigned mca_btl_shardx_in_callback;
+extern _Thread_local unsigned mca_btl_shardx_in_progress;
+void mca_btl_shardx_rdma_done(void *op, int sx_status);
 int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine);
 int mca_btl_shardx_progress(void);
 void mca_btl_shardx_rdma_complete(void *op, int sx_status);

@@ -37,6 +37,9 @@ OBJ_CLASS_INSTANCE(mca_btl_base_endpoint_t, opal_list_item_t, shardx_ep_construc
 OBJ_CLASS_INSTANCE(mca_btl_shardx_frag_t, mca_btl_base_descriptor_t, NULL, NULL);
 OBJ_CLASS_INSTANCE(mca_btl_shardx_rdma_op_t, opal_free_list_item_t, NULL, NULL);
 
+_Thread_local unsigned mca_btl_shardx_in_callback;
+_Thread_local unsigned mca_btl_shardx_in_progress;
+
 int mca_btl_shardx_status(int sx_status)
 {
     switch (sx_status) {
@@ -204,9 +207,12 @@ static void shardx_send_complete(void *ctx, int status)
      * BTL does not own it. */
     bool btl_owns = (frag->base.des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) != 0;
 
-    if (frag->base.des_cbfunc != NULL && !atomic_load_explicit(&m->closing, memory_order_acquire))
+    if (frag->base.des_cbfunc != NULL && !atomic_load_explicit(&m->closing, memory_order_acquire)) {
+        mca_btl_shardx_in_callback++;
         frag->base.des_cbfunc(&m->super, frag->endpoint, &frag->base,
                               mca_btl_shardx_status(status));
+        mca_btl_shardx_in_callback--;
+    }
     if (btl_owns)
         shardx_frag_return(frag);
 }
@@ -363,8 +369,6 @@ hand_back:
 /* ------------------------------------------------------------------ */
 /* Receive                                                              */
 /* ------------------------------------------------------------------ */
-
-_Thread_local unsigned mca_btl_shardx_in_callback;
 
 /* Every shardx tag lands here: the shardx tag is ob1's BTL tag. The
  * descriptor lives on the stack; ob1 may use it only during the call. */
@@ -533,8 +537,11 @@ int mca_btl_shardx_progress(void)
     shardx_follow_yield_when_idle(engine);
     int n = sx_progress(engine);
     /* Shared gets (btl_shardx_split.c) copy here, outside the shard. */
-    if (atomic_load_explicit(&mca_btl_shardx_module.split, memory_order_relaxed) != NULL)
+    if (atomic_load_explicit(&mca_btl_shardx_module.split, memory_order_relaxed) != NULL) {
+        mca_btl_shardx_in_progress++;
         n += mca_btl_shardx_split_progress(&mca_btl_shardx_module);
+        mca_btl_shardx_in_progress--;
+    }
     if (opal_using_threads() && !shardx_progress_policy_checked) {
         const void *me = &shardx_progress_me;
         uint64_t now = shardx_coarse_ns();
@@ -623,6 +630,13 @@ void mca_btl_shardx_rdma_complete(void *ctx, int status)
                 copy.cbdata, mca_btl_shardx_status(status));
 }
 
+void mca_btl_shardx_rdma_done(void *ctx, int status)
+{
+    mca_btl_shardx_in_callback++;
+    mca_btl_shardx_rdma_complete(ctx, status);
+    mca_btl_shardx_in_callback--;
+}
+
 static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endpoint,
                        void *local_address, uint64_t remote_address,
                        mca_btl_base_registration_handle_t *local_handle,
@@ -676,10 +690,10 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
             return OPAL_SUCCESS;
         }
     }
-    int rc = write ? sx_put(peer, local_address, size, remote_address, rkey,
-                            mca_btl_shardx_rdma_complete, op)
-                   : sx_get(peer, local_address, size, remote_address, rkey,
-                            mca_btl_shardx_rdma_complete, op);
+    int rc =
+        write
+            ? sx_put(peer, local_address, size, remote_address, rkey, mca_btl_shardx_rdma_done, op)
+            : sx_get(peer, local_address, size, remote_address, rkey, mca_btl_shardx_rdma_done, op);
     if (rc == SX_INPROGRESS)
         return OPAL_SUCCESS;
     opal_free_list_return(&m->rdma_ops, &op->super);
