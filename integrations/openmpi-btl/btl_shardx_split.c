@@ -309,17 +309,18 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
 /* The getter: its chunks, and the end of its gets                      */
 /* ------------------------------------------------------------------ */
 
-static void chunk_span(const mca_btl_shardx_rdma_op_t *op, uint32_t k, size_t *off, size_t *len)
+/* Where chunk @p k of a get of @p size bytes in chunks of @p chunk lies. */
+static void chunk_span(uint64_t size, uint64_t chunk, uint32_t k, uint64_t *off, uint64_t *len)
 {
-    *off = (size_t)k * op->chunk;
-    *len = op->size - *off < op->chunk ? op->size - *off : op->chunk;
+    *off = (uint64_t)k * chunk;
+    *len = size - *off < chunk ? size - *off : chunk;
 }
 
 /* Copies chunk @p k of @p op from its owner; false if the kernel refused. */
 static bool get_chunk(const mca_btl_shardx_rdma_op_t *op, uint32_t k)
 {
-    size_t off, len;
-    chunk_span(op, k, &off, &len);
+    uint64_t off, len;
+    chunk_span(op->size, op->chunk, k, &off, &len);
     return mca_btl_shardx_cma_move(op->pid, (char *)op->local_address + off,
                                    op->remote_address + off, len, false) == OPAL_SUCCESS;
 }
@@ -504,8 +505,8 @@ static void help_run(mca_btl_shardx_module_t *m, const struct split_help *h)
     bool last = false;
     uint32_t k;
     while (split_claim(s, a->gen, a->nchunks, &k)) {
-        uint64_t off = (uint64_t)k * a->chunk;
-        uint64_t len = a->size - off < a->chunk ? a->size - off : a->chunk;
+        uint64_t off, len;
+        chunk_span(a->size, a->chunk, k, &off, &len);
         bool ok = mca_btl_shardx_cma_move(a->pid, (void *)(uintptr_t)(a->src + off), a->dst + off,
                                           len, true) == OPAL_SUCCESS;
         if (ok) {
