@@ -183,6 +183,14 @@ static struct mca_btl_shardx_split *split_state(mca_btl_shardx_module_t *m)
     return sp;
 }
 
+/* Moves @p state from @p from to @p to; false if it was not @p from (a
+ * plain load first, so a busy entry costs no exclusive cache line). */
+static bool take(_Atomic int *state, int from, int to)
+{
+    return atomic_load_explicit(state, memory_order_relaxed) == from &&
+           atomic_compare_exchange_strong(state, &from, to);
+}
+
 /* Takes the next chunk of generation @p gen, if any. */
 static bool split_claim(struct split_slot *s, uint32_t gen, uint32_t nchunks, uint32_t *k)
 {
@@ -241,12 +249,9 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
     if (sp == NULL)
         return OPAL_ERR_NOT_AVAILABLE;
     unsigned i;
-    for (i = 0; i < SPLIT_SLOTS; i++) {
-        int free_ = SLOT_FREE;
-        if (atomic_load_explicit(&sp->gets[i].state, memory_order_relaxed) == SLOT_FREE &&
-            atomic_compare_exchange_strong(&sp->gets[i].state, &free_, SLOT_WORKING))
+    for (i = 0; i < SPLIT_SLOTS; i++)
+        if (take(&sp->gets[i].state, SLOT_FREE, SLOT_WORKING))
             break; /* ours; ACTIVE once filled in */
-    }
     if (i == SPLIT_SLOTS)
         return OPAL_ERR_NOT_AVAILABLE; /* 63 shared gets at once: copy this one alone */
 
@@ -298,9 +303,7 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
      * progress, which finishes it: waiting there cost four ranks on two
      * cores ~10 % of a 1 MiB allreduce. Inside a callback the request
      * leaves only when the pass ends: progress copies then. */
-    int active = SLOT_ACTIVE;
-    if (mca_btl_shardx_in_callback == 0 &&
-        atomic_compare_exchange_strong(&sp->gets[i].state, &active, SLOT_WORKING))
+    if (mca_btl_shardx_in_callback == 0 && take(&sp->gets[i].state, SLOT_ACTIVE, SLOT_WORKING))
         (void)get_progress(m, sp, i, mca_btl_shardx_in_progress == 0);
     return OPAL_SUCCESS;
 }
@@ -427,9 +430,7 @@ void mca_btl_shardx_split_asked(mca_btl_shardx_module_t *m, uint64_t peer_id, co
         return;
     for (unsigned i = 0; i < SPLIT_HELPS; i++) {
         struct split_help *h = &sp->helps[i];
-        int free_ = HELP_FREE;
-        if (atomic_load_explicit(&h->state, memory_order_relaxed) != HELP_FREE ||
-            !atomic_compare_exchange_strong(&h->state, &free_, HELP_FILLING))
+        if (!take(&h->state, HELP_FREE, HELP_FILLING))
             continue;
         h->peer_id = peer_id;
         h->ask = ask;
@@ -538,21 +539,16 @@ int mca_btl_shardx_split_progress(mca_btl_shardx_module_t *m)
     /* Help first: the getter is copying meanwhile, and waits for us. */
     for (unsigned i = 0; i < SPLIT_HELPS; i++) {
         struct split_help *h = &sp->helps[i];
-        int queued = HELP_QUEUED;
-        if (atomic_load_explicit(&h->state, memory_order_relaxed) != HELP_QUEUED ||
-            !atomic_compare_exchange_strong(&h->state, &queued, HELP_RUNNING))
+        if (!take(&h->state, HELP_QUEUED, HELP_RUNNING))
             continue;
         help_run(m, h);
         atomic_store_explicit(&h->state, HELP_FREE, memory_order_release);
         atomic_fetch_sub_explicit(&sp->busy, 1, memory_order_release);
         did++;
     }
-    for (unsigned i = 0; i < SPLIT_SLOTS; i++) {
-        int active = SLOT_ACTIVE;
-        if (atomic_load_explicit(&sp->gets[i].state, memory_order_relaxed) == SLOT_ACTIVE &&
-            atomic_compare_exchange_strong(&sp->gets[i].state, &active, SLOT_WORKING))
+    for (unsigned i = 0; i < SPLIT_SLOTS; i++)
+        if (take(&sp->gets[i].state, SLOT_ACTIVE, SLOT_WORKING))
             did += get_progress(m, sp, i, false);
-    }
     return did;
 }
 
