@@ -52,6 +52,8 @@
 
 #include <shardx.h>
 
+#include "btl_shardx_split.h"
+
 BEGIN_C_DECLS
 
 /* Room for shardx's configuration table (sx_param_count(); 30 today). */
@@ -86,9 +88,11 @@ typedef struct mca_btl_shardx_module {
     atomic_uint_fast64_t n_caller_yields; /* sx_engine_caller_yields turned on */
     /* puts and gets done by single copy, and those it handed back */
     atomic_uint_fast64_t n_cma_put, n_cma_get, n_cma_fallback;
-    /* gets shared with their data's owner, and the chunks this rank
-     * copied for its peers' gets, or failed to (btl_shardx_split.c) */
-    atomic_uint_fast64_t n_cma_split, n_cma_helped, n_cma_help_failed;
+    /* gets shared with their data's owner, the chunks this rank copied
+     * for its peers' gets or failed to, the peers' requests it refused (a
+     * check failed) and those it had no room for (btl_shardx_split.c) */
+    atomic_uint_fast64_t n_cma_split, n_cma_helped, n_cma_help_failed, n_cma_help_refused,
+        n_cma_help_busy;
     _Atomic(struct mca_btl_shardx_split *) split; /* NULL until the first shared get */
 } mca_btl_shardx_module_t;
 
@@ -290,9 +294,8 @@ uint32_t mca_btl_shardx_cma_owner(const struct mca_btl_base_endpoint_t *ep,
 int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t size, bool write);
 
 /*
- * A large get that both ranks copy (btl_shardx_split.c). SHARDX_TAG_SPLIT_ASK
- * and _DONE are this BTL's own tags, in the range Open MPI keeps for BTLs
- * (MCA_BTL_TAG_BTL..MCA_BTL_TAG_PML - 1; vader has +3). get: starts a
+ * A large get that both ranks copy (btl_shardx_split.c; its messages and
+ * tags in btl_shardx_split.h). get: starts a
  * shared get, or returns OPAL_ERR_NOT_AVAILABLE for the caller's other
  * paths; on OPAL_SUCCESS @p op is the split's, completed later by
  * progress. asked: an ASK's handler (queues it). progress: copies what
@@ -300,8 +303,6 @@ int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t si
  * many things it did. slot_fini, fini: unmap a peer's board, our own
  * (after the engine is gone).
  */
-#define SHARDX_TAG_SPLIT_ASK  (MCA_BTL_TAG_BTL + 8)
-#define SHARDX_TAG_SPLIT_DONE (MCA_BTL_TAG_BTL + 9)
 int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
                              mca_btl_shardx_rdma_op_t *op,
                              const mca_btl_base_registration_handle_t *remote_handle);

@@ -1002,7 +1002,7 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
             "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
             "caller_yields=%llu idle_wakeups=%llu landed_kib=%llu cma_put=%llu "
             "cma_get=%llu cma_fallback=%llu cma_split=%llu cma_helped=%llu "
-            "cma_help_failed=%llu",
+            "cma_help_failed=%llu cma_help_refused=%llu cma_help_busy=%llu",
             (unsigned long long)atomic_load(&m->n_sendi),
             (unsigned long long)atomic_load(&m->n_sendi_queued),
             (unsigned long long)atomic_load(&m->n_send),
@@ -1016,7 +1016,9 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
             (unsigned long long)atomic_load(&m->n_cma_fallback),
             (unsigned long long)atomic_load(&m->n_cma_split),
             (unsigned long long)atomic_load(&m->n_cma_helped),
-            (unsigned long long)atomic_load(&m->n_cma_help_failed));
+            (unsigned long long)atomic_load(&m->n_cma_help_failed),
+            (unsigned long long)atomic_load(&m->n_cma_help_refused),
+            (unsigned long long)atomic_load(&m->n_cma_help_busy));
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",
@@ -1099,6 +1101,8 @@ int mca_btl_shardx_module_init(mca_btl_shardx_module_t *m, sx_engine_h engine)
     atomic_init(&m->n_cma_split, 0);
     atomic_init(&m->n_cma_helped, 0);
     atomic_init(&m->n_cma_help_failed, 0);
+    atomic_init(&m->n_cma_help_refused, 0);
+    atomic_init(&m->n_cma_help_busy, 0);
     atomic_init(&m->split, NULL);
     atomic_init(&m->n_batch_threads, 0);
     OBJ_CONSTRUCT(&m->ep_lock, opal_mutex_t);

@@ -71,11 +71,10 @@
 #include <unistd.h>
 
 #define SPLIT_SLOTS      63
-#define SPLIT_HELPS      16
+#define SPLIT_HELPS      64 /* a getter has at most 63 shared gets at once */
 #define SPLIT_MAX_CHUNKS 64u
 #define SPLIT_MIN_CHUNK  (64u * 1024u)
 #define SPLIT_MAGIC      0x73686172645f7370ull /* "shard_sp" */
-#define SPLIT_VERSION    1u
 
 /* One shared get, in the board. 64 bytes: slots do not share lines. */
 struct split_slot {
@@ -97,22 +96,6 @@ struct mca_btl_shardx_board {
 _Static_assert(sizeof(struct split_slot) == 64, "a slot is a cache line");
 _Static_assert(sizeof(struct mca_btl_shardx_board) == 4096, "the board is a page");
 
-/* SHARDX_TAG_SPLIT_ASK's payload, in the sender's byte order (both ranks
- * are on one host). */
-struct split_ask {
-    uint32_t version;
-    uint32_t pid; /* R's */
-    int32_t fd;   /* R's board */
-    uint32_t slot;
-    uint64_t cookie;
-    uint32_t gen;
-    uint32_t nchunks;
-    uint64_t chunk;
-    uint64_t size;
-    uint64_t dst; /* R's buffer, R's address */
-    uint64_t src; /* the data, S's address */
-};
-
 /* A get's slot: FREE; ACTIVE (waiting for chunks or a thread); WORKING (one
  * thread copies our chunks or finishes it, so the op cannot go away under
  * it); DEAD (its owner died holding chunks: never reused). */
@@ -122,7 +105,7 @@ enum { HELP_FREE, HELP_FILLING, HELP_QUEUED, HELP_RUNNING };
 struct split_help {
     _Atomic int state;
     uint64_t peer_id; /* the asking rank's slot (mca_btl_shardx_slot_t *) */
-    struct split_ask ask;
+    struct mca_btl_shardx_split_ask ask;
 };
 
 struct mca_btl_shardx_split {
@@ -147,6 +130,14 @@ static void split_note(const char *what, int err, const char *then)
 
 #define SPLIT_ALONE   "this rank's gets are copied by this rank alone"
 #define SPLIT_NO_HELP "the peer copies that get alone"
+
+/* A peer's request that failed a check: said at verbosity 5 and counted
+ * (cma_help_refused), and the peer copies that get alone. */
+static void help_refused(mca_btl_shardx_module_t *m, const char *what, int err)
+{
+    split_note(what, err, SPLIT_NO_HELP);
+    SHARDX_COUNT(m, n_cma_help_refused);
+}
 
 /* Our board and its state, made by the first shared get; NULL while
  * another thread makes it or when it could not be made. */
@@ -267,8 +258,8 @@ int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
     op->pid = pid;
     /* The request is made before the get is published: once it is
      * ACTIVE another thread may finish it and reuse the op. */
-    struct split_ask ask = {
-        .version = SPLIT_VERSION,
+    struct mca_btl_shardx_split_ask ask = {
+        .version = SHARDX_SPLIT_VERSION,
         .pid = c->cma_pid,
         .fd = sp->fd,
         .slot = i,
@@ -412,12 +403,13 @@ void mca_btl_shardx_split_asked(mca_btl_shardx_module_t *m, uint64_t peer_id, co
                                 size_t len)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
-    struct split_ask ask;
+    struct mca_btl_shardx_split_ask ask;
 
     if (len != sizeof(ask)) {
         opal_output_verbose(5, c->output,
-                            "btl shardx: a request to share a get of %zu bytes, not %zu: dropped",
-                            len, sizeof(ask));
+                            "btl shardx: shared gets: a request of %zu bytes, not %zu: %s", len,
+                            sizeof(ask), SPLIT_NO_HELP);
+        SHARDX_COUNT(m, n_cma_help_refused);
         return;
     }
     memcpy(&ask, data, sizeof(ask));
@@ -439,37 +431,51 @@ void mca_btl_shardx_split_asked(mca_btl_shardx_module_t *m, uint64_t peer_id, co
         atomic_store_explicit(&h->state, HELP_QUEUED, memory_order_release);
         return;
     }
-    /* Sixteen requests waiting: the getter copies this one alone. */
+    /* SPLIT_HELPS requests waiting (several peers' gets at once): the
+     * getter copies this one alone. */
+    SHARDX_COUNT(m, n_cma_help_busy);
 }
 
 /* The board of the rank @p slot names, mapped at its first request. */
-static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_slot_t *slot,
-                                               const struct split_ask *a)
+static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_module_t *m,
+                                               mca_btl_shardx_slot_t *slot,
+                                               const struct mca_btl_shardx_split_ask *a)
 {
     struct mca_btl_shardx_board *b = atomic_load_explicit(&slot->board, memory_order_acquire);
     char path[64];
     struct stat st;
 
     if (b == NULL) {
+        /* Looked at before it is opened: a request names any file of
+         * any process, and opening some (a device, a FIFO) does more than
+         * open them. A board is a regular file of one page. */
         snprintf(path, sizeof(path), "/proc/%u/fd/%d", (unsigned)a->pid, (int)a->fd);
-        int fd = open(path, O_RDWR | O_CLOEXEC);
+        int err = stat(path, &st) != 0 ? errno : 0;
+        if (err == 0 && (!S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(*b)))
+            err = EINVAL;
+        if (err != 0) {
+            help_refused(m, "a peer's board is not one", err);
+            return NULL;
+        }
+        int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0) {
-            split_note("cannot open a peer's board", errno, SPLIT_NO_HELP);
+            help_refused(m, "cannot open a peer's board", errno);
             return NULL;
         }
         void *page = MAP_FAILED;
+        errno = 0;
         if (fstat(fd, &st) == 0 && st.st_size == (off_t)sizeof(*b))
             page = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        int err = errno;
+        err = errno;
         close(fd);
         if (page == MAP_FAILED) {
-            split_note("a peer's board is not one", err == 0 ? EINVAL : err, SPLIT_NO_HELP);
+            help_refused(m, "a peer's board is not one", err == 0 ? EINVAL : err);
             return NULL;
         }
         b = page;
         if (b->magic != SPLIT_MAGIC || b->pid != a->pid || b->nslots != SPLIT_SLOTS) {
             munmap(page, sizeof(*b));
-            split_note("a peer's board is not one", EINVAL, SPLIT_NO_HELP);
+            help_refused(m, "a peer's board is not one", EINVAL);
             return NULL;
         }
         struct mca_btl_shardx_board *none = NULL;
@@ -479,7 +485,7 @@ static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_slot_t *slot,
         }
     }
     if (b->pid != a->pid || b->cookie != a->cookie) {
-        split_note("a request does not match its sender's board", EINVAL, SPLIT_NO_HELP);
+        help_refused(m, "a request does not match its sender's board", EINVAL);
         return NULL;
     }
     return b;
@@ -487,19 +493,19 @@ static struct mca_btl_shardx_board *peer_board(mca_btl_shardx_slot_t *slot,
 
 static void help_run(mca_btl_shardx_module_t *m, const struct split_help *h)
 {
-    const struct split_ask *a = &h->ask;
+    const struct mca_btl_shardx_split_ask *a = &h->ask;
     mca_btl_shardx_slot_t *slot = (mca_btl_shardx_slot_t *)(uintptr_t)h->peer_id;
 
     /* Sizes that describe chunks of one get; the ranges cannot wrap. */
-    if (a->version != SPLIT_VERSION || a->slot >= SPLIT_SLOTS || a->nchunks < 2 ||
+    if (a->version != SHARDX_SPLIT_VERSION || a->slot >= SPLIT_SLOTS || a->nchunks < 2 ||
         a->nchunks > SPLIT_MAX_CHUNKS || a->chunk == 0 || a->size > UINT64_MAX / SPLIT_MAX_CHUNKS ||
         a->chunk > a->size || a->chunk * (a->nchunks - 1) >= a->size ||
         a->chunk * a->nchunks < a->size || a->dst > UINT64_MAX - a->size ||
         a->src > UINT64_MAX - a->size) {
-        split_note("a request with sizes that do not fit", EINVAL, SPLIT_NO_HELP);
+        help_refused(m, "a request with sizes that do not fit", EINVAL);
         return;
     }
-    struct mca_btl_shardx_board *b = peer_board(slot, a);
+    struct mca_btl_shardx_board *b = peer_board(m, slot, a);
     if (b == NULL)
         return;
     struct split_slot *s = &b->slot[a->slot];

@@ -36,7 +36,7 @@ if [[ $expect == *cma_get\>0* || $expect == *cma_put\>0* ]]; then
         "$suite" cma_probe
         probe=$?
         if [[ $probe -eq 2 ]]; then
-            expect=$(sed -E 's/cma_(get|put)>0/cma_\1=0/g; s/(^|,)cma_(split|helped|help_failed)>0//g
+            expect=$(sed -E 's/cma_(get|put)>0/cma_\1=0/g; s/(^|,)cma_(split|helped|help_failed|help_refused)>0//g
                 s/(^|,)cma_fallback=0//' <<<"$expect")
             expect=${expect#,}
             echo "run_mpi: this host refuses cross-memory attach between sibling processes:" \
