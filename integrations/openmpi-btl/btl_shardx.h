@@ -56,6 +56,30 @@
 
 BEGIN_C_DECLS
 
+/*
+ * What ThreadSanitizer cannot see (the TSan build of the component:
+ * tests/CMakeLists.txt). Open MPI is built without it, so where ob1 or
+ * OPAL hands an object from one thread to another (an item of OPAL's
+ * lock-free free lists, a registration that ob1 deregisters on another
+ * thread) TSan takes the next thread's use for a race; so does a peer's
+ * request to copy from memory this process registered, which arrives
+ * over the network. In the TSan build the component states those
+ * hand-overs (RELEASE where an object is handed on, ACQUIRE where it is
+ * taken); elsewhere the macros are nothing.
+ */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define SHARDX_TSAN_ACQUIRE(addr) __tsan_acquire((void *)(addr))
+#define SHARDX_TSAN_RELEASE(addr) __tsan_release((void *)(addr))
+#else
+#define SHARDX_TSAN_ACQUIRE(addr) ((void)(addr))
+#define SHARDX_TSAN_RELEASE(addr) ((void)(addr))
+#endif
+/* The sync object of "registered memory, which a peer's request may make
+ * this process copy from" (btl_shardx_split.c). */
+extern char mca_btl_shardx_tsan_registered;
+
 /* Room for shardx's configuration table (sx_param_count(); 30 today). */
 #define SHARDX_MAX_ENGINE_PARAMS 128
 

@@ -76,6 +76,24 @@ static mca_btl_shardx_module_t *shardx_module(mca_btl_base_module_t *btl)
 /* Descriptors                                                          */
 /* ------------------------------------------------------------------ */
 
+/* Items of OPAL's free lists (descriptors, RMA operations) go from the
+ * thread that returns one to the thread that takes it next through
+ * OPAL's lock-free LIFO: a hand-over TSan does not see (btl_shardx.h,
+ * SHARDX_TSAN_HANDOVER). */
+static opal_free_list_item_t *shardx_list_get(opal_free_list_t *fl)
+{
+    opal_free_list_item_t *item = opal_free_list_get(fl);
+    if (item != NULL)
+        SHARDX_TSAN_ACQUIRE(item);
+    return item;
+}
+
+static void shardx_list_return(opal_free_list_t *fl, opal_free_list_item_t *item)
+{
+    SHARDX_TSAN_RELEASE(item);
+    opal_free_list_return(fl, item);
+}
+
 /* Free-list item initializer: the capacity of data[] travels as ctx. */
 static int shardx_frag_init(opal_free_list_item_t *item, void *ctx)
 {
@@ -96,7 +114,7 @@ static mca_btl_shardx_frag_t *shardx_frag_get(mca_btl_shardx_module_t *m, size_t
         fl = &m->max_frags;
     else
         return NULL;
-    mca_btl_shardx_frag_t *frag = (mca_btl_shardx_frag_t *)opal_free_list_get(fl);
+    mca_btl_shardx_frag_t *frag = (mca_btl_shardx_frag_t *)shardx_list_get(fl);
     if (frag == NULL)
         return NULL;
     frag->list = fl;
@@ -115,7 +133,7 @@ static mca_btl_shardx_frag_t *shardx_frag_get(mca_btl_shardx_module_t *m, size_t
 
 static void shardx_frag_return(mca_btl_shardx_frag_t *frag)
 {
-    opal_free_list_return(frag->list, &frag->base.super);
+    shardx_list_return(frag->list, &frag->base.super);
 }
 
 static mca_btl_base_descriptor_t *shardx_alloc(mca_btl_base_module_t *btl,
@@ -596,6 +614,10 @@ static mca_btl_base_registration_handle_t *shardx_register_mem(mca_btl_base_modu
         reg->handle.rkey = sx_mem_rkey(reg->mem);
         SHARDX_COUNT(m, n_reg);
     }
+    /* ob1 may deregister it on another thread, and a peer may ask us to
+     * copy from it (btl_shardx_split.c): both hand-overs TSan cannot see. */
+    SHARDX_TSAN_RELEASE(reg);
+    SHARDX_TSAN_RELEASE(&mca_btl_shardx_tsan_registered);
     return &reg->handle;
 }
 
@@ -607,6 +629,7 @@ static int shardx_deregister_mem(mca_btl_base_module_t *btl,
 
     if (reg == NULL)
         return OPAL_ERR_BAD_PARAM;
+    SHARDX_TSAN_ACQUIRE(reg);
     if (reg->mem != NULL)
         (void)sx_mem_deregister(m->engine, reg->mem);
     free(reg);
@@ -623,7 +646,7 @@ void mca_btl_shardx_rdma_complete(void *ctx, int status)
     mca_btl_shardx_rdma_op_t copy = *op;
 
     /* Back to the list first: the callback may start the next operation. */
-    opal_free_list_return(&m->rdma_ops, &op->super);
+    shardx_list_return(&m->rdma_ops, &op->super);
     if (atomic_load_explicit(&m->closing, memory_order_acquire))
         return;
     copy.cbfunc(&m->super, copy.endpoint, copy.local_address, copy.local_handle, copy.cbcontext,
@@ -664,7 +687,7 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
     }
     /* The remote handle sits in a PML header and may be unaligned. */
     memcpy(&rkey, &remote_handle->rkey, sizeof(rkey));
-    mca_btl_shardx_rdma_op_t *op = (mca_btl_shardx_rdma_op_t *)opal_free_list_get(&m->rdma_ops);
+    mca_btl_shardx_rdma_op_t *op = (mca_btl_shardx_rdma_op_t *)shardx_list_get(&m->rdma_ops);
     if (op == NULL)
         return OPAL_ERR_OUT_OF_RESOURCE;
     op->endpoint = endpoint;
@@ -685,7 +708,7 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
         if (size >= mca_btl_shardx_component.cma_split &&
             mca_btl_shardx_cma_copy(m, endpoint, local_address, remote_address, size, remote_handle,
                                     false) == OPAL_SUCCESS) {
-            opal_free_list_return(&m->rdma_ops, &op->super);
+            shardx_list_return(&m->rdma_ops, &op->super);
             cbfunc(btl, endpoint, local_address, local_handle, cbcontext, cbdata, OPAL_SUCCESS);
             return OPAL_SUCCESS;
         }
@@ -696,7 +719,7 @@ static int shardx_rdma(mca_btl_base_module_t *btl, mca_btl_base_endpoint_t *endp
             : sx_get(peer, local_address, size, remote_address, rkey, mca_btl_shardx_rdma_done, op);
     if (rc == SX_INPROGRESS)
         return OPAL_SUCCESS;
-    opal_free_list_return(&m->rdma_ops, &op->super);
+    shardx_list_return(&m->rdma_ops, &op->super);
     return mca_btl_shardx_status(rc);
 }
 
@@ -1044,6 +1067,8 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
     OBJ_DESTRUCT(&m->rdma_ops);
     return OPAL_SUCCESS;
 }
+
+char mca_btl_shardx_tsan_registered;
 
 mca_btl_shardx_module_t mca_btl_shardx_module = {
     .super =

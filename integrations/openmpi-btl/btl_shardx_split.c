@@ -510,6 +510,9 @@ static void help_run(mca_btl_shardx_module_t *m, const struct split_help *h)
         return;
     struct split_slot *s = &b->slot[a->slot];
     bool last = false;
+    /* The getter asks after the data was registered and announced (ob1's
+     * RGET), over the network. */
+    SHARDX_TSAN_ACQUIRE(&mca_btl_shardx_tsan_registered);
     uint32_t k;
     while (split_claim(s, a->gen, a->nchunks, &k)) {
         uint64_t off, len;
