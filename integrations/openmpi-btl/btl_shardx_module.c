@@ -79,7 +79,7 @@ static mca_btl_shardx_module_t *shardx_module(mca_btl_base_module_t *btl)
 /* Items of OPAL's free lists (descriptors, RMA operations) go from the
  * thread that returns one to the thread that takes it next through
  * OPAL's lock-free LIFO: a hand-over TSan does not see (btl_shardx.h,
- * SHARDX_TSAN_HANDOVER). */
+ * SHARDX_TSAN_ACQUIRE). */
 static opal_free_list_item_t *shardx_list_get(opal_free_list_t *fl)
 {
     opal_free_list_item_t *item = opal_free_list_get(fl);

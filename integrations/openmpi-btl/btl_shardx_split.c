@@ -406,10 +406,7 @@ void mca_btl_shardx_split_asked(mca_btl_shardx_module_t *m, uint64_t peer_id, co
     struct mca_btl_shardx_split_ask ask;
 
     if (len != sizeof(ask)) {
-        opal_output_verbose(5, c->output,
-                            "btl shardx: shared gets: a request of %zu bytes, not %zu: %s", len,
-                            sizeof(ask), SPLIT_NO_HELP);
-        SHARDX_COUNT(m, n_cma_help_refused);
+        help_refused(m, "a request of the wrong length", EMSGSIZE);
         return;
     }
     memcpy(&ask, data, sizeof(ask));
