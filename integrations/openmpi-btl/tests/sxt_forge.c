@@ -33,6 +33,7 @@
 #include "btl_shardx_split.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +49,20 @@ typedef int (*sxt_send_fn)(sx_peer_h, uint8_t, const struct iovec *, int, sx_com
  * ask for the library already loaded by its name. */
 static sxt_send_fn sxt_real_send(void)
 {
-    static sxt_send_fn real;
+    /* Any thread may send first; each finds the same function. */
+    static _Atomic(sxt_send_fn) real;
+    sxt_send_fn fn = atomic_load_explicit(&real, memory_order_relaxed);
 
-    if (real == NULL) {
+    if (fn == NULL) {
         void *lib = dlopen("libshardx.so.0", RTLD_LAZY | RTLD_NOLOAD);
-        real = lib != NULL ? (sxt_send_fn)dlsym(lib, "sx_send") : NULL;
-        if (real == NULL) {
+        fn = lib != NULL ? (sxt_send_fn)dlsym(lib, "sx_send") : NULL;
+        if (fn == NULL) {
             fprintf(stderr, "sxt_forge: libshardx's sx_send not found: %s\n", dlerror());
             abort();
         }
+        atomic_store_explicit(&real, fn, memory_order_relaxed);
     }
-    return real;
+    return fn;
 }
 
 /* Mangles @p ask as @p how says; returns the length to send, or 0 for an
