@@ -79,16 +79,19 @@ if [[ -n $(q 'select(.bench == "mt") | .bench') ]]; then
 fi
 
 if [[ -n $(q 'select(.bench == "latency") | .bench') ]]; then
-    echo "**latency** (ping-pong half round trip, µs, median and p99; raw-UDP floor in the same run):"
+    echo "**latency** (ping-pong half round trip, µs, median and p99; raw-UDP floor in the same run, and the floor reading each sender's address as the source check does):"
     echo
-    echo "| size (B) | shardx median | shardx p99 | UDP floor median | ratio to floor |"
-    echo "|---|---|---|---|---|"
-    q 'select(.bench == "latency") | [.size, .half_rtt_us, .p99_us, (.ratio_to_floor // null)] | @tsv' |
-        while IFS=$'\t' read -r size med p99 ratio; do
+    echo "| size (B) | shardx median | shardx p99 | UDP floor median | ratio to floor | floor with source check | ratio to it |"
+    echo "|---|---|---|---|---|---|---|"
+    q 'select(.bench == "latency") | [.size, .half_rtt_us, .p99_us, (.ratio_to_floor // null), (.ratio_to_src_floor // null)] | @tsv' |
+        while IFS=$'\t' read -r size med p99 ratio src_ratio; do
             floor=$(q "select(.bench == \"floor\" and .size == $size) | .half_rtt_us" | head -n 1)
-            printf '| %s | %.2f | %.2f | %s | %s |\n' "$size" "$med" "$p99" \
+            src=$(q "select(.bench == \"floor_src\" and .size == $size) | .half_rtt_us" | head -n 1)
+            printf '| %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$size" "$med" "$p99" \
                 "$([[ -n $floor ]] && printf %.2f "$floor" || echo -)" \
-                "$([[ -n $ratio ]] && printf %.2f "$ratio" || echo -)"
+                "$([[ -n $ratio ]] && printf %.2f "$ratio" || echo -)" \
+                "$([[ -n $src ]] && printf %.2f "$src" || echo -)" \
+                "$([[ -n $src_ratio ]] && printf %.2f "$src_ratio" || echo -)"
         done
     echo
 fi

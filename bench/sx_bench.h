@@ -20,6 +20,7 @@
 #ifndef SX_BENCH_H
 #define SX_BENCH_H
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -228,7 +229,8 @@ uint64_t sxb_latency_iters(const sxb_opts_t *opts, size_t size);
 
 typedef struct sxb_udp {
     int fd;
-    uint8_t *buf; /* SXB_UDP_MAX bytes */
+    uint8_t *buf;            /* SXB_UDP_MAX bytes */
+    struct sockaddr_in peer; /* what the socket is connected to */
 } sxb_udp_t;
 
 /* Opens a nonblocking socket on 127.0.0.1 and connects it to the other
@@ -236,8 +238,12 @@ typedef struct sxb_udp {
 int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u);
 void sxb_udp_close(sxb_udp_t *u);
 
-/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). */
-int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t warmup,
+/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). With
+ * @p src, every read also asks the kernel for the sender's address and
+ * compares it with the peer's (recvfrom(2) with an address, as a
+ * transport that checks sources reads), where the plain floor reads with
+ * recv(2). */
+int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool src, uint64_t warmup,
                      uint64_t iters, uint64_t *rtt_ns);
 
 /* One-way stream of @p count datagrams of @p size bytes, rank 0 to rank 1,

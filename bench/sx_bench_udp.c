@@ -77,6 +77,7 @@ int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
      * filtered by the kernel. */
     a.sin_port = peer_port;
     a.sin_addr = peer_ip;
+    u->peer = a;
     if (connect(u->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         sxb_fail("raw UDP connect: %s", strerror(errno));
         sxb_udp_close(u);
@@ -114,14 +115,26 @@ SXB_LOOP static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
     }
 }
 
-/* Busy-polls for one datagram; returns its length or -1. */
-SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u)
+/* Busy-polls for one datagram; returns its length or -1. With @p src it
+ * reads the sender's address too and checks it (sxb_udp_pingpong). */
+SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool src)
 {
     uint64_t deadline = 0;
     unsigned spins = 0;
 
     for (;;) {
-        ssize_t n = recv(u->fd, u->buf, SXB_UDP_MAX, 0);
+        struct sockaddr_in from;
+        socklen_t from_len = sizeof(from);
+        ssize_t n =
+            src ? recvfrom(u->fd, u->buf, SXB_UDP_MAX, 0, (struct sockaddr *)&from, &from_len)
+                : recv(u->fd, u->buf, SXB_UDP_MAX, 0);
+        if (n >= 0 && src &&
+            (from_len != sizeof(from) || from.sin_family != AF_INET ||
+             from.sin_addr.s_addr != u->peer.sin_addr.s_addr ||
+             from.sin_port != u->peer.sin_port)) {
+            sxb_fail("raw UDP datagram from an address not the other rank's");
+            return -1;
+        }
         if (n >= 0)
             return n;
         if (errno != EAGAIN && errno != EINTR) {
@@ -139,8 +152,8 @@ SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u)
     }
 }
 
-SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t warmup,
-                              uint64_t iters, uint64_t *rtt_ns)
+SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool src,
+                              uint64_t warmup, uint64_t iters, uint64_t *rtt_ns)
 {
     if (size > SXB_UDP_MAX)
         return sxb_fail("raw UDP ping-pong of %zu bytes: above %u", size, SXB_UDP_MAX);
@@ -151,7 +164,7 @@ SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, u
             uint64_t t0 = sxb_now_ns();
             if (sxb_udp_send(ctl, u, size) != 0)
                 return -1;
-            ssize_t n = sxb_udp_recv(ctl, u);
+            ssize_t n = sxb_udp_recv(ctl, u, src);
             uint64_t t1 = sxb_now_ns();
             if (n < 0)
                 return -1;
@@ -160,7 +173,7 @@ SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, u
             if (i >= warmup)
                 rtt_ns[i - warmup] = t1 - t0;
         } else {
-            ssize_t n = sxb_udp_recv(ctl, u);
+            ssize_t n = sxb_udp_recv(ctl, u, src);
             if (n < 0 || sxb_udp_send(ctl, u, (size_t)n) != 0)
                 return -1;
         }
@@ -278,7 +291,7 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             sxb_fail("out of memory");
             goto out;
         }
-        if (sxb_udp_pingpong(ctl, &u, sizes[s], iters / 10 + 10, iters, rtt) != 0) {
+        if (sxb_udp_pingpong(ctl, &u, sizes[s], false, iters / 10 + 10, iters, rtt) != 0) {
             free(rtt);
             goto out;
         }
