@@ -318,21 +318,75 @@ void sx_chan_land_sent_locked(sx_chan_t *c, const sx_op_t *op)
         chan_land_follow(c, op);
 }
 
-void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
+/* Finds our PUT or GET that @p op_id answers, and the one before it in
+ * rmaq (*prev_p), or NULL. */
+static sx_op_t *chan_rma_answered(const sx_chan_t *c, uint32_t op_id, sx_op_t **prev_p)
 {
     sx_op_t *prev = NULL, *op = c->rmaq;
 
-    while (op != NULL && op->op_id != f->resp.op_id) {
+    while (op != NULL && op->op_id != op_id) {
         prev = op;
         op = op->next;
     }
+    *prev_p = prev;
+    return op;
+}
+
+/*
+ * Before a PUT completes, nothing may point into its memory any more
+ * (chan_zero_copy, chan_tx.c). The target answers after it took every
+ * chunk in order, so the packet with the answer acknowledges them all;
+ * but that ACK may be held (sx_chan_ack_hold_locked) while the frames are
+ * handed up, and a chunk RACK marked lost before it (a reordering path)
+ * sits in c->rtx, which the flush at the end of the pass would resend from
+ * memory the completion handed back. So the held ACK is taken first. A
+ * peer whose answer comes before the ACK of the data it answers (faulty,
+ * or forging) gets the packets still out copied out of that memory
+ * (resp_early): they go on until acknowledged, from their own bytes.
+ * Returns false when taking the ACK failed the channel, which completed
+ * the PUT.
+ */
+static bool chan_put_let_go(sx_chan_t *c, sx_op_t *op)
+{
+    if (c->shard->ack_held_chan == c) {
+        (void)sx_chan_ack_release_locked(c->shard);
+        if (c->failed)
+            return false;
+    }
+    if (!sx_u32_before(op->last_seq, c->snd_una)) {
+        sx_stat_add(&c->shard->stats.resp_early, 1);
+        uint32_t mask = sx_chan_window(c) - 1;
+        for (uint32_t s = c->snd_una; s != op->last_seq + 1; s++) {
+            sx_txpkt_t *pkt = c->win[s & mask];
+            if (pkt != NULL && pkt->ext != NULL && pkt->pin == NULL)
+                sx_chan_pkt_materialize_locked(c, pkt);
+        }
+    }
+    return true;
+}
+
+/* The statuses a target answers with (sx_chan_recv_put_locked,
+ * sx_chan_recv_get_locked, sx_mem_check_rcu); anything else from the wire
+ * is the peer's fault, not a cause to pass on to the caller. */
+static int chan_resp_status(sx_chan_t *c, int32_t st)
+{
+    if (st == SX_ERR_ACCESS || st == SX_ERR_OUT_OF_RANGE)
+        return st;
+    sx_stat_add(&c->shard->stats.resp_bad_status, 1);
+    return SX_ERR_PROTO;
+}
+
+void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
+{
+    sx_op_t *prev, *op = chan_rma_answered(c, f->resp.op_id, &prev);
+
     if (op == NULL) {
         sx_chan_drop_frame_locked(c, SX_DROP_FRAME); /* answers nothing we asked */
         return;
     }
     if (f->resp.status != SX_OK) {
         if (op->status == SX_OK)
-            op->status = f->resp.status < 0 ? f->resp.status : SX_ERR_IO;
+            op->status = chan_resp_status(c, f->resp.status);
     } else if (op->kind == SX_OP_GET && f->len > 0) {
         if (f->resp.offset != op->got || f->len > op->len - op->got) {
             sx_chan_drop_frame_locked(c, SX_DROP_FRAME);
@@ -349,6 +403,13 @@ void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     chan_land_follow(c, op);
     if (!(f->flags & SX_FRAMEF_LAST))
         return;
+    if (op->kind == SX_OP_PUT) {
+        if (!chan_put_let_go(c, op))
+            return;
+        op = chan_rma_answered(c, f->resp.op_id, &prev); /* taking the ACK ran callbacks */
+        if (op == NULL)
+            return;
+    }
     if (prev != NULL)
         prev->next = op->next;
     else

@@ -352,8 +352,10 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
  * returns, caps.sync_send). The operation holds that memory until it
  * completes: a message when the cumulative ACK passes its last packet
  * (chan_retransmit.c), a PUT when the target answers, after it took every
- * chunk in order, so every packet that points into it is acknowledged
- * and will not be sent again; a channel that fails sends nothing more.
+ * chunk in order: the answer's packet acknowledges them, and what is
+ * still out when it completes (that ACK held, or a peer that answers
+ * before it acknowledges) is copied out first (chan_put_let_go,
+ * chan_rma.c); a channel that fails sends nothing more.
  * Retransmissions read the same memory. Small frames are still copied,
  * so that many share a datagram. A GET's answer is sent from its region
  * the same way, under a pin, since the region may be deregistered before

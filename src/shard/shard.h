@@ -85,6 +85,8 @@ struct sx_shard_guest {
     X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)")       \
     X(rtx_unneeded, "duplicates the peer reported (D-SACK): RACK's reordering allowance widens") \
     X(ack_unsent, "ACKs for data never sent, ignored without moving any state")                  \
+    X(resp_early, "PUT answers ahead of the ACK of its data, whose packets were then copied")    \
+    X(resp_bad_status, "RMA answers with a status no target sends, completed SX_ERR_PROTO")      \
     X(window_stalls, "flushes stopped by a full window or byte budget")                          \
     X(data_bytes, "bytes of data packets sent for the first time")                               \
     X(rtx_bytes, "bytes of data packets sent again")                                             \

@@ -191,6 +191,8 @@ enum {
     C_OOO,
     C_DATA_SENT,
     C_ACK_UNSENT,
+    C_RESP_EARLY,
+    C_RESP_BAD_STATUS,
     C_RX,
     C_N
 };
@@ -202,9 +204,9 @@ typedef struct snap {
 static const char *counter_name(unsigned i)
 {
     static char names[SX_DROP_COUNT][40];
-    static const char *const extra[] = {"am_delivered",    "am_no_handler", "chan_failures",
-                                        "rx_out_of_order", "data_sent",     "ack_unsent",
-                                        "rx_packets"};
+    static const char *const extra[] = {"am_delivered",    "am_no_handler",   "chan_failures",
+                                        "rx_out_of_order", "data_sent",       "ack_unsent",
+                                        "resp_early",      "resp_bad_status", "rx_packets"};
     if (i >= SX_DROP_COUNT)
         return extra[i - SX_DROP_COUNT];
     snprintf(names[i], sizeof(names[i]), "drop_%s", sx_drop_reason_name((sx_drop_reason_t)i));
@@ -348,15 +350,23 @@ static void send_raw(const void *data, size_t len)
     send_bytes(buf, len + SX_AUTH_TAG_LEN);
 }
 
-/* Seals @p p with sequence number @p seq, sends it, and checks that only
- * the counters in @p moved moved. */
-static void send_at(pkt_t *p, uint32_t seq, const unsigned *moved)
+/* Seals @p p with sequence number @p seq and, unless @p ack is NULL,
+ * that cumulative ACK instead of one for all B sent; sends it, and checks
+ * that only the counters in @p moved moved. */
+static void send_at_ack(pkt_t *p, uint32_t seq, const uint32_t *ack, const unsigned *moved)
 {
     snap_t before = take_snap();
     sx_wire_hdr_t h = pkt_hdr(p, seq);
+    if (ack != NULL)
+        h.ack = *ack;
     pkt_seal(p, &h);
     send_raw(p->buf, p->len);
     expect(&before, 1, moved);
+}
+
+static void send_at(pkt_t *p, uint32_t seq, const unsigned *moved)
+{
+    send_at_ack(p, seq, NULL, moved);
 }
 
 /* The same, as the packet B expects next. */
@@ -683,6 +693,111 @@ static void test_rma_gets_and_responses(void **state)
     assert_int_equal(sx_mem_deregister(fx.b, ro_mem), SX_OK);
 }
 
+/* B's own PUT and GET to A, which A never answers (the test does not
+ * progress it): the forger answers them instead. */
+typedef struct rma_done {
+    unsigned calls;
+    int status;
+    void *free_me; /* freed by the completion, as a caller may */
+} rma_done_t;
+
+static void on_rma_done(void *arg, int status)
+{
+    rma_done_t *d = arg;
+    d->calls++;
+    d->status = status;
+    free(d->free_me);
+    d->free_me = NULL;
+}
+
+/* Progresses B until @p name has grown past @p than. */
+static void b_until_above(const char *name, uint64_t than)
+{
+    uint64_t start = sx_time_ns(), v = 0;
+    for (;;) {
+        assert_int_equal(sx_stats_value(fx.b, name, &v), SX_OK);
+        if (v > than)
+            return;
+        sx_progress(fx.b);
+        if (sx_time_ns() - start > LIMIT_NS)
+            fail_msg("B's %s did not move within 10 s", name);
+    }
+}
+
+static uint64_t b_stat(const char *name)
+{
+    uint64_t v = 0;
+    assert_int_equal(sx_stats_value(fx.b, name, &v), SX_OK);
+    return v;
+}
+
+/* Answers B's operation @p op_id (chan.c numbers a channel's PUTs and GETs
+ * from 0) with @p status in the next packet, acknowledging @p ack (NULL:
+ * everything B sent). */
+static void answer(uint32_t op_id, int32_t status, const uint32_t *ack, const unsigned *moved)
+{
+    pkt_t p;
+    pkt_begin(&p);
+    sx_wire_frame_t f = {.kind = SX_FRAME_RMA_RESP,
+                         .flags = SX_FRAMEF_LAST,
+                         .resp = {.op_id = op_id, .status = status}};
+    p.len += sx_wire_write_frame(p.buf + p.len, &f);
+    send_at_ack(&p, fx.next_seq++, ack, moved);
+}
+
+/*
+ * A PUT completes when the target answers, and its memory is the caller's
+ * again; a PUT of 1 KiB or more is sent from that memory (zero copy). An
+ * answer before the ACK of the PUT's data (a faulty or forging peer; the
+ * same order inside B when the ACK of the answer's packet is held while
+ * its frames are handed up) must not leave packets pointing into memory
+ * the completion handed back: they are copied out first (resp_early),
+ * and the retransmission that follows sends the copy. The completion
+ * frees the buffer, so under ASan a retransmission from it fails the
+ * test. Then answers with statuses no target sends complete SX_ERR_PROTO
+ * (resp_bad_status), not with what the wire said.
+ */
+static void test_rma_answers_from_the_wire(void **state)
+{
+    (void)state;
+    const size_t len = 4096;
+    uint8_t *src = malloc(len);
+    assert_non_null(src);
+    for (size_t i = 0; i < len; i++)
+        src[i] = pattern(i);
+    rma_done_t put_done = {.free_me = src};
+    uint64_t sent = b_stat("data_sent"), copied = b_stat("copy_tx_bytes");
+    assert_int_equal(sx_put(fx.b_to_a, src, len, 0x10000, 7, on_rma_done, &put_done),
+                     SX_INPROGRESS);
+    b_until_above("data_sent", sent);
+    /* The answer acknowledges everything but the PUT's packet. */
+    uint32_t ack = B_SEQ + (uint32_t)b_stat("data_sent") - 1;
+    uint64_t rtx = b_stat("rtx_bytes");
+    answer(0, SX_OK, &ack, (const unsigned[]){C_RESP_EARLY, 1, C_N});
+    assert_int_equal(put_done.calls, 1);
+    assert_int_equal(put_done.status, SX_OK);
+    assert_true(b_stat("copy_tx_bytes") - copied >= len); /* copied, not pointed at */
+    b_until_above("rtx_bytes", rtx); /* resent after its timeout, from the copy */
+    assert_int_equal(put_done.calls, 1);
+
+    /* GETs answered with statuses from the wire. */
+    uint8_t dst[16];
+    rma_done_t get_done[3] = {{0}};
+    const int32_t wire[3] = {-123456, SX_ERR_AGAIN, SX_ERR_ACCESS};
+    const int want[3] = {SX_ERR_PROTO, SX_ERR_PROTO, SX_ERR_ACCESS};
+    for (uint32_t i = 0; i < 3; i++) {
+        sent = b_stat("data_sent");
+        assert_int_equal(sx_get(fx.b_to_a, dst, sizeof(dst), 0x10000, 7, on_rma_done, &get_done[i]),
+                         SX_INPROGRESS);
+        b_until_above("data_sent", sent);
+        const unsigned bad[] = {C_RESP_BAD_STATUS, 1, C_N};
+        answer(1 + i, wire[i], NULL, want[i] == SX_ERR_PROTO ? bad : NONE);
+        assert_int_equal(get_done[i].calls, 1);
+        assert_int_equal(get_done[i].status, want[i]);
+    }
+    assert_int_equal(counter(C_CHAN_FAILURES), 0);
+}
+
 static void test_sequence_numbers(void **state)
 {
     (void)state;
@@ -934,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_bad_chunks),
         cmocka_unit_test(test_rma_puts),
         cmocka_unit_test(test_rma_gets_and_responses),
+        cmocka_unit_test(test_rma_answers_from_the_wire),
         cmocka_unit_test(test_sequence_numbers),
         cmocka_unit_test(test_fragments),
         cmocka_unit_test(test_authentication),
