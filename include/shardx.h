@@ -361,9 +361,10 @@ SX_API int sx_progress(sx_engine_h engine);
  * gets work instead of handing its core to whoever is runnable, and a
  * CPU-bound neighbour no longer holds it for the rest of its time slice.
  * With SX_YIELD=auto it waits only while the machine shows more threads
- * calling in than CPUs or more runnable tasks than online CPUs (otherwise
- * the runtime's yield costs nothing, and a wait would add a wake-up to
- * every message); "always" waits regardless, "never" never. Only for a
+ * calling in than CPUs or more runnable tasks than online CPUs that have
+ * waited for one (/proc/pressure/cpu); otherwise the runtime's yield
+ * costs nothing, and a wait would add a wake-up to every message.
+ * "always" waits regardless, "never" never. Only for a
  * caller that has nothing else to poll: the wait does not end for
  * anything but the engine's own traffic. Any thread, at any time; off at
  * creation.

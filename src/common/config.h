@@ -158,7 +158,8 @@
       "each further empty call (wait up to 500 us on its home shard's sockets; sched_yield "   \
       "when another thread holds that shard). auto: only while the process or machine is "     \
       "oversubscribed (OMPI_MCA_mpi_yield_when_idle set by mpirun, more calling threads than " \
-      "the cpuset's CPUs, or more runnable tasks than online CPUs); always; never: spin.")     \
+      "the cpuset's CPUs, or more runnable tasks than online CPUs while tasks waited for a "   \
+      "CPU a tenth of the time, by /proc/pressure/cpu); always; never: spin.")                 \
     X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                          \
       "How long an idle progress thread polls before it sleeps; a sleep and wake-up "          \
       "costs tens of microseconds on a VM.")                                                   \

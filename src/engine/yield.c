@@ -63,6 +63,14 @@ static bool sx_yield_truthy(const char *v)
 
 void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus)
 {
+    sx_yield_init_at(y, mode, cpus, "/proc/loadavg", "/proc/pressure/cpu");
+}
+
+static uint64_t sx_yield_stall_us(const sx_yield_t *y, bool *ok);
+
+void sx_yield_init_at(sx_yield_t *y, int mode, unsigned cpus, const char *loadavg,
+                      const char *pressure)
+{
     memset(y, 0, sizeof(*y));
     y->mode = mode;
     y->cpus = cpus ? cpus : 1;
@@ -72,11 +80,27 @@ void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus)
      * node has slots (Open MPI's rmaps; also settable by the user). */
     y->hint = sx_yield_truthy(getenv("OMPI_MCA_mpi_yield_when_idle"));
     y->loadavg_fd = -1;
+    y->pressure_fd = -1;
+    atomic_init(&y->stall_us, 0);
+    atomic_init(&y->stall_ns, 0);
     if (mode == SX_YIELD_AUTO) {
-        y->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        y->loadavg_fd = loadavg != NULL ? open(loadavg, O_RDONLY | O_CLOEXEC) : -1;
         if (y->loadavg_fd < 0)
-            sx_debug("yield", "/proc/loadavg: %s; oversubscription judged from the cpuset alone",
-                     strerror(errno));
+            sx_debug("yield", "%s: %s; oversubscription judged from the cpuset alone",
+                     loadavg != NULL ? loadavg : "the load average", strerror(errno));
+        y->pressure_fd = pressure != NULL ? open(pressure, O_RDONLY | O_CLOEXEC) : -1;
+        bool ok = false;
+        uint64_t stall = y->pressure_fd >= 0 ? sx_yield_stall_us(y, &ok) : 0;
+        if (!ok) {
+            sx_debug("yield", "%s: %s; the runnable count decides alone",
+                     pressure != NULL ? pressure : "CPU pressure",
+                     y->pressure_fd < 0 ? strerror(errno) : "no \"some ... total=\" line");
+            if (y->pressure_fd >= 0)
+                close(y->pressure_fd);
+            y->pressure_fd = -1;
+        }
+        atomic_store_explicit(&y->stall_us, stall, memory_order_relaxed);
+        atomic_store_explicit(&y->stall_ns, sx_time_ns(), memory_order_relaxed);
     }
     atomic_init(&y->over, false);
     atomic_init(&y->caller_yields, false);
@@ -89,6 +113,9 @@ void sx_yield_fini(sx_yield_t *y)
     if (y->loadavg_fd >= 0)
         close(y->loadavg_fd);
     y->loadavg_fd = -1;
+    if (y->pressure_fd >= 0)
+        close(y->pressure_fd);
+    y->pressure_fd = -1;
 }
 
 /* Runnable tasks on the machine now: the fourth field of /proc/loadavg is
@@ -116,10 +143,76 @@ static unsigned sx_yield_runnable(const sx_yield_t *y)
     return (end != p && *end == '/') ? (unsigned)running : 0;
 }
 
-/* What the machine shows, re-measured by one thread at most every
- * SX_YIELD_CHECK_NS: more callers spinning than the cpuset has CPUs, or
- * more runnable tasks than online CPUs. The launcher's hint is not part
- * of it (sx_yield_after adds it where it applies). */
+/* The first line of /proc/pressure/cpu is "some avg10=A avg60=B
+ * avg300=C total=N", N the microseconds during which some runnable task
+ * waited for a CPU since boot (Documentation/accounting/psi.rst). *ok
+ * says whether that line was there. */
+static uint64_t sx_yield_stall_us(const sx_yield_t *y, bool *ok)
+{
+    char buf[256];
+
+    *ok = false;
+    ssize_t n = pread(y->pressure_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *eol = strchr(buf, '\n');
+    if (eol != NULL)
+        *eol = '\0';
+    const char *p = strstr(buf, " total=");
+    if (strncmp(buf, "some ", 5) != 0 || p == NULL)
+        return 0;
+    p += strlen(" total=");
+    char *end;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p)
+        return 0;
+    *ok = true;
+    return (uint64_t)v;
+}
+
+/* Whether runnable tasks waited for a CPU for SX_YIELD_PRESSURE_PERMILLE
+ * of the time since the last look; true where that cannot be told (the
+ * runnable count then decides alone, as without PSI). */
+static bool sx_yield_stalled(sx_yield_t *y, uint64_t now_ns)
+{
+    bool ok;
+
+    if (y->pressure_fd < 0)
+        return true;
+    uint64_t stall = sx_yield_stall_us(y, &ok);
+    if (!ok)
+        return true;
+    uint64_t prev = atomic_exchange_explicit(&y->stall_us, stall, memory_order_relaxed);
+    uint64_t prev_ns = atomic_exchange_explicit(&y->stall_ns, now_ns, memory_order_relaxed);
+    if (now_ns <= prev_ns || stall < prev)
+        return true;
+    /* microseconds stalled * 1000 (ns) * 1000 (permille) against ns */
+    return (stall - prev) * 1000000u >= (uint64_t)SX_YIELD_PRESSURE_PERMILLE * (now_ns - prev_ns);
+}
+
+bool sx_yield_verdict(sx_yield_t *y, uint64_t now_ns)
+{
+    unsigned callers = 0;
+    for (unsigned i = 0; i < SX_YIELD_CALLERS; i++) {
+        uint64_t seen = atomic_load_explicit(&y->seen_ns[i], memory_order_relaxed);
+        /* seen is a coarse clock's (it may be a tick ahead of now_ns) */
+        if (seen != 0 && (int64_t)(now_ns - seen) < (int64_t)SX_YIELD_CALLER_NS)
+            callers++;
+    }
+    /* Read the pressure at every verdict, so that the next one's interval
+     * starts here even when this one needs no pressure. */
+    bool stalled = sx_yield_stalled(y, now_ns);
+    bool over = callers > y->cpus || (sx_yield_runnable(y) > y->online && stalled);
+    if (over || y->hint)
+        atomic_fetch_add_explicit(&y->over_checks, 1, memory_order_relaxed);
+    atomic_store_explicit(&y->over, over, memory_order_relaxed);
+    return over;
+}
+
+/* What the machine shows (sx_yield_verdict), re-measured by one thread at
+ * most every SX_YIELD_CHECK_NS. The launcher's hint is not part of it
+ * (sx_yield_after adds it where it applies). */
 static bool sx_yield_measured(sx_yield_t *y, uint64_t now)
 {
     uint64_t last = atomic_load_explicit(&y->checked_ns, memory_order_relaxed);
@@ -127,17 +220,7 @@ static bool sx_yield_measured(sx_yield_t *y, uint64_t now)
         !atomic_compare_exchange_strong_explicit(&y->checked_ns, &last, now, memory_order_relaxed,
                                                  memory_order_relaxed))
         return atomic_load_explicit(&y->over, memory_order_relaxed);
-    unsigned callers = 0;
-    for (unsigned i = 0; i < SX_YIELD_CALLERS; i++) {
-        uint64_t seen = atomic_load_explicit(&y->seen_ns[i], memory_order_relaxed);
-        if (seen != 0 && now - seen < SX_YIELD_CALLER_NS)
-            callers++;
-    }
-    bool over = callers > y->cpus || sx_yield_runnable(y) > y->online;
-    if (over || y->hint)
-        atomic_fetch_add_explicit(&y->over_checks, 1, memory_order_relaxed);
-    atomic_store_explicit(&y->over, over, memory_order_relaxed);
-    return over;
+    return sx_yield_verdict(y, sx_time_ns());
 }
 
 /*

@@ -25,7 +25,8 @@
  *           oversubscribed: the launcher said so (OMPI_MCA_mpi_yield_when_idle,
  *           which mpirun sets when it places more ranks than slots), more
  *           threads call in than the engine's cpuset has CPUs, or more tasks
- *           are runnable than the machine has online CPUs (/proc/loadavg).
+ *           are runnable than the machine has online CPUs (/proc/loadavg)
+ *           and have been waiting for one (/proc/pressure/cpu, below).
  *
  * The anchors: Open MPI's mpi_yield_when_idle, UPC++'s UPCXX_OVERSUBSCRIBED
  * (yield after N empty polls) and LLVM OpenMP's KMP_USE_YIELD=2 (yield only
@@ -35,10 +36,26 @@
  *
  * The verdict is re-made at most every SX_YIELD_CHECK_NS, by one spinning
  * thread (a compare-and-swap on the check time): a pread of /proc/loadavg
- * and a count of recent callers, a few microseconds spent by a thread
- * that had nothing to do. A caller that finds work pays one thread-local
- * store; non-oversubscribed callers in auto mode one relaxed load per
- * empty call past the spin.
+ * and of /proc/pressure/cpu and a count of recent callers, a few
+ * microseconds spent by a thread that had nothing to do. A caller that
+ * finds work pays one thread-local store; non-oversubscribed callers in
+ * auto mode one relaxed load per empty call past the spin.
+ *
+ * Why the pressure too. /proc/loadavg's runnable count is a snapshot, and
+ * a machine whose every core spins counts any task that wakes for a moment
+ * (a kernel thread, a monitoring agent) as one too many: two ranks of
+ * sx_bench latency on two cores found "oversubscribed" in 7 checks a run
+ * (about 3 % of snapshots showed a third runnable task), each a verdict for
+ * SX_YIELD_CHECK_NS, and waited 430-840 times, which made the ping-pong's
+ * p99 11-30 us against 3.8 with SX_YIELD=never (docs/tuning.md,
+ * "Oversubscription"). Pressure stall information (Linux 4.20,
+ * Documentation/accounting/psi.rst) counts the time that some runnable
+ * task actually waited for a CPU; its "some" total over 10 ms windows was
+ * under 1 % of the time for most of those runs and 64-100 % beside one or
+ * two busy loops. So a snapshot that shows too many tasks counts
+ * only while they have waited SX_YIELD_PRESSURE_PERMILLE of the interval;
+ * without the file (CONFIG_PSI off, psi=0) the snapshot decides alone, as
+ * before.
  */
 #ifndef SX_ENGINE_YIELD_H
 #define SX_ENGINE_YIELD_H
@@ -64,6 +81,9 @@ enum { SX_YIELD_AUTO = 0, SX_YIELD_ALWAYS = 1, SX_YIELD_NEVER = 2 };
 #define SX_YIELD_CALLER_NS (20ull * 1000000ull)
 /* Caller slots (a thread's slot is its arrival order modulo this). */
 #define SX_YIELD_CALLERS 64u
+/* The share of the interval since the last check, in thousandths, that
+ * some task must have waited for a CPU for the runnable count to count. */
+#define SX_YIELD_PRESSURE_PERMILLE 100u
 
 typedef struct sx_yield {
     int mode;        /* SX_YIELD_AUTO / ALWAYS / NEVER */
@@ -74,7 +94,11 @@ typedef struct sx_yield {
      * sx_progress returns 0 (Open MPI's opal_progress under
      * mpi_yield_when_idle). Any thread writes it, any reads it. */
     atomic_bool caller_yields;
-    int loadavg_fd; /* /proc/loadavg, or -1 */
+    int loadavg_fd;  /* /proc/loadavg, or -1 */
+    int pressure_fd; /* /proc/pressure/cpu, or -1 */
+    /* Its "some" total (us) at the last check, and when (ns); written by
+     * the thread that makes a check. */
+    atomic_uint_fast64_t stall_us, stall_ns;
     atomic_bool over;
     atomic_uint_fast64_t checked_ns;
     atomic_uint_fast64_t seen_ns[SX_YIELD_CALLERS]; /* a caller slot's last spin */
@@ -87,7 +111,22 @@ typedef struct sx_yield {
 /** Reads the launcher's hint and the machine's shape. @p cpus is the
  *  number of CPUs the engine may run on. */
 void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus);
+/** The same, reading the machine's load from @p loadavg and @p pressure
+ *  instead of /proc/loadavg and /proc/pressure/cpu (tests; NULL or a
+ *  path that cannot be opened: not available). */
+void sx_yield_init_at(sx_yield_t *y, int mode, unsigned cpus, const char *loadavg,
+                      const char *pressure);
 void sx_yield_fini(sx_yield_t *y);
+
+/**
+ * Makes the auto verdict now, at @p now_ns (sx_time_ns), and stores it:
+ * true while more callers spin than the cpuset has CPUs, or more tasks
+ * are runnable than online CPUs and have waited for a CPU for at least
+ * SX_YIELD_PRESSURE_PERMILLE of the time since the last verdict. The
+ * launcher's hint is not part of it. One thread at a time (sx_yield_after
+ * elects it); tests call it directly.
+ */
+bool sx_yield_verdict(sx_yield_t *y, uint64_t now_ns);
 
 /* What a caller that found nothing does now (sx_yield_after). */
 typedef enum sx_yield_action {
