@@ -76,12 +76,51 @@ static int chan_refusal(const sx_chan_t *c, const sx_wire_frame_t *f)
     return SX_OK;
 }
 
+/* Whether frame @p f starts a message that chan_refusal judges (a frame
+ * that lies about its length is dropped instead). */
+static bool chan_judged(const sx_wire_frame_t *f)
+{
+    return f->kind == SX_FRAME_AM || (f->kind == SX_FRAME_AM_FIRST && f->len <= f->total);
+}
+
+/*
+ * Refusals waiting to be sent (refuse_queued) are bounded by what packets
+ * are taken, not by failing the channel: a conforming peer that sends a
+ * burst of small messages to a tag without a handler here (64 of them in
+ * each of its datagrams, SX_AGGREGATE) can reach any number before the
+ * first refusal leaves, and failing the channel for it made that peer
+ * unusable. So while refusals wait, a packet in order whose messages would
+ * take them past SX_REFUSE_QUEUED_MAX is not taken yet: dropped as
+ * SX_DROP_NO_BUFFER, unacknowledged, it comes again after the refusals
+ * left (they leave at the next flush, the window permitting). A packet
+ * is always taken when none wait, so refuse_queued stays below
+ * SX_REFUSE_QUEUED_MAX plus one datagram's frames (8 bytes each at
+ * least): at most 12,288 operation records. The check parses the packet
+ * only while refusals wait.
+ */
+#define SX_REFUSE_QUEUED_MAX 4096u
+
+static bool chan_refusals_fit(const sx_chan_t *c, const uint8_t *payload, size_t len)
+{
+    if (c->refuse_queued == 0)
+        return true;
+    unsigned n = 0;
+    size_t off = 0;
+    sx_wire_frame_t f;
+    while (sx_wire_next_frame(payload, len, &off, &f) == 1) {
+        if (chan_judged(&f) && chan_refusal(c, &f) != SX_OK)
+            n++;
+    }
+    return c->refuse_queued + n <= SX_REFUSE_QUEUED_MAX;
+}
+
 /*
  * Refuses the message whose first frame is frame @p idx of the peer's
  * packet @p seq, which is being taken in order now, before any ACK past
  * it went out: an AM_REFUSE goes back, and the cumulative ACK holds at
  * the oldest refused packet until every refusal is acknowledged, so the
- * sender learns of it before its message could complete (wire.h).
+ * sender learns of it before its message could complete (wire.h). Fails
+ * the channel only for want of memory; callers stop at c->failed.
  */
 static void chan_refuse(sx_chan_t *c, uint32_t seq, unsigned idx, const sx_wire_frame_t *f,
                         int status)
@@ -100,12 +139,6 @@ static void chan_refuse(sx_chan_t *c, uint32_t seq, unsigned idx, const sx_wire_
                         status == SX_ERR_TRUNCATED ? "larger than SX_MAX_MSG_SIZE here"
                                                    : "no handler registered for the tag",
                         sx_status_name(status));
-    if (c->refuse_queued >= SX_RMA_OUTSTANDING_MAX) {
-        sx_chan_fail_why_locked(c, SX_ERR_PROTO,
-                                "the peer sent more refused messages than this engine keeps "
-                                "refusals for (4096 unanswered)");
-        return;
-    }
     sx_op_t *op = calloc(1, sizeof(*op));
     if (op == NULL) {
         sx_chan_fail_why_locked(c, SX_ERR_NO_MEMORY, "no memory to refuse a message");
@@ -182,11 +215,13 @@ static void chan_scan_kept(sx_chan_t *c, uint32_t seq, uint8_t *buf, size_t len)
         uint8_t *fh = payload + at;
         uint16_t flags = (uint16_t)(fh[2] | fh[3] << 8) & (uint16_t)~SX_FRAMEF_REFUSED;
         int st = SX_OK;
-        if (f.kind == SX_FRAME_AM || (f.kind == SX_FRAME_AM_FIRST && f.len <= f.total))
+        if (chan_judged(&f))
             st = chan_refusal(c, &f);
         if (st != SX_OK) {
             flags |= SX_FRAMEF_REFUSED;
             chan_refuse(c, seq, idx, &f, st);
+            if (c->failed)
+                return; /* the failure freed the kept packet (chan_free_ooo) */
         }
         fh[2] = (uint8_t)flags;
         fh[3] = (uint8_t)(flags >> 8);
@@ -221,6 +256,8 @@ SX_HOT static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uin
     int r, st;
 
     while ((r = sx_wire_next_frame(payload, len, &off, &f)) == 1) {
+        if (c->failed)
+            break; /* a refusal found no memory: nothing more is taken */
         frames++;
         bool assembling = c->asm_buf != NULL || c->asm_drop;
         bool refused = scanned && (f.flags & SX_FRAMEF_REFUSED);
@@ -417,6 +454,30 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
     return SX_DROP_NONE;
 }
 
+/* Lets go of the kept packet in slot @p i, at rcv_nxt, before it was
+ * taken: its refusals would not fit (chan_refusals_fit), so it waits for
+ * its retransmission instead. */
+static void chan_unkeep(sx_chan_t *c, uint32_t i)
+{
+    free(c->ooo[i].buf);
+    c->ooo[i].buf = NULL;
+    c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
+    c->ooo_count--;
+    c->ooo_bytes -= c->ooo[i].len;
+    sx_stat_add(&c->shard->stats.drops[SX_DROP_NO_BUFFER], 1);
+    c->ack_now = true;
+}
+
+/* Whether the kept packet in slot @p i may be taken now; lets go of it
+ * when not. */
+static bool chan_kept_fits(sx_chan_t *c, uint32_t i)
+{
+    if (chan_refusals_fit(c, c->ooo[i].buf + SX_WIRE_HDR_LEN, c->ooo[i].len - SX_WIRE_HDR_LEN))
+        return true;
+    chan_unkeep(c, i);
+    return false;
+}
+
 /* The kept packet at rcv_nxt and every one in order after it join the
  * backlog: acknowledged, to be handed up later. */
 static void chan_absorb_kept(sx_chan_t *c)
@@ -424,7 +485,11 @@ static void chan_absorb_kept(sx_chan_t *c)
     while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
         uint32_t i = c->rcv_nxt & (sx_chan_window(c) - 1);
         uint32_t len = c->ooo[i].len;
+        if (!chan_kept_fits(c, i))
+            return;
         chan_scan_kept(c, c->rcv_nxt, c->ooo[i].buf, len);
+        if (c->failed)
+            return; /* the failure let go of every kept packet */
         c->ooo_count--;
         c->ooo_bytes -= len;
         c->backlog_bytes += len;
@@ -478,6 +543,8 @@ static void chan_deliver_kept(sx_chan_t *c)
 {
     while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
         uint32_t i = c->rcv_nxt & (sx_chan_window(c) - 1);
+        if (!chan_kept_fits(c, i))
+            return;
         uint8_t *buf = c->ooo[i].buf;
         uint32_t len = c->ooo[i].len;
         c->ooo[i].buf = NULL;
@@ -552,6 +619,10 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
             sx_shard_defer_backlog_locked(c->shard, c);
         else
             (void)sx_chan_deliver_backlog_locked(c);
+    } else if (h->seq == c->rcv_nxt &&
+               !chan_refusals_fit(c, data + SX_WIRE_HDR_LEN, h->payload_len)) {
+        sx_stat_add(&c->shard->stats.drops[SX_DROP_NO_BUFFER], 1);
+        c->ack_now = true; /* taken after its retransmission */
     } else if (h->seq == c->rcv_nxt) {
         c->rcv_nxt++;
         unsigned frames =

@@ -335,6 +335,115 @@ static void test_refusals(void **state)
     refusals_with("loss=0.1,seed=5");
 }
 
+/* A send of the flood below: how often it completed, and how. */
+typedef struct flood_op {
+    uint8_t calls;
+    int8_t status;
+} flood_op_t;
+
+static void on_flood_done(void *arg, int status)
+{
+    flood_op_t *op = arg;
+    op->calls++;
+    op->status = (int8_t)status;
+}
+
+/*
+ * A conforming sender's burst to a tag without a handler. A aggregates
+ * 8-byte messages, 64 to a datagram (SX_SEND_MORE), 63 of each 64 for tag
+ * 9, which B has no handler for, and one for tag 7 in sequence; between
+ * stretches of A alone (B's service keeps what arrives), both progress.
+ * Kept packets taken in order at once used to queue more than 4096
+ * refusals, and B failed the channel with SX_ERR_PROTO, inside the loop
+ * that scanned a kept packet the failure freed (ASan: heap-use-after-free
+ * in chan_scan_kept). Now a packet whose refusals would not fit waits for
+ * its retransmission: every send completes once, the refused ones with
+ * SX_ERR_NOT_FOUND, the others delivered once and in order, and no
+ * channel fails. Bare, and with loss and reordering (@p fault).
+ */
+static void refusal_flood_with(const char *fault)
+{
+    enum { ROUNDS = 1000, BATCH = 64, N = ROUNDS * BATCH };
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"FAULT", fault}};
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"}};
+    pair_t p;
+    p.a = am_engine(ka, fault != NULL ? 2 : 1);
+    p.b = am_engine(kb, 1);
+    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
+    p.a_to_b = am_connect(p.a, p.b, 2);
+    p.b_to_a = am_connect(p.b, p.a, 1);
+
+    flood_op_t *ops = calloc(N, sizeof(*ops));
+    uint8_t(*good)[8] = calloc(ROUNDS, sizeof(*good));
+    static uint8_t junk[8];
+    ctx_t rx = {0};
+    uint64_t completed = 0;
+    assert_non_null(ops);
+    assert_non_null(good);
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
+    const sx_send_params_t more = {.field_mask = SX_SEND_PARAM_FLAGS, .flags = SX_SEND_MORE};
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        for (unsigned i = 0; i < BATCH; i++) {
+            bool is_good = i == BATCH / 2;
+            if (is_good)
+                am_fill(good[r], sizeof(good[r]), r);
+            struct iovec iov = {is_good ? good[r] : junk, 8};
+            int rc = sx_send_ex(p.a_to_b, is_good ? 7 : 9, &iov, 1, i + 1 < BATCH ? &more : NULL,
+                                on_flood_done, &ops[r * BATCH + i]);
+            assert_int_equal(rc, SX_INPROGRESS);
+        }
+        sx_progress(p.a);
+        if (r % 250 == 249) {
+            for (int k = 0; k < 2000; k++) {
+                sx_progress(p.a);
+                sx_progress(p.b);
+            }
+        }
+    }
+    uint64_t start = sx_time_ns();
+    for (;;) {
+        completed = 0;
+        for (unsigned i = 0; i < N; i++)
+            completed += ops[i].calls;
+        if (completed >= N)
+            break;
+        for (int k = 0; k < 1000; k++) {
+            sx_progress(p.a);
+            sx_progress(p.b);
+        }
+        if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
+            fail_msg("%llu of %u sends completed", (unsigned long long)completed, (unsigned)N);
+    }
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, ROUNDS));
+    unsigned refused = 0;
+    for (unsigned i = 0; i < N; i++) {
+        int want = i % BATCH == BATCH / 2 ? SX_OK : SX_ERR_NOT_FOUND;
+        if (ops[i].calls != 1 || ops[i].status != want)
+            fail_msg("send %u: %u completions, status %s, expected %s", i, ops[i].calls,
+                     sx_status_name(ops[i].status), sx_status_name(want));
+        refused += want != SX_OK;
+    }
+    assert_int_equal(rx.rx.received, ROUNDS);
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(stat_of(p.a, "chan_failures") + stat_of(p.b, "chan_failures"), 0);
+    assert_int_equal(stat_of(p.b, "am_refused"), refused);
+    assert_int_equal(stat_of(p.a, "am_refused_by_peer"), refused);
+    print_message("[ refusal flood ] %s: %u refused; B took %llu packets later (drop_no_buffer)\n",
+                  fault != NULL ? fault : "no loss", refused,
+                  (unsigned long long)stat_of(p.b, "drop_no_buffer"));
+    free(ops);
+    free(good);
+    pair_free(&p);
+}
+
+static void test_refusal_flood(void **state)
+{
+    (void)state;
+    refusal_flood_with(NULL);
+    refusal_flood_with("loss=0.03,reorder=0.03,seed=5");
+}
+
 static void test_iovec_and_empty_iov(void **state)
 {
     (void)state;
@@ -1064,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_global_mode),
         cmocka_unit_test(test_maximum_size),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusal_flood),
         cmocka_unit_test(test_iovec_and_empty_iov),
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),
