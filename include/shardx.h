@@ -253,7 +253,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
  * Destroys the engine. No other thread may use the engine, or be inside a
  * call on it, once this is called; this is the one exception to the "any
  * thread, any time" rule. Operations still pending complete, on the
- * calling thread, with SX_ERR_SHUTDOWN before it returns; peers are not
+ * calling thread, with SX_ERR_SHUTDOWN before it returns; an operation
+ * their callbacks start then (sx_send, sx_sendi, sx_put, sx_get,
+ * sx_peer_add, sx_peer_remove) returns SX_ERR_SHUTDOWN. Peers are not
  * told (a peer with data for this engine sees it stop answering). To
  * leave no peer waiting, let every operation complete first (or pass an
  * sx_job_barrier after one's own sends completed).

@@ -28,6 +28,7 @@
 #include <shardx.h>
 
 #include "common/config.h"
+#include "common/log.h"
 #include "cpc/cpc.h"
 #include "engine/topo.h"
 #include "engine/yield.h"
@@ -137,6 +138,20 @@ static inline void sx_global_exit(struct sx_engine *e)
 {
     if (e->global_mode)
         sx_rlock_unlock(&e->global_lock);
+}
+
+/** Whether sx_engine_destroy has begun; says so in the log, for @p what,
+ *  when it has. Its callbacks (the operations it completes with
+ *  SX_ERR_SHUTDOWN) may still call in: what they start then fails with
+ *  SX_ERR_SHUTDOWN instead of racing the teardown (a send opened a new
+ *  channel nobody completed; a peer removed went from under the loop that
+ *  closed it). The destroying thread is the only one left, so relaxed. */
+static inline bool sx_engine_closing(struct sx_engine *e, const char *what)
+{
+    if (!atomic_load_explicit(&e->closing, memory_order_relaxed))
+        return false;
+    sx_error("engine", "%s refused: the engine is being destroyed", what);
+    return true;
 }
 
 /** Runs @p req on shard @p shard (token-or-delegate; in global mode under

@@ -23,8 +23,12 @@ static int peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t le
     unsigned noffers = 0;
     sx_card_tl_t tl;
 
-    if (e == NULL || peer_p == NULL)
+    if (e == NULL || peer_p == NULL) {
+        sx_error("peer", "sx_peer_add: %s", e == NULL ? "no engine" : "no place for the handle");
         return SX_ERR_INVALID_PARAM;
+    }
+    if (sx_engine_closing(e, "sx_peer_add"))
+        return SX_ERR_SHUTDOWN;
     int rc = sx_card_parse(e, card, len, &peer, offers, &noffers, &tl);
     if (rc != SX_OK)
         return rc;
@@ -107,8 +111,17 @@ static void sx_peer_close_run(void *owner, sx_inbox_req_t *req)
 
 static int peer_remove(sx_engine_h e, sx_peer_h peer)
 {
-    if (e == NULL || peer == NULL || peer->engine != e)
+    if (e == NULL || peer == NULL || peer->engine != e) {
+        sx_error("peer", "sx_peer_remove: %s",
+                 e == NULL      ? "no engine"
+                 : peer == NULL ? "no peer"
+                                : "a peer of another engine");
         return SX_ERR_INVALID_PARAM;
+    }
+    /* sx_engine_peers_fini walks the peers while their operations'
+     * callbacks run: none may go from under it. */
+    if (sx_engine_closing(e, "sx_peer_remove"))
+        return SX_ERR_SHUTDOWN;
 
     atomic_uint *pending = malloc(sizeof(*pending));
     sx_peer_close_req_t **reqs = calloc(e->nshards, sizeof(*reqs));

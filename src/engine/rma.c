@@ -26,8 +26,13 @@ static int mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, 
 
 static int mem_deregister(sx_engine_h e, sx_mem_h mem)
 {
-    if (e == NULL || mem == NULL || mem->owner != e)
+    if (e == NULL || mem == NULL || mem->owner != e) {
+        sx_error("rma", "sx_mem_deregister: %s",
+                 e == NULL     ? "no engine"
+                 : mem == NULL ? "no region"
+                               : "a region of another engine");
         return SX_ERR_INVALID_PARAM;
+    }
     int rc = sx_mem_table_remove(&e->mem, mem);
     if (rc != SX_OK)
         sx_error("rma", "sx_mem_deregister: region was not registered");
@@ -48,6 +53,8 @@ static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, u
         return SX_ERR_INVALID_PARAM;
     }
     struct sx_engine *e = peer->engine;
+    if (sx_engine_closing(e, kind == SX_OP_PUT ? "put" : "get"))
+        return SX_ERR_SHUTDOWN;
     if (len > e->env.conf.max_msg || raddr > UINT64_MAX - len) {
         sx_error("rma", "%s of %zu bytes at 0x%llx: larger than SX_MAX_MSG_SIZE or wraps",
                  kind == SX_OP_PUT ? "put" : "get", len, (unsigned long long)raddr);
@@ -55,7 +62,7 @@ static int sx_rma_start(sx_peer_h peer, uint8_t kind, void *local, size_t len, u
     }
     int failed = atomic_load(&peer->failed);
     if (failed != 0)
-        return failed;
+        return sx_peer_failed_status(peer, kind == SX_OP_PUT ? "put" : "get", failed);
     sx_op_t *op = sx_op_alloc();
     if (op == NULL)
         return SX_ERR_NO_MEMORY;

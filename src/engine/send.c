@@ -32,23 +32,27 @@ SX_HOT static int sx_send_check(sx_peer_h peer, const struct iovec *iov, int iov
                  SX_OP_IOV_MAX);
         return SX_ERR_INVALID_PARAM;
     }
+    struct sx_engine *e = peer->engine;
+    if (sx_engine_closing(e, "send"))
+        return SX_ERR_SHUTDOWN;
+    const uint64_t max = e->env.conf.max_msg;
     for (int i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len > 0 && iov[i].iov_base == NULL) {
             sx_error("send", "invalid send: iov[%d] has length %zu and no buffer", i,
                      iov[i].iov_len);
             return SX_ERR_INVALID_PARAM;
         }
+        /* Checked piece by piece: a sum could wrap past 2^64. */
+        if (iov[i].iov_len > max - len) {
+            sx_error("send", "message exceeds SX_MAX_MSG_SIZE (%llu) at iov[%d] (%zu bytes)",
+                     (unsigned long long)max, i, iov[i].iov_len);
+            return SX_ERR_INVALID_PARAM;
+        }
         len += iov[i].iov_len;
-    }
-    struct sx_engine *e = peer->engine;
-    if (len > e->env.conf.max_msg) {
-        sx_error("send", "message of %llu bytes exceeds SX_MAX_MSG_SIZE (%llu)",
-                 (unsigned long long)len, (unsigned long long)e->env.conf.max_msg);
-        return SX_ERR_INVALID_PARAM;
     }
     int failed = atomic_load(&peer->failed);
     if (failed != 0)
-        return failed;
+        return sx_peer_failed_status(peer, "send", failed);
     *len_p = len;
     return SX_OK;
 }

@@ -233,6 +233,13 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
         (void)sx_chan_ack_release_locked(c->shard);
     if (c->failed != 0)
         return;
+    /* The shard's batch may hold this channel's datagrams, staged outside
+     * a flush (window and path MTU probes from timers, a reset's
+     * challenge): they point at its packets and name it, and both go now
+     * (sx_peer_remove from another thread, between the staging and the
+     * post, wrote into the freed channel). Post them first, as a change
+     * of destination does. */
+    sx_shard_tx_post_locked(c->shard);
     c->failed = status;
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
     sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
@@ -249,14 +256,19 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
     struct sx_peer *peer = c->peer;
     atomic_compare_exchange_strong(&peer->failed, &expected, status);
     chan_fail_ops(c, status);
-    bool peer_fault = status == SX_ERR_PEER_UNREACHABLE || status == SX_ERR_PEER_RESTARTED ||
-                      status == SX_ERR_PATH_MTU;
+    /* Every failure but the caller's own (sx_peer_remove, sx_engine_destroy)
+     * poisons the peer (peer->failed above), so every one is reported,
+     * once per peer: a channel failed for a protocol violation or want of
+     * memory fails every later operation as surely as a dead peer does. */
+    bool peer_fault = status != SX_ERR_CANCELED && status != SX_ERR_SHUTDOWN;
     if (peer_fault && !atomic_exchange(&peer->error_reported, true)) {
         if (why != NULL)
             sx_warn("chan", "%s (%s)", why, sx_status_name(status));
-        else
+        else if (status == SX_ERR_PEER_UNREACHABLE)
             sx_warn("chan", "%s unreachable: no acknowledgement for %llu ms", peer->name,
                     (unsigned long long)(c->shard->env->conf.peer_timeout_ns / 1000000));
+        else
+            sx_warn("chan", "%s failed: %s", peer->name, sx_strerror(status));
         if (c->shard->serving) {
             sx_shard_defer_error_locked(c->shard, peer, status);
         } else {

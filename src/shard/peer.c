@@ -6,6 +6,7 @@
 
 #include <shardx.h>
 
+#include "common/log.h"
 #include "shard/chan.h"
 
 int sx_peer_table_init(sx_peer_table_t *table)
@@ -142,4 +143,11 @@ void sx_peer_close_locked(struct sx_shard *shard, struct sx_peer *peer, int stat
         if (c != NULL)
             sx_chan_destroy_locked(c, status);
     }
+}
+
+int sx_peer_failed_status(const struct sx_peer *peer, const char *what, int failed)
+{
+    sx_debug("peer", "%s to %s refused: the peer failed earlier (%s)", what, peer->name,
+             sx_status_name(failed));
+    return failed;
 }

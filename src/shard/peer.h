@@ -139,6 +139,12 @@ void sx_peer_put(struct sx_peer *peer);
  *  thread left, at destruction). */
 void sx_peer_close_locked(struct sx_shard *shard, struct sx_peer *peer, int status);
 
+/** What an operation on a failed peer returns: @p failed, the status it
+ *  failed with. The failure itself was logged once when it happened
+ *  (sx_chan_fail_why_locked); each refused operation only at debug
+ *  level, so that a caller that keeps trying does not flood the log. */
+int sx_peer_failed_status(const struct sx_peer *peer, const char *what, int failed);
+
 /** The channel of local shard @p shard to the peer's shard @p lane, or NULL. */
 static inline struct sx_chan *sx_peer_chan(const struct sx_peer *peer, unsigned shard,
                                            unsigned lane)

@@ -18,6 +18,10 @@
 
 #include "am_util.h"
 #include "common/tsan.h"
+#include "engine/engine.h"
+#include "shard/chan.h"
+#include "shard/peer.h"
+#include "shard/shard.h"
 
 typedef struct ctx {
     am_rx_t rx;
@@ -1069,6 +1073,118 @@ static void test_removed_peer_not_delivered(void **state)
     assert_int_equal(sent.ok + sent.failed, 6);
 }
 
+/*
+ * sx_peer_remove while a datagram of the peer's channel waits in the
+ * shard's batch. Window and path MTU probes and a reset's challenge are
+ * staged outside a flush (from timers, from the receive path); the close
+ * request runs when the token holder leaves, before the flush that posts
+ * the batch, so the channel was destroyed with its datagram still staged,
+ * and the post wrote into the freed channel (ASan, from two threads: a
+ * caller in sx_progress and another in sx_peer_remove). Here one thread
+ * plays both in that order, holding A's shard token: it stages a probe,
+ * removes the peer (the close is queued behind the token) and leaves.
+ */
+static void test_remove_with_staged_datagram(void **state)
+{
+    (void)state;
+    sx_engine_h a = am_engine(NULL, 0), b = am_engine(NULL, 0);
+    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    sx_peer_h to_b = am_connect(a, b, 7);
+    (void)am_connect(b, a, 41);
+    ctx_t rx = {0};
+    tally_t sent = {0};
+    assert_int_equal(sx_am_register(b, 5, on_am, &rx), SX_OK);
+    static uint8_t buf[64];
+    am_fill(buf, sizeof(buf), 0);
+    struct iovec iov = {buf, sizeof(buf)};
+    assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
+    assert_true(am_progress_until(a, b, &sent.ok, 1));
+
+    sx_shard_t *shard = a->shards[0];
+    sx_chan_t *c = sx_peer_chan(to_b, 0, 0);
+    assert_non_null(c);
+    assert_true(sx_token_try_acquire(&shard->token));
+    unsigned staged = shard->txq.n;
+    /* A datagram of the channel's, staged as a probe is (B drops it: it
+     * is no packet). */
+    static uint8_t junk[64];
+    sx_shard_tx_stage_locked(shard, c->tl, c->dest, junk, sizeof(junk), c, NULL);
+    assert_int_equal(shard->txq.n, staged + 1);
+    assert_int_equal(sx_peer_remove(a, to_b), SX_OK); /* queued: the token is held */
+    (void)sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
+    for (int k = 0; k < 100; k++) {
+        sx_progress(a);
+        sx_progress(b);
+    }
+    assert_int_equal(rx.rx.received, 1);
+    assert_int_equal(rx.rx.errors, 0);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
+/* What the callbacks of a destroy try (test_destroy_callbacks_call_in). */
+typedef struct destroyer {
+    sx_engine_h engine;
+    sx_peer_h peers[2];
+    unsigned calls, shutdown_status, refused, other;
+} destroyer_t;
+
+static void on_destroyed(void *ctx, int status)
+{
+    destroyer_t *d = ctx;
+    static uint8_t byte;
+    struct iovec iov = {&byte, 1};
+    d->calls++;
+    d->shutdown_status += status == SX_ERR_SHUTDOWN;
+    for (int i = 0; i < 2; i++) {
+        int rcs[4] = {sx_send(d->peers[i], 5, &iov, 1, on_destroyed, d),
+                      sx_sendi(d->peers[i], 5, &iov, 1),
+                      sx_put(d->peers[i], &byte, 1, 0x1000, 1, on_destroyed, d),
+                      sx_peer_remove(d->engine, d->peers[i])};
+        for (int k = 0; k < 4; k++) {
+            if (rcs[k] == SX_ERR_SHUTDOWN)
+                d->refused++;
+            else
+                d->other++;
+        }
+    }
+}
+
+/*
+ * sx_engine_destroy completes what is pending with SX_ERR_SHUTDOWN, on the
+ * destroying thread, and a callback may call any function but destroy.
+ * Those it calls then fail with SX_ERR_SHUTDOWN: a send used to open a new
+ * channel to a peer already closed, whose operation never completed (LSan
+ * found the channel), and a peer removed from a callback was freed under
+ * the loop that was closing the peers (ASan: heap-use-after-free).
+ */
+static void test_destroy_callbacks_call_in(void **state)
+{
+    (void)state;
+    sx_engine_h a = am_engine(NULL, 0), b = am_engine(NULL, 0), c = am_engine(NULL, 0);
+    destroyer_t d = {.engine = a};
+    d.peers[0] = am_connect(a, b, 1);
+    d.peers[1] = am_connect(a, c, 2);
+    static uint8_t buf[16];
+    struct iovec iov = {buf, sizeof(buf)};
+    /* B and C never progress: A's sends stay unacknowledged. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sx_send(d.peers[0], 5, &iov, 1, on_destroyed, &d), SX_INPROGRESS);
+        assert_int_equal(sx_send(d.peers[1], 5, &iov, 1, on_destroyed, &d), SX_INPROGRESS);
+    }
+    for (int k = 0; k < 50; k++)
+        sx_progress(a);
+    assert_int_equal(d.calls, 0);
+    sx_engine_destroy(a);
+    assert_int_equal(d.calls, 6);
+    assert_int_equal(d.shutdown_status, 6);
+    assert_int_equal(d.refused, 6 * 8);
+    assert_int_equal(d.other, 0);
+    sx_engine_destroy(b);
+    sx_engine_destroy(c);
+}
+
 /* SX_CHECKSUM guards payloads that leave this host: two engines of one
  * process over udp send to each other's loopback address, where no wire
  * or NIC can corrupt a byte, without a CRC32C; through the fault
@@ -1145,6 +1261,12 @@ static void test_bad_arguments(void **state)
     assert_int_equal(sx_send(p.a_to_b, 1, NULL, 1, NULL, NULL), SX_ERR_INVALID_PARAM);
     iov[0].iov_len = 5; /* length without a buffer */
     assert_int_equal(sx_send(p.a_to_b, 1, iov, 1, NULL, NULL), SX_ERR_INVALID_PARAM);
+    /* Lengths whose sum wraps past 2^64 to a small one (8): refused, not
+     * sent as 8 bytes, nor copied in full by sx_sendi. */
+    static uint8_t two[2][16];
+    struct iovec wrap[2] = {{two[0], SIZE_MAX - 7}, {two[1], 16}};
+    assert_int_equal(sx_send(p.a_to_b, 1, wrap, 2, NULL, NULL), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_sendi(p.a_to_b, 1, wrap, 2), SX_ERR_INVALID_PARAM);
 
     /* Cards: too small a buffer reports the size; garbage is refused. */
     size_t small = 3;
@@ -1186,6 +1308,8 @@ int main(void)
         cmocka_unit_test(test_handler_replies_on_peer),
         cmocka_unit_test(test_reply_ack_taken_next_call),
         cmocka_unit_test(test_removed_peer_not_delivered),
+        cmocka_unit_test(test_remove_with_staged_datagram),
+        cmocka_unit_test(test_destroy_callbacks_call_in),
         cmocka_unit_test(test_checksum_off_host_only),
         cmocka_unit_test(test_bad_arguments),
     };
