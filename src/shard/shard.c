@@ -549,12 +549,16 @@ SX_HOT static void sx_shard_recv_any_locked(sx_shard_t *shard, unsigned tl, cons
         return;
     }
     if (h.dst_epoch != env->epoch) {
-        sx_shard_drop(shard, SX_DROP_STALE_EPOCH);
         /* From a peer we know, addressed to an earlier incarnation of us:
          * tell it, so it stops waiting for the dead one (but never answer
-         * a RESET with one). */
+         * a RESET with one). Only from an address its card offers, as
+         * every datagram that names a peer (below): else a forger off the
+         * path could have us send the peer a RESET for each datagram. */
         sx_drop_reason_t ignored;
         sx_chan_t *c = (!via_oob && !reset) ? sx_shard_chan_of(shard, tl, &h, &ignored) : NULL;
+        if (c != NULL && !sx_shard_src_ok_locked(shard, c, src, src_len))
+            return;
+        sx_shard_drop(shard, SX_DROP_STALE_EPOCH);
         if (c != NULL)
             sx_conn_stale_locked(c, &h);
         return;

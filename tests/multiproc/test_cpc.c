@@ -1542,7 +1542,8 @@ static void f_from_elsewhere(void)
  * offer (issue 25: packets accepted only from the address the channel
  * was set up with) are dropped as drop_source before any field of them
  * is believed: a CONNECT, data, and a RESET naming A, on an established
- * channel. One from an unknown epoch is still drop_unknown_peer (no
+ * channel, and a CONNECT to a stale epoch of B, which from A's address
+ * is answered with a RESET. One from an unknown epoch is still drop_unknown_peer (no
  * channel to check against). An engine with SX_CHECK_SOURCE=no (C)
  * takes the same CONNECT as it would from anywhere. Then the two talk.
  */
@@ -1570,6 +1571,10 @@ static void test_forged_source(void **state)
     n = f_packet(pkt, SX_PKT_CTRL, 0x5eed0001u, f.dst_epoch, 0, 0, body, SX_CTRL_LEN);
     f_expect(&f, "a RESET naming A from elsewhere", pkt, n, SOURCE);
     assert_int_equal(cp_stat(b->e, "reset_challenges"), 0);
+    /* To a stale epoch of B: not answered with a RESET to A (F_SENT). */
+    body_write(body, &m);
+    n = f_packet(pkt, SX_PKT_CTRL, f.src_epoch, f.dst_epoch ^ 1, 0, 0, body, SX_CTRL_LEN);
+    f_expect(&f, "a CONNECT to a stale epoch from elsewhere", pkt, n, SOURCE);
     static const int UNKNOWN[] = {F_UNKNOWN, 1, F_END};
     body_write(body, &m);
     n = f_packet(pkt, SX_PKT_CTRL, 0x1111, f.dst_epoch, 0, 0, body, SX_CTRL_LEN);
@@ -1585,7 +1590,7 @@ static void test_forged_source(void **state)
 
     cp_exchange(100, 8, 2000);
     assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
-    assert_int_equal(cp_stat(a->e, "drop_source") + cp_stat(b->e, "drop_source"), 3);
+    assert_int_equal(cp_stat(a->e, "drop_source") + cp_stat(b->e, "drop_source"), 4);
 }
 
 /*
