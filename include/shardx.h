@@ -644,10 +644,10 @@ SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem);
  * region of key @p key. Completes with SX_OK once the bytes are in place
  * at the target, or, having written nothing, with SX_ERR_ACCESS (unknown
  * or withdrawn key, no write right) or SX_ERR_OUT_OF_RANGE (the range is
- * not inside the region), or with SX_ERR_AGAIN, having written nothing,
- * when 4096 PUT and GET operations are already outstanding on its channel
- * (one per peer and lane). @p src must stay valid until the completion.
- * Returns SX_INPROGRESS or an error (no completion).
+ * not inside the region). Beyond 4096 PUT and GET operations outstanding
+ * on its channel (one per peer and lane), later ones wait there, in the
+ * order posted, until answers make room. @p src must stay valid until the
+ * completion. Returns SX_INPROGRESS or an error (no completion).
  */
 SX_API int sx_put(sx_peer_h peer, const void *src, size_t len, uint64_t raddr, sx_rkey_t key,
                   sx_complete_cb_t cb, void *ctx);

@@ -166,11 +166,12 @@ static void chan_free_window(sx_chan_t *c)
 static void chan_fail_ops(sx_chan_t *c, int status)
 {
     /* Detach the lists first: a completion may queue new work. */
-    sx_op_t *lists[3] = {c->ackq, c->rmaq, c->sendq};
+    sx_op_t *lists[4] = {c->ackq, c->rmaq, c->sendq, c->rma_waitq};
     c->ackq = c->ackq_tail = NULL;
     c->rmaq = c->rmaq_tail = NULL;
     c->sendq = c->sendq_tail = NULL;
-    for (int i = 0; i < 3; i++) {
+    c->rma_waitq = c->rma_waitq_tail = NULL;
+    for (int i = 0; i < 4; i++) {
         for (sx_op_t *op = lists[i], *next; op != NULL; op = next) {
             next = op->next;
             sx_op_complete_locked(c->shard, op, status);
@@ -309,9 +310,14 @@ SX_HOT void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
         return;
     }
     if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
-        if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX) {
-            /* The target would refuse more: the caller retries later. */
-            sx_op_complete_locked(c->shard, op, SX_ERR_AGAIN);
+        if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX || c->rma_waitq != NULL) {
+            /* The target would refuse more: it waits for an answer. It
+             * used to complete SX_ERR_AGAIN, having written nothing, for
+             * the caller to retry; Open MPI 4.1's ob1 does not retry a
+             * get or put that fails (rdma_retries_limit 0) and fell back
+             * to a copy protocol whose sender never completed: a job
+             * with more than 4096 gets outstanding to one peer hung. */
+            sx_op_append(&c->rma_waitq, &c->rma_waitq_tail, op);
             return;
         }
         op->op_id = c->next_op_id++;
@@ -320,6 +326,21 @@ SX_HOT void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
     op->queued_ns = sx_time_coarse_ns();
     sx_op_append(&c->sendq, &c->sendq_tail, op);
     sx_chan_kick_locked(c);
+}
+
+void sx_chan_rma_admit_locked(sx_chan_t *c)
+{
+    while (c->rma_waitq != NULL && !c->failed && c->rma_outstanding < SX_RMA_OUTSTANDING_MAX) {
+        sx_op_t *op = c->rma_waitq;
+        c->rma_waitq = op->next;
+        if (c->rma_waitq == NULL)
+            c->rma_waitq_tail = NULL;
+        op->op_id = c->next_op_id++;
+        c->rma_outstanding++;
+        op->queued_ns = sx_time_coarse_ns();
+        sx_op_append(&c->sendq, &c->sendq_tail, op);
+        sx_chan_kick_locked(c);
+    }
 }
 
 int sx_chan_set_dest_locked(sx_chan_t *c, const void *addr, size_t len)

@@ -54,8 +54,9 @@
 struct sx_mem; /* shard/mem.h */
 /* Most PUT/GET a channel keeps outstanding, and most answers it queues for
  * its peer: the cap that keeps a flood of requests from costing unbounded
- * memory. A conforming initiator never exceeds it (sx_put/sx_get complete
- * with SX_ERR_AGAIN beyond it), so the target may drop what exceeds it. */
+ * memory. A conforming initiator never exceeds it (more sx_put/sx_get wait
+ * in rma_waitq until earlier ones are answered), so the target may drop
+ * what exceeds it. */
 #define SX_RMA_OUTSTANDING_MAX 4096
 
 /* What an operation is. */
@@ -161,6 +162,9 @@ typedef struct sx_chan {
     bool held; /* sendq holds what sx_sendi held back (SX_SENDI_HOLD_US) until the flush */
     sx_op_t *ackq, *ackq_tail; /* fully sent, waiting for the cumulative ACK */
     sx_op_t *rmaq, *rmaq_tail; /* PUT and GET sent, waiting for the target's answer */
+    /* PUT and GET beyond SX_RMA_OUTSTANDING_MAX, in the order posted: each
+     * answer lets the oldest go (sx_chan_rma_admit_locked). */
+    sx_op_t *rma_waitq, *rma_waitq_tail;
     uint32_t next_op_id;
     unsigned rma_outstanding; /* our PUT and GET not yet answered */
     unsigned pinned_out;      /* packets sent from a region, under a pin, not yet acknowledged */
@@ -347,6 +351,10 @@ void sx_chan_kick_locked(sx_chan_t *chan);
 
 /** Queues @p op (taking ownership) and marks the channel ready. */
 void sx_chan_push_locked(sx_chan_t *chan, sx_op_t *op);
+
+/** Lets PUT and GET that waited for room among the outstanding ones
+ *  (rma_waitq) go, oldest first, after answers made room. */
+void sx_chan_rma_admit_locked(sx_chan_t *chan);
 
 /** A data datagram for @p c arrived with the ECN field @p ecn
  *  (SX_TL_ECN_*): counted for its ACKs to echo (wire.h). */

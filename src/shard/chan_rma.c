@@ -417,6 +417,7 @@ void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     if (c->rmaq_tail == op)
         c->rmaq_tail = prev;
     c->rma_outstanding--;
+    sx_chan_rma_admit_locked(c);
     int status = op->status;
     if (status == SX_OK && op->kind == SX_OP_GET && op->got != op->len)
         status = SX_ERR_IO;

@@ -601,6 +601,105 @@ static void on_adone(void *arg, int status)
     atomic_fetch_add(&d->count, 1);
 }
 
+/* One GET or PUT of test_more_than_outstanding: its status and calls. */
+typedef struct many_op {
+    int status;
+    unsigned calls;
+} many_op_t;
+
+static void on_many(void *arg, int status)
+{
+    many_op_t *op = arg;
+    op->status = status;
+    op->calls++;
+}
+
+/*
+ * More PUT and GET to one peer than a channel keeps outstanding (4096,
+ * SX_RMA_OUTSTANDING_MAX). They used to complete SX_ERR_AGAIN beyond it,
+ * for the caller to retry; Open MPI's ob1 does not retry a failed get, and
+ * a job with more than 4096 gets outstanding to one peer hung. Now they
+ * wait in the channel: 5,000 GETs of 8 bytes and 1,000 PUTs posted while
+ * B does not progress all complete SX_OK, every byte right. Then 5,000
+ * more, with the peer removed before B answers any: each completes once,
+ * with an error, those that waited too.
+ */
+static void test_more_than_outstanding(void **state)
+{
+    (void)state;
+    enum { GETS = 5000, PUTS = 1000 };
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}};
+    sx_engine_h a = am_engine(kv, 1), b = am_engine(kv, 1);
+    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    sx_peer_h a_to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    uint64_t *region = calloc(GETS + PUTS, sizeof(uint64_t));
+    uint64_t *got = calloc(GETS, sizeof(uint64_t)), *put = calloc(PUTS, sizeof(uint64_t));
+    many_op_t *ops = calloc(2 * GETS + PUTS, sizeof(*ops));
+    assert_non_null(region);
+    assert_non_null(got);
+    assert_non_null(put);
+    assert_non_null(ops);
+    for (unsigned i = 0; i < GETS; i++)
+        region[i] = 0x5eed000000000000ull + i;
+    for (unsigned i = 0; i < PUTS; i++)
+        put[i] = 0xfeed000000000000ull + i;
+    sx_mem_h mem;
+    assert_int_equal(sx_mem_register(b, region, (GETS + PUTS) * sizeof(uint64_t),
+                                     SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE, &mem),
+                     SX_OK);
+    const sx_rkey_t key = sx_mem_rkey(mem);
+    for (unsigned i = 0; i < GETS + PUTS; i++) {
+        int rc = i < GETS ? sx_get(a_to_b, &got[i], 8, addr_of(&region[i]), key, on_many, &ops[i])
+                          : sx_put(a_to_b, &put[i - GETS], 8, addr_of(&region[i]), key, on_many,
+                                   &ops[i]);
+        assert_int_equal(rc, SX_INPROGRESS);
+        if (i % 64 == 0)
+            sx_progress(a);
+    }
+    for (int k = 0; k < 100; k++)
+        sx_progress(a);
+    for (unsigned i = 0; i < GETS + PUTS; i++)
+        assert_int_equal(ops[i].calls, 0); /* none refused for want of room */
+    uint64_t start = sx_time_ns();
+    for (unsigned i = 0; i < GETS + PUTS; i++) {
+        while (ops[i].calls == 0) {
+            sx_progress(a);
+            sx_progress(b);
+            assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+        }
+        if (ops[i].calls != 1 || ops[i].status != SX_OK)
+            fail_msg("op %u: %u completions, %s", i, ops[i].calls, sx_status_name(ops[i].status));
+    }
+    for (unsigned i = 0; i < GETS; i++)
+        assert_true(got[i] == 0x5eed000000000000ull + i);
+    for (unsigned i = 0; i < PUTS; i++)
+        assert_true(region[GETS + i] == 0xfeed000000000000ull + i);
+
+    many_op_t *more = ops + GETS + PUTS;
+    for (unsigned i = 0; i < GETS; i++)
+        assert_int_equal(sx_get(a_to_b, &got[i], 8, addr_of(&region[i]), key, on_many, &more[i]),
+                         SX_INPROGRESS);
+    for (int k = 0; k < 100; k++)
+        sx_progress(a);
+    assert_int_equal(sx_peer_remove(a, a_to_b), SX_OK);
+    for (int k = 0; k < 100; k++)
+        sx_progress(a);
+    for (unsigned i = 0; i < GETS; i++) {
+        if (more[i].calls != 1 || more[i].status == SX_OK)
+            fail_msg("op %u after the removal: %u completions, %s", i, more[i].calls,
+                     sx_status_name(more[i].status));
+    }
+    assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+    free(region);
+    free(got);
+    free(put);
+    free(ops);
+}
+
 /*
  * No PUT lands in a region once its deregistration has returned, while
  * both engines' progress threads keep a stream of PUTs of @p chunk bytes
@@ -765,6 +864,7 @@ int main(void)
         cmocka_unit_test(test_get_outlives_deregistration),
         cmocka_unit_test(test_fin_after_get_copies_nothing),
         cmocka_unit_test(test_put_stops_at_deregistration),
+        cmocka_unit_test(test_more_than_outstanding),
         cmocka_unit_test(test_get_lands),
         cmocka_unit_test(test_get_lands_overlapping),
         cmocka_unit_test(test_put_lands),
