@@ -169,6 +169,7 @@ typedef struct mca_btl_shardx_component {
     uint32_t cma_pid;        /* getpid() at start-up: a handle is filled per message */
     atomic_bool cma_refused; /* the kernel said EPERM or ENOSYS once */
     size_t cma_split;        /* btl_shardx_cma_split: see btl_shardx_split.c */
+    uint64_t max_msg;        /* the engine's SX_MAX_MSG_SIZE (shardx_max_msg) */
     int verbose;             /* btl_shardx_verbose */
     int output;              /* opal_output stream */
 } mca_btl_shardx_component_t;

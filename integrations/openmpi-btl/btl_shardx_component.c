@@ -159,6 +159,67 @@ static int shardx_component_close(void)
     return OPAL_SUCCESS;
 }
 
+/* The engine's SX_MAX_MSG_SIZE as it will read it: the value among its
+ * settings (@p kv), else the environment's, else the default, parsed as
+ * the engine parses it (sx_param_parse). UINT64_MAX when not found. */
+static uint64_t shardx_max_msg(const sx_config_kv_t *kv, size_t n)
+{
+    const char *text = getenv("SX_MAX_MSG_SIZE");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(kv[i].name, "MAX_MSG_SIZE") == 0)
+            text = kv[i].value;
+    for (size_t i = 0; i < sx_param_count(); i++) {
+        sx_param_info_t info;
+        sx_param_value_t v;
+        if (sx_param_info(i, &info) == SX_OK && strcmp(info.name, "MAX_MSG_SIZE") == 0 &&
+            sx_param_parse(i, text != NULL ? text : info.default_value, &v) == SX_OK)
+            return v.u;
+    }
+    return UINT64_MAX;
+}
+
+/*
+ * Every message and every put or get of this BTL is one shardx operation,
+ * which the engine refuses above SX_MAX_MSG_SIZE: a message past it failed
+ * at the first send while its receiver waited for good (btl_shardx_
+ * max_msg_size 16k and a 32 KiB MPI_Send). So the limits that shape ob1's
+ * protocols come down to it, said once; a size too small for ob1's
+ * headers and a useful eager message disables the BTL.
+ */
+#define SHARDX_MAX_MSG_MIN 4096u
+
+static bool shardx_fit_limits(mca_btl_base_module_t *b, uint64_t max, int output)
+{
+    size_t *limits[] = {&b->btl_eager_limit,
+                        &b->btl_rndv_eager_limit,
+                        &b->btl_max_send_size,
+                        &b->btl_rdma_pipeline_send_length,
+                        &b->btl_rdma_pipeline_frag_size,
+                        &b->btl_get_limit,
+                        &b->btl_put_limit};
+    bool cut = false;
+
+    if (max < SHARDX_MAX_MSG_MIN) {
+        opal_output(0,
+                    "btl shardx: btl_shardx_max_msg_size (SX_MAX_MSG_SIZE) of %llu bytes is below "
+                    "the %u a BTL needs; the BTL is disabled",
+                    (unsigned long long)max, SHARDX_MAX_MSG_MIN);
+        return false;
+    }
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        if (*limits[i] > max) {
+            *limits[i] = (size_t)max;
+            cut = true;
+        }
+    }
+    if (cut)
+        opal_output_verbose(1, output,
+                            "btl shardx: eager, send, put and get limits lowered to "
+                            "btl_shardx_max_msg_size (SX_MAX_MSG_SIZE), %llu bytes",
+                            (unsigned long long)max);
+    return true;
+}
+
 /* The engine's settings: every btl_shardx_<name> that is set (and the
  * BTL's own defaults, mca_btl_shardx_params_config), then SX_MODEX=manual,
  * because Open MPI's modex carries the cards and the engine must not open
@@ -196,6 +257,7 @@ static int shardx_engine_create(sx_engine_h *engine_p)
         if (strcmp(kv[i].name, "BIND_ADDR") == 0)
             bind = kv[i].value;
     c->loopback_only = bind != NULL && strncmp(bind, "127.", 4) == 0;
+    c->max_msg = shardx_max_msg(kv, n);
 
     char name[64];
     snprintf(name, sizeof(name), "btl_shardx[%s]", OPAL_NAME_PRINT(OPAL_PROC_MY_NAME));
@@ -269,6 +331,10 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
     if (rc != SX_OK) {
         opal_output(0, "btl shardx: cannot start the shardx engine: %s (%s); the BTL is disabled",
                     sx_strerror(rc), sx_status_name(rc));
+        return NULL;
+    }
+    if (!shardx_fit_limits(&m->super, c->max_msg, c->output)) {
+        sx_engine_destroy(engine);
         return NULL;
     }
 
