@@ -62,6 +62,20 @@ static inline void am_fill(uint8_t *buf, size_t len, uint64_t seq)
         buf[i] = am_byte(seq, i);
 }
 
+/* One operation's completions: how many, and the last status
+ * (am_op_done is its sx_complete_cb_t). */
+typedef struct am_op {
+    int status;
+    unsigned calls;
+} am_op_t;
+
+static inline void am_op_done(void *arg, int status)
+{
+    am_op_t *op = arg;
+    op->status = status;
+    op->calls++;
+}
+
 /* Receiver state for one sender. */
 typedef struct am_rx {
     uint64_t expected; /* next sequence number */

@@ -223,19 +223,6 @@ static void test_maximum_size(void **state)
     pair_free(&p);
 }
 
-/* One refusal case's send: its status, and how often it completed. */
-typedef struct refused_op {
-    int status;
-    int calls;
-} refused_op_t;
-
-static void on_refused_done(void *arg, int status)
-{
-    refused_op_t *op = arg;
-    op->status = status;
-    op->calls++;
-}
-
 static uint64_t stat_of(sx_engine_h e, const char *name)
 {
     uint64_t v = 0;
@@ -278,7 +265,7 @@ static void refusals_with(const char *fault)
                   {100, 7, SX_OK}};
     size_t good_sizes[N];
     size_t ngood = 0;
-    refused_op_t ops[N] = {{0}};
+    am_op_t ops[N] = {{0}};
     uint8_t *buf = malloc(200000);
     ctx_t rx = {.rx = {.sizes = good_sizes, .nsizes = N}}; /* filled before each is sent */
     uint64_t done = 0;
@@ -294,7 +281,7 @@ static void refusals_with(const char *fault)
         am_fill(buf, size, k == 3 ? ngood++ : 0);
         ops[i].status = 1;
         struct iovec iov = {.iov_base = buf, .iov_len = size};
-        int rc = sx_send(p.a_to_b, kinds[k].tag, &iov, 1, on_refused_done, &ops[i]);
+        int rc = sx_send(p.a_to_b, kinds[k].tag, &iov, 1, am_op_done, &ops[i]);
         assert_true(rc == SX_INPROGRESS || rc == SX_OK);
         if (rc == SX_OK)
             ops[i].calls++, ops[i].status = SX_OK;
@@ -339,19 +326,6 @@ static void test_refusals(void **state)
     refusals_with("loss=0.1,seed=5");
 }
 
-/* A send of the flood below: how often it completed, and how. */
-typedef struct flood_op {
-    uint8_t calls;
-    int8_t status;
-} flood_op_t;
-
-static void on_flood_done(void *arg, int status)
-{
-    flood_op_t *op = arg;
-    op->calls++;
-    op->status = (int8_t)status;
-}
-
 /*
  * A conforming sender's burst to a tag without a handler. A aggregates
  * 8-byte messages, 64 to a datagram (SX_SEND_MORE), 63 of each 64 for tag
@@ -378,7 +352,7 @@ static void refusal_flood_with(const char *fault)
     p.a_to_b = am_connect(p.a, p.b, 2);
     p.b_to_a = am_connect(p.b, p.a, 1);
 
-    flood_op_t *ops = calloc(N, sizeof(*ops));
+    am_op_t *ops = calloc(N, sizeof(*ops));
     uint8_t(*good)[8] = calloc(ROUNDS, sizeof(*good));
     static uint8_t junk[8];
     ctx_t rx = {0};
@@ -394,7 +368,7 @@ static void refusal_flood_with(const char *fault)
                 am_fill(good[r], sizeof(good[r]), r);
             struct iovec iov = {is_good ? good[r] : junk, 8};
             int rc = sx_send_ex(p.a_to_b, is_good ? 7 : 9, &iov, 1, i + 1 < BATCH ? &more : NULL,
-                                on_flood_done, &ops[r * BATCH + i]);
+                                am_op_done, &ops[r * BATCH + i]);
             assert_int_equal(rc, SX_INPROGRESS);
         }
         sx_progress(p.a);

@@ -601,19 +601,6 @@ static void on_adone(void *arg, int status)
     atomic_fetch_add(&d->count, 1);
 }
 
-/* One GET or PUT of test_more_than_outstanding: its status and calls. */
-typedef struct many_op {
-    int status;
-    unsigned calls;
-} many_op_t;
-
-static void on_many(void *arg, int status)
-{
-    many_op_t *op = arg;
-    op->status = status;
-    op->calls++;
-}
-
 /*
  * More PUT and GET to one peer than a channel keeps outstanding (4096,
  * SX_RMA_OUTSTANDING_MAX). They used to complete SX_ERR_AGAIN beyond it,
@@ -636,7 +623,7 @@ static void test_more_than_outstanding(void **state)
     (void)am_connect(b, a, 1);
     uint64_t *region = calloc(GETS + PUTS, sizeof(uint64_t));
     uint64_t *got = calloc(GETS, sizeof(uint64_t)), *put = calloc(PUTS, sizeof(uint64_t));
-    many_op_t *ops = calloc(2 * GETS + PUTS, sizeof(*ops));
+    am_op_t *ops = calloc(2 * GETS + PUTS, sizeof(*ops));
     assert_non_null(region);
     assert_non_null(got);
     assert_non_null(put);
@@ -651,9 +638,10 @@ static void test_more_than_outstanding(void **state)
                      SX_OK);
     const sx_rkey_t key = sx_mem_rkey(mem);
     for (unsigned i = 0; i < GETS + PUTS; i++) {
-        int rc = i < GETS ? sx_get(a_to_b, &got[i], 8, addr_of(&region[i]), key, on_many, &ops[i])
-                          : sx_put(a_to_b, &put[i - GETS], 8, addr_of(&region[i]), key, on_many,
-                                   &ops[i]);
+        int rc =
+            i < GETS
+                ? sx_get(a_to_b, &got[i], 8, addr_of(&region[i]), key, am_op_done, &ops[i])
+                : sx_put(a_to_b, &put[i - GETS], 8, addr_of(&region[i]), key, am_op_done, &ops[i]);
         assert_int_equal(rc, SX_INPROGRESS);
         if (i % 64 == 0)
             sx_progress(a);
@@ -677,9 +665,9 @@ static void test_more_than_outstanding(void **state)
     for (unsigned i = 0; i < PUTS; i++)
         assert_true(region[GETS + i] == 0xfeed000000000000ull + i);
 
-    many_op_t *more = ops + GETS + PUTS;
+    am_op_t *more = ops + GETS + PUTS;
     for (unsigned i = 0; i < GETS; i++)
-        assert_int_equal(sx_get(a_to_b, &got[i], 8, addr_of(&region[i]), key, on_many, &more[i]),
+        assert_int_equal(sx_get(a_to_b, &got[i], 8, addr_of(&region[i]), key, am_op_done, &more[i]),
                          SX_INPROGRESS);
     for (int k = 0; k < 100; k++)
         sx_progress(a);
