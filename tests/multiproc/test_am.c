@@ -1136,7 +1136,10 @@ static void on_destroyed(void *ctx, int status)
 static void test_destroy_callbacks_call_in(void **state)
 {
     (void)state;
-    sx_engine_h a = am_engine(NULL, 0), b = am_engine(NULL, 0), c = am_engine(NULL, 0);
+    /* No engine's service acknowledges for it (SX_SERVICE_US=0): A's
+     * sends stay pending however slowly this runs. */
+    const sx_config_kv_t kv[] = {{"SERVICE_US", "0"}};
+    sx_engine_h a = am_engine(kv, 1), b = am_engine(kv, 1), c = am_engine(kv, 1);
     destroyer_t d = {.engine = a};
     d.peers[0] = am_connect(a, b, 1);
     d.peers[1] = am_connect(a, c, 2);
