@@ -159,15 +159,24 @@ static int shardx_component_close(void)
     return OPAL_SUCCESS;
 }
 
-/* The engine's SX_MAX_MSG_SIZE as it will read it: the value among its
- * settings (@p kv), else the environment's, else the default, parsed as
- * the engine parses it (sx_param_parse). UINT64_MAX when not found. */
+/* The text the engine will read for setting @p name (without SX_): the
+ * value among its settings (@p kv), else the environment's SX_<name>, else
+ * NULL (its default). */
+static const char *shardx_setting(const sx_config_kv_t *kv, size_t n, const char *name)
+{
+    char env[64];
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(kv[i].name, name) == 0)
+            return kv[i].value;
+    snprintf(env, sizeof(env), "SX_%s", name);
+    return getenv(env);
+}
+
+/* The engine's SX_MAX_MSG_SIZE as it will read it (shardx_setting), parsed
+ * as the engine parses it (sx_param_parse). UINT64_MAX when not found. */
 static uint64_t shardx_max_msg(const sx_config_kv_t *kv, size_t n)
 {
-    const char *text = getenv("SX_MAX_MSG_SIZE");
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(kv[i].name, "MAX_MSG_SIZE") == 0)
-            text = kv[i].value;
+    const char *text = shardx_setting(kv, n, "MAX_MSG_SIZE");
     for (size_t i = 0; i < sx_param_count(); i++) {
         sx_param_info_t info;
         sx_param_value_t v;
@@ -252,10 +261,7 @@ static int shardx_engine_create(sx_engine_h *engine_p)
      * this node). Only a loopback address set on purpose keeps the job on
      * this node; otherwise the engine's card says what reaches (add_procs
      * asks it through sx_peer_add). */
-    const char *bind = getenv("SX_BIND_ADDR");
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(kv[i].name, "BIND_ADDR") == 0)
-            bind = kv[i].value;
+    const char *bind = shardx_setting(kv, n, "BIND_ADDR");
     c->loopback_only = bind != NULL && strncmp(bind, "127.", 4) == 0;
     c->max_msg = shardx_max_msg(kv, n);
 

@@ -300,6 +300,19 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
     free(c);
 }
 
+/* @p op joins sendq; a PUT or GET takes its id and a place among the
+ * outstanding ones first. */
+static inline void chan_enqueue(sx_chan_t *c, sx_op_t *op)
+{
+    if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
+        op->op_id = c->next_op_id++;
+        c->rma_outstanding++;
+    }
+    op->queued_ns = sx_time_coarse_ns();
+    sx_op_append(&c->sendq, &c->sendq_tail, op);
+    sx_chan_kick_locked(c);
+}
+
 SX_HOT void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
 {
     int failed = c->failed ? c->failed : atomic_load(&c->peer->failed);
@@ -309,23 +322,18 @@ SX_HOT void sx_chan_push_locked(sx_chan_t *c, sx_op_t *op)
         sx_op_complete_locked(c->shard, op, failed);
         return;
     }
-    if (op->kind == SX_OP_PUT || op->kind == SX_OP_GET) {
-        if (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX || c->rma_waitq != NULL) {
-            /* The target would refuse more: it waits for an answer. It
-             * used to complete SX_ERR_AGAIN, having written nothing, for
-             * the caller to retry; Open MPI 4.1's ob1 does not retry a
-             * get or put that fails (rdma_retries_limit 0) and fell back
-             * to a copy protocol whose sender never completed: a job
-             * with more than 4096 gets outstanding to one peer hung. */
-            sx_op_append(&c->rma_waitq, &c->rma_waitq_tail, op);
-            return;
-        }
-        op->op_id = c->next_op_id++;
-        c->rma_outstanding++;
+    if ((op->kind == SX_OP_PUT || op->kind == SX_OP_GET) &&
+        (c->rma_outstanding >= SX_RMA_OUTSTANDING_MAX || c->rma_waitq != NULL)) {
+        /* The target would refuse more: it waits for an answer. It
+         * used to complete SX_ERR_AGAIN, having written nothing, for
+         * the caller to retry; Open MPI 4.1's ob1 does not retry a
+         * get or put that fails (rdma_retries_limit 0) and fell back
+         * to a copy protocol whose sender never completed: a job
+         * with more than 4096 gets outstanding to one peer hung. */
+        sx_op_append(&c->rma_waitq, &c->rma_waitq_tail, op);
+        return;
     }
-    op->queued_ns = sx_time_coarse_ns();
-    sx_op_append(&c->sendq, &c->sendq_tail, op);
-    sx_chan_kick_locked(c);
+    chan_enqueue(c, op);
 }
 
 void sx_chan_rma_admit_locked(sx_chan_t *c)
@@ -335,11 +343,7 @@ void sx_chan_rma_admit_locked(sx_chan_t *c)
         c->rma_waitq = op->next;
         if (c->rma_waitq == NULL)
             c->rma_waitq_tail = NULL;
-        op->op_id = c->next_op_id++;
-        c->rma_outstanding++;
-        op->queued_ns = sx_time_coarse_ns();
-        sx_op_append(&c->sendq, &c->sendq_tail, op);
-        sx_chan_kick_locked(c);
+        chan_enqueue(c, op);
     }
 }
 
