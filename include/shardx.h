@@ -592,12 +592,17 @@ SX_API int sx_send_ex(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int 
  * Sends a message now, copying it, or returns SX_ERR_AGAIN instead of
  * queueing when the calling thread's shard is busy or its window is full.
  * There is no completion: delivery is as reliable as sx_send's, and a
- * failure is reported through the error callback.
+ * failure is reported through the error callback: the peer's, or the
+ * peer's refusal of this message (SX_ERR_TRUNCATED, SX_ERR_NOT_FOUND, as
+ * sx_send's completion would get them).
  */
 SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int iovcnt);
 
-/** Called once per failed peer, from a thread inside sx_progress (or a
- *  progress thread); same thread rules as sx_am_cb_t. */
+/** Called once per failed peer, and once for each message sent with
+ *  sx_sendi that the peer refused (@p status SX_ERR_TRUNCATED or
+ *  SX_ERR_NOT_FOUND; the message is not delivered, the peer stays
+ *  usable), from a thread inside sx_progress (or a progress thread); same
+ *  thread rules as sx_am_cb_t. */
 typedef void (*sx_error_cb_t)(void *arg, uint64_t peer_id, int status);
 
 /** Sets the callback told about failed peers (NULL removes it). */

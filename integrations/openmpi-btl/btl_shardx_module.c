@@ -214,6 +214,14 @@ static mca_btl_base_descriptor_t *shardx_prepare_src(mca_btl_base_module_t *btl,
 /* Send                                                                 */
 /* ------------------------------------------------------------------ */
 
+/* The peer's shardx would not take a message (shardx.h, sx_send). */
+static bool shardx_refusal(int status)
+{
+    return status == SX_ERR_TRUNCATED || status == SX_ERR_NOT_FOUND;
+}
+
+static void shardx_peer_failed(void *arg, uint64_t peer_id, int status);
+
 /* sx_send's completion: the peer has the message (or it failed). Runs on
  * whichever thread works the shard, with no lock held, so ob1's callback
  * may send again at once. */
@@ -224,8 +232,16 @@ static void shardx_send_complete(void *ctx, int status)
     /* Read before the callback: it may free or reuse the descriptor when the
      * BTL does not own it. */
     bool btl_owns = (frag->base.des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) != 0;
+    bool closing = atomic_load_explicit(&m->closing, memory_order_acquire);
 
-    if (frag->base.des_cbfunc != NULL && !atomic_load_explicit(&m->closing, memory_order_acquire)) {
+    /* A refusal goes to the error callback first: sendi's queued fallback
+     * has no callback, so nobody would hear of it, and ob1's callback
+     * aborts on an error without saying why. (A peer's failure the engine
+     * reports itself.) */
+    if (shardx_refusal(status) && !closing && frag->endpoint != NULL &&
+        frag->endpoint->peer != NULL)
+        shardx_peer_failed(m, sx_peer_id(frag->endpoint->peer), status);
+    if (frag->base.des_cbfunc != NULL && !closing) {
         mca_btl_shardx_in_callback++;
         frag->base.des_cbfunc(&m->super, frag->endpoint, &frag->base,
                               mca_btl_shardx_status(status));
@@ -965,6 +981,13 @@ static int shardx_del_procs(mca_btl_base_module_t *btl, size_t nprocs, opal_proc
     return OPAL_SUCCESS;
 }
 
+/*
+ * The engine's error callback: a peer failed, or refused a message sent
+ * without a completion (sx_sendi). A refusal means the peer's shardx
+ * would not take it (larger than its largest message, or a tag it has no
+ * handler for: ranks started with different settings), and ob1 cannot
+ * send it again: both are fatal to the job, reported once per endpoint.
+ */
 static void shardx_peer_failed(void *arg, uint64_t peer_id, int status)
 {
     mca_btl_shardx_module_t *m = arg;
@@ -975,16 +998,23 @@ static void shardx_peer_failed(void *arg, uint64_t peer_id, int status)
 
     if (slot != NULL && ep == NULL && !atomic_load_explicit(&m->closing, memory_order_acquire)) {
         /* ob1 has not asked for this rank yet: nothing of its can fail. */
-        opal_output(0, "btl shardx: %s failed before this rank talked to it: %s (%s)", slot->label,
-                    sx_strerror(status), sx_status_name(status));
+        opal_output(0, "btl shardx: %s %s before this rank talked to it: %s (%s)", slot->label,
+                    shardx_refusal(status) ? "refused a message" : "failed", sx_strerror(status),
+                    sx_status_name(status));
         return;
     }
     if (ep == NULL || atomic_load_explicit(&m->closing, memory_order_acquire) ||
         atomic_load_explicit(&ep->removed, memory_order_acquire) ||
         atomic_exchange_explicit(&ep->reported, true, memory_order_acq_rel))
         return;
-    snprintf(info, sizeof(info), "shardx: %s failed: %s (%s)", slot->label, sx_strerror(status),
-             sx_status_name(status));
+    if (shardx_refusal(status))
+        snprintf(info, sizeof(info),
+                 "shardx: %s refused a message: %s (%s); were the ranks started with "
+                 "different btl_shardx_max_msg_size or SX_MAX_MSG_SIZE?",
+                 slot->label, sx_strerror(status), sx_status_name(status));
+    else
+        snprintf(info, sizeof(info), "shardx: %s failed: %s (%s)", slot->label, sx_strerror(status),
+                 sx_status_name(status));
     opal_output(0, "btl %s", info);
     if (m->error_cb != NULL)
         m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, ep->proc, info);

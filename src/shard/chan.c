@@ -39,15 +39,27 @@ SX_HOT void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status)
 {
     if (op->kind == SX_OP_GET && shard->land_ev != NULL)
         sx_shard_land_release_locked(shard, op->dst, op->len);
-    if (op->cb != NULL && shard->serving) {
+    /* A message sent without a completion (sx_sendi) that the peer
+     * refused: nobody would hear of it, and the caller (an MPI library)
+     * waits for a message that will never be delivered. The error
+     * callback is told instead; the peer stays usable. */
+    bool refused = op->cb == NULL && op->refused && status == op->status;
+    if ((op->cb != NULL || refused) && shard->serving) {
         /* The service thread runs no callback (DESIGN.md section 3): the
          * next caller's progress does. */
         op->status = status;
+        if (refused) /* the report names the peer: held until it has run (defer.c) */
+            atomic_fetch_add(&op->peer->refs, 1);
         sx_shard_defer_op_locked(shard, op);
         return;
     }
-    if (op->cb != NULL)
+    if (op->cb != NULL) {
         op->cb(op->ctx, status);
+    } else if (refused) {
+        const sx_err_handler_t *h = sx_handlers_error(shard->env->handlers);
+        if (h != NULL)
+            h->cb(h->arg, op->peer->id, status);
+    }
     sx_op_release(op);
 }
 

@@ -79,6 +79,7 @@ typedef struct sx_op {
     uint8_t started; /* its first frame is on the wire */
     bool more;       /* AM: sent with SX_SEND_MORE; its push holds the shard's flush */
     bool cached;     /* from sx_op_alloc: sx_op_release may keep it (op_cache.h) */
+    bool refused;    /* AM: the peer refused it (AM_REFUSE); status holds why */
     uint16_t iovcnt;
     uint32_t last_seq;    /* sequence number of the packet with its last byte */
     uint32_t first_seq;   /* AM: ... with its first frame, and that frame's index */
@@ -522,9 +523,10 @@ uint32_t sx_chan_random32(void);
  *  keeps its destination. */
 int sx_chan_set_dest_locked(sx_chan_t *chan, const void *addr, size_t len);
 
-/** Completes @p op with @p status and frees it: runs its callback, or,
- *  on the engine's service thread, leaves it for the next caller. Token
- *  holder of @p shard. */
+/** Completes @p op with @p status and frees it: runs its callback (a
+ *  message without one that the peer refused goes to the error callback
+ *  instead: shardx.h, sx_error_cb_t), or, on the engine's service thread,
+ *  leaves it for the next caller. Token holder of @p shard. */
 void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status);
 
 /** Hands the channel's backlog up, in order (a caller's progress, never

@@ -188,6 +188,7 @@ static void chan_recv_refuse(sx_chan_t *c, const sx_wire_frame_t *f)
         return;
     }
     op->status = st;
+    op->refused = true;
     sx_stat_add(&c->shard->stats.am_refused_by_peer, 1);
     sx_warn_ratelimited("chan", "message with tag %u (%llu bytes) to %s refused there: %s (%s)",
                         op->tag, (unsigned long long)op->len, c->peer->name,

@@ -92,7 +92,12 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard)
     while (ops != NULL) {
         sx_op_t *op = ops;
         ops = op->next;
+        /* A refused message without a completion holds its peer for its
+         * report (sx_op_complete_locked). */
+        struct sx_peer *held = op->cb == NULL && op->refused ? op->peer : NULL;
         sx_op_complete_locked(shard, op, op->status);
+        if (held != NULL)
+            sx_peer_put(held);
         n++;
     }
     struct sx_peer *peers = shard->err_head;

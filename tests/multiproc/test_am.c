@@ -422,6 +422,134 @@ static void test_refusal_flood(void **state)
     refusal_flood_with("loss=0.03,reorder=0.03,seed=5");
 }
 
+/* What the error callback was told, in order. */
+typedef struct err_log {
+    unsigned n;
+    uint64_t peer[8];
+    int status[8];
+} err_log_t;
+
+static void on_err_log(void *arg, uint64_t peer_id, int status)
+{
+    err_log_t *log = arg;
+    if (log->n < 8) {
+        log->peer[log->n] = peer_id;
+        log->status[log->n] = status;
+    }
+    log->n++;
+}
+
+/* The refused messages without a completion that wait in @p e's only
+ * shard for a caller to report them (the service ran their completion). */
+static unsigned refused_waiting(sx_engine_h e)
+{
+    unsigned n = 0;
+    for (const sx_op_t *op = e->shards[0]->done_head; op != NULL; op = op->next)
+        n += op->cb == NULL && op->refused;
+    return n;
+}
+
+/*
+ * sx_sendi has no completion, so a message the peer refuses is reported
+ * through the error callback (shardx.h, sx_error_cb_t), once, with the
+ * reason, and the peer stays usable. It used to be only counted and
+ * logged: an MPI job whose ranks disagreed on SX_MAX_MSG_SIZE waited for
+ * good for a message the sender believed delivered. B takes messages up
+ * to 4096 bytes, for tag 7 only; A sends it, with sx_sendi, one message
+ * too large, one for tag 9 and a good one, twice: first with both engines
+ * progressed as callers, then with A's refusals taken by passes of A run
+ * as its service would (SX_SERVICE_US=0, the test's thread marked as the
+ * service thread), which run no callback: the reports wait for A's next
+ * sx_progress.
+ */
+static void test_sendi_refusals_reported(void **state)
+{
+    (void)state;
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}};
+    pair_t p;
+    p.a = am_engine(ka, 2);
+    p.b = am_engine(kb, 2);
+    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
+    p.a_to_b = am_connect(p.a, p.b, 2);
+    p.b_to_a = am_connect(p.b, p.a, 1);
+
+    static const size_t good_sizes[3] = {100, 100, 100};
+    static uint8_t big[10000], good[100];
+    ctx_t rx = {.rx = {.sizes = good_sizes, .nsizes = 3}};
+    err_log_t log = {0};
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
+    assert_int_equal(sx_error_register(p.a, on_err_log, &log), SX_OK);
+    for (unsigned round = 0; round < 2; round++) {
+        const struct {
+            uint8_t *buf;
+            size_t len;
+            uint8_t tag;
+        } msgs[3] = {{big, sizeof(big), 7}, {good, sizeof(good), 9}, {good, sizeof(good), 7}};
+        for (unsigned i = 0; i < 3; i++) {
+            if (i == 2)
+                am_fill(good, sizeof(good), round);
+            struct iovec iov = {msgs[i].buf, msgs[i].len};
+            int rc;
+            while ((rc = sx_sendi(p.a_to_b, msgs[i].tag, &iov, 1)) == SX_ERR_AGAIN) {
+                sx_progress(p.a);
+                sx_progress(p.b);
+            }
+            assert_int_equal(rc, SX_OK);
+        }
+        if (round == 1) {
+            uint64_t start = sx_time_ns();
+            while (refused_waiting(p.a) < 2) {
+                sx_shard_set_service_thread(true);
+                sx_progress(p.a);
+                sx_shard_set_service_thread(false);
+                sx_progress(p.b);
+                if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
+                    fail_msg("A's service passes completed %u refused messages of 2",
+                             refused_waiting(p.a));
+            }
+            assert_int_equal(log.n, 2); /* the service told no one */
+        }
+        uint64_t want = 2 * (round + 1);
+        uint64_t reports = 0;
+        uint64_t start = sx_time_ns();
+        while ((reports = log.n) < want || rx.rx.received < round + 1) {
+            sx_progress(p.a);
+            sx_progress(p.b);
+            if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
+                fail_msg("round %u: %llu reports, %llu delivered", round,
+                         (unsigned long long)reports, (unsigned long long)rx.rx.received);
+        }
+    }
+    for (int i = 0; i < 2000; i++) {
+        sx_progress(p.a);
+        sx_progress(p.b);
+    }
+    assert_int_equal(log.n, 4); /* once each */
+    for (unsigned i = 0; i < 4; i++) {
+        int want = i % 2 == 0 ? SX_ERR_TRUNCATED : SX_ERR_NOT_FOUND;
+        if (log.peer[i] != 2 || log.status[i] != want)
+            fail_msg("report %u: peer %llu, %s; expected peer 2, %s", i,
+                     (unsigned long long)log.peer[i], sx_status_name(log.status[i]),
+                     sx_status_name(want));
+    }
+    assert_int_equal(rx.rx.received, 2);
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(stat_of(p.a, "am_refused_by_peer"), 4);
+    /* The peer is still usable. */
+    ctx_t tx = {0};
+    am_fill(good, sizeof(good), 2);
+    struct iovec iov = {good, sizeof(good)};
+    assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 3));
+    assert_int_equal(tx.completion_errors, 0);
+    assert_int_equal(log.n, 4);
+    assert_int_equal(stat_of(p.a, "chan_failures") + stat_of(p.b, "chan_failures"), 0);
+    pair_free(&p);
+}
+
 static void test_iovec_and_empty_iov(void **state)
 {
     (void)state;
@@ -1273,6 +1401,7 @@ int main(void)
         cmocka_unit_test(test_maximum_size),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_refusal_flood),
+        cmocka_unit_test(test_sendi_refusals_reported),
         cmocka_unit_test(test_iovec_and_empty_iov),
         cmocka_unit_test(test_send_to_self),
         cmocka_unit_test(test_sendi),

@@ -24,6 +24,12 @@
  *                               until shardx declares the peer failed and the
  *                               BTL's error callback makes ob1 abort the job
  *                               (run_mpi.sh expects that failure)
+ *   btl_suite refused SIZE      rank 1 starts with btl_shardx_max_msg_size 8k
+ *                               (set before MPI_Init), rank 0 with the default,
+ *                               and rank 0 sends it SIZE bytes, an eager send
+ *                               on its side that rank 1's shardx refuses: the
+ *                               job must abort with the BTL's diagnosis
+ *                               (run_mpi.sh expects that failure), not wait
  *   btl_suite busy MS [MID]     rank 1 computes for MS milliseconds before its
  *                               first MPI call after MPI_Init, and for MID (MS
  *                               unless given) halfway through, while rank 0
@@ -758,6 +764,34 @@ static void test_peerfail(void)
     CHECK(0, "peerfail: rank %d returned although its peer stopped", rank);
 }
 
+/* Ranks started with different largest messages (main sets rank 1's): a
+ * message rank 1's shardx refuses must end the job with the reason. It
+ * used to be acknowledged and dropped while rank 1 waited for it. */
+static void test_refused(size_t size)
+{
+    uint8_t *buf = calloc(size, 1);
+    uint64_t v = 0;
+    CHECK(buf != NULL, "out of memory");
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        MPI_OK(MPI_Send(buf, (int)size, MPI_BYTE, 1, 800, MPI_COMM_WORLD));
+        /* Continued only by mpirun tearing the job down. */
+        MPI_OK(MPI_Recv(&v, 1, MPI_UINT64_T, 1, 801, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+    if (rank == 1) {
+        MPI_Request req;
+        int done = 0;
+        MPI_OK(MPI_Irecv(buf, (int)size, MPI_BYTE, 0, 800, MPI_COMM_WORLD, &req));
+        double start = MPI_Wtime();
+        while (!done && MPI_Wtime() - start < 60.0)
+            MPI_OK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        CHECK(0, "refused: %s",
+              done ? "a message over this rank's limit arrived"
+                   : "waited 60 s for a message this rank's shardx refused");
+    }
+    CHECK(0, "refused: rank %d returned although its peer refused the message", rank);
+}
+
 /*
  * SXT_DENY_CMA=1: make process_vm_readv and process_vm_writev fail with
  * EPERM in this rank, as Docker's default seccomp profile and Yama's
@@ -864,6 +898,9 @@ int main(int argc, char **argv)
         deny_cma(strcmp(deny, "writev") == 0);
     if (strcmp(test, "cma_probe") == 0)
         return cma_probe();
+    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (strcmp(test, "refused") == 0 && world_rank != NULL && atoi(world_rank) == 1)
+        setenv("OMPI_MCA_btl_shardx_max_msg_size", "8k", 1);
     MPI_Init_thread(&argc, &argv, want, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -886,6 +923,8 @@ int main(int argc, char **argv)
         test_coll();
     else if (strcmp(test, "peerfail") == 0)
         test_peerfail();
+    else if (strcmp(test, "refused") == 0)
+        test_refused(argc > 2 ? strtoull(argv[2], NULL, 0) : 16384u);
     else if (strcmp(test, "busy") == 0) {
         unsigned ms = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 5000u;
         test_busy(ms, argc > 3 ? (unsigned)strtoul(argv[3], NULL, 0) : ms);
@@ -898,7 +937,7 @@ int main(int argc, char **argv)
     else
         CHECK(0,
               "unknown test '%s' (p2p, wildcard, probe, storm, threads, latency_mt, coll, "
-              "peerfail, busy, isend_compute, irecv_compute)",
+              "peerfail, refused, busy, isend_compute, irecv_compute)",
               test);
 
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
