@@ -350,7 +350,7 @@ int sx_card_parse(struct sx_engine *e, const uint8_t *card, size_t len, struct s
 static int engine_address(sx_engine_h engine, void *buf, size_t *len_p)
 {
     if (engine == NULL || len_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_address", engine == NULL ? "the engine" : "len_p");
     if (buf == NULL || *len_p < engine->card_len) {
         *len_p = engine->card_len;
         return SX_ERR_TRUNCATED;
@@ -363,7 +363,7 @@ static int engine_address(sx_engine_h engine, void *buf, size_t *len_p)
 SX_API int sx_engine_address(sx_engine_h engine, void *buf, size_t *len_p)
 {
     if (engine == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_address", "the engine");
     sx_global_enter(engine);
     int rc = engine_address(engine, buf, len_p);
     sx_global_exit(engine);

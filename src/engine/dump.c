@@ -241,6 +241,6 @@ int sx_engine_dump(struct sx_engine *e, FILE *out, uint64_t budget_ns)
 SX_API int sx_dump(sx_engine_h engine, FILE *out)
 {
     if (engine == NULL || out == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_dump", engine == NULL ? "the engine" : "out");
     return sx_engine_dump(engine, out, SX_DIAG_SHARD_BUDGET_NS);
 }

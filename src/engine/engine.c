@@ -581,7 +581,7 @@ SX_API void sx_engine_destroy(sx_engine_h engine)
 SX_API int sx_engine_shard_count(sx_engine_h engine, unsigned *count_p)
 {
     if (engine == NULL || count_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_shard_count", engine == NULL ? "the engine" : "count_p");
     *count_p = engine->nshards;
     return SX_OK;
 }
@@ -589,7 +589,7 @@ SX_API int sx_engine_shard_count(sx_engine_h engine, unsigned *count_p)
 SX_API int sx_engine_topology(sx_engine_h engine, sx_topology_info_t *info_p)
 {
     if (engine == NULL || info_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_topology", engine == NULL ? "the engine" : "info_p");
     info_p->cores = engine->topo.ncores;
     info_p->numa_nodes = engine->topo.nnuma;
     info_p->shards = engine->nshards;
@@ -600,7 +600,7 @@ SX_API int sx_engine_topology(sx_engine_h engine, sx_topology_info_t *info_p)
 SX_API int sx_engine_transport_info(sx_engine_h engine, unsigned index, sx_transport_info_t *info_p)
 {
     if (engine == NULL || info_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_transport_info", engine == NULL ? "the engine" : "info_p");
     if (index >= SX_TL_KNOWN)
         return SX_ERR_NOT_FOUND;
     const sx_tl_choice_t *c = &engine->tl[index];
@@ -625,7 +625,7 @@ SX_API int sx_engine_transport_info(sx_engine_h engine, unsigned index, sx_trans
 SX_API int sx_engine_shard_info(sx_engine_h engine, unsigned index, sx_shard_info_t *info_p)
 {
     if (engine == NULL || info_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_shard_info", engine == NULL ? "the engine" : "info_p");
     if (index >= engine->nshards)
         return SX_ERR_NOT_FOUND;
     const sx_shard_t *s = engine->shards[index];
@@ -700,10 +700,16 @@ SX_HOT_PASS unsigned sx_engine_home_shard(struct sx_engine *e)
     return home1 - 1u;
 }
 
+int sx_api_null(const char *call, const char *what)
+{
+    sx_error("api", "%s: %s is NULL", call, what);
+    return SX_ERR_INVALID_PARAM;
+}
+
 SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
 {
     if (engine == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_thread_bind", "the engine");
     if (shard >= engine->nshards) {
         sx_error("engine", "sx_thread_bind: shard %u out of range (the engine has %u)", shard,
                  engine->nshards);
@@ -715,7 +721,7 @@ SX_API int sx_thread_bind(sx_engine_h engine, unsigned shard)
 SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p)
 {
     if (engine == NULL || shard_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_thread_home_shard", engine == NULL ? "the engine" : "shard_p");
     *shard_p = sx_engine_home_shard(engine);
     return SX_OK;
 }
@@ -792,7 +798,7 @@ SX_HOT_PASS SX_API int sx_progress(sx_engine_h engine)
     int n;
 
     if (engine == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_progress", "the engine");
     if (engine->global_mode) {
         /* The baseline: every entry point serialises on one lock. */
         sx_rlock_lock(&engine->global_lock);
@@ -850,7 +856,7 @@ SX_HOT_PASS SX_API int sx_progress(sx_engine_h engine)
 SX_API int sx_engine_caller_yields(sx_engine_h engine, int yes)
 {
     if (engine == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_caller_yields", "the engine");
     atomic_store_explicit(&engine->yield.caller_yields, yes != 0, memory_order_relaxed);
     return SX_OK;
 }
@@ -872,7 +878,7 @@ static int error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
 SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_am_register", "the engine");
     sx_global_enter(e);
     int rc = am_register(e, tag, cb, NULL, arg);
     sx_global_exit(e);
@@ -882,7 +888,7 @@ SX_API int sx_am_register(sx_engine_h e, uint8_t tag, sx_am_cb_t cb, void *arg)
 SX_API int sx_am_register_ex(sx_engine_h e, uint8_t tag, sx_am_msg_cb_t cb, void *arg)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_am_register_ex", "the engine");
     sx_global_enter(e);
     int rc = am_register(e, tag, NULL, cb, arg);
     sx_global_exit(e);
@@ -892,7 +898,7 @@ SX_API int sx_am_register_ex(sx_engine_h e, uint8_t tag, sx_am_msg_cb_t cb, void
 SX_API int sx_error_register(sx_engine_h e, sx_error_cb_t cb, void *arg)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_error_register", "the engine");
     sx_global_enter(e);
     int rc = error_register(e, cb, arg);
     sx_global_exit(e);

@@ -154,6 +154,11 @@ static inline bool sx_engine_closing(struct sx_engine *e, const char *what)
     return true;
 }
 
+/** A public call @p call given NULL for @p what (its engine handle, an
+ *  output pointer): says so in the log and returns SX_ERR_INVALID_PARAM:
+ *  bad input gets an error that names its cause. */
+__attribute__((cold)) int sx_api_null(const char *call, const char *what);
+
 /** Runs @p req on shard @p shard (token-or-delegate; in global mode under
  *  the global lock). */
 void sx_engine_submit(struct sx_engine *engine, unsigned shard, sx_inbox_req_t *req);

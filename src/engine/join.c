@@ -155,7 +155,7 @@ static int sx_engine_join_locked(struct sx_engine *e, sx_job_info_t *info_p)
 SX_API int sx_engine_join(sx_engine_h e, sx_job_info_t *info_p)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_join", "the engine");
     pthread_mutex_lock(&e->join_lock);
     int rc = sx_engine_join_locked(e, info_p);
     pthread_mutex_unlock(&e->join_lock);
@@ -193,7 +193,7 @@ SX_API int sx_job_barrier(sx_engine_h e)
     sx_fence_wait_t w;
 
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_job_barrier", "the engine");
     pthread_mutex_lock(&e->join_lock);
     sx_modex_t *m = e->modex;
     pthread_mutex_unlock(&e->join_lock);

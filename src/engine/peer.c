@@ -172,7 +172,7 @@ SX_API int sx_peer_add_ex(sx_engine_h e, uint64_t peer_id, const void *card, siz
                           const sx_peer_params_t *params, sx_peer_h *peer_p)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_peer_add_ex", "the engine");
     sx_global_enter(e);
     int rc = peer_add(e, peer_id, card, len, params, peer_p);
     sx_global_exit(e);
@@ -188,7 +188,7 @@ SX_API int sx_peer_add(sx_engine_h e, uint64_t peer_id, const void *card, size_t
 SX_API int sx_peer_remove(sx_engine_h e, sx_peer_h peer)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_peer_remove", "the engine");
     sx_global_enter(e);
     int rc = peer_remove(e, peer);
     sx_global_exit(e);

@@ -286,7 +286,7 @@ void sx_engine_progress_stop(struct sx_engine *e)
 SX_API int sx_engine_fd(sx_engine_h e, int *fd_p)
 {
     if (e == NULL || fd_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_engine_fd", e == NULL ? "the engine" : "fd_p");
     sx_global_enter(e);
     int rc = SX_OK;
     if (e->event_fd < 0) {

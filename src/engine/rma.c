@@ -102,7 +102,7 @@ SX_API int sx_get(sx_peer_h peer, void *dst, size_t len, uint64_t raddr, sx_rkey
 SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, sx_mem_h *mem_p)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_mem_register", "the engine");
     sx_global_enter(e);
     int rc = mem_register(e, addr, len, access, mem_p);
     sx_global_exit(e);
@@ -112,7 +112,7 @@ SX_API int sx_mem_register(sx_engine_h e, void *addr, size_t len, unsigned acces
 SX_API int sx_mem_deregister(sx_engine_h e, sx_mem_h mem)
 {
     if (e == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_mem_deregister", "the engine");
     sx_global_enter(e);
     int rc = mem_deregister(e, mem);
     sx_global_exit(e);

@@ -108,7 +108,7 @@ static void sx_counter_at(struct sx_engine *e, size_t i, sx_counter_t *out)
 SX_API int sx_stats_get(sx_engine_h e, sx_counter_t *counters, size_t *count_p)
 {
     if (e == NULL || count_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_stats_get", e == NULL ? "the engine" : "count_p");
     pthread_once(&sx_drop_names_once, sx_drop_names_init);
     size_t room = (counters != NULL) ? *count_p : 0;
     for (size_t i = 0; i < room && i < SX_NCOUNTERS; i++)
@@ -120,7 +120,9 @@ SX_API int sx_stats_get(sx_engine_h e, sx_counter_t *counters, size_t *count_p)
 SX_API int sx_stats_value(sx_engine_h e, const char *name, uint64_t *value_p)
 {
     if (e == NULL || name == NULL || value_p == NULL)
-        return SX_ERR_INVALID_PARAM;
+        return sx_api_null("sx_stats_value", e == NULL      ? "the engine"
+                                             : name == NULL ? "name"
+                                                            : "value_p");
     pthread_once(&sx_drop_names_once, sx_drop_names_init);
     for (size_t i = 0; i < SX_NCOUNTERS; i++) {
         sx_counter_t c;

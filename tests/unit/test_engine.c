@@ -120,25 +120,74 @@ static void test_create_destroy_loop(void **state)
     }
 }
 
+/* @p call returned SX_ERR_INVALID_PARAM and logged "@p what is NULL". */
+#define assert_null_refused(call, what)              \
+    do {                                             \
+        capture_start();                             \
+        int rc_ = (call);                            \
+        char *log_ = capture_stop();                 \
+        assert_int_equal(rc_, SX_ERR_INVALID_PARAM); \
+        assert_contains(log_, what " is NULL");      \
+        free(log_);                                  \
+    } while (0)
+
+/* Every call refuses a NULL engine handle or output pointer with
+ * SX_ERR_INVALID_PARAM and a log line that names the call and the
+ * argument (most used to return the code without a word). */
 static void test_invalid_arguments(void **state)
 {
     (void)state;
     sx_engine_h e = create_with(NULL, NULL, NULL, NULL);
     sx_topology_info_t topo;
     sx_shard_info_t info;
+    sx_transport_info_t tinfo;
+    sx_job_info_t job;
+    sx_counter_t counters[1];
+    sx_mem_h mem;
+    sx_peer_h peer;
     unsigned u;
+    size_t n = 1;
+    uint64_t v;
+    int fd;
+    char buf[8];
 
     assert_int_equal(sx_engine_create(NULL, NULL), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_engine_shard_count(NULL, &u), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_engine_shard_count(e, NULL), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_engine_topology(NULL, &topo), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_engine_topology(e, NULL), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_engine_shard_info(NULL, 0, &info), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_engine_shard_info(e, 0, NULL), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_thread_bind(NULL, 0), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_thread_home_shard(NULL, &u), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_thread_home_shard(e, NULL), SX_ERR_INVALID_PARAM);
-    assert_int_equal(sx_progress(NULL), SX_ERR_INVALID_PARAM);
+    assert_null_refused(sx_engine_shard_count(NULL, &u), "sx_engine_shard_count: the engine");
+    assert_null_refused(sx_engine_shard_count(e, NULL), "sx_engine_shard_count: count_p");
+    assert_null_refused(sx_engine_topology(NULL, &topo), "sx_engine_topology: the engine");
+    assert_null_refused(sx_engine_topology(e, NULL), "sx_engine_topology: info_p");
+    assert_null_refused(sx_engine_shard_info(NULL, 0, &info), "sx_engine_shard_info: the engine");
+    assert_null_refused(sx_engine_shard_info(e, 0, NULL), "sx_engine_shard_info: info_p");
+    assert_null_refused(sx_engine_transport_info(NULL, 0, &tinfo),
+                        "sx_engine_transport_info: the engine");
+    assert_null_refused(sx_engine_transport_info(e, 0, NULL), "sx_engine_transport_info: info_p");
+    assert_null_refused(sx_thread_bind(NULL, 0), "sx_thread_bind: the engine");
+    assert_null_refused(sx_thread_home_shard(NULL, &u), "sx_thread_home_shard: the engine");
+    assert_null_refused(sx_thread_home_shard(e, NULL), "sx_thread_home_shard: shard_p");
+    assert_null_refused(sx_progress(NULL), "sx_progress: the engine");
+    assert_null_refused(sx_engine_caller_yields(NULL, 1), "sx_engine_caller_yields: the engine");
+    assert_null_refused(sx_engine_fd(NULL, &fd), "sx_engine_fd: the engine");
+    assert_null_refused(sx_engine_fd(e, NULL), "sx_engine_fd: fd_p");
+    assert_null_refused(sx_engine_address(NULL, buf, &n), "sx_engine_address: the engine");
+    assert_null_refused(sx_engine_address(e, buf, NULL), "sx_engine_address: len_p");
+    assert_null_refused(sx_engine_join(NULL, &job), "sx_engine_join: the engine");
+    assert_null_refused(sx_job_barrier(NULL), "sx_job_barrier: the engine");
+    assert_null_refused(sx_am_register(NULL, 1, NULL, NULL), "sx_am_register: the engine");
+    assert_null_refused(sx_am_register_ex(NULL, 1, NULL, NULL), "sx_am_register_ex: the engine");
+    assert_null_refused(sx_error_register(NULL, NULL, NULL), "sx_error_register: the engine");
+    assert_null_refused(sx_peer_add(NULL, 1, buf, sizeof(buf), &peer),
+                        "sx_peer_add_ex: the engine");
+    assert_null_refused(sx_peer_remove(NULL, NULL), "sx_peer_remove: the engine");
+    assert_null_refused(sx_mem_register(NULL, buf, sizeof(buf), 0, &mem),
+                        "sx_mem_register: the engine");
+    assert_null_refused(sx_mem_deregister(NULL, NULL), "sx_mem_deregister: the engine");
+    assert_null_refused(sx_stats_get(NULL, counters, &n), "sx_stats_get: the engine");
+    assert_null_refused(sx_stats_get(e, counters, NULL), "sx_stats_get: count_p");
+    assert_null_refused(sx_stats_value(NULL, "data_sent", &v), "sx_stats_value: the engine");
+    assert_null_refused(sx_stats_value(e, NULL, &v), "sx_stats_value: name");
+    assert_null_refused(sx_stats_value(e, "data_sent", NULL), "sx_stats_value: value_p");
+    assert_null_refused(sx_dump(NULL, stderr), "sx_dump: the engine");
+    assert_null_refused(sx_dump(e, NULL), "sx_dump: out");
     sx_engine_destroy(NULL);
     sx_engine_destroy(e);
 }
