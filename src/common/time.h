@@ -59,6 +59,22 @@ static inline bool sx_u64_before_eq(uint64_t a, uint64_t b)
     return (int64_t)(a - b) <= 0;
 }
 
+/*
+ * How long a thread that sleeps until @p until (UINT64_MAX: no deadline)
+ * waits from @p now, at most @p cap: 0 when the deadline is due or past.
+ * (until - now wraps for a deadline just past, which a sleeper that
+ * computed its deadline a moment earlier meets often: read as "far off",
+ * it slept the whole cap.)
+ */
+static inline uint64_t sx_wait_ns(uint64_t now, uint64_t until, uint64_t cap)
+{
+    if (until == UINT64_MAX)
+        return cap;
+    if (!sx_u64_before(now, until))
+        return 0;
+    return until - now < cap ? until - now : cap;
+}
+
 /* The same for 32-bit sequence numbers (RFC 1982 serial-number
  * arithmetic): a is before b when b - a, read as signed, is positive. */
 static inline bool sx_u32_before(uint32_t a, uint32_t b)

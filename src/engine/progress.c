@@ -181,9 +181,7 @@ static void sx_progress_sleep(sx_progress_thread_t *t, uint64_t until)
     uint64_t cap = (t->engine->cfg.fault != NULL && t->engine->cfg.fault[0] != '\0')
                        ? SX_SLEEP_CAP_FAULT_NS
                        : SX_SLEEP_CAP_NS;
-    uint64_t wait = (until == UINT64_MAX || until - now > cap) ? cap : 0;
-    if (until != UINT64_MAX && sx_u64_before(now, until) && until - now < cap)
-        wait = until - now;
+    uint64_t wait = sx_wait_ns(now, until, cap);
     if (wait > 0)
         (void)sx_engine_epoll_wait_ns(t->epfd, ev, 8, wait);
     uint64_t drained;

@@ -31,6 +31,14 @@ static void sx_service_arm(sx_service_t *svc, uint64_t at)
         sx_debug("service", "timerfd_settime: %s", strerror(errno));
 }
 
+/* The earlier of `until` and a flush asked for, for the timer. */
+static uint64_t sx_service_next_wake(sx_service_t *svc)
+{
+    uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
+    uint64_t at = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
+    return at != 0 && sx_u64_before(at, until) ? at : until;
+}
+
 void sx_service_push(void *arg, uint64_t now)
 {
     sx_service_t *svc = arg;
@@ -39,19 +47,15 @@ void sx_service_push(void *arg, uint64_t now)
 
     /* One caller of the many that may see the deadline near moves it;
      * should two timer updates land in the other order, the service wakes
-     * early, sees `until` and sleeps again. */
+     * early, sees `until` and sleeps again. The timer keeps a flush asked
+     * for before `until` (held sx_sendi messages): arming it for `until`
+     * alone moved the flush out by SX_SERVICE_US at every push, and a
+     * thread that progresses another shard pushes twice per SX_SERVICE_US,
+     * so the held messages waited for their own caller or a visit. */
     if (sx_u64_before(old, until) &&
         atomic_compare_exchange_strong_explicit(&svc->until, &old, until, memory_order_relaxed,
                                                 memory_order_relaxed))
-        sx_service_arm(svc, until);
-}
-
-/* The earlier of `until` and a flush asked for, for the timer. */
-static uint64_t sx_service_next_wake(sx_service_t *svc)
-{
-    uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
-    uint64_t at = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
-    return at != 0 && sx_u64_before(at, until) ? at : until;
+        sx_service_arm(svc, sx_service_next_wake(svc));
 }
 
 void sx_service_hold(void *arg, uint64_t at)
@@ -175,8 +179,7 @@ static void *sx_service_main(void *arg)
         uint64_t wait = SX_SERVICE_SLEEP_MAX_NS;
         if (busy)
             wait = svc->idle_ns / 2;
-        if (next != UINT64_MAX)
-            wait = sx_u64_before(now, next) ? (next - now < wait ? next - now : wait) : 0;
+        wait = sx_wait_ns(now, next, wait);
         /* A shard whose token another thread holds (a callback that
          * computes, a long send) cannot be served now, and its interfaces
          * stay readable: watching them would spin. Retry on the timer

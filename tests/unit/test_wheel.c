@@ -716,6 +716,32 @@ static void test_random_model(void **state)
     rm_run(1024, 1, (UINT64_C(1) << 63) - 5000, true, 15);
 }
 
+/*
+ * The sleep before a deadline (sx_wait_ns, common/time.h), as the
+ * progress threads and the engine's service compute it: a deadline just
+ * past is due now. The progress threads' own arithmetic read one as far
+ * off (until - now wrapped) and slept the whole cap, 100 ms, with a
+ * delayed ACK due (the sender's retransmission timer fired first).
+ */
+static void test_wait_before_deadline(void **state)
+{
+    (void)state;
+    const uint64_t cap = 100000000ull;
+    const uint64_t nows[] = {1000, UINT64_MAX - 50, 1ull << 63};
+
+    for (size_t i = 0; i < sizeof(nows) / sizeof(nows[0]); i++) {
+        uint64_t now = nows[i];
+        assert_int_equal(sx_wait_ns(now, UINT64_MAX, cap), cap);
+        assert_int_equal(sx_wait_ns(now, now, cap), 0);
+        assert_int_equal(sx_wait_ns(now, now - 1, cap), 0);
+        assert_int_equal(sx_wait_ns(now, now - 10000, cap), 0);
+        assert_int_equal(sx_wait_ns(now, now + 1, cap), 1);
+        assert_int_equal(sx_wait_ns(now, now + 5000, cap), 5000);
+        assert_int_equal(sx_wait_ns(now, now + cap, cap), cap);
+        assert_int_equal(sx_wait_ns(now, now + 3 * cap, cap), cap);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -724,7 +750,7 @@ int main(void)
         cmocka_unit_test(test_wrap_around),      cmocka_unit_test(test_far_deadlines),
         cmocka_unit_test(test_past_deadlines),   cmocka_unit_test(test_next_deadline),
         cmocka_unit_test(test_callbacks_modify), cmocka_unit_test(test_big_jumps),
-        cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_random_model),     cmocka_unit_test(test_wait_before_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
