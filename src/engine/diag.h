@@ -32,7 +32,9 @@ struct sx_engine;
 #define SX_DIAG_SHARD_BUDGET_NS (500ull * 1000000ull)
 
 /** Takes shard @p s's token (and the global lock in global mode), trying
- *  for @p budget_ns; false if it stayed busy. */
+ *  for @p budget_ns; false if it stayed busy. The tenure serves, as the
+ *  engine's service does: callbacks of what it runs are deferred to the
+ *  next caller's pass. */
 bool sx_diag_shard_enter(struct sx_engine *e, sx_shard_t *s, uint64_t budget_ns);
 
 /** Runs what was queued meanwhile and releases what enter took. */

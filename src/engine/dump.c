@@ -61,6 +61,12 @@ bool sx_diag_shard_enter(struct sx_engine *e, sx_shard_t *s, uint64_t budget_ns)
     uint64_t start = sx_time_ns();
 
     sx_global_enter(e);
+    /* A diagnosis's tenure runs what was queued meanwhile when it leaves
+     * (a peer's close, a send to a failed peer): their callbacks wait for
+     * the next caller, as the service's do, instead of running on the
+     * diagnostics thread, which the application never gave us, or inside
+     * sx_dump. */
+    sx_shard_set_deferring(true);
     for (unsigned tries = 0;; tries++) {
         if (sx_delegate_try_acquire(&s->token, &s->inbox, s))
             return true;
@@ -68,6 +74,7 @@ bool sx_diag_shard_enter(struct sx_engine *e, sx_shard_t *s, uint64_t budget_ns)
             break;
         sched_yield();
     }
+    sx_shard_set_deferring(false);
     sx_global_exit(e);
     return false;
 }
@@ -75,6 +82,7 @@ bool sx_diag_shard_enter(struct sx_engine *e, sx_shard_t *s, uint64_t budget_ns)
 void sx_diag_shard_leave(struct sx_engine *e, sx_shard_t *s)
 {
     (void)sx_delegate_leave_locked(&s->token, &s->inbox, s);
+    sx_shard_set_deferring(false);
     sx_global_exit(e);
 }
 

@@ -41,6 +41,7 @@ void sx_shard_wake(sx_shard_t *shard)
  * token tenures run no callback. */
 static _Thread_local bool sx_shard_on_service_thread;
 static _Thread_local bool sx_shard_on_engine_thread;
+static _Thread_local bool sx_shard_deferring;
 
 void sx_shard_set_service_thread(bool on)
 {
@@ -52,12 +53,17 @@ void sx_shard_set_engine_thread(void)
     sx_shard_on_engine_thread = true;
 }
 
+void sx_shard_set_deferring(bool on)
+{
+    sx_shard_deferring = on;
+}
+
 /* Called by every thread that takes the token, before it runs anything. */
 SX_HOT_PASS static void sx_shard_acquire_hook(void *owner)
 {
     sx_shard_t *shard = owner;
 
-    shard->serving = sx_shard_on_service_thread || sx_shard_on_engine_thread;
+    shard->serving = sx_shard_on_service_thread || sx_shard_on_engine_thread || sx_shard_deferring;
 }
 
 /*

@@ -401,6 +401,11 @@ void sx_shard_set_service_thread(bool on);
  */
 void sx_shard_set_engine_thread(void);
 
+/** Marks the calling thread's next token tenures as deferring, as an
+ *  engine thread's are, until called with false: a diagnosis's (sx_dump,
+ *  the watchdog) from whatever thread it runs on. */
+void sx_shard_set_deferring(bool on);
+
 /** Runs what the service deferred (completions, peer error reports,
  *  backlogged deliveries); returns how many. Token holder, never the
  *  service; also at destruction. */

@@ -18,6 +18,7 @@
 
 #include "am_util.h"
 #include "common/tsan.h"
+#include "engine/diag.h"
 #include "engine/engine.h"
 #include "shard/chan.h"
 #include "shard/peer.h"
@@ -1225,6 +1226,50 @@ static void test_remove_with_staged_datagram(void **state)
     sx_engine_destroy(b);
 }
 
+/*
+ * A diagnosis (sx_dump, the SX_WATCHDOG_S scan, the SX_DUMP_SIGNAL dump)
+ * takes each shard's token, and its leave runs what callers queued
+ * meanwhile: here a peer's removal, whose sends complete with
+ * SX_ERR_CANCELED. Those callbacks ran inside the diagnosis, on the
+ * diagnostics thread the application never gave us; now they wait for the
+ * application's next sx_progress. One thread plays both: it takes the
+ * token as a diagnosis does, removes the peer (queued: the token is held)
+ * and leaves.
+ */
+static void test_diagnosis_runs_no_callback(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
+    sx_engine_h a = am_engine(kv, 2), b = am_engine(kv, 2);
+    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    sx_peer_h to_b = am_connect(a, b, 2);
+    (void)am_connect(b, a, 1);
+    enum { N = 10 };
+    am_op_t ops[N] = {{0}};
+    static uint8_t buf[64];
+    struct iovec iov = {buf, sizeof(buf)};
+    for (unsigned i = 0; i < N; i++) /* B never progresses: none is acknowledged */
+        assert_int_equal(sx_send(to_b, 5, &iov, 1, am_op_done, &ops[i]), SX_INPROGRESS);
+    sx_progress(a);
+
+    sx_shard_t *shard = a->shards[0];
+    assert_true(sx_diag_shard_enter(a, shard, SX_DIAG_SHARD_BUDGET_NS));
+    assert_int_equal(sx_peer_remove(a, to_b), SX_OK); /* queued: the token is held */
+    sx_diag_shard_leave(a, shard);
+    for (unsigned i = 0; i < N; i++)
+        if (ops[i].calls != 0)
+            fail_msg("send %u completed inside the diagnosis", i);
+    sx_progress(a);
+    for (unsigned i = 0; i < N; i++) {
+        if (ops[i].calls != 1 || ops[i].status != SX_ERR_CANCELED)
+            fail_msg("send %u: %u completions, status %s", i, ops[i].calls,
+                     sx_status_name(ops[i].status));
+    }
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+}
+
 /* What the callbacks of a destroy try (test_destroy_callbacks_call_in). */
 typedef struct destroyer {
     sx_engine_h engine;
@@ -1415,6 +1460,7 @@ int main(void)
         cmocka_unit_test(test_reply_ack_taken_next_call),
         cmocka_unit_test(test_removed_peer_not_delivered),
         cmocka_unit_test(test_remove_with_staged_datagram),
+        cmocka_unit_test(test_diagnosis_runs_no_callback),
         cmocka_unit_test(test_destroy_callbacks_call_in),
         cmocka_unit_test(test_checksum_off_host_only),
         cmocka_unit_test(test_bad_arguments),
