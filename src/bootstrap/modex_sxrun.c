@@ -260,6 +260,12 @@ static void sx_sxrun_on_done(void *arg, int status, uint64_t peer, uint32_t tag,
                  f->st->rank, f->round, len, len >= 4 ? " for round " : "",
                  len >= 4 ? sx_get32(f->buf) : 0u);
         status = SX_ERR_PROTO;
+    } else if (status != SX_ERR_SHUTDOWN && status != SX_ERR_CANCELED) {
+        /* The launcher's connection closed (oob.h): no DONE can come. */
+        sx_error("modex",
+                 "rank %" PRIu32 ": fence round %" PRIu32
+                 " failed: the connection to the sx_run launcher is gone (%s)",
+                 f->st->rank, f->round, sx_status_name(status));
     }
     sx_sxrun_fence_finish(f, status);
 }

@@ -71,8 +71,10 @@ typedef struct sx_oob sx_oob_t;
 /**
  * Completion of a send or receive. @p status: SX_OK; SX_ERR_TRUNCATED
  * (receive: the message was longer than the buffers; what fit was copied);
- * SX_ERR_IO / SX_ERR_PROTO (the connection failed); SX_ERR_SHUTDOWN (the
- * endpoint closed first). @p len: bytes sent or copied, or with
+ * SX_ERR_IO / SX_ERR_PROTO (the connection failed; a receive from one
+ * endpoint, not SX_OOB_PEER_ANY, also when the last connection to that
+ * endpoint closed, cleanly or not); SX_ERR_SHUTDOWN (the endpoint closed
+ * first). @p len: bytes sent or copied, or with
  * SX_OOB_TRUNC the message's whole length. @p peer and @p tag: the
  * message's source (or destination) and tag.
  */

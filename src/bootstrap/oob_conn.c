@@ -118,8 +118,48 @@ static void oob_conn_close_fd(sx_oob_t *oob, oob_conn_t *c)
 }
 
 /*
+ * Receives posted for endpoint @p peer by its id, when @p c was the last
+ * connection to it: they complete with @p status. An endpoint that closed
+ * its last connection (it exited or was killed; nothing in the OOB closes
+ * a connection that works) sends nothing more, and a receive from it
+ * would wait for good: a rank's fence, whose answer only the sx_run
+ * launcher can send, spun forever in sx_job_barrier after the launcher
+ * was killed. Under the lock.
+ */
+static void oob_fail_receives_from(sx_oob_t *oob, const oob_conn_t *c, int status,
+                                   oob_fifo_t *batch)
+{
+    for (const oob_conn_t *o = oob->conns; o != NULL; o = o->next) {
+        if (o->peer_known && o->peer == c->peer)
+            return; /* another connection may still carry it */
+    }
+    unsigned failed = 0;
+    oob_item_t *prev = NULL, *it = oob->posted.head;
+    while (it != NULL) {
+        oob_item_t *next = it->next;
+        oob_op_t *op = (oob_op_t *)it;
+        if (op->peer != c->peer) {
+            prev = it;
+            it = next;
+            continue;
+        }
+        fifo_unlink(&oob->posted, prev, it);
+        sx_oob_op_complete(oob, op, status, 0, op->peer, op->tag, batch);
+        failed++;
+        it = next;
+    }
+    if (failed > 0) {
+        char name[OOB_NAME_MAX];
+        sx_warn(OOB, "%s: no connection to it is left; %u receive%s waiting for it fail%s (%s)",
+                oob_conn_name(c, name, sizeof(name)), failed, failed == 1 ? "" : "s",
+                failed == 1 ? "s" : "", sx_status_name(status));
+    }
+}
+
+/*
  * Logs why (at @p level, naming the peer), closes the connection and
- * completes its queued sends with @p status. The connection goes to
+ * completes its queued sends with @p status, and the receives posted for
+ * the peer if no other connection to it is left. The connection goes to
  * oob->dead, because epoll events already fetched may still point at it.
  */
 void sx_oob_conn_fail(sx_oob_t *oob, oob_conn_t *c, int status, oob_fifo_t *batch,
@@ -152,6 +192,8 @@ void sx_oob_conn_fail(sx_oob_t *oob, oob_conn_t *c, int status, oob_fifo_t *batc
     c->dead = true;
     c->next = oob->dead;
     oob->dead = c;
+    if (c->peer_known)
+        oob_fail_receives_from(oob, c, status, batch);
 
     /* Sends to this peer move to another connection it has, if any (but
      * not to one made to an address it no longer has). */

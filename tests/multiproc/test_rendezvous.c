@@ -597,6 +597,78 @@ static void test_modex_launcher_error(void **state)
     sx_rdv_server_close(srv);
 }
 
+/* Whether @p f has @p calls completions within @p ms. */
+static bool fence_wait_ms(fence_rec_t *f, int calls, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&f->lock);
+    while (f->calls < calls && pthread_cond_timedwait(&f->cond, &f->lock, &until) == 0)
+        ;
+    bool ok = f->calls >= calls;
+    pthread_mutex_unlock(&f->lock);
+    return ok;
+}
+
+/*
+ * The launcher goes away while a rank waits in a fence (sx_run killed,
+ * a rank that outlived it): the rank's fence completes with SX_ERR_IO and
+ * says why, instead of waiting for an RDV_DONE nobody can send
+ * (sx_job_barrier spun forever). The launcher here is a bare OOB endpoint
+ * under the launcher's id, so the test knows the FENCE arrived before it
+ * closes; the same for an exchange waiting for RDV_ALL.
+ */
+static void test_modex_launcher_gone(void **state)
+{
+    (void)state;
+    char addr[SX_OOB_ADDR_MAX], msg[64];
+    client_t c[2];
+    sx_oob_t *launcher;
+
+    for (int during_exchange = 0; during_exchange < 2; during_exchange++) {
+        assert_int_equal(sx_oob_open(SX_OOB_ID_LAUNCHER, "127.0.0.1", 0, &launcher), SX_OK);
+        assert_int_equal(sx_oob_address(launcher, addr, sizeof(addr)), SX_OK);
+        clients_open(c, 2, addr);
+        fence_rec_t f = FENCE_REC_INIT;
+        pthread_t t;
+        uint32_t tag = during_exchange ? SX_OOB_TAG_RDV_PUT : SX_OOB_TAG_RDV_FENCE;
+        capture_start();
+        if (during_exchange) {
+            c[0].blob = "card";
+            assert_int_equal(pthread_create(&t, NULL, exchange_thread, &c[0]), 0);
+        } else {
+            assert_int_equal(sx_modex_sxrun_ops.fence_nb(&c[0].m, on_fence, &f), SX_OK);
+        }
+        uint64_t peer = SX_OOB_PEER_ANY;
+        struct iovec iov = {msg, sizeof(msg)};
+        size_t len = 0;
+        assert_int_equal(sx_oob_recv(launcher, &peer, &tag, &iov, 1, 0, WAIT_MS, &len), SX_OK);
+        sx_oob_close(launcher); /* the rank's message arrived; no answer will */
+        if (during_exchange) {
+            pthread_join(t, NULL);
+            assert_int_equal(c[0].rc, SX_ERR_IO);
+        } else {
+            if (!fence_wait_ms(&f, 1, WAIT_MS))
+                fail_msg("the fence still waits %d ms after the launcher went", WAIT_MS);
+            assert_int_equal(f.status, SX_ERR_IO);
+        }
+        char *log = capture_stop();
+        assert_contains(log, "no connection to it is left");
+        if (!during_exchange)
+            assert_contains(log,
+                            "fence round 1 failed: the connection to the sx_run launcher is gone");
+        free(log);
+        clients_close(c, 2);
+        assert_int_equal(fence_calls(&f), during_exchange ? 0 : 1);
+    }
+}
+
 /* fini with a fence pending completes it with SX_ERR_CANCELED, once; the
  * OOB endpoint closing afterwards calls nothing more. */
 static void test_modex_fini_cancels(void **state)
@@ -649,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_modex_exchange_get_fence),
         cmocka_unit_test(test_modex_launcher_error),
         cmocka_unit_test(test_modex_fini_cancels),
+        cmocka_unit_test(test_modex_launcher_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
