@@ -43,10 +43,14 @@ void sx_chan_cc_timer(sx_timer_t *timer, void *arg)
         sx_chan_kick_locked(c);
 }
 
-static void chan_cc_retry(sx_chan_t *c, uint64_t at)
+void sx_chan_retry_at_locked(sx_chan_t *c, uint64_t at)
 {
+    /* An earlier retry wins: a pacing wait after a window stall's retry
+     * (a quarter of a round trip) used to wait for the later one. */
     if (!sx_timer_is_pending(&c->cc_timer))
         sx_wheel_add(c->shard->wheel, &c->cc_timer, at);
+    else if (sx_u64_before(at, sx_timer_deadline(&c->cc_timer)))
+        sx_wheel_rearm(c->shard->wheel, &c->cc_timer, at);
 }
 
 SX_HOT bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
@@ -60,13 +64,13 @@ SX_HOT bool sx_chan_cc_allows_locked(sx_chan_t *c, uint64_t now)
         uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, memory_order_relaxed);
         uint64_t tick = sx_wheel_tick_ns(c->shard->wheel);
         sx_stat_add(&c->shard->stats.cc_window_stalls, 1);
-        chan_cc_retry(c, now + (srtt / 4 > tick ? srtt / 4 : tick));
+        sx_chan_retry_at_locked(c, now + (srtt / 4 > tick ? srtt / 4 : tick));
         return false;
     }
     uint64_t at = sx_cc_pace_wait(cc, c->cc_pace_unposted, c->shard->pass_gap_ns, now);
     if (at != 0) {
         sx_stat_add(&c->shard->stats.cc_pace_waits, 1);
-        chan_cc_retry(c, at);
+        sx_chan_retry_at_locked(c, at);
         return false;
     }
     return true;

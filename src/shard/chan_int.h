@@ -128,6 +128,11 @@ void sx_chan_cc_ecn_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t no
 /** cc_timer's callback: the channel flushes again. */
 void sx_chan_cc_timer(sx_timer_t *timer, void *arg);
 
+/** Flushes the channel again at @p at (cc_timer), or at the earlier
+ *  deadline the timer already has: what waits for the congestion window,
+ *  the pacing clock or a room in the shard's hotel. */
+void sx_chan_retry_at_locked(sx_chan_t *c, uint64_t at);
+
 /** @p pkt enters the pipe (sent, or sent again after it left) or leaves
  *  it (acknowledged, SACKed, presumed lost, freed); each once. Every
  *  transmission, a retransmission of a packet still in the pipe too,

@@ -27,17 +27,40 @@ SX_HOT int sx_chan_arm_locked(sx_chan_t *c, sx_txpkt_t *pkt, uint64_t now)
     return sx_hotel_checkin(c->shard->hotel, &pkt->guest, deadline, &pkt->key);
 }
 
+/*
+ * Queues @p pkt to be sent again, in sequence order: the oldest
+ * unacknowledged packet, timed out, must not wait behind younger ones.
+ * When the shard's hotel was full, packets that found no room at their
+ * first send sit in the queue (sx_chan_stamp_locked); a timed-out packet
+ * queued behind them saw the room it had just vacated go to them, never
+ * had one again, so never timed out again (no peer timeout), and without
+ * it nothing younger could be acknowledged: the channel stopped for good
+ * (test_liveness test_hotel_full). Most packets join at the tail (losses
+ * are found in order) or the head; the walk between is for the rest.
+ */
 void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     if (pkt->queued)
         return;
     pkt->queued = true;
     pkt->rtx_next = NULL;
-    if (c->rtx_tail != NULL)
+    if (c->rtx == NULL) {
+        c->rtx = c->rtx_tail = pkt;
+    } else if (sx_u32_before(c->rtx_tail->seq, pkt->seq)) {
         c->rtx_tail->rtx_next = pkt;
-    else
+        c->rtx_tail = pkt;
+    } else if (sx_u32_before(pkt->seq, c->rtx->seq)) {
+        pkt->rtx_next = c->rtx;
         c->rtx = pkt;
-    c->rtx_tail = pkt;
+    } else {
+        sx_txpkt_t *q = c->rtx;
+        while (q->rtx_next != NULL && sx_u32_before(q->rtx_next->seq, pkt->seq))
+            q = q->rtx_next;
+        pkt->rtx_next = q->rtx_next;
+        q->rtx_next = pkt;
+        if (c->rtx_tail == q)
+            c->rtx_tail = pkt;
+    }
     sx_chan_kick_locked(c);
 }
 
@@ -153,6 +176,13 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
          * the recovery. So a peer descheduled for a while costs one
          * spurious retransmission, not a window of them.
          */
+        /* Except when an older packet of ours waits for a room (the
+         * shard's hotel is full): this one gives its room up, or the
+         * younger ones would keep every room while the one the peer needs
+         * first never got one. Whether it arrived, SACKs, RACK or the
+         * recovery led by the oldest's timeout find out. */
+        if (c->rtx != NULL && c->rtx->key == 0 && sx_u32_before(c->rtx->seq, pkt->seq))
+            return;
         if (sx_chan_arm_locked(c, pkt, now) != SX_OK)
             sx_chan_queue_rtx_locked(c, pkt); /* no room: let the flush retry it */
         return;
@@ -536,8 +566,9 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
          * on the oldest packet still out; its own deadline may date from a
          * backed-off round. */
         sx_txpkt_t *oldest = c->win[c->snd_una & mask];
-        if (oldest != NULL && oldest->key != 0 && !oldest->queued)
-            (void)sx_chan_arm_locked(c, oldest, now);
+        if (oldest != NULL && !oldest->queued && (oldest->key != 0 || !oldest->sacked) &&
+            sx_chan_arm_locked(c, oldest, now) != SX_OK)
+            sx_chan_queue_rtx_locked(c, oldest); /* no room: the flush retries it */
         (void)chan_take_rwnd(c, h);
         chan_complete_acked(c);
         sx_chan_hold_check_locked(c);
@@ -590,6 +621,15 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
                     chan_pmtu_acked(c, pkt);
                     sx_chan_cc_acked_out_locked(c, pkt);
                     sacked += pkt->len;
+                    /* It arrived: nothing times it any more (RACK and the
+                     * timeout recovery skip SACKed packets), and its room
+                     * is for the holes, which may have none when the
+                     * shard's hotel is full. */
+                    if (pkt->key != 0) {
+                        void *occupant;
+                        (void)sx_hotel_checkout(c->shard->hotel, pkt->key, &occupant);
+                        pkt->key = 0;
+                    }
                 }
                 if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
                     sack_sample = arrived_ns - pkt->first_sent_ns; /* newest wins */

@@ -596,8 +596,22 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
     /* Retransmissions first: they hold up everything behind them. */
     while (c->rtx != NULL) {
         sx_txpkt_t *pkt = c->rtx;
+        if (pkt->sacked) {
+            /* It arrived after it was queued: nothing to send, and no
+             * room to take (its SACK gave it back). */
+            c->rtx = pkt->rtx_next;
+            if (c->rtx == NULL)
+                c->rtx_tail = NULL;
+            pkt->queued = false;
+            continue;
+        }
         if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
+            /* Every room of the shard's hotel is taken, maybe by other
+             * channels' packets, whose ACKs kick only their own channels:
+             * look again in a quarter of a timeout, or nothing may. */
             sx_stat_add(&c->shard->stats.hotel_full, 1);
+            uint64_t tick = sx_wheel_tick_ns(c->shard->wheel);
+            sx_chan_retry_at_locked(c, now + (c->rto_ns / 4 > tick ? c->rto_ns / 4 : tick));
             break;
         }
         sx_wire_hdr_t ack;

@@ -30,6 +30,9 @@
  *   the whole job stopped       A and B stopped together for longer than
  *                               the timeout and resumed: nothing fails
  *   under 5 % loss              the busy cases through the fault transport
+ *   hotel full                  more packets outstanding than the shard's
+ *                               hotel has rooms, under loss: everything
+ *                               arrives; B killed meanwhile: reported
  *
  * Nothing sleeps to synchronize: the children say what they reached over
  * their pipes. What does sleep is the scenario itself (a rank computing,
@@ -63,7 +66,7 @@
 #define LV_PUT_LEN    4096u
 #define LV_GET_LEN    8192u
 #define LV_BIG        (300u * 1024u) /* a large message: chunked */
-#define LV_MAX_KV     8
+#define LV_MAX_KV     10
 #define LV_TAG        9
 
 enum {
@@ -115,7 +118,7 @@ typedef struct lv_result {
     int32_t err_status;
     uint64_t err_ns; /* CLOCK_MONOTONIC when the error callback ran */
     uint64_t chan_failures, rwnd_stalls, peer_probes, own_stalls, rtx_timeout;
-    uint64_t cc_collapses, cc_undos, rto_spurious;
+    uint64_t cc_collapses, cc_undos, rto_spurious, hotel_full;
     char why[160];
 } lv_result_t;
 
@@ -287,6 +290,7 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
         if (sx_time_ns() > deadline) {
             snprintf(a.res.why, sizeof(a.res.why), "A: %u of %u done, %u error calls", done, total,
                      a.res.err_calls);
+            (void)sx_dump(e, stderr); /* what the channel waits for */
             break;
         }
     }
@@ -315,6 +319,7 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
     a.res.cc_collapses = lv_stat(e, "cc_collapses");
     a.res.cc_undos = lv_stat(e, "cc_undos");
     a.res.rto_spurious = lv_stat(e, "rto_spurious");
+    a.res.hotel_full = lv_stat(e, "hotel_full");
     mp_write_msg(out, MSG_RESULT, &a.res, sizeof(a.res));
     /* Serve B until told to go, so that B's last ACKs are answered. */
     for (;;) {
@@ -654,6 +659,55 @@ static void test_receiver_never_consumes(void **state)
     assert_true(r.ra.peer_probes > 0);
 }
 
+/*
+ * More packets outstanding than A's shard has hotel rooms (16 rooms, a
+ * window of 64, a datagram per message, 64 sends outstanding) under 5 %
+ * loss. A packet that finds no room is queued to be sent when one frees;
+ * a timed-out packet went behind those and the room it freed went to
+ * them, so it never got one again: no further timeout, no peer timeout,
+ * and the channel stopped for good, with B alive or dead. Everything must
+ * arrive; then the same with B killed halfway, which A must report.
+ */
+static void lv_hotel_full(bool kill_b)
+{
+    lv_run_t r;
+    lv_init(&r, 41);
+    lv_both_kv(&r, "HOTEL_ROOMS", "16");
+    lv_both_kv(&r, "WINDOW", "64");
+    lv_both_kv(&r, "AGGREGATE", "no");
+    lv_both_kv(&r, "FAULT", "loss=0.05,seed=41");
+    lv_both_kv(&r, "STATS", "text");
+    r.pa.nmsgs = r.pb.nmsgs = 2000;
+    r.pa.big_every = r.pb.big_every = 0;
+    r.pa.nput = r.pb.nput = r.pa.nget = r.pb.nget = 0;
+    r.pa.depth = 64;
+    if (kill_b) {
+        r.pa.expect_fail = 1;
+        r.pa.pause_half = 1;
+        r.b_dies = true;
+    }
+    lv_start(&r);
+    if (kill_b) {
+        lv_wait_a(&r, MSG_HALF);
+        kill(r.b.pid, SIGKILL);
+        assert_true(mp_write_msg(r.a.to_fd, MSG_GO, NULL, 0));
+    }
+    lv_finish(&r);
+    print_message("    A: hotel_full %llu\n", (unsigned long long)r.ra.hotel_full);
+    if (kill_b)
+        lv_expect_failure(&r);
+    else
+        lv_expect_all(&r);
+    assert_true(r.ra.hotel_full > 0);
+}
+
+static void test_hotel_full(void **state)
+{
+    (void)state;
+    lv_hotel_full(false);
+    lv_hotel_full(true);
+}
+
 typedef enum { KILL_PROGRESSING, KILL_COMPUTING, KILL_WINDOW_CLOSED } lv_kill_t;
 
 static void lv_kill(lv_kill_t when)
@@ -822,6 +876,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_busy_mid_stream, lv_teardown),
         cmocka_unit_test_teardown(test_receiver_never_consumes, lv_teardown),
         cmocka_unit_test_teardown(test_kill_matrix, lv_teardown),
+        cmocka_unit_test_teardown(test_hotel_full, lv_teardown),
         cmocka_unit_test_teardown(test_stop_longer_than_timeout, lv_teardown),
         cmocka_unit_test_teardown(test_stop_shorter_than_timeout, lv_teardown),
         cmocka_unit_test_teardown(test_stop_shorter_than_timeout_cc, lv_teardown),
