@@ -307,6 +307,14 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
         c->shard->ack_held_chan = NULL;
     if (c->shard->rx_chan == c)
         c->shard->rx_chan = NULL;
+    /* The failure cancelled these, but only the first: a channel that had
+     * failed before (its peer's failure, then sx_peer_remove) may have
+     * armed one since (an ACK owed for what it delivered), which would
+     * fire into the freed channel. */
+    sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->cc_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
     sx_chan_iface(c)->ops->addr_remove(sx_chan_iface(c), c->dest);
     free(c->win);
     free(c);
