@@ -46,6 +46,27 @@ static inline sx_peer_h am_connect(sx_engine_h from, sx_engine_h to, uint64_t id
     return peer;
 }
 
+/* Two engines that know each other, A (@p ka) as peer 1 of B and B (@p kb)
+ * as peer 2 of A, with one thread's home on shard 0 of each: a thread
+ * that drives both progresses the shards that talk to each other. */
+typedef struct am_pair {
+    sx_engine_h a, b;
+    sx_peer_h a_to_b, b_to_a;
+} am_pair_t;
+
+static inline am_pair_t am_pair_new(const sx_config_kv_t *ka, size_t na, const sx_config_kv_t *kb,
+                                    size_t nb)
+{
+    am_pair_t p;
+    p.a = am_engine(ka, na);
+    p.b = am_engine(kb, nb);
+    if (sx_thread_bind(p.a, 0) != SX_OK || sx_thread_bind(p.b, 0) != SX_OK)
+        abort();
+    p.a_to_b = am_connect(p.a, p.b, 2);
+    p.b_to_a = am_connect(p.b, p.a, 1);
+    return p;
+}
+
 /* A message body: sequence number, then bytes derived from it and a seed,
  * so a receiver can check every byte without keeping a copy. */
 static inline uint8_t am_byte(uint64_t seq, uint64_t i)

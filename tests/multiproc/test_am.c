@@ -48,23 +48,11 @@ static void on_done(void *arg, int status)
         c->completion_errors++;
 }
 
-typedef struct pair {
-    sx_engine_h a, b;
-    sx_peer_h a_to_b, b_to_a;
-} pair_t;
+typedef am_pair_t pair_t;
 
 static pair_t pair_new_cfg(const sx_config_kv_t *kv, size_t n)
 {
-    pair_t p;
-    p.a = am_engine(kv, n);
-    p.b = am_engine(kv, n);
-    /* One thread drives both engines: give it the same home shard in each
-     * so it progresses the shards that talk to each other. */
-    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
-    p.a_to_b = am_connect(p.a, p.b, 2);
-    p.b_to_a = am_connect(p.b, p.a, 1);
-    return p;
+    return am_pair_new(kv, n, kv, n);
 }
 
 static pair_t pair_new(void)
@@ -247,13 +235,7 @@ static void refusals_with(const char *fault)
 {
     const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"FAULT", fault}};
     const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}, {"FAULT", fault}};
-    pair_t p;
-    p.a = am_engine(ka, fault != NULL ? 2 : 1);
-    p.b = am_engine(kb, fault != NULL ? 3 : 2);
-    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
-    p.a_to_b = am_connect(p.a, p.b, 2);
-    p.b_to_a = am_connect(p.b, p.a, 1);
+    pair_t p = am_pair_new(ka, fault != NULL ? 2 : 1, kb, fault != NULL ? 3 : 2);
 
     enum { N = 40 };
     static const struct {
@@ -345,13 +327,7 @@ static void refusal_flood_with(const char *fault)
     enum { ROUNDS = 1000, BATCH = 64, N = ROUNDS * BATCH };
     const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"FAULT", fault}};
     const sx_config_kv_t kb[] = {{"SHARDS", "1"}};
-    pair_t p;
-    p.a = am_engine(ka, fault != NULL ? 2 : 1);
-    p.b = am_engine(kb, 1);
-    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
-    p.a_to_b = am_connect(p.a, p.b, 2);
-    p.b_to_a = am_connect(p.b, p.a, 1);
+    pair_t p = am_pair_new(ka, fault != NULL ? 2 : 1, kb, 1);
 
     am_op_t *ops = calloc(N, sizeof(*ops));
     uint8_t(*good)[8] = calloc(ROUNDS, sizeof(*good));
@@ -468,13 +444,7 @@ static void test_sendi_refusals_reported(void **state)
     (void)state;
     const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
     const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"MAX_MSG_SIZE", "4096"}};
-    pair_t p;
-    p.a = am_engine(ka, 2);
-    p.b = am_engine(kb, 2);
-    assert_int_equal(sx_thread_bind(p.a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(p.b, 0), SX_OK);
-    p.a_to_b = am_connect(p.a, p.b, 2);
-    p.b_to_a = am_connect(p.b, p.a, 1);
+    pair_t p = am_pair_new(ka, 2, kb, 2);
 
     static const size_t good_sizes[3] = {100, 100, 100};
     static uint8_t big[10000], good[100];
@@ -1240,11 +1210,9 @@ static void test_diagnosis_runs_no_callback(void **state)
 {
     (void)state;
     const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
-    sx_engine_h a = am_engine(kv, 2), b = am_engine(kv, 2);
-    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
-    sx_peer_h to_b = am_connect(a, b, 2);
-    (void)am_connect(b, a, 1);
+    pair_t p = pair_new_cfg(kv, 2);
+    sx_engine_h a = p.a, b = p.b;
+    sx_peer_h to_b = p.a_to_b;
     enum { N = 10 };
     am_op_t ops[N] = {{0}};
     static uint8_t buf[64];
