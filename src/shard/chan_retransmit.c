@@ -564,9 +564,12 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             chan_rto_recovery_step(c, now);
         /* RFC 6298 (5.3): new data acknowledged restarts the timer, now
          * on the oldest packet still out; its own deadline may date from a
-         * backed-off round. */
+         * backed-off round. One without a room (the shard's hotel was full)
+         * takes one now, or waits in the retransmit queue, which looks
+         * again: the oldest packet is never left untimed. One not yet
+         * posted is timed when it is (sx_chan_stamp_locked). */
         sx_txpkt_t *oldest = c->win[c->snd_una & mask];
-        if (oldest != NULL && !oldest->queued && (oldest->key != 0 || !oldest->sacked) &&
+        if (oldest != NULL && !oldest->queued && !oldest->unstamped &&
             sx_chan_arm_locked(c, oldest, now) != SX_OK)
             sx_chan_queue_rtx_locked(c, oldest); /* no room: the flush retries it */
         (void)chan_take_rwnd(c, h);
