@@ -239,6 +239,7 @@ typedef struct sx_chan {
     uint32_t rx_ecn_ect, rx_ecn_ce;
     uint32_t peer_ecn_ect, peer_ecn_ce;
     bool rwnd_stalled; /* a flush stopped at the peer's window */
+    bool room_wait;    /* the last flush found no room in the shard's hotel for rtx's head */
     sx_timer_t persist_timer;
     unsigned persist_backoff;
     /* Liveness (chan_retransmit.c): when the peer last proved alive (a

@@ -181,7 +181,8 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
          * younger ones would keep every room while the one the peer needs
          * first never got one. Whether it arrived, SACKs, RACK or the
          * recovery led by the oldest's timeout find out. */
-        if (c->rtx != NULL && c->rtx->key == 0 && sx_u32_before(c->rtx->seq, pkt->seq))
+        if (c->room_wait && c->rtx != NULL && c->rtx->key == 0 &&
+            sx_u32_before(c->rtx->seq, pkt->seq))
             return;
         if (sx_chan_arm_locked(c, pkt, now) != SX_OK)
             sx_chan_queue_rtx_locked(c, pkt); /* no room: let the flush retry it */

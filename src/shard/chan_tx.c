@@ -596,6 +596,16 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
     /* Retransmissions first: they hold up everything behind them. */
     while (c->rtx != NULL) {
         sx_txpkt_t *pkt = c->rtx;
+        if (c->shard->tx_again) {
+            /* The interface refused a batch of this flush (no send
+             * credits, a full socket): what it refused went back into
+             * this queue, and resending it now would meet the same
+             * refusal, for good on a transport whose credits come back
+             * only with the completions the next poll reads (libfabric,
+             * verbs). The next pass flushes again. */
+            sx_chan_kick_locked(c);
+            break;
+        }
         if (pkt->sacked) {
             /* It arrived after it was queued: nothing to send, and no
              * room to take (its SACK gave it back). */
@@ -612,8 +622,17 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
             sx_stat_add(&c->shard->stats.hotel_full, 1);
             uint64_t tick = sx_wheel_tick_ns(c->shard->wheel);
             sx_chan_retry_at_locked(c, now + (c->rto_ns / 4 > tick ? c->rto_ns / 4 : tick));
+            c->room_wait = true;
             break;
         }
+        c->room_wait = false;
+        /* Off the queue before it is staged: staging may post the batch,
+         * and what the interface refuses goes back into the queue, ahead
+         * of this packet's successor (it is older). */
+        c->rtx = pkt->rtx_next;
+        if (c->rtx == NULL)
+            c->rtx_tail = NULL;
+        pkt->queued = false;
         sx_wire_hdr_t ack;
         sx_chan_ack_fields_locked(c, &ack);
         sx_wire_update_ack(pkt->data, &ack, SX_PKTF_ACK);
@@ -625,10 +644,6 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
             sx_chan_pkt_materialize_locked(c, pkt);
         if (whole || !sx_chan_send_frags_locked(c, pkt))
             chan_stage(c, pkt->data, pkt->len, pkt);
-        c->rtx = pkt->rtx_next;
-        if (c->rtx == NULL)
-            c->rtx_tail = NULL;
-        pkt->queued = false;
         pkt->transmissions++;
         pkt->last_sent_ns = now;
         sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);

@@ -288,6 +288,7 @@ void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan)
 
 SX_HOT_PASS void sx_shard_flush_locked(sx_shard_t *shard)
 {
+    shard->tx_again = false;
     shard->held_bytes = 0;
     shard->hold_armed = false;
     /* Take the whole list: channels that become ready again while we flush
@@ -394,6 +395,8 @@ SX_HOT_PASS void sx_shard_tx_post_locked(sx_shard_t *shard)
         rc = SX_ERR_AGAIN;
         sx_stat_add(&shard->stats.tx_no_credits, q->n - posted);
     }
+    if (rc == SX_ERR_AGAIN)
+        shard->tx_again = true; /* the flush stops resending: chan_tx.c */
     if (!iface->caps.sync_send)
         shard->tx_inflight[q->tl] += posted;
     for (unsigned i = posted; i < q->n; i++) {

@@ -247,6 +247,7 @@ struct sx_shard {
     struct sx_txpkt *pkt_pool;
     size_t pkt_pool_bytes;
     unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
+    bool tx_again; /* this flush, an interface refused datagrams for want of room or credits */
     /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
      * until when; a token holder that arms an earlier timer rings wake_fd. */
     atomic_int sleeping;
