@@ -31,14 +31,6 @@ static void sx_service_arm(sx_service_t *svc, uint64_t at)
         sx_debug("service", "timerfd_settime: %s", strerror(errno));
 }
 
-/* The earlier of `until` and a flush asked for, for the timer. */
-static uint64_t sx_service_next_wake(sx_service_t *svc)
-{
-    uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
-    uint64_t at = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
-    return at != 0 && sx_u64_before(at, until) ? at : until;
-}
-
 void sx_service_push(void *arg, uint64_t now)
 {
     sx_service_t *svc = arg;
@@ -59,6 +51,14 @@ void sx_service_push(void *arg, uint64_t now)
         atomic_compare_exchange_strong_explicit(&svc->until, &old, until, memory_order_relaxed,
                                                 memory_order_relaxed))
         sx_service_arm(svc, until);
+}
+
+/* The earlier of `until` and a flush asked for, for the timer. */
+static uint64_t sx_service_next_wake(sx_service_t *svc)
+{
+    uint64_t until = atomic_load_explicit(&svc->until, memory_order_relaxed);
+    uint64_t at = atomic_load_explicit(&svc->flush_at, memory_order_relaxed);
+    return at != 0 && sx_u64_before(at, until) ? at : until;
 }
 
 void sx_service_hold(void *arg, uint64_t at)
