@@ -489,7 +489,10 @@ SX_API sx_peer_h sx_job_peer(sx_engine_h engine, uint32_t rank);
  * this process's acknowledgements are served; a process that has seen its
  * own sends complete and then passes a barrier may destroy its engine
  * without leaving a peer hanging. Every process calls it equally often, from
- * one thread at a time.
+ * one thread at a time. Under sx_run, SX_ERR_PEER_UNREACHABLE (logged with
+ * its rank) when a process left the job (it ended, or destroyed its
+ * engine) before it entered this barrier; sx_engine_join returns the same
+ * for one that left before it joined.
  */
 SX_API int sx_job_barrier(sx_engine_h engine);
 

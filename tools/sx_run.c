@@ -29,7 +29,10 @@
  * signal S counts as 128+S); 124 when the timeout passed; 126 or 127 when
  * the program cannot be executed or is not found (as a shell does); 2 for
  * bad arguments; 125 when sx_run itself failed (the rendezvous reported a
- * protocol error, a system call failed). When sx_run is stopped by a
+ * protocol error, a system call failed); 1 when a rank exited with status
+ * 0 while other ranks waited for it in the rendezvous (a fence round it
+ * never entered: as mpirun stops a job whose process "exited
+ * improperly"), since those would otherwise wait for good. When sx_run is stopped by a
  * signal it re-raises it after the cleanup, so its parent sees the signal.
  * A rank on another host ends with its agent's status, which the remote
  * side makes the rank's (128+S for a signal S; ssh uses 255 for its own
@@ -726,6 +729,7 @@ static bool sx_run_reap(sx_run_t *r)
                 rk->in_fd = -1;
             }
             int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            sx_rdv_server_rank_ended(r->rdv, i);
             const sx_run_host_t *host = sx_run_remote_host(r, i);
             if (code != 0 && !r->shutting_down && host != NULL) {
                 /* The agent's status is the remote side's, which is the
@@ -808,7 +812,20 @@ static void sx_run_loop(sx_run_t *r)
 
         if (!r->shutting_down) {
             int st = sx_rdv_server_status(r->rdv);
-            if (st != SX_OK) {
+            uint32_t lost = sx_rdv_server_lost_rank(r->rdv);
+            if (st == SX_ERR_PEER_UNREACHABLE && lost < r->n) {
+                /* A rank left while others wait for it. One that failed
+                 * has stopped the job with its status already (reaped
+                 * above: its connection closed first); one still running
+                 * (it closed its engine) is waited for, since the others
+                 * have been told and may stop the job themselves. */
+                if (r->ranks[lost].reaped) {
+                    sx_run_msg("rank %u exited with status 0 while other ranks waited for it in "
+                               "the rendezvous; stopping the job",
+                               lost);
+                    sx_run_begin_shutdown(r, SX_RUN_EXIT_LEFT);
+                }
+            } else if (st != SX_OK) {
                 sx_run_msg("the rendezvous failed (%s); stopping the job", sx_strerror(st));
                 sx_run_begin_shutdown(r, SX_RUN_EXIT_INTERNAL);
             } else if (deadline_ns != 0 && now >= deadline_ns) {

@@ -64,7 +64,8 @@ static void sx_run_usage(FILE *f)
             "Exit status: 0 if every rank exited 0; else the first non-zero rank\n"
             "status (128+S for a rank killed by signal S); 124 on timeout; 126/127\n"
             "when PROGRAM cannot be executed / is not found; 2 for bad arguments;\n"
-            "125 when sx_run itself or the rendezvous failed.\n",
+            "125 when sx_run itself or the rendezvous failed; 1 when a rank exited 0\n"
+            "while other ranks waited for it in a fence it never entered.\n",
             SX_RUN_MAX_RANKS, SX_RUN_GRACE_MS / 1000);
 }
 

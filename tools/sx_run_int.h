@@ -27,6 +27,7 @@
 
 /* Exit statuses of sx_run's own failures; see the top of sx_run.c. */
 enum {
+    SX_RUN_EXIT_LEFT = 1, /* a rank exited 0 while others waited for it */
     SX_RUN_EXIT_USAGE = 2,
     SX_RUN_EXIT_TIMEOUT = 124,
     SX_RUN_EXIT_INTERNAL = 125,

@@ -24,8 +24,10 @@
  * Synchronization: `lock` guards the state's fields; receive callbacks
  * take it on the OOB progress thread. User callbacks (fence) run without
  * it, exactly once for each fence_nb that returned SX_OK (never for one
- * that returned an error): SX_OK when the round is done, SX_ERR_PROTO when
- * the launcher reported an error or answered out of order, the OOB's
+ * that returned an error): SX_OK when the round is done, the status the
+ * launcher's RDV_ERROR names (SX_ERR_PEER_UNREACHABLE: a rank left while
+ * this one waits for it; SX_ERR_PROTO for a protocol fault, or when it
+ * names none) or SX_ERR_PROTO when it answered out of order, the OOB's
  * error when a message could not go (SX_ERR_SHUTDOWN when the endpoint
  * closed), SX_ERR_CANCELED when fini came first. Like exchange and get,
  * fence_nb calls must not overlap one another (the caller serializes
@@ -79,7 +81,7 @@ struct sx_sxrun {
     pthread_cond_t cond;
     int refs;    /* the modex itself and every posted receive */
     bool closed; /* fini has run */
-    int failed;  /* SX_OK, or SX_ERR_PROTO once RDV_ERROR came */
+    int failed;  /* SX_OK, or RDV_ERROR's status once it came */
     char errbuf[SX_MODEX_SXRUN_ERROR_MAX];
 
     bool exchanged;     /* exchange has been called (there is one) */
@@ -215,15 +217,25 @@ static void sx_sxrun_on_error(void *arg, int status, uint64_t peer, uint32_t tag
     pthread_mutex_lock(&st->lock);
     if (status == SX_OK || status == SX_ERR_TRUNCATED) {
         size_t n = len < sizeof(st->errbuf) - 1 ? len : sizeof(st->errbuf) - 1;
+        /* The text, then a NUL and the status (i32) where the launcher
+         * says which (rendezvous.c); SX_ERR_PROTO where it does not. */
+        int why = SX_ERR_PROTO;
+        const char *nul = memchr(st->errbuf, '\0', n);
+        if (nul != NULL && n - (size_t)(nul - st->errbuf) == 5) {
+            int32_t code = (int32_t)sx_get32((const uint8_t *)nul + 1);
+            if (code < 0 && strcmp(sx_status_name(code), "unknown") != 0)
+                why = code;
+            n = (size_t)(nul - st->errbuf);
+        }
         while (n > 0 && st->errbuf[n - 1] == '\0')
             n--;
         st->errbuf[n] = '\0';
-        st->failed = SX_ERR_PROTO;
-        sx_error("modex", "rank %" PRIu32 ": the sx_run launcher reports: %s", st->rank,
-                 st->errbuf);
+        st->failed = why;
+        sx_error("modex", "rank %" PRIu32 ": the sx_run launcher reports: %s (%s)", st->rank,
+                 st->errbuf, sx_status_name(why));
         pthread_cond_broadcast(&st->cond);
         pthread_mutex_unlock(&st->lock);
-        sx_sxrun_fail_fences(st, SX_ERR_PROTO);
+        sx_sxrun_fail_fences(st, why);
         pthread_mutex_lock(&st->lock);
     }
     sx_sxrun_unref_unlock(st);

@@ -198,7 +198,7 @@ void sx_oob_batch_run(oob_fifo_t *batch)
 
 static bool oob_match(const oob_op_t *op, const oob_msg_t *m)
 {
-    return (op->peer == SX_OOB_PEER_ANY || op->peer == m->peer) &&
+    return op->kind == OOB_OP_RECV && (op->peer == SX_OOB_PEER_ANY || op->peer == m->peer) &&
            (op->tag == SX_OOB_TAG_ANY || op->tag == m->tag);
 }
 
@@ -705,6 +705,55 @@ int sx_oob_recv_nb(sx_oob_t *oob, uint64_t peer, uint32_t tag, const struct iove
     /* The receive completed at once: its callback runs here. */
     sx_oob_batch_run(&batch);
     return rc;
+}
+
+int sx_oob_watch(sx_oob_t *oob, uint64_t peer, sx_oob_cb_t cb, void *arg)
+{
+    oob_op_t *op;
+
+    if (peer == SX_OOB_PEER_ANY || cb == NULL)
+        return SX_ERR_INVALID_PARAM;
+    int rc = oob_recv_op_new(oob, peer, 0, NULL, 0, 0, &op);
+    if (rc != SX_OK)
+        return rc;
+    op->kind = OOB_OP_WATCH;
+    op->cb = cb;
+    op->arg = arg;
+    pthread_mutex_lock(&oob->lock);
+    if (oob->closing) {
+        rc = SX_ERR_SHUTDOWN;
+    } else {
+        fifo_push(&oob->posted, &op->item);
+        if (!sx_oob_peer_connected(oob, peer)) {
+            /* Completed by the progress thread, never here: a handler
+             * may call this, and what the peer sent before it closed may
+             * still wait in the batch being handed on. */
+            oob->watch_check = true;
+            sx_oob_wake(oob);
+        }
+    }
+    pthread_mutex_unlock(&oob->lock);
+    if (rc != SX_OK)
+        sx_oob_op_free(op);
+    return rc;
+}
+
+void sx_oob_watch_check(sx_oob_t *oob, oob_fifo_t *batch)
+{
+    oob_item_t *prev = NULL, *it = oob->posted.head;
+
+    oob->watch_check = false;
+    while (it != NULL) {
+        oob_item_t *next = it->next;
+        oob_op_t *op = (oob_op_t *)it;
+        if (op->kind == OOB_OP_WATCH && !sx_oob_peer_connected(oob, op->peer)) {
+            fifo_unlink(&oob->posted, prev, it);
+            sx_oob_op_complete(oob, op, SX_ERR_IO, 0, op->peer, 0, batch);
+        } else {
+            prev = it;
+        }
+        it = next;
+    }
 }
 
 int sx_oob_recv(sx_oob_t *oob, uint64_t *peer_p, uint32_t *tag_p, const struct iovec *iov,

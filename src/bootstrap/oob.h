@@ -143,4 +143,17 @@ typedef void (*sx_oob_handler_t)(void *arg, uint64_t peer, uint32_t tag, const v
                                  size_t len);
 int sx_oob_handler_set(sx_oob_t *oob, uint32_t tag, sx_oob_handler_t handler, void *arg);
 
+/**
+ * Runs @p cb once when no connection to endpoint @p peer (not
+ * SX_OOB_PEER_ANY) is left, after every message that came on them was
+ * handed on: with the connection's status (SX_ERR_IO, SX_ERR_PROTO;
+ * SX_ERR_IO at the progress thread's next turn if none is open now), or
+ * SX_ERR_SHUTDOWN when this endpoint closes first. Never inside this
+ * call. Its tag is 0, its length 0. For servers that must know a
+ * client has gone (the launcher's rendezvous: a rank that ended). Any
+ * thread, a handler's too; watching is quiet, where a failed receive is
+ * logged.
+ */
+int sx_oob_watch(sx_oob_t *oob, uint64_t peer, sx_oob_cb_t cb, void *arg);
+
 #endif /* SX_BOOTSTRAP_OOB_H */

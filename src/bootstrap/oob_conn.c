@@ -117,6 +117,15 @@ static void oob_conn_close_fd(sx_oob_t *oob, oob_conn_t *c)
     c->events = 0;
 }
 
+bool sx_oob_peer_connected(const sx_oob_t *oob, uint64_t peer)
+{
+    for (const oob_conn_t *o = oob->conns; o != NULL; o = o->next) {
+        if (o->peer_known && o->peer == peer)
+            return true;
+    }
+    return false;
+}
+
 /*
  * Receives posted for endpoint @p peer by its id, when @p c was the last
  * connection to it: they complete with @p status. An endpoint that closed
@@ -129,10 +138,8 @@ static void oob_conn_close_fd(sx_oob_t *oob, oob_conn_t *c)
 static void oob_fail_receives_from(sx_oob_t *oob, const oob_conn_t *c, int status,
                                    oob_fifo_t *batch)
 {
-    for (const oob_conn_t *o = oob->conns; o != NULL; o = o->next) {
-        if (o->peer_known && o->peer == c->peer)
-            return; /* another connection may still carry it */
-    }
+    if (sx_oob_peer_connected(oob, c->peer))
+        return; /* another connection may still carry it */
     unsigned failed = 0;
     oob_item_t *prev = NULL, *it = oob->posted.head;
     while (it != NULL) {
@@ -144,11 +151,12 @@ static void oob_fail_receives_from(sx_oob_t *oob, const oob_conn_t *c, int statu
             continue;
         }
         fifo_unlink(&oob->posted, prev, it);
+        if (op->kind != OOB_OP_WATCH)
+            failed++; /* a watch has ended as it should */
         sx_oob_op_complete(oob, op, status, 0, op->peer, op->tag, batch);
-        failed++;
         it = next;
     }
-    if (failed > 0) {
+    if (failed > 0 && status != SX_ERR_SHUTDOWN) { /* not this endpoint's own close */
         char name[OOB_NAME_MAX];
         sx_warn(OOB, "%s: no connection to it is left; %u receive%s waiting for it fail%s (%s)",
                 oob_conn_name(c, name, sizeof(name)), failed, failed == 1 ? "" : "s",
@@ -646,6 +654,8 @@ void *sx_oob_progress(void *arg)
          * now, so a handler sees its tag's messages in order. */
         if (oob->redispatch)
             sx_oob_redispatch(oob, &batch);
+        if (oob->watch_check)
+            sx_oob_watch_check(oob, &batch);
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == &oob->listen_fd) {
                 oob_accept(oob);

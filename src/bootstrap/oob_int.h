@@ -76,6 +76,7 @@ enum oob_op_kind {
     OOB_OP_SEND,
     OOB_OP_RECV,
     OOB_OP_HELLO, /* a connection's first frame; completes silently */
+    OOB_OP_WATCH, /* sx_oob_watch: posted, matches no message */
 };
 
 typedef struct oob_op {
@@ -152,6 +153,7 @@ struct sx_oob {
     bool closing;                  /* sx_oob_close has begun */
     bool dispatching;              /* the progress thread runs a batch */
     bool redispatch;               /* a handler was set: look at the queue */
+    bool watch_check;              /* a watch was posted for a peer with no connection */
     uint64_t dispatch_seq;         /* batches run so far */
     unsigned waiters;              /* threads inside blocking calls */
     uint64_t accept_resume_ns;     /* 0, or when to watch the listener again */
@@ -223,6 +225,11 @@ void sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch);
  *  lock, on the progress thread. */
 void sx_oob_redispatch(sx_oob_t *oob, oob_fifo_t *batch);
 
+/** Completes the watches (sx_oob_watch) of peers with no connection.
+ *  Under the lock, on the progress thread, before it reads anything more:
+ *  what came before such a peer's connection closed has been handed on. */
+void sx_oob_watch_check(sx_oob_t *oob, oob_fifo_t *batch);
+
 oob_peer_t *sx_oob_peer_find(sx_oob_t *oob, uint64_t id);
 
 /** Finds or adds (NULL: no memory) the entry for @p id. Under the lock. */
@@ -242,6 +249,10 @@ void sx_oob_hdr_write(uint8_t *h, uint32_t tag, uint64_t src, uint32_t len);
  *  oob->dead). Under the lock; the progress thread's, and
  *  fuzz/fuzz_oob.c's, which feeds it bytes from a socketpair. */
 bool sx_oob_conn_read(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch);
+
+/** Whether a connection to endpoint @p peer (its id known) is open or
+ *  being made. Under the lock. */
+bool sx_oob_peer_connected(const sx_oob_t *oob, uint64_t peer);
 
 /** Wakes the progress thread (new connection, handler, close). */
 void sx_oob_wake(sx_oob_t *oob);

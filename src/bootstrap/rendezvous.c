@@ -14,6 +14,18 @@
  * length, the rank against the job's size, the size against the one
  * sx_run started, a rank that speaks twice or from two endpoints, fence
  * rounds out of order, and blobs that would not fit the RDV_ALL message.
+ *
+ * A rank whose endpoint has no connection left (its process ended, or it
+ * closed its engine; sx_oob_watch says so after its last message), or
+ * that ended without a word (sx_rdv_server_rank_ended, from the
+ * launcher's reaping), can enter no more rounds and put no blob. Once another rank
+ * waits for it to, in a fence round it never entered or for an RDV_ALL
+ * that needs its blob, the rendezvous fails with SX_ERR_PEER_UNREACHABLE
+ * and an RDV_ERROR naming it: an MPI rank that returns from main without
+ * MPI_Finalize while the others wait in a barrier would otherwise leave
+ * them waiting for good, since it exits with status 0 and sx_run stops a
+ * job only for a failure (as mpirun reports a process that "exited
+ * improperly").
  */
 #include "common/le.h"
 #include "bootstrap/rendezvous.h"
@@ -40,6 +52,7 @@ typedef struct sx_rdv_rank {
     bool put;             /* its blob is here */
     uint64_t peer;        /* the OOB endpoint that speaks for it */
     uint32_t fence_round; /* the last fence round it entered (0: none) */
+    bool left;            /* no connection from its endpoint is left */
     uint32_t len;
     uint8_t *blob;
 } sx_rdv_rank_t;
@@ -54,6 +67,7 @@ struct sx_rdv_server {
     uint32_t nput;
     uint64_t all_bytes; /* the RDV_ALL payload these blobs make */
     uint32_t done_round;
+    uint32_t lost_rank;          /* the rank that left, when status says so */
     char error[SX_RDV_TEXT_MAX]; /* the first fault, for later offenders */
 };
 
@@ -79,41 +93,124 @@ static void sx_rdv_send(sx_rdv_server_t *srv, uint64_t peer, uint32_t tag, const
                  sx_strerror(rc));
 }
 
+/* RDV_ERROR to @p peer: @p text, a NUL, and @p status (i32). */
+static void sx_rdv_send_error(sx_rdv_server_t *srv, uint64_t peer, const char *text, int status)
+{
+    char msg[SX_RDV_TEXT_MAX + 64 + 5];
+    size_t n = strnlen(text, sizeof(msg) - 5);
+
+    if (peer == SX_OOB_PEER_ANY)
+        return;
+    memcpy(msg, text, n);
+    msg[n] = '\0';
+    sx_put32((uint8_t *)msg + n + 1, (uint32_t)status);
+    sx_rdv_send(srv, peer, SX_OOB_TAG_RDV_ERROR, msg, n + 5);
+}
+
 /*
- * Fails the job for a fault of the message from @p peer: logs it, answers
- * RDV_ERROR naming it, and tells every other rank that has spoken that the
- * rendezvous is over, so none of them waits for an answer that cannot come.
+ * Fails the job with @p status and @p text: logs it, answers the endpoint
+ * @p peer (SX_OOB_PEER_ANY: none) with RDV_ERROR naming it, and tells
+ * every other rank that has spoken that the rendezvous is over, so none
+ * of them waits for an answer that cannot come. RDV_ERROR is the text, a
+ * NUL and the status (i32), which the rank's modex returns (modex_sxrun.c).
  * Called with the lock held.
  */
+static void sx_rdv_fail(sx_rdv_server_t *srv, int status, uint64_t peer, const char *text)
+{
+    char others[SX_RDV_TEXT_MAX + 64];
+
+    if (atomic_load_explicit(&srv->status, memory_order_relaxed) != SX_OK) {
+        /* Already failed: the offender learns that, nothing more. */
+        snprintf(others, sizeof(others), "the job's rendezvous has failed: %s", srv->error);
+        sx_rdv_send_error(srv, peer, others,
+                          atomic_load_explicit(&srv->status, memory_order_relaxed));
+        return;
+    }
+    if (peer != SX_OOB_PEER_ANY)
+        sx_error("rdv", "rendezvous of sx_run: endpoint 0x%" PRIx64 ": %s", peer, text);
+    else
+        sx_error("rdv", "rendezvous of sx_run: %s", text);
+    snprintf(srv->error, sizeof(srv->error), "%s", text);
+    atomic_store_explicit(&srv->status, status, memory_order_release);
+
+    sx_rdv_send_error(srv, peer, text, status);
+    snprintf(others, sizeof(others), "the job's rendezvous has failed: %s", text);
+    for (uint32_t r = 0; r < srv->size; r++) {
+        if (srv->ranks[r].known && srv->ranks[r].peer != peer)
+            sx_rdv_send_error(srv, srv->ranks[r].peer, others, status);
+    }
+}
+
+/* Fails the job for a fault of the message from @p peer (SX_ERR_PROTO). */
 static void sx_rdv_fault(sx_rdv_server_t *srv, uint64_t peer, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void sx_rdv_fault(sx_rdv_server_t *srv, uint64_t peer, const char *fmt, ...)
 {
     char text[SX_RDV_TEXT_MAX];
-    char others[SX_RDV_TEXT_MAX + 64];
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    sx_rdv_fail(srv, SX_ERR_PROTO, peer, text);
+}
 
-    if (atomic_load_explicit(&srv->status, memory_order_relaxed) != SX_OK) {
-        /* Already failed: the offender learns that, nothing more. */
-        snprintf(others, sizeof(others), "the job's rendezvous has failed: %s", srv->error);
-        sx_rdv_send(srv, peer, SX_OOB_TAG_RDV_ERROR, others, strlen(others));
+/*
+ * Fails the job when a rank that has left is one that another rank, still
+ * here, waits for: in a fence round it never entered, or for the blob the
+ * RDV_ALL needs. Called with the lock held after any change of either.
+ */
+static void sx_rdv_check_left(sx_rdv_server_t *srv)
+{
+    if (atomic_load_explicit(&srv->status, memory_order_relaxed) != SX_OK)
         return;
+    for (uint32_t g = 0; g < srv->size; g++) {
+        const sx_rdv_rank_t *gone = &srv->ranks[g];
+        if (!gone->left)
+            continue;
+        for (uint32_t r = 0; r < srv->size; r++) {
+            const sx_rdv_rank_t *w = &srv->ranks[r];
+            char text[SX_RDV_TEXT_MAX];
+            if (w->left || !w->known)
+                continue;
+            if (w->fence_round > gone->fence_round)
+                snprintf(text, sizeof(text),
+                         "rank %" PRIu32 " left (its process ended, or it closed its engine) "
+                         "before fence round %" PRIu32 ", which rank %" PRIu32 " waits in",
+                         g, gone->fence_round + 1, r);
+            else if (w->put && !gone->put)
+                snprintf(text, sizeof(text),
+                         "rank %" PRIu32 " left (its process ended, or it closed its engine) "
+                         "before it put its blob, which rank %" PRIu32 " waits for",
+                         g, r);
+            else
+                continue;
+            srv->lost_rank = g;
+            sx_rdv_fail(srv, SX_ERR_PEER_UNREACHABLE, SX_OOB_PEER_ANY, text);
+            return;
+        }
     }
-    sx_error("rdv", "rendezvous of sx_run: endpoint 0x%" PRIx64 ": %s", peer, text);
-    snprintf(srv->error, sizeof(srv->error), "%s", text);
-    atomic_store_explicit(&srv->status, SX_ERR_PROTO, memory_order_release);
+}
 
-    sx_rdv_send(srv, peer, SX_OOB_TAG_RDV_ERROR, text, strlen(text));
-    snprintf(others, sizeof(others), "the job's rendezvous has failed: %s", text);
+/* sx_oob_watch: the rank's endpoint has no connection left. */
+static void sx_rdv_on_gone(void *arg, int status, uint64_t peer, uint32_t tag, size_t len)
+{
+    sx_rdv_server_t *srv = arg;
+
+    (void)tag;
+    (void)len;
+    if (status == SX_ERR_SHUTDOWN)
+        return; /* the server is closing */
+    pthread_mutex_lock(&srv->lock);
     for (uint32_t r = 0; r < srv->size; r++) {
-        if (srv->ranks[r].known && srv->ranks[r].peer != peer)
-            sx_rdv_send(srv, srv->ranks[r].peer, SX_OOB_TAG_RDV_ERROR, others, strlen(others));
+        if (srv->ranks[r].known && srv->ranks[r].peer == peer && !srv->ranks[r].left) {
+            srv->ranks[r].left = true;
+            sx_debug("rdv", "rank %" PRIu32 " left (%s)", r, sx_strerror(status));
+        }
     }
+    sx_rdv_check_left(srv);
+    pthread_mutex_unlock(&srv->lock);
 }
 
 /* Binds @p rank to endpoint @p peer, or faults: one endpoint per rank and
@@ -138,8 +235,18 @@ static bool sx_rdv_bind(sx_rdv_server_t *srv, uint64_t peer, uint32_t rank)
             return false;
         }
     }
+    if (rk->left) {
+        sx_rdv_fault(srv, peer, "speaks for rank %" PRIu32 ", whose process has ended", rank);
+        return false;
+    }
     rk->known = true;
     rk->peer = peer;
+    int rc = sx_oob_watch(srv->oob, peer, sx_rdv_on_gone, srv);
+    if (rc != SX_OK)
+        sx_warn("rdv",
+                "cannot watch rank %" PRIu32 "'s connection: %s; if it leaves while others "
+                "wait for it, they wait for good",
+                rank, sx_strerror(rc));
     return true;
 }
 
@@ -232,6 +339,8 @@ void sx_rdv_on_put(void *arg, uint64_t peer, uint32_t tag, const void *data, siz
              srv->nput, srv->size);
     if (srv->nput == srv->size)
         sx_rdv_send_all(srv);
+    else
+        sx_rdv_check_left(srv);
 out:
     pthread_mutex_unlock(&srv->lock);
 }
@@ -287,6 +396,7 @@ void sx_rdv_on_fence(void *arg, uint64_t peer, uint32_t tag, const void *data, s
         for (uint32_t r = 0; r < srv->size; r++)
             sx_rdv_send(srv, srv->ranks[r].peer, SX_OOB_TAG_RDV_DONE, msg, sizeof(msg));
     }
+    sx_rdv_check_left(srv);
 out:
     pthread_mutex_unlock(&srv->lock);
 }
@@ -344,6 +454,31 @@ int sx_rdv_server_status(sx_rdv_server_t *srv)
     if (srv == NULL)
         return SX_ERR_INVALID_PARAM;
     return atomic_load_explicit(&srv->status, memory_order_acquire);
+}
+
+void sx_rdv_server_rank_ended(sx_rdv_server_t *srv, uint32_t rank)
+{
+    if (srv == NULL || rank >= srv->size)
+        return;
+    pthread_mutex_lock(&srv->lock);
+    sx_rdv_rank_t *rk = &srv->ranks[rank];
+    /* One that spoke is watched: its connection's end comes after its
+     * last message. One that never spoke sent nothing that could still be
+     * on its way but a PUT or FENCE it did not wait for the answer to. */
+    if (!rk->known && !rk->left) {
+        rk->left = true;
+        sx_debug("rdv", "rank %" PRIu32 " ended without a word", rank);
+        sx_rdv_check_left(srv);
+    }
+    pthread_mutex_unlock(&srv->lock);
+}
+
+uint32_t sx_rdv_server_lost_rank(sx_rdv_server_t *srv)
+{
+    if (srv == NULL ||
+        atomic_load_explicit(&srv->status, memory_order_acquire) != SX_ERR_PEER_UNREACHABLE)
+        return UINT32_MAX;
+    return srv->lost_rank; /* written before the status (release) */
 }
 
 void sx_rdv_server_close(sx_rdv_server_t *srv)

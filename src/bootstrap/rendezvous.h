@@ -7,7 +7,11 @@
  * 1; once all ranks have entered round k, each gets RDV_DONE k. A PUT or
  * FENCE that breaks the rules (rank out of range, a rank twice, a
  * size that disagrees, a malformed payload) is answered with RDV_ERROR
- * naming the fault, logged, and the server reports the job failed.
+ * naming the fault, logged, and the server reports the job failed
+ * (SX_ERR_PROTO). So is a rank that left (no connection from it is left)
+ * while another waits for it, in a fence round it never entered or for
+ * its blob: every rank gets RDV_ERROR and the status is
+ * SX_ERR_PEER_UNREACHABLE.
  * Messages are described with their tags in oob.h.
  *
  * Threads: the server runs on its OOB endpoint's progress thread; these
@@ -35,6 +39,15 @@ int sx_rdv_server_address(sx_rdv_server_t *srv, char *buf, size_t len);
 /** SX_OK while the job's rendezvous is healthy, or the error that broke it
  *  (a message was logged). Any thread. */
 int sx_rdv_server_status(sx_rdv_server_t *srv);
+
+/** Rank @p rank's process has ended (the launcher reaped it). One that
+ *  never spoke has left; one that did is watched (its connection's end
+ *  says so after its last message). The launcher's main thread. */
+void sx_rdv_server_rank_ended(sx_rdv_server_t *srv, uint32_t rank);
+
+/** The rank whose leaving failed the rendezvous (status
+ *  SX_ERR_PEER_UNREACHABLE), else UINT32_MAX. Any thread. */
+uint32_t sx_rdv_server_lost_rank(sx_rdv_server_t *srv);
 
 void sx_rdv_server_close(sx_rdv_server_t *srv);
 

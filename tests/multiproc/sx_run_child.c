@@ -30,6 +30,11 @@
  *                      range, size) and prints the RDV_ERROR it gets; the
  *                      others exchange normally. Nobody exits: sx_run must
  *                      see the rendezvous fail and stop the job.
+ *   leave RANK STAGE   rank RANK sets up the modex and exits 0 before its
+ *                      exchange (STAGE put) or after it, before its first
+ *                      fence (STAGE fence); the others exchange (and
+ *                      fence), print "exchange: STATUS" or "fence:
+ *                      STATUS" and wait for sx_run to stop them.
  *
  * Exit status 1 and a line on stderr when a check fails.
  */
@@ -342,6 +347,48 @@ static void do_badput(const char *kind, unsigned bad_rank)
     sleep_forever();
 }
 
+static void do_leave(unsigned leaver, const char *stage)
+{
+    sx_oob_t *oob;
+    sx_modex_t m = {.ops = &sx_modex_sxrun_ops};
+    bool at_fence = strcmp(stage, "fence") == 0;
+
+    if (!at_fence && strcmp(stage, "put") != 0)
+        die("unknown leave stage %s", stage);
+    /* sx_run's SIGTERM waits until what this rank was told is printed. */
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    if (child_rank != leaver)
+        pthread_sigmask(SIG_BLOCK, &term, NULL);
+    if (sx_oob_open(random_id(), NULL, 0, &oob) != SX_OK ||
+        sx_modex_sxrun_ops.init(&m, oob) != SX_OK)
+        die("cannot set up the modex");
+    if (child_rank == leaver && !at_fence)
+        exit(0); /* the OOB endpoint's connection closes with the process */
+    int rc = sx_modex_sxrun_ops.exchange(&m, "x", 1);
+    if (child_rank == leaver)
+        exit(rc == SX_OK ? 0 : 1);
+    if (!at_fence || rc != SX_OK) {
+        printf("exchange: %s\n", sx_status_name(rc));
+    } else {
+        fence_wait_t w = {.status = SX_OK};
+        pthread_mutex_init(&w.lock, NULL);
+        pthread_cond_init(&w.cond, NULL);
+        rc = sx_modex_sxrun_ops.fence_nb(&m, on_fence, &w);
+        if (rc != SX_OK)
+            die("fence_nb: %s", sx_strerror(rc));
+        pthread_mutex_lock(&w.lock);
+        while (w.done < 1)
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        printf("fence: %s\n", sx_status_name(w.status));
+    }
+    fflush(stdout);
+    pthread_sigmask(SIG_UNBLOCK, &term, NULL);
+    sleep_forever();
+}
+
 /* ------------------------------------------------------------------ main */
 
 static unsigned env_uint(const char *name)
@@ -401,6 +448,8 @@ int main(int argc, char **argv)
         do_show(argv[2], argc - 3, argv + 3);
     } else if (strcmp(mode, "modex") == 0 && argc == 3) {
         do_modex((unsigned)atoi(argv[2]));
+    } else if (strcmp(mode, "leave") == 0 && argc == 4) {
+        do_leave((unsigned)atoi(argv[2]), argv[3]);
     } else if (strcmp(mode, "badput") == 0 && argc == 4) {
         do_badput(argv[2], (unsigned)atoi(argv[3]));
     } else {

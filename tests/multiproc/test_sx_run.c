@@ -713,6 +713,44 @@ static void test_malformed_put(void **state)
     }
 }
 
+/*
+ * A rank exits with status 0 while the others wait for it in the
+ * rendezvous: before it put its blob, or before the fence round they
+ * entered. They are told (SX_ERR_PEER_UNREACHABLE, naming it) and sx_run
+ * stops the job with status 1; on the build before, they waited for good
+ * (sx_run stopped a job only for a non-zero status), here until the
+ * test's hang detector.
+ */
+static void test_rank_leaves(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *n, *stage, *told, *logged;
+    } cases[] = {
+        {"2", "put", "exchange: SX_ERR_PEER_UNREACHABLE", "rank 1 left"},
+        {"3", "fence", "fence: SX_ERR_PEER_UNREACHABLE", "before fence round 1"},
+    };
+
+    for (size_t c = 0; c < 2; c++) {
+        job_t j;
+        run(&j, (const char *const[]){"-n", cases[c].n, child_path, "leave", "1", cases[c].stage,
+                                      NULL});
+        if (exit_code(&j) != 1)
+            fail_msg("stage %s: status %d\nstdout:\n%s\nstderr:\n%s", cases[c].stage, exit_code(&j),
+                     j.text[0], j.text[1]);
+        char want[96];
+        snprintf(want, sizeof(want), "[0] %s\n", cases[c].told);
+        assert_has(j.text[0], want);
+        if (strcmp(cases[c].n, "3") == 0) {
+            snprintf(want, sizeof(want), "[2] %s\n", cases[c].told);
+            assert_has(j.text[0], want);
+        }
+        assert_has(j.text[1], cases[c].logged);
+        assert_has(j.text[1], "rank 1 exited with status 0 while other ranks waited for it");
+        job_free(&j);
+    }
+}
+
 /* ------------------------------------------------------------ across hosts */
 
 /*
@@ -1288,6 +1326,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sigkill_takes_the_ranks),
         cmocka_unit_test(test_rendezvous),
         cmocka_unit_test(test_malformed_put),
+        cmocka_unit_test(test_rank_leaves),
         cmocka_unit_test(test_hosts_bad_arguments),
         cmocka_unit_test(test_hosts_placement),
         cmocka_unit_test(test_hosts_rendezvous),
