@@ -77,6 +77,26 @@ void sx_service_hold(void *arg, uint64_t at)
     }
 }
 
+void sx_service_kick(void *arg, uint64_t at)
+{
+    sx_service_t *svc = arg;
+    uint64_t old = atomic_load_explicit(&svc->asleep_until, memory_order_relaxed);
+
+    /* Plain compares: UINT64_MAX means later than any time. */
+    while (old != 0 && at < old) {
+        if (atomic_compare_exchange_weak_explicit(&svc->asleep_until, &old, at,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            sx_service_arm(svc, at);
+            return;
+        }
+    }
+}
+
+uint64_t sx_service_asleep_until(const sx_service_t *svc)
+{
+    return atomic_load_explicit(&svc->asleep_until, memory_order_relaxed);
+}
+
 /* Reads what woke the thread: the timer's expirations, the stop signal. */
 static void sx_service_drain(sx_service_t *svc)
 {
@@ -173,16 +193,29 @@ static void *sx_service_main(void *arg)
         }
         sx_stat_add(&svc->wakeups, 1);
         bool busy;
-        /* Serving: every pass flushes what was held. */
+        /* Serving: every pass flushes what was held. A caller's tenure
+         * after this store, here or after the pass's, sees that the
+         * service will sleep, and kicks it for a timer it arms (the flush
+         * hook in shard.c): the pass cannot have seen that timer. */
+        atomic_store_explicit(&svc->asleep_until, UINT64_MAX, memory_order_relaxed);
         atomic_store_explicit(&svc->flush_at, 0, memory_order_relaxed);
         uint64_t next = sx_service_pass(e, &busy);
         now = sx_time_ns();
-        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed)))
+        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed))) {
+            atomic_store_explicit(&svc->asleep_until, 0, memory_order_relaxed);
             continue; /* a caller came back meanwhile */
+        }
         uint64_t wait = SX_SERVICE_SLEEP_MAX_NS;
         if (busy)
             wait = svc->idle_ns / 2;
         wait = sx_wait_ns(now, next, wait);
+        /* Publish the wake-up, unless a kick asked for an earlier one
+         * (its timer is armed). */
+        uint64_t wake = now + wait, cur = UINT64_MAX;
+        while (wake < cur &&
+               !atomic_compare_exchange_weak_explicit(&svc->asleep_until, &cur, wake,
+                                                      memory_order_relaxed, memory_order_relaxed))
+            ;
         /* A shard whose token another thread holds (a callback that
          * computes, a long send) cannot be served now, and its interfaces
          * stay readable: watching them would spin. Retry on the timer
@@ -191,6 +224,7 @@ static void *sx_service_main(void *arg)
             sx_service_watch(svc, !busy);
             sx_service_wait(svc, wait);
         }
+        atomic_store_explicit(&svc->asleep_until, 0, memory_order_relaxed);
     }
     return NULL;
 }
@@ -216,6 +250,7 @@ int sx_service_start(struct sx_engine *e)
     svc->idle_ns = e->cfg.service_us * 1000u;
     svc->hold_ns = e->cfg.sendi_hold_us * 1000u;
     atomic_init(&svc->flush_at, 0);
+    atomic_init(&svc->asleep_until, 0);
     svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     svc->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -250,6 +285,8 @@ int sx_service_start(struct sx_engine *e)
     e->env.svc_half_ns = svc->idle_ns / 2;
     e->env.svc_push = sx_service_push;
     e->env.svc_hold = sx_service_hold;
+    e->env.svc_kick = sx_service_kick;
+    e->env.svc_asleep = &svc->asleep_until;
     e->env.sendi_hold_ns = svc->hold_ns;
     e->env.svc_arg = svc;
     e->env.svc_until = &svc->until;
@@ -262,6 +299,7 @@ int sx_service_start(struct sx_engine *e)
     if (err != 0) {
         sx_error("service", "cannot start the engine's service thread: %s", strerror(err));
         e->env.svc_until = NULL;
+        e->env.svc_asleep = NULL;
         e->env.sendi_hold_ns = 0;
         e->service = NULL;
         sx_service_free(svc);
@@ -284,6 +322,7 @@ void sx_service_stop(struct sx_engine *e)
     if (svc->started)
         pthread_join(svc->tid, NULL);
     e->env.svc_until = NULL; /* no caller pushes a service that is gone */
+    e->env.svc_asleep = NULL;
     e->env.sendi_hold_ns = 0;
     e->service = NULL;
     sx_service_free(svc);

@@ -130,6 +130,15 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
                 next = 0;
         }
         shard->svc_next_ns = next;
+    } else if (shard->env != NULL && shard->env->svc_asleep != NULL &&
+               atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed) != 0) {
+        /* The service sleeps serving, until a time computed from the
+         * timers its pass saw (or, during the pass, UINT64_MAX): one this
+         * tenure armed may be earlier. The service published the time
+         * before it released the token we now hold (service.h). */
+        if (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
+            next < atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed))
+            shard->env->svc_kick(shard->env->svc_arg, next);
     }
     sx_shard_fd_timer_locked(shard);
     /* A sleeping progress thread computed its wake-up before we armed our
