@@ -42,6 +42,7 @@
 #include <shardx.h>
 
 #include "bootstrap/oob_int.h"
+#include "common/time.h"
 #include "common/crc32c.h"
 #include "common/le.h"
 
@@ -188,6 +189,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c->peer_known = true;
         c->peer = FAKE_PEER;
         p->conn = c;
+    } else {
+        c->timer_ns = sx_time_ns() + (uint64_t)OOB_HELLO_TIMEOUT_MS * 1000000u;
+        oob->anon++;
     }
     c->next = oob->conns;
     oob->conns = c;

@@ -222,7 +222,7 @@ static void oob_recv_fill(oob_op_t *op, const oob_msg_t *m)
 
 /* A complete message from the wire: to the posted receives, a handler, or
  * the unexpected queue. Under the lock. */
-void sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch)
+bool sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch)
 {
     oob_item_t *prev = NULL, *it = oob->posted.head;
 
@@ -239,7 +239,7 @@ void sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch)
         sx_oob_op_complete(oob, op, op->status, op->len, m->peer, m->tag, batch);
         if (!(op->flags & SX_OOB_PEEK)) {
             free(m);
-            return;
+            return true;
         }
         it = next;
     }
@@ -248,9 +248,15 @@ void sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch)
         m->handler = h->fn;
         m->handler_arg = h->arg;
         fifo_push(batch, &m->item);
-        return;
+        return true;
     }
+    if (m->len > OOB_UNEXPECTED_MAX - oob->unexpected_bytes) {
+        free(m);
+        return false;
+    }
+    oob->unexpected_bytes += m->len;
     fifo_push(&oob->unexpected, &m->item);
+    return true;
 }
 
 /* Hands messages waiting in the unexpected queue to handlers set since
@@ -266,6 +272,7 @@ void sx_oob_redispatch(sx_oob_t *oob, oob_fifo_t *batch)
         oob_handler_t *h = oob_handler_find(oob, m->tag);
         if (h != NULL) {
             fifo_unlink(&oob->unexpected, prev, it);
+            oob->unexpected_bytes -= m->len;
             m->handler = h->fn;
             m->handler_arg = h->arg;
             fifo_push(batch, &m->item);
@@ -673,6 +680,7 @@ static bool oob_recv_match_queued(sx_oob_t *oob, oob_op_t *op)
         op->tag = m->tag;
         if (!(op->flags & SX_OOB_PEEK)) {
             fifo_unlink(&oob->unexpected, prev, it);
+            oob->unexpected_bytes -= m->len;
             free(m);
         }
         return true;

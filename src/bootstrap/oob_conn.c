@@ -200,6 +200,8 @@ void sx_oob_conn_fail(sx_oob_t *oob, oob_conn_t *c, int status, oob_fifo_t *batc
     c->dead = true;
     c->next = oob->dead;
     oob->dead = c;
+    if (oob_conn_anon(c))
+        sx_oob_anon_gone(oob);
     if (c->peer_known)
         oob_fail_receives_from(oob, c, status, batch);
 
@@ -332,7 +334,64 @@ static oob_conn_t *oob_conn_new_outgoing(sx_oob_t *oob, oob_peer_t *p)
     return c;
 }
 
-static void oob_accept(sx_oob_t *oob)
+/* Stops watching the listener until @p until (sx_time_ns), or until
+ * oob_listen_resume. */
+static void oob_listen_pause(sx_oob_t *oob, uint64_t until)
+{
+    struct epoll_event ev = {.events = 0, .data.ptr = &oob->listen_fd};
+    epoll_ctl(oob->ep_fd, EPOLL_CTL_MOD, oob->listen_fd, &ev);
+    oob->accept_resume_ns = until;
+}
+
+void sx_oob_listen_resume(sx_oob_t *oob)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &oob->listen_fd};
+    epoll_ctl(oob->ep_fd, EPOLL_CTL_MOD, oob->listen_fd, &ev);
+    oob->accept_resume_ns = 0;
+}
+
+void sx_oob_anon_gone(sx_oob_t *oob)
+{
+    /* A listener paused for want of room (oob_anon_room) has it now. */
+    if (oob->anon-- == OOB_ANON_MAX + 1 && oob->accept_resume_ns != 0 && !oob->closing)
+        sx_oob_listen_resume(oob);
+}
+
+/*
+ * One connection more than OOB_ANON_MAX has not said who it is: the
+ * oldest, if it has had OOB_ANON_GRACE_MS to say so, is closed. Otherwise
+ * the listener pauses until that grace has passed or one of them speaks
+ * (or goes), so that at most one more waits: a job whose ranks all
+ * connect at once (sx_run's rendezvous) is accepted as fast as their
+ * HELLOs are read, and none of them is closed for being quick. Returns
+ * whether to go on accepting.
+ */
+static bool oob_anon_room(sx_oob_t *oob, oob_fifo_t *batch)
+{
+    oob_conn_t *oldest = NULL;
+
+    for (oob_conn_t *c = oob->conns; c != NULL; c = c->next) {
+        if (oob_conn_anon(c) && (oldest == NULL || sx_u64_before(c->timer_ns, oldest->timer_ns)))
+            oldest = c;
+    }
+    uint64_t accepted = oldest->timer_ns - (uint64_t)OOB_HELLO_TIMEOUT_MS * 1000000u;
+    uint64_t grace_end = accepted + (uint64_t)OOB_ANON_GRACE_MS * 1000000u;
+    if (sx_u64_before(sx_time_ns(), grace_end)) {
+        oob_listen_pause(oob, grace_end);
+        return false;
+    }
+    /* Logged at the first and every 1000th: a flood of them would flood
+     * the log too. */
+    oob->anon_closed++;
+    sx_oob_conn_fail(oob, oldest, SX_ERR_FULL, batch,
+                     oob->anon_closed % 1000 == 1 ? SX_LOG_WARN : SX_LOG_DEBUG,
+                     "the oldest of %d accepted connections that have not said who they are "
+                     "(no HELLO in %d ms), and another came (%" PRIu64 " closed so far)",
+                     OOB_ANON_MAX + 1, OOB_ANON_GRACE_MS, oob->anon_closed);
+    return true;
+}
+
+static void oob_accept(sx_oob_t *oob, oob_fifo_t *batch)
 {
     for (;;) {
         struct sockaddr_in sa;
@@ -347,9 +406,7 @@ static void oob_accept(sx_oob_t *oob)
              * readable and spin us, so stop watching it for a while. */
             sx_warn(OOB, "accept on %s: %s; pausing for %d ms", oob->addr, strerror(errno),
                     OOB_ACCEPT_PAUSE_MS);
-            struct epoll_event ev = {.events = 0, .data.ptr = &oob->listen_fd};
-            epoll_ctl(oob->ep_fd, EPOLL_CTL_MOD, oob->listen_fd, &ev);
-            oob->accept_resume_ns = sx_time_ns() + (uint64_t)OOB_ACCEPT_PAUSE_MS * 1000000u;
+            oob_listen_pause(oob, sx_time_ns() + (uint64_t)OOB_ACCEPT_PAUSE_MS * 1000000u);
             return;
         }
         oob_conn_t *c = calloc(1, sizeof(*c));
@@ -371,7 +428,13 @@ static void oob_accept(sx_oob_t *oob)
         }
         c->next = oob->conns;
         oob->conns = c;
+        c->timer_ns = sx_time_ns() + (uint64_t)OOB_HELLO_TIMEOUT_MS * 1000000u;
+        oob->anon++;
         sx_debug(OOB, "accepted a connection from %s", c->addr);
+        while (oob->anon > OOB_ANON_MAX) {
+            if (!oob_anon_room(oob, batch))
+                return;
+        }
     }
 }
 
@@ -389,12 +452,25 @@ static bool oob_hello(sx_oob_t *oob, oob_conn_t *c, uint64_t src, oob_fifo_t *ba
                          src);
         return false;
     }
+    sx_oob_anon_gone(oob);
     c->peer_known = true;
     c->peer = src;
     if (p->conn == NULL)
         p->conn = c;
     sx_debug(OOB, "connection from %s is peer %#" PRIx64, c->addr, src);
     return true;
+}
+
+/* A message no receive or handler takes found the unexpected queue full:
+ * the connection that brought it is closed (OOB_UNEXPECTED_MAX). */
+static void oob_unexpected_full(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch, uint32_t tag,
+                                uint32_t len)
+{
+    sx_oob_conn_fail(oob, c, SX_ERR_FULL, batch, SX_LOG_ERROR,
+                     "a %" PRIu32 "-byte message with tag %#" PRIx32
+                     " that no receive or handler takes does not fit: %zu bytes of such "
+                     "messages wait already (at most %zu)",
+                     len, tag, oob->unexpected_bytes, OOB_UNEXPECTED_MAX);
 }
 
 /*
@@ -461,7 +537,10 @@ static bool oob_frame_header(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
     m->handler_arg = NULL;
     c->rx_hdr_got = 0;
     if (len == 0) {
-        sx_oob_deliver(oob, m, batch);
+        if (!sx_oob_deliver(oob, m, batch)) {
+            oob_unexpected_full(oob, c, batch, tag, len);
+            return false;
+        }
     } else {
         c->rx_msg = m;
         c->rx_got = 0;
@@ -518,8 +597,12 @@ bool sx_oob_conn_read(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
             c->rx_got += (size_t)n;
             if (c->rx_got == c->rx_msg->len) {
                 oob_msg_t *m = c->rx_msg;
+                uint32_t tag = m->tag, len = m->len;
                 c->rx_msg = NULL;
-                sx_oob_deliver(oob, m, batch);
+                if (!sx_oob_deliver(oob, m, batch)) {
+                    oob_unexpected_full(oob, c, batch, tag, len);
+                    return false;
+                }
             }
         }
     }
@@ -595,19 +678,19 @@ static int oob_timers(sx_oob_t *oob, oob_fifo_t *batch)
             oob_connect_start(oob, c, batch);
         else if (c->state == CONN_CONNECTING && sx_u64_before_eq(c->timer_ns, now))
             oob_connect_failed(oob, c, ETIMEDOUT, batch);
+        else if (oob_conn_anon(c) && sx_u64_before_eq(c->timer_ns, now))
+            sx_oob_conn_fail(oob, c, SX_ERR_PROTO, batch, SX_LOG_WARN,
+                             "no HELLO within %d ms of its connection", OOB_HELLO_TIMEOUT_MS);
         c = following;
     }
-    if (oob->accept_resume_ns != 0 && sx_u64_before_eq(oob->accept_resume_ns, now)) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &oob->listen_fd};
-        epoll_ctl(oob->ep_fd, EPOLL_CTL_MOD, oob->listen_fd, &ev);
-        oob->accept_resume_ns = 0;
-    }
+    if (oob->accept_resume_ns != 0 && sx_u64_before_eq(oob->accept_resume_ns, now))
+        sx_oob_listen_resume(oob);
     if (oob->accept_resume_ns != 0) {
         next = oob->accept_resume_ns;
         have = true;
     }
     for (c = oob->conns; c != NULL; c = c->next) {
-        if ((c->state == CONN_WAIT || c->state == CONN_CONNECTING) &&
+        if ((c->state == CONN_WAIT || c->state == CONN_CONNECTING || oob_conn_anon(c)) &&
             (!have || sx_u64_before(c->timer_ns, next))) {
             next = c->timer_ns;
             have = true;
@@ -658,7 +741,7 @@ void *sx_oob_progress(void *arg)
             sx_oob_watch_check(oob, &batch);
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == &oob->listen_fd) {
-                oob_accept(oob);
+                oob_accept(oob, &batch);
             } else if (ev[i].data.ptr == &oob->wake_fd) {
                 uint64_t v;
                 while (read(oob->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR)

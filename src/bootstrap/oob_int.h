@@ -44,6 +44,21 @@
 #define OOB_ACCEPT_PAUSE_MS    100
 #define OOB_HDR_CRC_LEN        20
 #define OOB_NAME_MAX           (SX_OOB_ADDR_MAX + 48)
+/* An OOB listener carries no authentication (DESIGN.md: the job's
+ * launcher and its network are trusted), but what anyone who reaches it
+ * can make it keep is bounded: accepted connections that have not said who
+ * they are (HELLO, sent at once by every endpoint) at most OOB_ANON_MAX,
+ * the oldest closed for a new one once it has had OOB_ANON_GRACE_MS (else
+ * the listener waits), and each for OOB_HELLO_TIMEOUT_MS; and
+ * messages that no receive or handler took, at most OOB_UNEXPECTED_MAX
+ * bytes: the connection that brings more is closed (logged). Four
+ * maximal messages fit; nothing of shardx's leaves one there for long
+ * (the modex posts its receives before it asks, the oob CPC has a
+ * handler). */
+#define OOB_ANON_MAX         64
+#define OOB_HELLO_TIMEOUT_MS 30000
+#define OOB_ANON_GRACE_MS    1000
+#define OOB_UNEXPECTED_MAX   ((size_t)4 * SX_OOB_MSG_MAX)
 
 /* ------------------------------------------------------------ structures */
 
@@ -117,14 +132,28 @@ typedef struct oob_conn {
     char addr[SX_OOB_ADDR_MAX]; /* where we connect, or where it came from */
     struct sockaddr_in sa;      /* outgoing: where we connect */
     int tries;
-    uint64_t timer_ns;
-    uint32_t events; /* registered epoll events; 0: not registered */
-    oob_fifo_t txq;  /* oob_op_t, HELLO first on an outgoing connection */
+    uint64_t timer_ns; /* connect, retry; accepted: the HELLO deadline */
+    uint32_t events;   /* registered epoll events; 0: not registered */
+    oob_fifo_t txq;    /* oob_op_t, HELLO first on an outgoing connection */
     uint8_t rx_hdr[SX_OOB_HDR_LEN];
     size_t rx_hdr_got;
     oob_msg_t *rx_msg; /* the payload being read */
     size_t rx_got;
 } oob_conn_t;
+
+struct sx_oob;
+/** Watches the listener again (after a pause for descriptors or for
+ *  connections without HELLO). Under the lock. */
+void sx_oob_listen_resume(struct sx_oob *oob);
+/** One connection without HELLO fewer: it spoke or closed. Under the
+ *  lock. */
+void sx_oob_anon_gone(struct sx_oob *oob);
+
+/* Whether @p c was accepted and has not said who it is (OOB_ANON_MAX). */
+static inline bool oob_conn_anon(const oob_conn_t *c)
+{
+    return !c->outgoing && !c->peer_known;
+}
 
 /* What we know about a peer: where it listens, and the connection sends
  * to it use. */
@@ -162,6 +191,9 @@ struct sx_oob {
     oob_peer_t *peers;             /* address book */
     oob_fifo_t posted;             /* posted receives, in posting order */
     oob_fifo_t unexpected;         /* messages nobody took yet */
+    size_t unexpected_bytes;       /* their payloads (OOB_UNEXPECTED_MAX) */
+    unsigned anon;                 /* accepted connections without HELLO (OOB_ANON_MAX) */
+    uint64_t anon_closed;          /* of them, closed for room */
     oob_handler_t *handlers;       /* by tag */
     size_t nhandlers, handlers_cap;
 };
@@ -218,8 +250,10 @@ void sx_oob_op_complete(sx_oob_t *oob, oob_op_t *op, int status, size_t len, uin
 void sx_oob_batch_run(oob_fifo_t *batch);
 
 /** A complete message from the wire: to the posted receives, a handler or
- *  the unexpected queue. Under the lock; takes @p m. */
-void sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch);
+ *  the unexpected queue. Under the lock; takes @p m. False, with @p m
+ *  freed, when the unexpected queue has no room for it
+ *  (OOB_UNEXPECTED_MAX): the caller closes the connection it came on. */
+bool sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch);
 
 /** Hands queued messages to handlers set since they arrived. Under the
  *  lock, on the progress thread. */

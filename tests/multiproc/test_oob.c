@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -881,6 +882,104 @@ static void test_bad_frames(void **state)
     sx_oob_close(b);
 }
 
+/*
+ * What anyone who reaches a listener can make it keep is bounded. Raw
+ * connections that never say who they are (no HELLO): the endpoint keeps
+ * at most 64, closing the oldest for each new one once it has had a
+ * second to speak (the rest wait in the listen queue), so 200 of them
+ * leave 136 closed; and a peer that sends messages nobody receives has its
+ * connection closed once more than four maximal messages wait (64 MiB),
+ * with a log line naming the tag. The endpoint works for others
+ * throughout. On the build before, every connection stayed open (file
+ * descriptors) and every message was kept (memory), without a word.
+ */
+static void on_gone(void *arg, int status, uint64_t peer, uint32_t tag, size_t len)
+{
+    (void)peer;
+    (void)tag;
+    (void)len;
+    atomic_store((atomic_int *)arg, status);
+}
+
+static void test_listener_bounds_what_strangers_leave(void **state)
+{
+    (void)state;
+    enum { N = 200, KEPT = 64 };
+    sx_oob_t *a = ep_open(ID_A), *b = ep_open(ID_B);
+    char addr[SX_OOB_ADDR_MAX];
+    int fds[N];
+
+    ep_addr(b, addr);
+    ep_link(a, b);
+    capture_start();
+    for (int i = 0; i < N; i++)
+        fds[i] = raw_connect(addr, 0);
+    /* The oldest ones are closed: wait for each of the first N - KEPT. */
+    for (int i = 0; i < N - KEPT; i++)
+        raw_wait_closed(fds[i]);
+    char *log = capture_stop();
+    assert_contains(log, "have not said who they are (no HELLO in 1000 ms)");
+    assert_contains(log, "(1 closed so far)");
+    free(log);
+    /* The newest ones are kept (until their HELLO deadline): open, no end
+     * of file to read. */
+    for (int i = N - KEPT; i < N; i++) {
+        struct pollfd pfd = {.fd = fds[i], .events = POLLIN};
+        if (poll(&pfd, 1, 0) != 0)
+            fail_msg("connection %d of %d, among the newest %d, was closed", i, N, KEPT);
+    }
+    /* A's connection, one more without HELLO for the moment it is
+     * accepted, takes the place of the oldest stranger left, once that
+     * one has had its second. */
+    check_pair_works(a, b, "after strangers");
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+
+    /* Messages for a tag with no receive and no handler: five maximal
+     * ones do not fit. */
+    size_t big = SX_OOB_MSG_MAX;
+    uint8_t *buf = malloc(big);
+    assert_non_null(buf);
+    memset(buf, 0x5a, big);
+    capture_start();
+    struct iovec iov = {.iov_base = buf, .iov_len = big};
+    int rc = SX_OK;
+    for (int i = 0; i < 5 && rc == SX_OK; i++)
+        rc = sx_oob_send(a, ID_B, 77, &iov, 1, WAIT_MS);
+    /* B closes the connection on reading the fifth: wait for its line
+     * (A's send may have returned first, or failed). */
+    uint64_t deadline = sx_time_ns() + (uint64_t)WAIT_MS * 1000000u;
+    while (!capture_has("that no receive or handler takes does not fit") &&
+           !sx_u64_before(deadline, sx_time_ns()))
+        sched_yield();
+    log = capture_stop();
+    assert_contains(log, "peer 0x1");
+    assert_contains(log, "with tag 0x4d that no receive or handler takes does not fit");
+    free(log);
+    free(buf);
+    /* A sees its connection end (sx_oob_watch: at once if it already
+     * has), and connects again for its next send. */
+    atomic_int gone = 0;
+    assert_int_equal(sx_oob_watch(a, ID_B, on_gone, &gone), SX_OK);
+    uint64_t until = sx_time_ns() + (uint64_t)WAIT_MS * 1000000u;
+    while (atomic_load(&gone) == 0 && !sx_u64_before(until, sx_time_ns()))
+        sched_yield();
+    assert_true(atomic_load(&gone) == SX_ERR_IO || atomic_load(&gone) == SX_ERR_PROTO);
+    /* The four kept are still there for a receive, and the pair works
+     * again. */
+    uint8_t one[16];
+    struct iovec riov = {.iov_base = one, .iov_len = sizeof(one)};
+    uint64_t peer = ID_A;
+    uint32_t tag = 77;
+    size_t got = 0;
+    assert_int_equal(sx_oob_recv(b, &peer, &tag, &riov, 1, SX_OOB_TRUNC, WAIT_MS, &got),
+                     SX_ERR_TRUNCATED);
+    assert_int_equal(got, big);
+    check_pair_works(a, b, "after the flood");
+    sx_oob_close(a);
+    sx_oob_close(b);
+}
+
 /* A bad frame fails the sends queued on its connection with SX_ERR_PROTO. */
 static void test_bad_frame_fails_queued_send(void **state)
 {
@@ -1215,6 +1314,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recv_timeout),
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_bad_frame_fails_queued_send),
+        cmocka_unit_test(test_listener_bounds_what_strangers_leave),
         cmocka_unit_test(test_dead_address),
         cmocka_unit_test(test_peer_readdress),
         cmocka_unit_test(test_close_pending),
