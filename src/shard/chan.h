@@ -204,6 +204,7 @@ typedef struct sx_chan {
     uint64_t rto_at_ns;
     unsigned rto_burst;
     uint64_t srtt_ns, rttvar_ns, rto_ns;
+    uint64_t min_rtt_ns; /* the smallest RTT sample (0: none yet); RACK */
     unsigned backoff;
     /* Flow control (RFC 9293 section 3.8.6): the peer's receive window
      * from its latest ACK (the ack it came with, and the packets and bytes

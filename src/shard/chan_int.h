@@ -194,8 +194,11 @@ void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard
 /** Sends @p pkt, larger than the channel's datagram size, as fragments,
  *  at once (after what is staged); false when the interface cannot carry
  *  them (then it goes whole). A fragment the interface refuses is lost
- *  and resent with the packet's next retransmission. */
-bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt);
+ *  and resent with the packet's next retransmission; when it refused the
+ *  first, nothing went, so the acknowledgement the fragments carry is
+ *  owed still, and a full interface (SX_ERR_AGAIN) sends the packet
+ *  again at the next flush, as it does a staged one. */
+bool sx_chan_send_frags_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
 /** Frees the packets in reassembly. */
 void sx_chan_frags_free_locked(sx_chan_t *c);

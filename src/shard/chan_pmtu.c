@@ -127,7 +127,7 @@ void sx_chan_pmtu_timeout_locked(sx_chan_t *c, const sx_txpkt_t *pkt, bool heard
     sx_chan_send_probe_locked(c);
 }
 
-bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
+bool sx_chan_send_frags_locked(sx_chan_t *c, sx_txpkt_t *pkt)
 {
     sx_tl_iface_t *iface = sx_chan_iface(c);
     size_t total = pkt->len - SX_WIRE_HDR_LEN;
@@ -153,6 +153,8 @@ bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
      * the interface is done with the buffers when post_send returns. */
     sx_shard_tx_post_locked(c->shard);
 
+    unsigned went = 0;
+    int rc = SX_OK;
     uint8_t heads[SX_FRAG_BATCH][SX_WIRE_HDR_LEN + SX_WIRE_FRAG_LEN];
     uint8_t tags[SX_FRAG_BATCH][SX_WIRE_TAG_LEN];
     sx_tl_tx_t tx[SX_FRAG_BATCH];
@@ -185,13 +187,25 @@ bool sx_chan_send_frags_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
                 tx[n].iovcnt = 3;
             }
         }
-        int rc = iface->ops->post_send(iface, tx, n, &posted);
+        rc = iface->ops->post_send(iface, tx, n, &posted);
         sx_stat_add(&c->shard->stats.frags_sent, posted);
+        went += posted;
+        if (rc == SX_OK && posted < n)
+            rc = SX_ERR_AGAIN;
         if (rc != SX_OK)
             break; /* the rest goes with the next retransmission */
     }
-    c->ack_pending = 0;
-    c->ack_now = false;
+    if (went > 0) {
+        c->ack_pending = 0;
+        c->ack_now = false;
+    } else {
+        /* Nothing went: what the flush took as sent is owed still. */
+        c->ack_now = true;
+        if (rc == SX_ERR_AGAIN) {
+            c->shard->tx_again = true; /* the flush stops resending */
+            sx_chan_tx_refused_locked(c, pkt, true);
+        }
+    }
     return true;
 }
 

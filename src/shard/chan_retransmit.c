@@ -110,6 +110,8 @@ void sx_chan_rto_restart_locked(sx_chan_t *c)
 SX_HOT static void chan_rtt_sample(sx_chan_t *c, uint64_t r, uint64_t now)
 {
     sx_chan_cc_rtt_locked(c, r, now);
+    if (c->min_rtt_ns == 0 || r < c->min_rtt_ns)
+        c->min_rtt_ns = r;
     if (c->srtt_ns == 0) {
         c->srtt_ns = r;
         c->rttvar_ns = r / 2;
@@ -471,6 +473,24 @@ SX_HOT int sx_chan_ack_release_locked(sx_shard_t *shard)
     return 1;
 }
 
+/*
+ * RACK's clock (RFC 8985 section 6.2, step 2): the latest send time of a
+ * packet known to have arrived. A resent packet whose acknowledgement came
+ * sooner after the resend than any round trip ever took was acknowledged
+ * for its first copy, which was only late: its resend time would move the
+ * clock past packets sent meanwhile that are merely reordered as well,
+ * and mark them lost.
+ */
+static void chan_rack_advance(sx_chan_t *c, const sx_txpkt_t *pkt, uint64_t arrived_ns)
+{
+    if (pkt->transmissions > 1 && c->min_rtt_ns != 0 &&
+        sx_u64_before(pkt->last_sent_ns, arrived_ns) &&
+        arrived_ns - pkt->last_sent_ns < c->min_rtt_ns)
+        return;
+    if (pkt->last_sent_ns > c->rack_ns)
+        c->rack_ns = pkt->last_sent_ns;
+}
+
 SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack,
                                        uint64_t now, uint64_t arrived_ns)
 {
@@ -507,8 +527,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             c->win[c->snd_una & mask] = NULL;
             if (pkt != NULL) {
                 chan_pmtu_acked(c, pkt);
-                if (pkt->last_sent_ns > c->rack_ns)
-                    c->rack_ns = pkt->last_sent_ns;
+                chan_rack_advance(c, pkt, arrived_ns);
                 if (pkt->transmissions == 1 && pkt->first_sent_ns <= c->rto_at_ns)
                     original_acked = true;
                 /* Karn's algorithm: only packets sent once give samples.
@@ -638,8 +657,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
                 if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
                     sack_sample = arrived_ns - pkt->first_sent_ns; /* newest wins */
                 pkt->sacked = true;
-                if (pkt->last_sent_ns > c->rack_ns)
-                    c->rack_ns = pkt->last_sent_ns;
+                chan_rack_advance(c, pkt, arrived_ns);
             }
             highest = s;
         }
