@@ -444,6 +444,7 @@ static void sx_engine_free(struct sx_engine *e)
     sx_topo_fini(&e->topo);
     sx_config_release(&e->cfg);
     pthread_mutex_destroy(&e->join_lock);
+    pthread_mutex_destroy(&e->event_fd_lock);
     free(e);
 }
 
@@ -491,6 +492,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     atomic_init(&e->next_rr, 0);
     atomic_init(&e->closing, false);
     pthread_mutex_init(&e->join_lock, NULL);
+    pthread_mutex_init(&e->event_fd_lock, NULL);
     e->event_fd = -1;
     e->wait_fd = -1;
     atomic_init(&e->wait_state, SX_WAIT_SET_NONE);

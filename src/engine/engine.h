@@ -96,7 +96,11 @@ struct sx_engine {
     uint8_t auth_job_key[16];
     void *progress; /* SX_PROGRESS=thread: one sx_progress_thread_t per shard */
     atomic_bool progress_stop;
-    int event_fd; /* sx_engine_fd's epoll fd, -1 until asked for */
+    /* sx_engine_fd's epoll fd, -1 until asked for; made once, under
+     * event_fd_lock (two first calls at once made two sets, one leaked,
+     * with their shards' timers mixed). */
+    int event_fd;
+    pthread_mutex_t event_fd_lock;
     /* Every shard's transport fds, each tagged with its shard's index
      * (epoll data.u32): what SX_YIELD_WAIT_ANY waits on; built by the
      * first such wait (sx_engine_wait_any_ready), -1 until then. Written

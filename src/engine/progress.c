@@ -286,6 +286,7 @@ SX_API int sx_engine_fd(sx_engine_h e, int *fd_p)
     if (e == NULL || fd_p == NULL)
         return sx_api_null("sx_engine_fd", e == NULL ? "the engine" : "fd_p");
     sx_global_enter(e);
+    pthread_mutex_lock(&e->event_fd_lock);
     int rc = SX_OK;
     if (e->event_fd < 0) {
         int epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -326,6 +327,7 @@ SX_API int sx_engine_fd(sx_engine_h e, int *fd_p)
     }
     if (rc == SX_OK)
         *fd_p = e->event_fd;
+    pthread_mutex_unlock(&e->event_fd_lock);
     sx_global_exit(e);
     return rc;
 }

@@ -163,6 +163,43 @@ static void test_engine_fd(void **state)
     sx_engine_destroy(b);
 }
 
+/* Two threads whose first sx_engine_fd calls meet get the same fd: the
+ * set is made once. On the build before, both made one (the loser's
+ * leaked, the shards' timers mixed), and TSan reported the race. */
+typedef struct fd_race {
+    sx_engine_h e;
+    atomic_int go;
+    int fd;
+} fd_race_t;
+
+static void *fd_racer(void *arg)
+{
+    fd_race_t *r = arg;
+    while (atomic_load(&r->go) == 0)
+        ;
+    assert_int_equal(sx_engine_fd(r->e, &r->fd), SX_OK);
+    return NULL;
+}
+
+static void test_engine_fd_first_calls_meet(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 20; round++) {
+        sx_engine_h e = am_engine(NULL, 0);
+        fd_race_t r[2] = {{.e = e, .fd = -1}, {.e = e, .fd = -1}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(pthread_create(&t[i], NULL, fd_racer, &r[i]), 0);
+        atomic_store(&r[0].go, 1);
+        atomic_store(&r[1].go, 1);
+        for (int i = 0; i < 2; i++)
+            pthread_join(t[i], NULL);
+        assert_true(r[0].fd >= 0);
+        assert_int_equal(r[0].fd, r[1].fd);
+        sx_engine_destroy(e);
+    }
+}
+
 /* An event loop that waits on sx_engine_fd with no timeout still sees its
  * timers fire: a's datagrams are lost 30 % of the time each way and one
  * message is in flight at a time, so a lost message or ACK is recovered
@@ -905,6 +942,7 @@ int main(void)
         cmocka_unit_test(test_bound_caller_yields_through_its_runtime),
         cmocka_unit_test(test_batch_caller_waits_as_other_after_a_late_wait),
         cmocka_unit_test(test_service_wakes_for_a_callers_timer),
+        cmocka_unit_test(test_engine_fd_first_calls_meet),
         cmocka_unit_test(test_lost_packet_of_a_computing_sender),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
