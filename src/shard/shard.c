@@ -106,6 +106,19 @@ static void sx_shard_fd_timer_locked(sx_shard_t *shard)
         sx_debug("shard", "shard %u: timerfd_settime: %s", shard->index, strerror(errno));
 }
 
+/* Whether an interface holds what its fd will not announce (udp: the
+ * rest of a GRO read this tenure polled): a thread asleep on the fds
+ * would not see it. */
+static bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
+{
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        if (iface != NULL && iface->ops->arm != NULL && iface->ops->arm(iface) != SX_OK)
+            return true;
+    }
+    return false;
+}
+
 /* Called by every token holder before it releases the token. */
 SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
 {
@@ -124,11 +137,8 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
     if (sx_shard_on_service_thread) {
         if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
             next = UINT64_MAX;
-        for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
-            sx_tl_iface_t *iface = shard->ifaces[t];
-            if (iface != NULL && iface->ops->arm != NULL && iface->ops->arm(iface) != SX_OK)
-                next = 0;
-        }
+        if (sx_shard_ifaces_hold_locked(shard))
+            next = 0;
         shard->svc_next_ns = next;
     } else if (shard->env != NULL && shard->env->svc_asleep != NULL &&
                atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed) != 0) {
@@ -142,7 +152,8 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
     }
     sx_shard_fd_timer_locked(shard);
     /* A sleeping progress thread computed its wake-up before we armed our
-     * timers: wake it if one of ours is due earlier. The thread published
+     * timers: wake it if one of ours is due earlier, or if this tenure's
+     * poll left datagrams in an interface's buffers. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
      * through the token), so we cannot miss it. Likewise when an engine
      * thread deferred callbacks for it (SX_PROGRESS=thread has no
@@ -150,7 +161,8 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
     if (atomic_load_explicit(&shard->sleeping, memory_order_relaxed) &&
         ((shard->serving && shard->deferred) ||
          (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
-          next < atomic_load_explicit(&shard->sleep_until_ns, memory_order_relaxed))))
+          next < atomic_load_explicit(&shard->sleep_until_ns, memory_order_relaxed)) ||
+         sx_shard_ifaces_hold_locked(shard)))
         sx_shard_wake(shard);
 }
 
