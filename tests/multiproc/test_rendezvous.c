@@ -657,12 +657,17 @@ static void test_modex_launcher_gone(void **state)
             if (!fence_wait_ms(&f, 1, WAIT_MS))
                 fail_msg("the fence still waits %d ms after the launcher went", WAIT_MS);
             assert_int_equal(f.status, SX_ERR_IO);
+            /* Its round is spent: the next fence fails at once, with the
+             * same cause, and calls nothing. */
+            assert_int_equal(sx_modex_sxrun_ops.fence_nb(&c[0].m, on_fence, &f), SX_ERR_IO);
         }
         char *log = capture_stop();
         assert_contains(log, "no connection to it is left");
         if (!during_exchange)
             assert_contains(log,
                             "fence round 1 failed: the connection to the sx_run launcher is gone");
+        if (!during_exchange)
+            assert_contains(log, "the modex cannot be used any more");
         free(log);
         clients_close(c, 2);
         assert_int_equal(fence_calls(&f), during_exchange ? 0 : 1);
