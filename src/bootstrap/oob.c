@@ -145,6 +145,9 @@ static oob_handler_t *oob_handler_find(sx_oob_t *oob, uint32_t tag)
 
 void sx_oob_op_free(oob_op_t *op)
 {
+    if (op->shared != NULL &&
+        atomic_fetch_sub_explicit(&op->shared->refs, 1, memory_order_acq_rel) == 1)
+        free(op->shared);
     free(op->frame);
     free(op);
 }
@@ -552,6 +555,9 @@ static int oob_send_op_new(sx_oob_t *oob, uint64_t peer, uint32_t tag, const str
         return SX_ERR_NO_MEMORY;
     }
     sx_oob_hdr_write(frame, tag, oob->self_id, (uint32_t)total);
+    pthread_mutex_lock(&oob->lock);
+    oob->copied_bytes += total;
+    pthread_mutex_unlock(&oob->lock);
     size_t off = SX_OOB_HDR_LEN;
     for (int i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len > 0)
@@ -584,6 +590,74 @@ int sx_oob_send_nb(sx_oob_t *oob, uint64_t peer, uint32_t tag, const struct iove
     if (rc != SX_OK)
         sx_oob_op_free(op);
     return rc;
+}
+
+int sx_oob_send_many_nb(sx_oob_t *oob, const uint64_t *peers, size_t npeers, uint32_t tag,
+                        const void *data, size_t len, sx_oob_cb_t cb, void *arg, size_t *queued_p)
+{
+    size_t queued = 0;
+    int rc = SX_OK;
+
+    if (queued_p != NULL)
+        *queued_p = 0;
+    if (oob == NULL || peers == NULL || npeers == 0 || (data == NULL && len > 0) ||
+        len > SX_OOB_MSG_MAX || tag == SX_OOB_TAG_ANY || tag == SX_OOB_TAG_HELLO)
+        return SX_ERR_INVALID_PARAM;
+    oob_shared_t *sh = malloc(sizeof(*sh) + len);
+    if (sh == NULL)
+        return SX_ERR_NO_MEMORY;
+    atomic_init(&sh->refs, 1); /* this call's, until every send is queued */
+    sh->len = len;
+    if (len > 0)
+        memcpy(sh->data, data, len);
+    for (size_t i = 0; i < npeers; i++) {
+        int one = SX_OK;
+        oob_op_t *op = NULL;
+        uint8_t *frame = NULL;
+        if (peers[i] == SX_OOB_PEER_ANY || peers[i] == oob->self_id) {
+            one = SX_ERR_INVALID_PARAM;
+        } else if ((op = calloc(1, sizeof(*op))) == NULL ||
+                   (frame = malloc(SX_OOB_HDR_LEN)) == NULL) {
+            free(op);
+            one = SX_ERR_NO_MEMORY;
+        } else {
+            sx_oob_hdr_write(frame, tag, oob->self_id, (uint32_t)len);
+            op->item.kind = OOB_ITEM_OP;
+            op->kind = OOB_OP_SEND;
+            op->peer = peers[i];
+            op->tag = tag;
+            op->cb = cb;
+            op->arg = arg;
+            op->frame = frame;
+            op->frame_len = SX_OOB_HDR_LEN + len;
+            op->shared = sh;
+            atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+            pthread_mutex_lock(&oob->lock);
+            one = sx_oob_send_queue(oob, op);
+            if (one == SX_OK && queued == 0)
+                oob->copied_bytes += len;
+            pthread_mutex_unlock(&oob->lock);
+            if (one != SX_OK)
+                sx_oob_op_free(op);
+        }
+        if (one == SX_OK)
+            queued++;
+        else if (rc == SX_OK)
+            rc = one; /* the first failure; the other peers are still tried */
+    }
+    if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1)
+        free(sh);
+    if (queued_p != NULL)
+        *queued_p = queued;
+    return rc;
+}
+
+uint64_t sx_oob_copied_bytes(sx_oob_t *oob)
+{
+    pthread_mutex_lock(&oob->lock);
+    uint64_t n = oob->copied_bytes;
+    pthread_mutex_unlock(&oob->lock);
+    return n;
 }
 
 /* Waits for a blocking call's operation; false when the deadline passed

@@ -121,6 +121,20 @@ int sx_oob_send_nb(sx_oob_t *oob, uint64_t peer, uint32_t tag, const struct iove
                    sx_oob_cb_t cb, void *arg);
 
 /**
+ * The same message to each of @p npeers endpoints, its @p len bytes
+ * copied once and shared by the sends (the launcher's RDV_ALL, one per
+ * rank: a copy per rank took up to 16 MiB times the ranks). @p cb runs
+ * once per queued send. Every peer is tried; the first failure is
+ * returned (SX_ERR_INVALID_PARAM for an invalid peer among them) and
+ * *queued_p (may be NULL) says how many were queued.
+ */
+int sx_oob_send_many_nb(sx_oob_t *oob, const uint64_t *peers, size_t npeers, uint32_t tag,
+                        const void *data, size_t len, sx_oob_cb_t cb, void *arg, size_t *queued_p);
+
+/** Payload bytes this endpoint's sends have copied so far (tests). */
+uint64_t sx_oob_copied_bytes(sx_oob_t *oob);
+
+/**
  * Receives the first message matching *peer_p and *tag_p into @p iov,
  * waiting up to @p timeout_ms (-1: no limit; SX_ERR_AGAIN when it passes).
  * On return *peer_p and *tag_p name the message and *len_p is what the

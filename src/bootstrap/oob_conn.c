@@ -617,8 +617,23 @@ static bool oob_conn_write(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch)
 
     while ((it = c->txq.head) != NULL) {
         oob_op_t *op = (oob_op_t *)it;
+        /* The header and the payload, which may be shared (its own
+         * buffer) or follow the header in the frame. */
+        size_t head = op->shared != NULL ? SX_OOB_HDR_LEN : op->frame_len;
         while (op->sent < op->frame_len) {
-            ssize_t n = send(c->fd, op->frame + op->sent, op->frame_len - op->sent, MSG_NOSIGNAL);
+            struct iovec v[2];
+            struct msghdr mh = {.msg_iov = v, .msg_iovlen = 1};
+            if (op->sent < head) {
+                v[0] = (struct iovec){op->frame + op->sent, head - op->sent};
+                if (op->shared != NULL && op->shared->len > 0) {
+                    v[1] = (struct iovec){op->shared->data, op->shared->len};
+                    mh.msg_iovlen = 2;
+                }
+            } else {
+                v[0] =
+                    (struct iovec){op->shared->data + (op->sent - head), op->frame_len - op->sent};
+            }
+            ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
             if (n < 0) {
                 if (errno == EINTR)
                     continue;

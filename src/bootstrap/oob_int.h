@@ -27,6 +27,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -94,6 +95,14 @@ enum oob_op_kind {
     OOB_OP_WATCH, /* sx_oob_watch: posted, matches no message */
 };
 
+/* A payload several sends share (sx_oob_send_many_nb): copied once, freed
+ * with its last send. */
+typedef struct oob_shared {
+    atomic_uint refs;
+    size_t len;
+    uint8_t data[];
+} oob_shared_t;
+
 typedef struct oob_op {
     oob_item_t item;
     uint8_t kind;
@@ -106,9 +115,11 @@ typedef struct oob_op {
     uint32_t tag;
     sx_oob_cb_t cb;
     void *arg;
-    /* send: header and payload in one buffer */
+    /* send: header and payload in one buffer, or the header alone and the
+     * payload in `shared`; frame_len counts both */
     uint8_t *frame;
     size_t frame_len, sent;
+    oob_shared_t *shared;
     /* receive: a copy of the caller's iovec array */
     unsigned flags;
     int iovcnt;
@@ -194,6 +205,7 @@ struct sx_oob {
     size_t unexpected_bytes;       /* their payloads (OOB_UNEXPECTED_MAX) */
     unsigned anon;                 /* accepted connections without HELLO (OOB_ANON_MAX) */
     uint64_t anon_closed;          /* of them, closed for room */
+    uint64_t copied_bytes;         /* payload bytes sends copied (tests) */
     oob_handler_t *handlers;       /* by tag */
     size_t nhandlers, handlers_cap;
 };

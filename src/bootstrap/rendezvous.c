@@ -273,8 +273,23 @@ static void sx_rdv_send_all(sx_rdv_server_t *srv)
     }
     sx_debug("rdv", "all %" PRIu32 " ranks have put their blobs (%" PRIu64 " bytes)", srv->size,
              srv->all_bytes);
+    /* One copy of the message for every rank's send (it may be 16 MiB). */
+    uint64_t *peers = malloc(srv->size * sizeof(*peers));
+    if (peers == NULL) {
+        free(msg);
+        sx_rdv_fault(srv, srv->ranks[0].peer, "out of memory for the RDV_ALL's %" PRIu32 " sends",
+                     srv->size);
+        return;
+    }
     for (uint32_t r = 0; r < srv->size; r++)
-        sx_rdv_send(srv, srv->ranks[r].peer, SX_OOB_TAG_RDV_ALL, msg, (size_t)srv->all_bytes);
+        peers[r] = srv->ranks[r].peer;
+    size_t queued = 0;
+    int rc = sx_oob_send_many_nb(srv->oob, peers, srv->size, SX_OOB_TAG_RDV_ALL, msg,
+                                 (size_t)srv->all_bytes, sx_rdv_sent, NULL, &queued);
+    if (rc != SX_OK)
+        sx_debug("rdv", "RDV_ALL went to %zu of %" PRIu32 " ranks: %s", queued, srv->size,
+                 sx_strerror(rc));
+    free(peers);
     free(msg);
 }
 

@@ -980,6 +980,67 @@ static void test_listener_bounds_what_strangers_leave(void **state)
     sx_oob_close(b);
 }
 
+/* One message to several endpoints (sx_oob_send_many_nb): every one gets
+ * it whole, each send's callback runs once, and the payload was copied
+ * once, not once per peer. An invalid peer among them fails the call but
+ * not the sends to the others. */
+typedef struct many_rec {
+    atomic_int ok, failed;
+} many_rec_t;
+
+static void on_many(void *arg, int status, uint64_t peer, uint32_t tag, size_t len)
+{
+    many_rec_t *r = arg;
+    (void)peer;
+    (void)tag;
+    (void)len;
+    atomic_fetch_add(status == SX_OK ? &r->ok : &r->failed, 1);
+}
+
+static void test_send_many(void **state)
+{
+    (void)state;
+    sx_oob_t *a = ep_open(ID_A), *b = ep_open(ID_B), *c = ep_open(ID_C);
+    uint8_t *msg = malloc(ONE_MIB), *got = malloc(ONE_MIB);
+    assert_non_null(msg);
+    assert_non_null(got);
+    fill(msg, ONE_MIB, 9);
+    ep_link(a, b);
+    ep_link(a, c);
+    many_rec_t rec = {0};
+    uint64_t before = sx_oob_copied_bytes(a);
+    const uint64_t peers[] = {ID_B, ID_C, SX_OOB_PEER_ANY, ID_B};
+    size_t queued = 0;
+
+    assert_int_equal(sx_oob_send_many_nb(a, peers, 4, 60, msg, ONE_MIB, on_many, &rec, &queued),
+                     SX_ERR_INVALID_PARAM);
+    assert_int_equal(queued, 3);
+    assert_int_equal(sx_oob_copied_bytes(a) - before, ONE_MIB);
+    sx_oob_t *to[] = {b, c, b};
+    for (int i = 0; i < 3; i++) {
+        struct iovec iov = {.iov_base = got, .iov_len = ONE_MIB};
+        uint64_t peer = ID_A;
+        uint32_t tag = 60;
+        size_t len = 0;
+        memset(got, 0, ONE_MIB);
+        assert_int_equal(sx_oob_recv(to[i], &peer, &tag, &iov, 1, 0, WAIT_MS, &len), SX_OK);
+        assert_int_equal(len, ONE_MIB);
+        assert_memory_equal(got, msg, ONE_MIB);
+    }
+    uint64_t until = sx_time_ns() + (uint64_t)WAIT_MS * 1000000u;
+    while (atomic_load(&rec.ok) < 3 && !sx_u64_before(until, sx_time_ns()))
+        sched_yield();
+    assert_int_equal(atomic_load(&rec.ok), 3);
+    assert_int_equal(atomic_load(&rec.failed), 0);
+    assert_int_equal(sx_oob_send_many_nb(a, peers, 0, 60, msg, 1, on_many, &rec, NULL),
+                     SX_ERR_INVALID_PARAM);
+    free(msg);
+    free(got);
+    sx_oob_close(a);
+    sx_oob_close(b);
+    sx_oob_close(c);
+}
+
 /* A bad frame fails the sends queued on its connection with SX_ERR_PROTO. */
 static void test_bad_frame_fails_queued_send(void **state)
 {
@@ -1315,6 +1376,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_bad_frame_fails_queued_send),
         cmocka_unit_test(test_listener_bounds_what_strangers_leave),
+        cmocka_unit_test(test_send_many),
         cmocka_unit_test(test_dead_address),
         cmocka_unit_test(test_peer_readdress),
         cmocka_unit_test(test_close_pending),
