@@ -16,6 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "am_util.h"
 #include "common/tsan.h"
 #include "engine/diag.h"
@@ -868,6 +871,73 @@ static void test_sendi_hold(void **state)
     assert_int_equal(held, 0);
 }
 
+/*
+ * The same beside a busy shard: A has two shards; a thread bound to shard
+ * 0 keeps calling sx_progress (pushing the service's idle deadline), while
+ * this thread, bound to shard 1, sends two messages with sx_sendi (the
+ * second held) and then computes. The service must still flush shard 1
+ * by the hold's deadline: the other caller's pushes used to rearm its
+ * timer for the idle deadline alone, which they kept moving, and the held
+ * message waited for this thread's next progress call.
+ */
+typedef struct busy_caller {
+    sx_engine_h e;
+    atomic_bool stop;
+} busy_caller_t;
+
+static void *busy_progress(void *arg)
+{
+    busy_caller_t *b = arg;
+    assert_int_equal(sx_thread_bind(b->e, 0), SX_OK);
+    while (!atomic_load(&b->stop))
+        sx_progress(b->e);
+    return NULL;
+}
+
+static void test_sendi_hold_beside_a_busy_shard(void **state)
+{
+    (void)state;
+    sx_config_kv_t kv[] = {{.name = "SHARDS", .value = "2"},
+                           {.name = "SENDI_HOLD_US", .value = "2000"},
+                           {.name = "SERVICE_US", .value = "100000"}};
+    pair_t p = pair_new_cfg(kv, 3);
+    ctx_t rx = {0}, tx = {0};
+    uint8_t buf[8];
+    struct iovec iov = {buf, sizeof(buf)};
+
+    assert_int_equal(sx_thread_bind(p.a, 1), SX_OK);
+    assert_int_equal(sx_am_register(p.b, 5, on_am, &rx), SX_OK);
+    am_fill(buf, sizeof(buf), 0);
+    assert_int_equal(sx_send(p.a_to_b, 5, &iov, 1, on_done, &tx), SX_INPROGRESS);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
+    assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 1));
+    busy_caller_t busy = {.e = p.a};
+    atomic_init(&busy.stop, false);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, busy_progress, &busy), 0);
+    uint64_t held = stat_of(p.a, "sendi_held");
+    for (uint64_t i = 1; i <= 2; i++) {
+        am_fill(buf, sizeof(buf), i);
+        int rc;
+        uint64_t t0 = sx_time_ns();
+        while ((rc = sx_sendi(p.a_to_b, 5, &iov, 1)) == SX_ERR_AGAIN &&
+               sx_time_ns() - t0 < AM_TEST_LIMIT_NS)
+            sched_yield();
+        assert_int_equal(rc, SX_OK);
+    }
+    bool was_held = stat_of(p.a, "sendi_held") > held;
+    uint64_t start = sx_time_ns();
+    while (rx.rx.received < 3 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        sx_progress(p.b);
+    atomic_store(&busy.stop, true);
+    pthread_join(t, NULL);
+    print_message("    held: %s; arrived after %.1f ms\n", was_held ? "yes" : "no",
+                  (double)(sx_time_ns() - start) / 1e6);
+    assert_int_equal(rx.rx.received, 3);
+    assert_int_equal(rx.rx.errors, 0);
+    pair_free(&p);
+}
+
 /* A child forked after engines came and went can use shardx: the RCU
  * machinery's worker threads are re-created in it. */
 static void round_trip_once(void)
@@ -1423,6 +1493,7 @@ int main(void)
         cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_send_more),
         cmocka_unit_test(test_sendi_hold),
+        cmocka_unit_test(test_sendi_hold_beside_a_busy_shard),
         cmocka_unit_test(test_fork_after_engines),
         cmocka_unit_test(test_handler_replies_on_peer),
         cmocka_unit_test(test_reply_ack_taken_next_call),
