@@ -32,7 +32,9 @@
  * protocol error, a system call failed); 1 when a rank exited with status
  * 0 while other ranks waited for it in the rendezvous (a fence round it
  * never entered: as mpirun stops a job whose process "exited
- * improperly"), since those would otherwise wait for good. When sx_run is stopped by a
+ * improperly"), since those would otherwise wait for good. Ranks waiting
+ * for one that failed are told too (SX_ERR_PEER_UNREACHABLE), so one of
+ * them may end, with its own status, before the failed one is seen. When sx_run is stopped by a
  * signal it re-raises it after the cleanup, so its parent sees the signal.
  * A rank on another host ends with its agent's status, which the remote
  * side makes the rank's (128+S for a signal S; ssh uses 255 for its own
@@ -641,6 +643,9 @@ static void sx_run_begin_shutdown(sx_run_t *r, int exit_code)
     if (r->shutting_down)
         return;
     r->shutting_down = true;
+    /* Ranks that go now are stopped, not gone: no more rendezvous
+     * verdicts on them. */
+    sx_rdv_server_quiesce(r->rdv);
     r->kill_deadline_ns = sx_run_now_ns() + (uint64_t)SX_RUN_GRACE_MS * 1000000u;
     /* A remote side stops its rank at end of file, even where our SIGTERM
      * to the agent cannot reach it (ssh's remote end). */
@@ -811,6 +816,9 @@ static void sx_run_loop(sx_run_t *r)
         uint64_t now = sx_run_now_ns();
 
         if (!r->shutting_down) {
+            /* Ranks that ended without a word are given up on after a
+             * grace (rendezvous.h). */
+            sx_rdv_server_tick(r->rdv);
             int st = sx_rdv_server_status(r->rdv);
             uint32_t lost = sx_rdv_server_lost_rank(r->rdv);
             if (st == SX_ERR_PEER_UNREACHABLE && lost < r->n) {
@@ -818,7 +826,8 @@ static void sx_run_loop(sx_run_t *r)
                  * has stopped the job with its status already (reaped
                  * above: its connection closed first); one still running
                  * (it closed its engine) is waited for, since the others
-                 * have been told and may stop the job themselves. */
+                 * have been told and may stop the job themselves; the
+                 * timeout still holds meanwhile. */
                 if (r->ranks[lost].reaped) {
                     sx_run_msg("rank %u exited with status 0 while other ranks waited for it in "
                                "the rendezvous; stopping the job",
@@ -828,6 +837,9 @@ static void sx_run_loop(sx_run_t *r)
             } else if (st != SX_OK) {
                 sx_run_msg("the rendezvous failed (%s); stopping the job", sx_strerror(st));
                 sx_run_begin_shutdown(r, SX_RUN_EXIT_INTERNAL);
+            }
+            if (r->shutting_down) {
+                /* decided above */
             } else if (deadline_ns != 0 && now >= deadline_ns) {
                 sx_run_msg("timeout: the job did not end within %g s; stopping it", r->timeout_s);
                 sx_run_begin_shutdown(r, SX_RUN_EXIT_TIMEOUT);

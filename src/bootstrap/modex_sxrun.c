@@ -177,18 +177,19 @@ static void sx_sxrun_fence_finish(sx_sxrun_fence_t *f, int status)
             sx_sxrun_fence_unlist(st, f);
         cb = f->cb;
         arg = f->arg;
-    }
-    /* A round that failed (its FENCE not sent, its DONE not received) is
-     * spent all the same: a later FENCE would be out of order for the
-     * launcher, and a later DONE receive would take this round's answer.
-     * The modex fails with it; later calls say so at once. */
-    if (status != SX_OK && status != SX_ERR_CANCELED && status != SX_ERR_SHUTDOWN &&
-        st->failed == SX_OK) {
-        st->failed = status;
-        sx_error("modex",
-                 "rank %" PRIu32 ": fence round %" PRIu32
-                 " failed (%s); the modex cannot be used any more",
-                 st->rank, f->round, sx_status_name(status));
+        /* A round that failed (its FENCE not sent, its DONE not
+         * received) is spent all the same: a later FENCE would be out of
+         * order for the launcher, and a later DONE receive would take
+         * this round's answer. The modex fails with it; later calls say
+         * so at once. */
+        if (status != SX_OK && status != SX_ERR_CANCELED && status != SX_ERR_SHUTDOWN &&
+            st->failed == SX_OK) {
+            st->failed = status;
+            sx_error("modex",
+                     "rank %" PRIu32 ": fence round %" PRIu32
+                     " failed (%s); the modex cannot be used any more",
+                     st->rank, f->round, sx_status_name(status));
+        }
     }
     pthread_mutex_unlock(&st->lock);
     if (cb != NULL)

@@ -253,11 +253,12 @@ bool sx_oob_deliver(sx_oob_t *oob, oob_msg_t *m, oob_fifo_t *batch)
         fifo_push(batch, &m->item);
         return true;
     }
-    if (m->len > OOB_UNEXPECTED_MAX - oob->unexpected_bytes) {
+    /* The message's whole allocation counts: empty ones are not free. */
+    if (oob_msg_size(m) > OOB_UNEXPECTED_MAX - oob->unexpected_bytes) {
         free(m);
         return false;
     }
-    oob->unexpected_bytes += m->len;
+    oob->unexpected_bytes += oob_msg_size(m);
     fifo_push(&oob->unexpected, &m->item);
     return true;
 }
@@ -275,7 +276,7 @@ void sx_oob_redispatch(sx_oob_t *oob, oob_fifo_t *batch)
         oob_handler_t *h = oob_handler_find(oob, m->tag);
         if (h != NULL) {
             fifo_unlink(&oob->unexpected, prev, it);
-            oob->unexpected_bytes -= m->len;
+            oob->unexpected_bytes -= oob_msg_size(m);
             m->handler = h->fn;
             m->handler_arg = h->arg;
             fifo_push(batch, &m->item);
@@ -754,7 +755,7 @@ static bool oob_recv_match_queued(sx_oob_t *oob, oob_op_t *op)
         op->tag = m->tag;
         if (!(op->flags & SX_OOB_PEEK)) {
             fifo_unlink(&oob->unexpected, prev, it);
-            oob->unexpected_bytes -= m->len;
+            oob->unexpected_bytes -= oob_msg_size(m);
             free(m);
         }
         return true;

@@ -370,9 +370,14 @@ static bool oob_anon_room(sx_oob_t *oob, oob_fifo_t *batch)
 {
     oob_conn_t *oldest = NULL;
 
-    for (oob_conn_t *c = oob->conns; c != NULL; c = c->next) {
-        if (oob_conn_anon(c) && (oldest == NULL || sx_u64_before(c->timer_ns, oldest->timer_ns)))
-            oldest = c;
+    /* The oldest that has sent nothing at all, else the oldest: a peer
+     * whose HELLO is half read is slow, not silent. */
+    for (int pass = 0; pass < 2 && oldest == NULL; pass++) {
+        for (oob_conn_t *c = oob->conns; c != NULL; c = c->next) {
+            if (oob_conn_anon(c) && (pass == 1 || c->rx_hdr_got == 0) &&
+                (oldest == NULL || sx_u64_before(c->timer_ns, oldest->timer_ns)))
+                oldest = c;
+        }
     }
     uint64_t accepted = oldest->timer_ns - (uint64_t)OOB_HELLO_TIMEOUT_MS * 1000000u;
     uint64_t grace_end = accepted + (uint64_t)OOB_ANON_GRACE_MS * 1000000u;
@@ -468,8 +473,8 @@ static void oob_unexpected_full(sx_oob_t *oob, oob_conn_t *c, oob_fifo_t *batch,
 {
     sx_oob_conn_fail(oob, c, SX_ERR_FULL, batch, SX_LOG_ERROR,
                      "a %" PRIu32 "-byte message with tag %#" PRIx32
-                     " that no receive or handler takes does not fit: %zu bytes of such "
-                     "messages wait already (at most %zu)",
+                     " that no receive or handler takes does not fit: such messages take %zu "
+                     "bytes already (at most %zu)",
                      len, tag, oob->unexpected_bytes, OOB_UNEXPECTED_MAX);
 }
 

@@ -58,7 +58,7 @@
  * handler). */
 #define OOB_ANON_MAX         64
 #define OOB_HELLO_TIMEOUT_MS 30000
-#define OOB_ANON_GRACE_MS    1000
+#define OOB_ANON_GRACE_MS    3000
 #define OOB_UNEXPECTED_MAX   ((size_t)4 * SX_OOB_MSG_MAX)
 
 /* ------------------------------------------------------------ structures */
@@ -87,6 +87,13 @@ typedef struct oob_msg {
     void *handler_arg;
     uint8_t data[];
 } oob_msg_t;
+
+/* What a queued message takes: its struct and payload (OOB_UNEXPECTED_MAX
+ * counts both, so empty messages are bounded too). */
+static inline size_t oob_msg_size(const oob_msg_t *m)
+{
+    return sizeof(*m) + m->len;
+}
 
 enum oob_op_kind {
     OOB_OP_SEND,
@@ -202,7 +209,7 @@ struct sx_oob {
     oob_peer_t *peers;             /* address book */
     oob_fifo_t posted;             /* posted receives, in posting order */
     oob_fifo_t unexpected;         /* messages nobody took yet */
-    size_t unexpected_bytes;       /* their payloads (OOB_UNEXPECTED_MAX) */
+    size_t unexpected_bytes;       /* their memory (OOB_UNEXPECTED_MAX, oob_msg_size) */
     unsigned anon;                 /* accepted connections without HELLO (OOB_ANON_MAX) */
     uint64_t anon_closed;          /* of them, closed for room */
     uint64_t copied_bytes;         /* payload bytes sends copied (tests) */

@@ -18,7 +18,9 @@
  * A rank whose endpoint has no connection left (its process ended, or it
  * closed its engine; sx_oob_watch says so after its last message), or
  * that ended without a word (sx_rdv_server_rank_ended, from the
- * launcher's reaping), can enter no more rounds and put no blob. Once another rank
+ * launcher's reaping, and SX_RDV_ENDED_GRACE_MS later: what it sent
+ * before it ended may still wait in the kernel, or in a listener paused
+ * for strangers, oob_int.h), can enter no more rounds and put no blob. Once another rank
  * waits for it to, in a fence round it never entered or for an RDV_ALL
  * that needs its blob, the rendezvous fails with SX_ERR_PEER_UNREACHABLE
  * and an RDV_ERROR naming it: an MPI rank that returns from main without
@@ -44,8 +46,12 @@
 
 #include "bootstrap/oob.h"
 #include "common/log.h"
+#include "common/time.h"
 
 #define SX_RDV_TEXT_MAX 512
+/* How long after the launcher reaped a rank that never spoke its silence
+ * counts as leaving (see the top). */
+#define SX_RDV_ENDED_GRACE_MS 3000
 
 typedef struct sx_rdv_rank {
     bool known;           /* `peer` is set: the rank has spoken */
@@ -53,6 +59,9 @@ typedef struct sx_rdv_rank {
     uint64_t peer;        /* the OOB endpoint that speaks for it */
     uint32_t fence_round; /* the last fence round it entered (0: none) */
     bool left;            /* no connection from its endpoint is left */
+    bool unwatched;       /* spoke, but its connection could not be watched */
+    uint64_t ended_ns;    /* the launcher reaped it without a word (or
+                           * unwatched) at this time; 0: not */
     uint32_t len;
     uint8_t *blob;
 } sx_rdv_rank_t;
@@ -68,6 +77,7 @@ struct sx_rdv_server {
     uint64_t all_bytes; /* the RDV_ALL payload these blobs make */
     uint32_t done_round;
     uint32_t lost_rank;          /* the rank that left, when status says so */
+    bool quiet;                  /* the launcher stops the job: no more verdicts */
     char error[SX_RDV_TEXT_MAX]; /* the first fault, for later offenders */
 };
 
@@ -163,7 +173,7 @@ static void sx_rdv_fault(sx_rdv_server_t *srv, uint64_t peer, const char *fmt, .
  */
 static void sx_rdv_check_left(sx_rdv_server_t *srv)
 {
-    if (atomic_load_explicit(&srv->status, memory_order_relaxed) != SX_OK)
+    if (srv->quiet || atomic_load_explicit(&srv->status, memory_order_relaxed) != SX_OK)
         return;
     for (uint32_t g = 0; g < srv->size; g++) {
         const sx_rdv_rank_t *gone = &srv->ranks[g];
@@ -235,18 +245,20 @@ static bool sx_rdv_bind(sx_rdv_server_t *srv, uint64_t peer, uint32_t rank)
             return false;
         }
     }
-    if (rk->left) {
-        sx_rdv_fault(srv, peer, "speaks for rank %" PRIu32 ", whose process has ended", rank);
-        return false;
-    }
+    /* A rank the launcher reaped before its words were read (they were
+     * on their way): it spoke after all; its connection's end, which the
+     * watch reports after these words, decides now. */
+    uint64_t ended = rk->ended_ns;
+    rk->ended_ns = 0;
+    rk->left = false;
     rk->known = true;
     rk->peer = peer;
     int rc = sx_oob_watch(srv->oob, peer, sx_rdv_on_gone, srv);
-    if (rc != SX_OK)
-        sx_warn("rdv",
-                "cannot watch rank %" PRIu32 "'s connection: %s; if it leaves while others "
-                "wait for it, they wait for good",
-                rank, sx_strerror(rc));
+    if (rc != SX_OK) {
+        rk->unwatched = true; /* the launcher's reaping stands in */
+        rk->ended_ns = ended;
+        sx_warn("rdv", "cannot watch rank %" PRIu32 "'s connection: %s", rank, sx_strerror(rc));
+    }
     return true;
 }
 
@@ -478,13 +490,45 @@ void sx_rdv_server_rank_ended(sx_rdv_server_t *srv, uint32_t rank)
     pthread_mutex_lock(&srv->lock);
     sx_rdv_rank_t *rk = &srv->ranks[rank];
     /* One that spoke is watched: its connection's end comes after its
-     * last message. One that never spoke sent nothing that could still be
-     * on its way but a PUT or FENCE it did not wait for the answer to. */
-    if (!rk->known && !rk->left) {
-        rk->left = true;
-        sx_debug("rdv", "rank %" PRIu32 " ended without a word", rank);
-        sx_rdv_check_left(srv);
+     * last message. One that never spoke (or could not be watched) may
+     * still have words on their way: sx_rdv_server_tick decides after a
+     * grace. */
+    if ((!rk->known || rk->unwatched) && !rk->left && rk->ended_ns == 0) {
+        rk->ended_ns = sx_time_ns();
+        if (rk->ended_ns == 0)
+            rk->ended_ns = 1;
     }
+    pthread_mutex_unlock(&srv->lock);
+}
+
+void sx_rdv_server_tick(sx_rdv_server_t *srv)
+{
+    if (srv == NULL)
+        return;
+    uint64_t now = sx_time_ns();
+    pthread_mutex_lock(&srv->lock);
+    bool changed = false;
+    for (uint32_t r = 0; r < srv->size; r++) {
+        sx_rdv_rank_t *rk = &srv->ranks[r];
+        if (rk->ended_ns != 0 && !rk->left &&
+            now - rk->ended_ns >= (uint64_t)SX_RDV_ENDED_GRACE_MS * 1000000u) {
+            rk->left = true;
+            changed = true;
+            sx_debug("rdv", "rank %" PRIu32 " ended %s", r,
+                     rk->known ? "(its connection was not watched)" : "without a word");
+        }
+    }
+    if (changed)
+        sx_rdv_check_left(srv);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+void sx_rdv_server_quiesce(sx_rdv_server_t *srv)
+{
+    if (srv == NULL)
+        return;
+    pthread_mutex_lock(&srv->lock);
+    srv->quiet = true;
     pthread_mutex_unlock(&srv->lock);
 }
 

@@ -41,9 +41,19 @@ int sx_rdv_server_address(sx_rdv_server_t *srv, char *buf, size_t len);
 int sx_rdv_server_status(sx_rdv_server_t *srv);
 
 /** Rank @p rank's process has ended (the launcher reaped it). One that
- *  never spoke has left; one that did is watched (its connection's end
- *  says so after its last message). The launcher's main thread. */
+ *  spoke is watched (its connection's end says so after its last
+ *  message); one that never spoke has left once sx_rdv_server_tick finds
+ *  it still silent a grace later (its words may be on their way). The
+ *  launcher's main thread. */
 void sx_rdv_server_rank_ended(sx_rdv_server_t *srv, uint32_t rank);
+
+/** Gives up on ranks that ended without a word a grace ago; the
+ *  launcher's main loop, now and then. */
+void sx_rdv_server_tick(sx_rdv_server_t *srv);
+
+/** The launcher stops the job: ranks that go now are not reported as
+ *  leaving. Any thread. */
+void sx_rdv_server_quiesce(sx_rdv_server_t *srv);
 
 /** The rank whose leaving failed the rendezvous (status
  *  SX_ERR_PEER_UNREACHABLE), else UINT32_MAX. Any thread. */

@@ -77,16 +77,34 @@ void sx_service_hold(void *arg, uint64_t at)
     }
 }
 
+static void sx_service_arm_kick(sx_service_t *svc, uint64_t at)
+{
+    struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};
+    if (timerfd_settime(svc->kickfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        sx_debug("service", "timerfd_settime (kick): %s", strerror(errno));
+}
+
 void sx_service_kick(void *arg, uint64_t at)
 {
     sx_service_t *svc = arg;
     uint64_t old = atomic_load_explicit(&svc->asleep_until, memory_order_relaxed);
 
-    /* Plain compares: UINT64_MAX means later than any time. */
+    /* Plain compares: UINT64_MAX means later than any time. Kicks have a
+     * timer of their own, so they never move the one callers push or a
+     * hold arms. Two kickers may arm it in the other order than they
+     * lowered asleep_until: each looks again after arming, and arms the
+     * earlier time it then finds. */
     while (old != 0 && at < old) {
         if (atomic_compare_exchange_weak_explicit(&svc->asleep_until, &old, at,
                                                   memory_order_relaxed, memory_order_relaxed)) {
-            sx_service_arm(svc, at);
+            uint64_t armed = at;
+            sx_service_arm_kick(svc, armed);
+            uint64_t cur;
+            while ((cur = atomic_load_explicit(&svc->asleep_until, memory_order_relaxed)) != 0 &&
+                   cur < armed) {
+                armed = cur;
+                sx_service_arm_kick(svc, armed);
+            }
             return;
         }
     }
@@ -98,10 +116,10 @@ uint64_t sx_service_asleep_until(const sx_service_t *svc)
 }
 
 /* Reads what woke the thread: the timer's expirations, the stop signal. */
-static void sx_service_drain(sx_service_t *svc)
+static void sx_service_drain(int fd)
 {
     uint64_t v;
-    if (read(svc->timerfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         sx_debug("service", "timerfd read: %s", strerror(errno));
 }
 
@@ -110,8 +128,8 @@ static void sx_service_wait(sx_service_t *svc, uint64_t timeout_ns)
     struct epoll_event ev[8];
     int n = sx_engine_epoll_wait_ns(svc->epfd, ev, 8, timeout_ns);
     for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == svc->timerfd)
-            sx_service_drain(svc);
+        if (ev[i].data.fd == svc->timerfd || ev[i].data.fd == svc->kickfd)
+            sx_service_drain(ev[i].data.fd);
     }
 }
 
@@ -231,8 +249,8 @@ static void *sx_service_main(void *arg)
 
 static void sx_service_free(sx_service_t *svc)
 {
-    int fds[3] = {svc->timerfd, svc->stopfd, svc->epfd};
-    for (unsigned i = 0; i < 3; i++) {
+    int fds[4] = {svc->timerfd, svc->kickfd, svc->stopfd, svc->epfd};
+    for (unsigned i = 0; i < 4; i++) {
         if (fds[i] >= 0)
             close(fds[i]);
     }
@@ -252,6 +270,7 @@ int sx_service_start(struct sx_engine *e)
     atomic_init(&svc->flush_at, 0);
     atomic_init(&svc->asleep_until, 0);
     svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    svc->kickfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     svc->epfd = epoll_create1(EPOLL_CLOEXEC);
     atomic_init(&svc->stop, false);
@@ -260,8 +279,9 @@ int sx_service_start(struct sx_engine *e)
      * section 3). */
     atomic_init(&svc->until, sx_time_coarse_ns() + svc->idle_ns);
     int rc = SX_OK;
-    if (svc->timerfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
+    if (svc->timerfd < 0 || svc->kickfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
         sx_engine_epoll_add_fd(svc->epfd, svc->timerfd) != SX_OK ||
+        sx_engine_epoll_add_fd(svc->epfd, svc->kickfd) != SX_OK ||
         sx_engine_epoll_add_fd(svc->epfd, svc->stopfd) != SX_OK)
         rc = SX_ERR_IO;
     /* Try the interfaces once, so that a failure shows here and not in

@@ -38,8 +38,10 @@
  *   asleep_until           | the service thread;    | relaxed; stored before the
  *                          | callers (kick) lower it| pass's token tenures, so a
  *                          |                        | tenure after sees it; CAS down
- *   timerfd                | callers (push, hold,   | timerfd_settime, any thread
- *                          | kick), the service     |
+ *   timerfd                | callers (push, hold),  | timerfd_settime, any thread
+ *                          | the service            |
+ *   kickfd                 | callers (kick)         | timerfd_settime, any thread;
+ *                          |                        | re-armed earlier after a race
  *   epfd, watching         | the service thread     | epoll_ctl (start: creation)
  *   wakeups                | the service thread     | sx_stat_add; read by any
  *   sx_service_start/stop  | engine create/destroy  |
@@ -69,6 +71,7 @@ typedef struct sx_service {
      * timer their tenure armed earlier, and arm the timer for it. */
     _Atomic uint64_t asleep_until;
     int timerfd;   /* fires at `until` */
+    int kickfd;    /* fires at a caller's timer while serving (sx_service_kick) */
     int stopfd;    /* eventfd: destruction */
     int epfd;      /* timerfd, stopfd; the shards' interfaces while serving */
     bool watching; /* the shards' interfaces are in epfd (service thread) */

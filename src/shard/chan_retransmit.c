@@ -484,7 +484,7 @@ SX_HOT int sx_chan_ack_release_locked(sx_shard_t *shard)
 static void chan_rack_advance(sx_chan_t *c, const sx_txpkt_t *pkt, uint64_t arrived_ns)
 {
     if (pkt->transmissions > 1 && c->min_rtt_ns != 0 &&
-        sx_u64_before(pkt->last_sent_ns, arrived_ns) &&
+        sx_u64_before_eq(pkt->last_sent_ns, arrived_ns) &&
         arrived_ns - pkt->last_sent_ns < c->min_rtt_ns)
         return;
     if (pkt->last_sent_ns > c->rack_ns)

@@ -885,8 +885,8 @@ static void test_bad_frames(void **state)
 /*
  * What anyone who reaches a listener can make it keep is bounded. Raw
  * connections that never say who they are (no HELLO): the endpoint keeps
- * at most 64, closing the oldest for each new one once it has had a
- * second to speak (the rest wait in the listen queue), so 200 of them
+ * at most 64, closing the oldest for each new one once it has had
+ * three seconds to speak (the rest wait in the listen queue), so 200 of them
  * leave 136 closed; and a peer that sends messages nobody receives has its
  * connection closed once more than four maximal messages wait (64 MiB),
  * with a log line naming the tag. The endpoint works for others
@@ -918,7 +918,7 @@ static void test_listener_bounds_what_strangers_leave(void **state)
     for (int i = 0; i < N - KEPT; i++)
         raw_wait_closed(fds[i]);
     char *log = capture_stop();
-    assert_contains(log, "have not said who they are (no HELLO in 1000 ms)");
+    assert_contains(log, "have not said who they are (no HELLO in 3000 ms)");
     assert_contains(log, "(1 closed so far)");
     free(log);
     /* The newest ones are kept (until their HELLO deadline): open, no end
@@ -930,7 +930,7 @@ static void test_listener_bounds_what_strangers_leave(void **state)
     }
     /* A's connection, one more without HELLO for the moment it is
      * accepted, takes the place of the oldest stranger left, once that
-     * one has had its second. */
+     * one has had its three seconds. */
     check_pair_works(a, b, "after strangers");
     for (int i = 0; i < N; i++)
         close(fds[i]);
