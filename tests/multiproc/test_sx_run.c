@@ -721,6 +721,8 @@ static void test_malformed_put(void **state)
  * (sx_run stopped a job only for a non-zero status), here until the
  * test's hang detector.
  */
+static void agent_setup(char *dir, size_t dlen, char *agent, size_t alen);
+
 static void test_rank_leaves(void **state)
 {
     (void)state;
@@ -749,6 +751,25 @@ static void test_rank_leaves(void **state)
         assert_has(j.text[1], "rank 1 exited with status 0 while other ranks waited for it");
         job_free(&j);
     }
+
+    /* The same across hosts: rank 1 on hostB, started through the agent,
+     * leaves before the fence rank 0 (on hostA) waits in. */
+    char dir[64], agent[128];
+    job_t j;
+    agent_setup(dir, sizeof(dir), agent, sizeof(agent));
+    run(&j,
+        (const char *const[]){"-H", "hostA,hostB", "-n", "2", "--agent", agent, "--rendezvous-addr",
+                              "127.0.0.1", child_path, "leave", "1", "fence", NULL});
+    if (exit_code(&j) != 1)
+        fail_msg("-H: status %d\nstdout:\n%s\nstderr:\n%s", exit_code(&j), j.text[0], j.text[1]);
+    /* Rank 0's own line says it was told (its "fence:" line on standard
+     * output may be cut short by the stop through the agent). */
+    assert_has(j.text[1], "before fence round 1");
+    assert_has(j.text[1], "[0] [shardx ");
+    assert_has(j.text[1], "rank 0: the sx_run launcher reports: ");
+    assert_has(j.text[1], "(SX_ERR_PEER_UNREACHABLE)");
+    job_free(&j);
+    remove_dir(dir);
 }
 
 /* ------------------------------------------------------------ across hosts */
