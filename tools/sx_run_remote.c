@@ -182,6 +182,7 @@ typedef struct sx_run_rc {
     bool stdin_open;
     bool hello; /* sx_run's byte came through standard input */
     bool stopping;
+    bool signaled; /* a stop signal came (stdin's end is not one) */
     bool term_sent;
     bool killed;
     uint64_t kill_at_ns;
@@ -243,12 +244,17 @@ static void sx_run_rc_on_signals(sx_run_rc_t *c)
         for (ssize_t i = 0; i < n; i++) {
             if (sigs[i] == SIGCHLD)
                 continue;
-            if (c->stopping) {
-                c->kill_at_ns = sx_run_now_ns(); /* a second request: no grace */
+            if (c->signaled) {
+                c->kill_at_ns = sx_run_now_ns(); /* a second signal: no grace */
                 continue;
             }
             /* Quietly: it is sx_run's shutdown (SIGTERM to the agent's
-             * group), which sx_run explains, or the agent's end. */
+             * group), which sx_run explains, or the agent's end. The same
+             * shutdown also closes our standard input, in either order:
+             * only a second signal skips the grace (it had taken every
+             * remote rank's grace away, and with it what the rank still
+             * wrote on its way out). */
+            c->signaled = true;
             sx_run_rc_stop(c, NULL);
         }
     }

@@ -740,12 +740,16 @@ static void test_rank_leaves(void **state)
         if (exit_code(&j) != 1)
             fail_msg("stage %s: status %d\nstdout:\n%s\nstderr:\n%s", cases[c].stage, exit_code(&j),
                      j.text[0], j.text[1]);
-        char want[96];
-        snprintf(want, sizeof(want), "[0] %s\n", cases[c].told);
-        assert_has(j.text[0], want);
-        if (strcmp(cases[c].n, "3") == 0) {
-            snprintf(want, sizeof(want), "[2] %s\n", cases[c].told);
-            assert_has(j.text[0], want);
+        /* Each waiting rank was told, in its fence or, when the verdict
+         * came before it read the RDV_ALL, in its exchange. */
+        for (int r = 0; r < atoi(cases[c].n); r++) {
+            char fence[96], exch[96];
+            if (r == 1)
+                continue;
+            snprintf(fence, sizeof(fence), "[%d] %s\n", r, cases[c].told);
+            snprintf(exch, sizeof(exch), "[%d] exchange: SX_ERR_PEER_UNREACHABLE\n", r);
+            if (strstr(j.text[0], fence) == NULL && strstr(j.text[0], exch) == NULL)
+                fail_msg("rank %d was not told:\n%s", r, j.text[0]);
         }
         assert_has(j.text[1], cases[c].logged);
         assert_has(j.text[1], "rank 1 exited with status 0 while other ranks waited for it");
@@ -762,8 +766,13 @@ static void test_rank_leaves(void **state)
                               "127.0.0.1", child_path, "leave", "1", "fence", NULL});
     if (exit_code(&j) != 1)
         fail_msg("-H: status %d\nstdout:\n%s\nstderr:\n%s", exit_code(&j), j.text[0], j.text[1]);
-    /* Rank 0's own line says it was told (its "fence:" line on standard
-     * output may be cut short by the stop through the agent). */
+    /* Rank 0 was told, and printed so on its way out: the remote side
+     * gave it its grace (the stop came both as standard input's end and
+     * as SIGTERM, and the second took the grace away: 6 of 20 runs lost
+     * the line under load). */
+    if (strstr(j.text[0], "[0] fence: SX_ERR_PEER_UNREACHABLE\n") == NULL &&
+        strstr(j.text[0], "[0] exchange: SX_ERR_PEER_UNREACHABLE\n") == NULL)
+        fail_msg("-H: rank 0 was not told:\n%s", j.text[0]);
     assert_has(j.text[1], "before fence round 1");
     assert_has(j.text[1], "[0] [shardx ");
     assert_has(j.text[1], "rank 0: the sx_run launcher reports: ");
