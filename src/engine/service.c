@@ -24,11 +24,18 @@
  * could hide. */
 #define SX_SERVICE_SLEEP_MAX_NS (1000ull * 1000000ull)
 
-static void sx_service_arm(sx_service_t *svc, uint64_t at)
+/* Arms timerfd @p fd for @p at (CLOCK_MONOTONIC, absolute; 0 would
+ * disarm it, so 1). */
+static void sx_service_arm_fd(int fd, uint64_t at)
 {
     struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};
-    if (timerfd_settime(svc->timerfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
         sx_debug("service", "timerfd_settime: %s", strerror(errno));
+}
+
+static void sx_service_arm(sx_service_t *svc, uint64_t at)
+{
+    sx_service_arm_fd(svc->timerfd, at);
 }
 
 void sx_service_push(void *arg, uint64_t now)
@@ -77,13 +84,6 @@ void sx_service_hold(void *arg, uint64_t at)
     }
 }
 
-static void sx_service_arm_kick(sx_service_t *svc, uint64_t at)
-{
-    struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};
-    if (timerfd_settime(svc->kickfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
-        sx_debug("service", "timerfd_settime (kick): %s", strerror(errno));
-}
-
 void sx_service_kick(void *arg, uint64_t at)
 {
     sx_service_t *svc = arg;
@@ -98,12 +98,12 @@ void sx_service_kick(void *arg, uint64_t at)
         if (atomic_compare_exchange_weak_explicit(&svc->asleep_until, &old, at,
                                                   memory_order_relaxed, memory_order_relaxed)) {
             uint64_t armed = at;
-            sx_service_arm_kick(svc, armed);
+            sx_service_arm_fd(svc->kickfd, armed);
             uint64_t cur;
             while ((cur = atomic_load_explicit(&svc->asleep_until, memory_order_relaxed)) != 0 &&
                    cur < armed) {
                 armed = cur;
-                sx_service_arm_kick(svc, armed);
+                sx_service_arm_fd(svc->kickfd, armed);
             }
             return;
         }
