@@ -73,7 +73,7 @@ typedef struct sx_service {
     int timerfd;   /* fires at `until` */
     int kickfd;    /* fires at a caller's timer while serving (sx_service_kick) */
     int stopfd;    /* eventfd: destruction */
-    int epfd;      /* timerfd, stopfd; the shards' interfaces while serving */
+    int epfd;      /* timerfd, kickfd, stopfd; the shards' interfaces while serving */
     bool watching; /* the shards' interfaces are in epfd (service thread) */
     pthread_t tid;
     bool started;
@@ -104,7 +104,7 @@ void sx_service_hold(void *svc, uint64_t at);
 void sx_service_kick(void *svc, uint64_t at);
 
 /** When the service, asleep while serving, will wake (ns); 0 when it is
- *  not serving. For tests and sx_dump. */
+ *  not serving. For tests. */
 uint64_t sx_service_asleep_until(const sx_service_t *svc);
 
 #endif /* SX_ENGINE_SERVICE_H */
