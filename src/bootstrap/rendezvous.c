@@ -20,14 +20,14 @@
  * that ended without a word (sx_rdv_server_rank_ended, from the
  * launcher's reaping, and SX_RDV_ENDED_GRACE_MS later: what it sent
  * before it ended may still wait in the kernel, or in a listener paused
- * for strangers, oob_int.h), can enter no more rounds and put no blob. Once another rank
- * waits for it to, in a fence round it never entered or for an RDV_ALL
- * that needs its blob, the rendezvous fails with SX_ERR_PEER_UNREACHABLE
- * and an RDV_ERROR naming it: an MPI rank that returns from main without
- * MPI_Finalize while the others wait in a barrier would otherwise leave
- * them waiting for good, since it exits with status 0 and sx_run stops a
- * job only for a failure (as mpirun reports a process that "exited
- * improperly").
+ * for strangers, oob_int.h), can enter no more rounds and put no blob.
+ * Once another rank waits for it to, in a fence round it never entered
+ * or for an RDV_ALL that needs its blob, the rendezvous fails with
+ * SX_ERR_PEER_UNREACHABLE and an RDV_ERROR naming it: an MPI rank that
+ * returns from main without MPI_Finalize while the others wait in a
+ * barrier would otherwise leave them waiting for good, since it exits
+ * with status 0 and sx_run stops a job only for a failure (as mpirun
+ * reports a process that "exited improperly").
  */
 #include "common/le.h"
 #include "bootstrap/rendezvous.h"
