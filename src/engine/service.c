@@ -97,6 +97,8 @@ void sx_service_kick(void *arg, uint64_t at)
     while (old != 0 && at < old) {
         if (atomic_compare_exchange_weak_explicit(&svc->asleep_until, &old, at,
                                                   memory_order_relaxed, memory_order_relaxed)) {
+            if (old == UINT64_MAX)
+                return; /* mid-pass: the service sleeps no later than this */
             uint64_t armed = at;
             sx_service_arm_fd(svc->kickfd, armed);
             uint64_t cur;
@@ -227,13 +229,15 @@ static void *sx_service_main(void *arg)
         if (busy)
             wait = svc->idle_ns / 2;
         wait = sx_wait_ns(now, next, wait);
-        /* Publish the wake-up, unless a kick asked for an earlier one
-         * (its timer is armed). */
+        /* Publish the wake-up, unless a kick during the pass asked for an
+         * earlier one: then sleep until that. */
         uint64_t wake = now + wait, cur = UINT64_MAX;
         while (wake < cur &&
                !atomic_compare_exchange_weak_explicit(&svc->asleep_until, &cur, wake,
                                                       memory_order_relaxed, memory_order_relaxed))
             ;
+        if (cur < wake)
+            wait = cur > now ? cur - now : 0;
         /* A shard whose token another thread holds (a callback that
          * computes, a long send) cannot be served now, and its interfaces
          * stay readable: watching them would spin. Retry on the timer

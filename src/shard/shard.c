@@ -119,6 +119,32 @@ static bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
     return false;
 }
 
+/*
+ * The service sleeps serving (no caller's progress pass has come for
+ * SX_SERVICE_US), until a time computed from the timers its last pass
+ * saw: one this tenure armed (a send's retransmission timer, from a thread
+ * that then computes) may be earlier, and the service is woken for it.
+ * Only a future deadline, and only while no caller keeps the service
+ * away: kicked for overdue timers and from callers' own passes, the
+ * service took the shard's token from its caller over and over (TSan's
+ * test_am refusal flood: no send completed in 120 s). During the
+ * service's pass the kick only lowers the time it will publish
+ * (service.c).
+ */
+static void sx_shard_kick_service_locked(sx_shard_t *shard)
+{
+    const sx_shard_env_t *env = shard->env;
+    uint64_t asleep = atomic_load_explicit(env->svc_asleep, memory_order_relaxed);
+    uint64_t next, now;
+
+    if (asleep == 0 || sx_wheel_next_deadline(shard->wheel, &next) != SX_OK || next >= asleep)
+        return;
+    now = sx_time_ns();
+    if (next <= now || now < atomic_load_explicit(env->svc_until, memory_order_relaxed))
+        return;
+    env->svc_kick(env->svc_arg, next);
+}
+
 /* Called by every token holder before it releases the token. */
 SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
 {
@@ -142,13 +168,7 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
         shard->svc_next_ns = next;
     } else if (shard->env != NULL && shard->env->svc_asleep != NULL &&
                atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed) != 0) {
-        /* The service sleeps serving, until a time computed from the
-         * timers its pass saw (or, during the pass, UINT64_MAX): one this
-         * tenure armed may be earlier. The service published the time
-         * before it released the token we now hold (service.h). */
-        if (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
-            next < atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed))
-            shard->env->svc_kick(shard->env->svc_arg, next);
+        sx_shard_kick_service_locked(shard);
     }
     sx_shard_fd_timer_locked(shard);
     /* A sleeping progress thread computed its wake-up before we armed our
