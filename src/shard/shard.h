@@ -446,6 +446,19 @@ uint8_t *sx_shard_tx_ack_buf_locked(sx_shard_t *shard, unsigned tl);
  *  Token holder only. */
 void sx_shard_tx_post_locked(sx_shard_t *shard);
 
+/* wake.c: what the token holder wakes before it releases the token (the
+ * flush hook). */
+
+/** Keeps the shard's sx_engine_fd timer armed for its earliest timer. */
+void sx_shard_fd_timer_locked(sx_shard_t *shard);
+
+/** Whether an interface holds datagrams its fd will not announce. */
+bool sx_shard_ifaces_hold_locked(sx_shard_t *shard);
+
+/** Wakes the engine's service, asleep while it serves, for an earlier
+ *  timer this tenure armed. */
+void sx_shard_kick_service_locked(sx_shard_t *shard);
+
 /** Takes @p chan off the ready list (a channel being destroyed). */
 void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan);
 

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * What sleeps on a shard and must be woken by its token holder when the
+ * holder's tenure changes what the sleeper waited for (shard.c's flush
+ * hook calls these): sx_engine_fd's timer, the engine's service while it
+ * serves, and a sleeping progress thread's interfaces. Token holder only.
+ */
+#include "shard/shard.h"
+
+#include <shardx.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "shard/env.h"
+
+/*
+ * Keeps the shard's sx_engine_fd timer armed for its earliest timer (the
+ * token holder's, at every release). A timer that fired is read, so the
+ * engine fd stops being readable once a caller has run what was due. It
+ * is re-armed only for an earlier deadline (one too early costs a wasted
+ * pass; one per later retransmission deadline, a system call per send).
+ * The service may drain the datagram (or read the expiration) that woke
+ * the loop, and keep what came for a caller (the deferred lists): then it
+ * fires the timer at once (docs/design.md, section 4).
+ */
+void sx_shard_fd_timer_locked(sx_shard_t *shard)
+{
+    int fd = atomic_load_explicit(&shard->fd_timer, memory_order_acquire);
+    uint64_t next;
+
+    if (fd < 0)
+        return;
+    if (shard->fd_timer_at != UINT64_MAX && shard->fd_timer_at <= sx_time_ns()) {
+        uint64_t expirations;
+        if (read(fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+            sx_debug("shard", "shard %u: timerfd read: %s", shard->index, strerror(errno));
+        shard->fd_timer_at = UINT64_MAX;
+    }
+    if (shard->serving && shard->deferred)
+        next = 0; /* due now: a caller has work waiting */
+    else if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
+        return;
+    if (next >= shard->fd_timer_at)
+        return;
+    /* CLOCK_MONOTONIC, absolute: the wheel's clock (sx_time_ns). */
+    struct itimerspec its = {.it_value = {.tv_sec = (time_t)(next / 1000000000u),
+                                          .tv_nsec = (long)(next % 1000000000u)}};
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+        its.it_value.tv_nsec = 1; /* zero would disarm it */
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+        shard->fd_timer_at = next;
+    else
+        sx_debug("shard", "shard %u: timerfd_settime: %s", shard->index, strerror(errno));
+}
+
+/* Whether an interface holds what its fd will not announce (udp: the
+ * rest of a GRO read this tenure polled): a thread asleep on the fds
+ * would not see it. */
+bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
+{
+    for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
+        sx_tl_iface_t *iface = shard->ifaces[t];
+        if (iface != NULL && iface->ops->arm != NULL && iface->ops->arm(iface) != SX_OK)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * The service sleeps serving (no caller's progress pass has come for
+ * SX_SERVICE_US), until a time computed from the timers its last pass
+ * saw: one this tenure armed (a send's retransmission timer, from a thread
+ * that then computes) may be earlier, and the service is woken for it.
+ * Only a future deadline, and only while no caller keeps the service
+ * away: kicked for overdue timers and from callers' own passes, the
+ * service took the shard's token from its caller over and over (TSan's
+ * test_am refusal flood: no send completed in 120 s). During the
+ * service's pass the kick only lowers the time it will publish
+ * (service.c).
+ */
+void sx_shard_kick_service_locked(sx_shard_t *shard)
+{
+    const sx_shard_env_t *env = shard->env;
+    uint64_t asleep = atomic_load_explicit(env->svc_asleep, memory_order_relaxed);
+    uint64_t next, now;
+
+    if (asleep == 0 || sx_wheel_next_deadline(shard->wheel, &next) != SX_OK || next >= asleep)
+        return;
+    now = sx_time_ns();
+    if (next <= now || now < atomic_load_explicit(env->svc_until, memory_order_relaxed))
+        return;
+    env->svc_kick(env->svc_arg, next);
+}
