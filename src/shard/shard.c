@@ -91,7 +91,9 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
                atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed) != 0) {
         sx_shard_kick_service_locked(shard);
     }
-    sx_shard_fd_timer_locked(shard);
+    /* Only with sx_engine_fd in use: no call otherwise (a hot path). */
+    if (atomic_load_explicit(&shard->fd_timer, memory_order_relaxed) >= 0)
+        sx_shard_fd_timer_locked(shard);
     /* A sleeping progress thread computed its wake-up before we armed our
      * timers: wake it if one of ours is due earlier, or if this tenure's
      * poll left datagrams in an interface's buffers. The thread published
