@@ -24,18 +24,11 @@
  * could hide. */
 #define SX_SERVICE_SLEEP_MAX_NS (1000ull * 1000000ull)
 
-/* Arms timerfd @p fd for @p at (CLOCK_MONOTONIC, absolute; 0 would
- * disarm it, so 1). */
-static void sx_service_arm_fd(int fd, uint64_t at)
-{
-    struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};
-    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
-        sx_debug("service", "timerfd_settime: %s", strerror(errno));
-}
-
 static void sx_service_arm(sx_service_t *svc, uint64_t at)
 {
-    sx_service_arm_fd(svc->timerfd, at);
+    struct itimerspec its = {.it_value = sx_ns_to_ts(at ? at : 1)};
+    if (timerfd_settime(svc->timerfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        sx_debug("service", "timerfd_settime: %s", strerror(errno));
 }
 
 void sx_service_push(void *arg, uint64_t now)
@@ -84,44 +77,11 @@ void sx_service_hold(void *arg, uint64_t at)
     }
 }
 
-void sx_service_kick(void *arg, uint64_t at)
-{
-    sx_service_t *svc = arg;
-    uint64_t old = atomic_load_explicit(&svc->asleep_until, memory_order_relaxed);
-
-    /* Plain compares: UINT64_MAX means later than any time. Kicks have a
-     * timer of their own, so they never move the one callers push or a
-     * hold arms. Two kickers may arm it in the other order than they
-     * lowered asleep_until: each looks again after arming, and arms the
-     * earlier time it then finds. */
-    while (old != 0 && at < old) {
-        if (atomic_compare_exchange_weak_explicit(&svc->asleep_until, &old, at,
-                                                  memory_order_relaxed, memory_order_relaxed)) {
-            if (old == UINT64_MAX)
-                return; /* mid-pass: the service sleeps no later than this */
-            uint64_t armed = at;
-            sx_service_arm_fd(svc->kickfd, armed);
-            uint64_t cur;
-            while ((cur = atomic_load_explicit(&svc->asleep_until, memory_order_relaxed)) != 0 &&
-                   cur < armed) {
-                armed = cur;
-                sx_service_arm_fd(svc->kickfd, armed);
-            }
-            return;
-        }
-    }
-}
-
-uint64_t sx_service_asleep_until(const sx_service_t *svc)
-{
-    return atomic_load_explicit(&svc->asleep_until, memory_order_relaxed);
-}
-
 /* Reads what woke the thread: the timer's expirations, the stop signal. */
-static void sx_service_drain(int fd)
+static void sx_service_drain(sx_service_t *svc)
 {
     uint64_t v;
-    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+    if (read(svc->timerfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         sx_debug("service", "timerfd read: %s", strerror(errno));
 }
 
@@ -130,8 +90,8 @@ static void sx_service_wait(sx_service_t *svc, uint64_t timeout_ns)
     struct epoll_event ev[8];
     int n = sx_engine_epoll_wait_ns(svc->epfd, ev, 8, timeout_ns);
     for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == svc->timerfd || ev[i].data.fd == svc->kickfd)
-            sx_service_drain(ev[i].data.fd);
+        if (ev[i].data.fd == svc->timerfd)
+            sx_service_drain(svc);
     }
 }
 
@@ -213,31 +173,16 @@ static void *sx_service_main(void *arg)
         }
         sx_stat_add(&svc->wakeups, 1);
         bool busy;
-        /* Serving: every pass flushes what was held. A caller's tenure
-         * after this store, here or after the pass's, sees that the
-         * service will sleep, and kicks it for a timer it arms (the flush
-         * hook in shard.c): the pass cannot have seen that timer. */
-        atomic_store_explicit(&svc->asleep_until, UINT64_MAX, memory_order_relaxed);
+        /* Serving: every pass flushes what was held. */
         atomic_store_explicit(&svc->flush_at, 0, memory_order_relaxed);
         uint64_t next = sx_service_pass(e, &busy);
         now = sx_time_ns();
-        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed))) {
-            atomic_store_explicit(&svc->asleep_until, 0, memory_order_relaxed);
+        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed)))
             continue; /* a caller came back meanwhile */
-        }
         uint64_t wait = SX_SERVICE_SLEEP_MAX_NS;
         if (busy)
             wait = svc->idle_ns / 2;
         wait = sx_wait_ns(now, next, wait);
-        /* Publish the wake-up, unless a kick during the pass asked for an
-         * earlier one: then sleep until that. */
-        uint64_t wake = now + wait, cur = UINT64_MAX;
-        while (wake < cur &&
-               !atomic_compare_exchange_weak_explicit(&svc->asleep_until, &cur, wake,
-                                                      memory_order_relaxed, memory_order_relaxed))
-            ;
-        if (cur < wake)
-            wait = cur > now ? cur - now : 0;
         /* A shard whose token another thread holds (a callback that
          * computes, a long send) cannot be served now, and its interfaces
          * stay readable: watching them would spin. Retry on the timer
@@ -246,15 +191,14 @@ static void *sx_service_main(void *arg)
             sx_service_watch(svc, !busy);
             sx_service_wait(svc, wait);
         }
-        atomic_store_explicit(&svc->asleep_until, 0, memory_order_relaxed);
     }
     return NULL;
 }
 
 static void sx_service_free(sx_service_t *svc)
 {
-    int fds[4] = {svc->timerfd, svc->kickfd, svc->stopfd, svc->epfd};
-    for (unsigned i = 0; i < 4; i++) {
+    int fds[3] = {svc->timerfd, svc->stopfd, svc->epfd};
+    for (unsigned i = 0; i < 3; i++) {
         if (fds[i] >= 0)
             close(fds[i]);
     }
@@ -272,9 +216,7 @@ int sx_service_start(struct sx_engine *e)
     svc->idle_ns = e->cfg.service_us * 1000u;
     svc->hold_ns = e->cfg.sendi_hold_us * 1000u;
     atomic_init(&svc->flush_at, 0);
-    atomic_init(&svc->asleep_until, 0);
     svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    svc->kickfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     svc->epfd = epoll_create1(EPOLL_CLOEXEC);
     atomic_init(&svc->stop, false);
@@ -283,9 +225,8 @@ int sx_service_start(struct sx_engine *e)
      * section 3). */
     atomic_init(&svc->until, sx_time_coarse_ns() + svc->idle_ns);
     int rc = SX_OK;
-    if (svc->timerfd < 0 || svc->kickfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
+    if (svc->timerfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
         sx_engine_epoll_add_fd(svc->epfd, svc->timerfd) != SX_OK ||
-        sx_engine_epoll_add_fd(svc->epfd, svc->kickfd) != SX_OK ||
         sx_engine_epoll_add_fd(svc->epfd, svc->stopfd) != SX_OK)
         rc = SX_ERR_IO;
     /* Try the interfaces once, so that a failure shows here and not in
@@ -309,8 +250,6 @@ int sx_service_start(struct sx_engine *e)
     e->env.svc_half_ns = svc->idle_ns / 2;
     e->env.svc_push = sx_service_push;
     e->env.svc_hold = sx_service_hold;
-    e->env.svc_kick = sx_service_kick;
-    e->env.svc_asleep = &svc->asleep_until;
     e->env.sendi_hold_ns = svc->hold_ns;
     e->env.svc_arg = svc;
     e->env.svc_until = &svc->until;
@@ -323,7 +262,6 @@ int sx_service_start(struct sx_engine *e)
     if (err != 0) {
         sx_error("service", "cannot start the engine's service thread: %s", strerror(err));
         e->env.svc_until = NULL;
-        e->env.svc_asleep = NULL;
         e->env.sendi_hold_ns = 0;
         e->service = NULL;
         sx_service_free(svc);
@@ -346,7 +284,6 @@ void sx_service_stop(struct sx_engine *e)
     if (svc->started)
         pthread_join(svc->tid, NULL);
     e->env.svc_until = NULL; /* no caller pushes a service that is gone */
-    e->env.svc_asleep = NULL;
     e->env.sendi_hold_ns = 0;
     e->service = NULL;
     sx_service_free(svc);

@@ -35,13 +35,8 @@
  *   until                  | callers (push), any    | relaxed load; CAS to move it
  *   flush_at               | callers (hold), the    | relaxed; CAS to move it earlier,
  *                          | service thread         | exchange to take it
- *   asleep_until           | the service thread;    | relaxed; stored before the
- *                          | callers (kick) lower it| pass's token tenures, so a
- *                          |                        | tenure after sees it; CAS down
- *   timerfd                | callers (push, hold),  | timerfd_settime, any thread
- *                          | the service            |
- *   kickfd                 | callers (kick)         | timerfd_settime, any thread;
- *                          |                        | re-armed earlier after a race
+ *   timerfd                | callers (push) and the | timerfd_settime, any thread
+ *                          | service thread         |
  *   epfd, watching         | the service thread     | epoll_ctl (start: creation)
  *   wakeups                | the service thread     | sx_stat_add; read by any
  *   sx_service_start/stop  | engine create/destroy  |
@@ -66,15 +61,10 @@ typedef struct sx_service {
      * callers or not. */
     _Atomic uint64_t flush_at;
     uint64_t hold_ns; /* SX_SENDI_HOLD_US */
-    /* While serving: when the thread will wake (ns; UINT64_MAX during its
-     * pass; 0 when it is not serving). Callers lower it (svc_kick) for a
-     * timer their tenure armed earlier, and arm the timer for it. */
-    _Atomic uint64_t asleep_until;
-    int timerfd;   /* fires at `until` */
-    int kickfd;    /* fires at a caller's timer while serving (sx_service_kick) */
-    int stopfd;    /* eventfd: destruction */
-    int epfd;      /* timerfd, kickfd, stopfd; the shards' interfaces while serving */
-    bool watching; /* the shards' interfaces are in epfd (service thread) */
+    int timerfd;      /* fires at `until` */
+    int stopfd;       /* eventfd: destruction */
+    int epfd;         /* timerfd, stopfd; the shards' interfaces while serving */
+    bool watching;    /* the shards' interfaces are in epfd (service thread) */
     pthread_t tid;
     bool started;
     atomic_bool stop;
@@ -97,14 +87,5 @@ void sx_service_push(void *svc, uint64_t now);
 /** Asks the service to flush every shard at @p at at the latest (the
  *  shards' env svc_hold: messages sx_sendi held back). Any thread. */
 void sx_service_hold(void *svc, uint64_t at);
-
-/** Wakes the service, asleep while serving, at @p at if that is earlier
- *  than it planned (the shards' env svc_kick: a timer a caller armed).
- *  Any thread. */
-void sx_service_kick(void *svc, uint64_t at);
-
-/** When the service, asleep while serving, will wake (ns); 0 when it is
- *  not serving. For tests. */
-uint64_t sx_service_asleep_until(const sx_service_t *svc);
 
 #endif /* SX_ENGINE_SERVICE_H */

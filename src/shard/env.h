@@ -75,13 +75,6 @@ typedef struct sx_shard_env {
      * shards by the given time. */
     uint64_t sendi_hold_ns;
     void (*svc_hold)(void *svc_arg, uint64_t at);
-    /* While the service sleeps serving, *svc_asleep is when it will wake
-     * (0: it does not sleep serving); a caller whose tenure armed an
-     * earlier timer of its shard calls svc_kick with it (shard.c's flush
-     * hook), or the service would sleep through it: the retransmission of
-     * a rank that sends and then computes waited up to a second. */
-    _Atomic uint64_t *svc_asleep;
-    void (*svc_kick)(void *svc_arg, uint64_t at);
     /* SX_AUTH: the key every network datagram is sealed and checked with
      * (shard/auth.h). */
     sx_auth_t auth;

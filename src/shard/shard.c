@@ -87,9 +87,6 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
         if (sx_shard_ifaces_hold_locked(shard))
             next = 0;
         shard->svc_next_ns = next;
-    } else if (shard->env != NULL && shard->env->svc_asleep != NULL &&
-               atomic_load_explicit(shard->env->svc_asleep, memory_order_relaxed) != 0) {
-        sx_shard_kick_service_locked(shard);
     }
     /* Only with sx_engine_fd in use: no call otherwise (a hot path). */
     if (atomic_load_explicit(&shard->fd_timer, memory_order_relaxed) >= 0)

@@ -455,10 +455,6 @@ void sx_shard_fd_timer_locked(sx_shard_t *shard);
 /** Whether an interface holds datagrams its fd will not announce. */
 bool sx_shard_ifaces_hold_locked(sx_shard_t *shard);
 
-/** Wakes the engine's service, asleep while it serves, for an earlier
- *  timer this tenure armed. */
-void sx_shard_kick_service_locked(sx_shard_t *shard);
-
 /** Takes @p chan off the ready list (a channel being destroyed). */
 void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan);
 

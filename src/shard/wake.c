@@ -2,8 +2,8 @@
 /*
  * What sleeps on a shard and must be woken by its token holder when the
  * holder's tenure changes what the sleeper waited for (shard.c's flush
- * hook calls these): sx_engine_fd's timer, the engine's service while it
- * serves, and a sleeping progress thread's interfaces. Token holder only.
+ * hook calls these): sx_engine_fd's timer and a sleeping progress
+ * thread's interfaces. Token holder only.
  */
 #include "shard/shard.h"
 
@@ -69,30 +69,4 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
             return true;
     }
     return false;
-}
-
-/*
- * The service sleeps serving (no caller's progress pass has come for
- * SX_SERVICE_US), until a time computed from the timers its last pass
- * saw: one this tenure armed (a send's retransmission timer, from a thread
- * that then computes) may be earlier, and the service is woken for it.
- * Only a future deadline, and only while no caller keeps the service
- * away: kicked for overdue timers and from callers' own passes, the
- * service took the shard's token from its caller over and over (TSan's
- * test_am refusal flood: no send completed in 120 s). During the
- * service's pass the kick only lowers the time it will publish
- * (service.c).
- */
-void sx_shard_kick_service_locked(sx_shard_t *shard)
-{
-    const sx_shard_env_t *env = shard->env;
-    uint64_t asleep = atomic_load_explicit(env->svc_asleep, memory_order_relaxed);
-    uint64_t next, now;
-
-    if (asleep == 0 || sx_wheel_next_deadline(shard->wheel, &next) != SX_OK || next >= asleep)
-        return;
-    now = sx_time_ns();
-    if (next <= now || now < atomic_load_explicit(env->svc_until, memory_order_relaxed))
-        return;
-    env->svc_kick(env->svc_arg, next);
 }
