@@ -409,6 +409,10 @@ static void sx_engine_free(struct sx_engine *e)
     e->cpc.env.oob = NULL;
     /* So may a connection method's thread (rdmacm's answers). */
     sx_cpc_stop(&e->cpc);
+    /* A thread that ran a caller's queued operation may have kicked the
+     * stopped service (shard/env.h): its timer goes only now. */
+    if (e->env.svc_kickfd >= 0)
+        close(e->env.svc_kickfd);
     /* No thread of the engine's runs now: what the service left for a
      * caller completes here, on the destroying thread, as everything else
      * at destruction does. */
@@ -496,6 +500,9 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
     e->event_fd = -1;
     e->wait_fd = -1;
     atomic_init(&e->wait_state, SX_WAIT_SET_NONE);
+    atomic_init(&e->svc_asleep_until, 0);
+    e->env.svc_asleep_until = &e->svc_asleep_until;
+    e->env.svc_kickfd = -1;
 
     rc = sx_config_load(&e->cfg, kv, kv_count);
     if (rc != SX_OK) {

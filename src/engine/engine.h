@@ -101,6 +101,10 @@ struct sx_engine {
      * with their shards' timers mixed). */
     int event_fd;
     pthread_mutex_t event_fd_lock;
+    /* When the service, asleep while serving, wakes (env.svc_asleep_until
+     * points here: shard/env.h); the engine's, so that it outlives the
+     * service for threads that may still kick it. */
+    _Atomic uint64_t svc_asleep_until;
     /* Every shard's transport fds, each tagged with its shard's index
      * (epoll data.u32): what SX_YIELD_WAIT_ANY waits on; built by the
      * first such wait (sx_engine_wait_any_ready), -1 until then. Written

@@ -77,11 +77,12 @@ void sx_service_hold(void *arg, uint64_t at)
     }
 }
 
-/* Reads what woke the thread: the timer's expirations, the stop signal. */
-static void sx_service_drain(sx_service_t *svc)
+/* Reads a timer's expirations (the callers' timer, or the kick's), so
+ * that it stops being readable. */
+static void sx_service_drain(int fd)
 {
     uint64_t v;
-    if (read(svc->timerfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         sx_debug("service", "timerfd read: %s", strerror(errno));
 }
 
@@ -90,8 +91,8 @@ static void sx_service_wait(sx_service_t *svc, uint64_t timeout_ns)
     struct epoll_event ev[8];
     int n = sx_engine_epoll_wait_ns(svc->epfd, ev, 8, timeout_ns);
     for (int i = 0; i < n; i++) {
-        if (ev[i].data.fd == svc->timerfd)
-            sx_service_drain(svc);
+        if (ev[i].data.fd == svc->timerfd || ev[i].data.fd == svc->engine->env.svc_kickfd)
+            sx_service_drain(ev[i].data.fd);
     }
 }
 
@@ -139,6 +140,8 @@ static void *sx_service_main(void *arg)
 
     /* Named for top -H and perf: users see what runs beside them. */
     (void)pthread_setname_np(pthread_self(), "sx-service");
+    _Atomic uint64_t *asleep = e->env.svc_asleep_until;
+
     /* Every token tenure of this thread defers callbacks (shard.h). */
     sx_shard_set_service_thread(true);
     while (!atomic_load_explicit(&svc->stop, memory_order_acquire)) {
@@ -173,16 +176,31 @@ static void *sx_service_main(void *arg)
         }
         sx_stat_add(&svc->wakeups, 1);
         bool busy;
-        /* Serving: every pass flushes what was held. */
+        /* Serving: every pass flushes what was held. From here on a
+         * caller's operation that arms a timer kicks the service (env.h):
+         * stored before the pass's tenures, so a tenure after ours on a
+         * shard sees it (through the token), and one before is in the
+         * pass. */
+        atomic_store_explicit(asleep, UINT64_MAX, memory_order_release);
         atomic_store_explicit(&svc->flush_at, 0, memory_order_relaxed);
         uint64_t next = sx_service_pass(e, &busy);
         now = sx_time_ns();
-        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed)))
+        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed))) {
+            atomic_store_explicit(asleep, 0, memory_order_release);
             continue; /* a caller came back meanwhile */
+        }
         uint64_t wait = SX_SERVICE_SLEEP_MAX_NS;
         if (busy)
             wait = svc->idle_ns / 2;
         wait = sx_wait_ns(now, next, wait);
+        /* Publish the wake-up, unless a kick during the pass asked for an
+         * earlier one: then sleep until that (its kicker armed nothing). */
+        uint64_t wake = now + wait, cur = UINT64_MAX;
+        while (wake < cur && !atomic_compare_exchange_weak_explicit(
+                                 asleep, &cur, wake, memory_order_release, memory_order_relaxed))
+            ;
+        if (cur < wake)
+            wait = cur > now ? cur - now : 0;
         /* A shard whose token another thread holds (a callback that
          * computes, a long send) cannot be served now, and its interfaces
          * stay readable: watching them would spin. Retry on the timer
@@ -191,6 +209,7 @@ static void *sx_service_main(void *arg)
             sx_service_watch(svc, !busy);
             sx_service_wait(svc, wait);
         }
+        atomic_store_explicit(asleep, 0, memory_order_release);
     }
     return NULL;
 }
@@ -217,6 +236,8 @@ int sx_service_start(struct sx_engine *e)
     svc->hold_ns = e->cfg.sendi_hold_us * 1000u;
     atomic_init(&svc->flush_at, 0);
     svc->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    /* The engine's, not the service's: closed with the engine (env.h). */
+    e->env.svc_kickfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     svc->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     svc->epfd = epoll_create1(EPOLL_CLOEXEC);
     atomic_init(&svc->stop, false);
@@ -225,8 +246,9 @@ int sx_service_start(struct sx_engine *e)
      * section 3). */
     atomic_init(&svc->until, sx_time_coarse_ns() + svc->idle_ns);
     int rc = SX_OK;
-    if (svc->timerfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
+    if (svc->timerfd < 0 || e->env.svc_kickfd < 0 || svc->stopfd < 0 || svc->epfd < 0 ||
         sx_engine_epoll_add_fd(svc->epfd, svc->timerfd) != SX_OK ||
+        sx_engine_epoll_add_fd(svc->epfd, e->env.svc_kickfd) != SX_OK ||
         sx_engine_epoll_add_fd(svc->epfd, svc->stopfd) != SX_OK)
         rc = SX_ERR_IO;
     /* Try the interfaces once, so that a failure shows here and not in
@@ -283,6 +305,7 @@ void sx_service_stop(struct sx_engine *e)
         sx_warn("service", "cannot wake the service thread: %s", strerror(errno));
     if (svc->started)
         pthread_join(svc->tid, NULL);
+    atomic_store_explicit(e->env.svc_asleep_until, 0, memory_order_release); /* no more kicks */
     e->env.svc_until = NULL; /* no caller pushes a service that is gone */
     e->env.sendi_hold_ns = 0;
     e->service = NULL;

@@ -20,7 +20,10 @@
  * not wake at all while callers are active. Once it serves, it sleeps in
  * epoll on the shards' interfaces until their earliest timer (at most a
  * second), so an idle engine wakes it only for its timers and traffic,
- * and a caller that comes back sends it back to sleep.
+ * and a caller that comes back sends it back to sleep. A caller that
+ * sends without progressing (it computes) arms a timer that pass did not
+ * see; its operation kicks the service for it (shard/env.h,
+ * svc_asleep_until, and src/shard/wake.c).
  *
  * The interfaces are in its epoll set only while it serves: a socket that
  * an epoll set watches costs every arriving packet a wake-up callback
@@ -37,6 +40,10 @@
  *                          | service thread         | exchange to take it
  *   timerfd                | callers (push) and the | timerfd_settime, any thread
  *                          | service thread         |
+ *   env.svc_asleep_until   | the service thread;    | release stores; kickers
+ *                          | kickers lower it       | acquire, CAS it down
+ *   env.svc_kickfd         | kickers (wake.c)       | timerfd_settime, any thread;
+ *                          |                        | re-armed earlier after a race
  *   epfd, watching         | the service thread     | epoll_ctl (start: creation)
  *   wakeups                | the service thread     | sx_stat_add; read by any
  *   sx_service_start/stop  | engine create/destroy  |

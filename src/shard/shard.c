@@ -81,12 +81,16 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
      * interface holds what its fd will not announce (udp: the rest of a
      * GRO read). Only the service's own tenures note it: it reads the
      * note after its pass (sx_shard_serve). */
+    bool pushed = shard->op_pushed;
+    shard->op_pushed = false;
     if (sx_shard_on_service_thread) {
         if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
             next = UINT64_MAX;
         if (sx_shard_ifaces_hold_locked(shard))
             next = 0;
         shard->svc_next_ns = next;
+    } else if (pushed) {
+        sx_shard_kick_service_locked(shard);
     }
     /* Only with sx_engine_fd in use: no call otherwise (a hot path). */
     if (atomic_load_explicit(&shard->fd_timer, memory_order_relaxed) >= 0)

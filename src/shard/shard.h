@@ -302,6 +302,10 @@ struct sx_shard {
      * ping-pong, sx_bench latency). */
     uint64_t rx_ns;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
+    /* A caller's operation joined a channel in this tenure (sx_op_push_run,
+     * sx_sendi): the flush hook then checks whether the service sleeps
+     * through a timer it armed (wake.c). */
+    bool op_pushed;
     /* The last progress pass's start and how long before it the one
      * before began: how long this shard was not progressed, which is
      * pacing time its senders could not use (shard/cc.h). */
@@ -454,6 +458,10 @@ void sx_shard_fd_timer_locked(sx_shard_t *shard);
 
 /** Whether an interface holds datagrams its fd will not announce. */
 bool sx_shard_ifaces_hold_locked(sx_shard_t *shard);
+
+/** Wakes the service, asleep while serving, for an earlier timer this
+ *  tenure armed (a caller's operation: shard/env.h, svc_asleep_until). */
+void sx_shard_kick_service_locked(sx_shard_t *shard);
 
 /** Takes @p chan off the ready list (a channel being destroyed). */
 void sx_shard_unlink_ready_locked(sx_shard_t *shard, struct sx_chan *chan);

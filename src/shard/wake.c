@@ -2,8 +2,8 @@
 /*
  * What sleeps on a shard and must be woken by its token holder when the
  * holder's tenure changes what the sleeper waited for (shard.c's flush
- * hook calls these): sx_engine_fd's timer and a sleeping progress
- * thread's interfaces. Token holder only.
+ * hook calls these): sx_engine_fd's timer, the engine's service while it
+ * serves, and a sleeping progress thread's interfaces. Token holder only.
  */
 #include "shard/shard.h"
 
@@ -69,4 +69,52 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
             return true;
     }
     return false;
+}
+
+/*
+ * The service sleeps serving (no caller's progress pass came for
+ * SX_SERVICE_US) until a time computed from the timers its last pass saw.
+ * A caller's operation in this tenure (a send from a thread that then
+ * computes) may have armed an earlier one, a retransmission deadline:
+ * lower the published wake-up to it and arm the kick timer, or a lost
+ * packet waits for the service's one-second cap instead of its RTO.
+ *
+ * Only operations kick (shard.c's flush hook), and only for a deadline
+ * still ahead: a kick from callers' progress passes, or for a timer
+ * already due, brought the service to take the shard's token from its
+ * busy caller over and over (TSan's test_am refusal flood: no send
+ * completed in 120 s, on a first version). During the service's pass
+ * (UINT64_MAX) a kick only lowers the time the service then sleeps to.
+ * Two kickers may arm the timer in the other order than they lowered the
+ * time: each looks again after arming, and arms the earlier time it finds.
+ */
+void sx_shard_kick_service_locked(sx_shard_t *shard)
+{
+    const sx_shard_env_t *env = shard->env;
+    _Atomic uint64_t *asleep = env->svc_asleep_until;
+    uint64_t old = atomic_load_explicit(asleep, memory_order_acquire);
+    uint64_t at;
+
+    if (old == 0 || sx_wheel_next_deadline(shard->wheel, &at) != SX_OK || at >= old ||
+        at <= sx_time_ns())
+        return;
+    while (at < old && old != 0) {
+        if (!atomic_compare_exchange_weak_explicit(asleep, &old, at, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue;
+        if (old == UINT64_MAX)
+            return; /* mid-pass: the service sleeps no later than this */
+        uint64_t armed = at, cur;
+        struct itimerspec its = {.it_value = sx_ns_to_ts(armed)};
+        if (timerfd_settime(env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+            sx_debug("shard", "shard %u: service kick: timerfd_settime: %s", shard->index,
+                     strerror(errno));
+        while ((cur = atomic_load_explicit(asleep, memory_order_acquire)) != 0 &&
+               cur != UINT64_MAX && cur < armed) {
+            armed = cur;
+            its.it_value = sx_ns_to_ts(armed);
+            (void)timerfd_settime(env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL);
+        }
+        return;
+    }
 }

@@ -10,7 +10,9 @@
  * shard, unless its thread is bound to one CPU: then it leaves the CPU to
  * the caller's own yield, until a yield keeps it away for long; a
  * SCHED_BATCH caller whose wait came back late waits as SCHED_OTHER, and
- * leaves every call with its own policy.
+ * leaves every call with its own policy; the service, asleep while a
+ * caller computes, wakes for a retransmission timer that caller's send
+ * arms, and resends what was lost while it computes.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include "am_util.h"
+#include "engine/engine.h"
 
 typedef struct counters {
     atomic_ulong delivered;
@@ -808,6 +811,128 @@ static void test_busy_callers_leave_sockets_unwatched(void **state)
     sx_engine_destroy(b);
 }
 
+/* ------------------------------------------- the service and a caller's timers */
+
+/* Progresses B until @p delivered reaches @p n; A never (it "computes"). */
+static bool b_until(sx_engine_h b, atomic_ulong *delivered, unsigned long n)
+{
+    uint64_t start = sx_time_ns();
+    while (atomic_load(delivered) < n) {
+        if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
+            return false;
+        if (sx_progress(b) == 0)
+            sched_yield();
+    }
+    return true;
+}
+
+/* Progresses both until @p done reaches @p n. */
+static bool both_until(sx_engine_h a, sx_engine_h b, atomic_ulong *done, unsigned long n)
+{
+    uint64_t start = sx_time_ns();
+    while (atomic_load(done) < n) {
+        if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
+            return false;
+        (void)sx_progress(a);
+        (void)sx_progress(b);
+    }
+    return true;
+}
+
+/* When A's service, asleep while serving, will wake: once it is asleep
+ * (not 0, which is awake or not serving, nor UINT64_MAX, its pass), and
+ * once that is more than @p far_ns away when @p far_ns is not 0. 0 when
+ * the test's time limit passed first. */
+static uint64_t service_asleep(sx_engine_h a, uint64_t far_ns)
+{
+    uint64_t start = sx_time_ns();
+    for (;;) {
+        uint64_t until = atomic_load(&a->svc_asleep_until);
+        uint64_t now = sx_time_ns();
+        if (until != 0 && until != UINT64_MAX && (far_ns == 0 || until > now + far_ns))
+            return until;
+        if (now - start > AM_TEST_LIMIT_NS)
+            return 0;
+        sched_yield();
+    }
+}
+
+/*
+ * A caller that sends while the service sleeps serving (its caller
+ * computes: no sx_progress for SX_SERVICE_US) arms a retransmission
+ * timer the service's last pass did not see. The send moves the service's
+ * wake-up to that timer. On the build before, the service slept on to its
+ * one-second cap: a lost packet of a rank that sends and then computes
+ * went again after up to a second, not after its RTO.
+ */
+static void test_service_wakes_for_a_callers_timer(void **state)
+{
+    (void)state;
+    const sx_config_kv_t ka[] = {{"SX_SERVICE_US", "1000"}};
+    am_pair_t p = am_pair_new(ka, 1, NULL, 0);
+    counters_t cb = {0}, ca = {0};
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &cb), SX_OK);
+
+    for (unsigned round = 0; round < 3; round++) {
+        /* Nothing due on A: its last message was acknowledged. */
+        assert_int_not_equal(service_asleep(p.a, 300ull * 1000000ull), 0);
+        uint64_t before = sx_time_ns();
+        struct iovec iov = {.iov_base = "ping", .iov_len = 4};
+        assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &ca), SX_INPROGRESS);
+        /* The service may have been in a pass, or woken since: the time it
+         * sleeps to once it sleeps again. Its RTO: SX_RTO_INIT_US (10 ms)
+         * at most, and never backed off here. */
+        uint64_t until = service_asleep(p.a, 0);
+        if (until == 0 || until > before + 100ull * 1000000ull)
+            fail_msg("round %u: the service sleeps until %.1f ms after the send", round,
+                     until == 0 ? -1.0 : (double)(until - before) / 1e6);
+        assert_true(b_until(p.b, &cb.delivered, round + 1));
+        /* A's caller comes back for its completion: then it computes again. */
+        assert_true(both_until(p.a, p.b, &ca.completed, round + 1));
+    }
+    sx_engine_destroy(p.a);
+    sx_engine_destroy(p.b);
+    assert_int_equal(atomic_load(&ca.failed), 0);
+}
+
+/*
+ * The same with loss: A sends a message, then computes (no sx_progress)
+ * while B waits for it; a third of A's datagrams are lost, so its service
+ * resends. Every message arrives exactly once; the longest wait is
+ * printed (not checked: it is a time): about an RTO with the service
+ * woken for the timer, up to a second without.
+ */
+static void test_lost_packet_of_a_computing_sender(void **state)
+{
+    (void)state;
+    const sx_config_kv_t ka[] = {{"SX_SERVICE_US", "1000"}, {"SX_FAULT", "loss=0.3,seed=7"}};
+    am_pair_t p = am_pair_new(ka, 2, NULL, 0);
+    counters_t cb = {0}, ca = {0};
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &cb), SX_OK);
+    uint64_t worst = 0;
+    const unsigned n = 20;
+
+    for (unsigned i = 0; i < n; i++) {
+        /* A's service sleeps with nothing due: the message's first copy,
+         * if lost, is resent on the timer its send arms. */
+        assert_int_not_equal(service_asleep(p.a, 300ull * 1000000ull), 0);
+        uint64_t before = sx_time_ns();
+        struct iovec iov = {.iov_base = "ping", .iov_len = 4};
+        assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &ca), SX_INPROGRESS);
+        assert_true(b_until(p.b, &cb.delivered, i + 1));
+        uint64_t took = sx_time_ns() - before;
+        if (took > worst)
+            worst = took;
+    }
+    print_message("longest wait for a message of a computing sender: %.1f ms\n",
+                  (double)worst / 1e6);
+    assert_int_equal(atomic_load(&cb.delivered), n);
+    assert_true(both_until(p.a, p.b, &ca.completed, n));
+    sx_engine_destroy(p.a);
+    sx_engine_destroy(p.b);
+    assert_int_equal(atomic_load(&ca.failed), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -823,6 +948,8 @@ int main(void)
         cmocka_unit_test(test_busy_callers_leave_sockets_unwatched),
         cmocka_unit_test(test_bound_caller_yields_through_its_runtime),
         cmocka_unit_test(test_batch_caller_waits_as_other_after_a_late_wait),
+        cmocka_unit_test(test_service_wakes_for_a_callers_timer),
+        cmocka_unit_test(test_lost_packet_of_a_computing_sender),
         cmocka_unit_test(test_engine_fd_first_calls_meet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
