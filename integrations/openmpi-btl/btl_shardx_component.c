@@ -358,20 +358,24 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
         sx_engine_destroy(engine);
         return NULL;
     }
+    /* The card goes out last, once nothing here can fail: a card in the
+     * modex tells every peer's add_procs that this process is reachable
+     * over shardx, and a BTL that then disabled itself would leave their
+     * fragments to time out (the modex cannot take a card back). */
+    mca_btl_base_module_t **modules = malloc(sizeof(*modules));
+    if (modules == NULL)
+        opal_output(0, "btl shardx: out of memory for the module list; the BTL is disabled");
+    if (modules == NULL || mca_btl_shardx_module_init(m, engine) != OPAL_SUCCESS) {
+        free(modules);
+        free(card);
+        sx_engine_destroy(engine);
+        return NULL;
+    }
     OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &c->super.btl_version, card, len);
     free(card);
     if (rc != OPAL_SUCCESS) {
         opal_output(0, "btl shardx: cannot publish the business card (%d)", rc);
-        sx_engine_destroy(engine);
-        return NULL;
-    }
-
-    if (mca_btl_shardx_module_init(m, engine) != OPAL_SUCCESS) {
-        sx_engine_destroy(engine);
-        return NULL;
-    }
-    mca_btl_base_module_t **modules = malloc(sizeof(*modules));
-    if (modules == NULL) {
+        free(modules);
         m->super.btl_finalize(&m->super);
         return NULL;
     }

@@ -424,8 +424,13 @@ static void shardx_am_handler(void *arg, uint64_t peer_id, uint8_t tag, const vo
     if (reg->cbfunc == NULL) {
         /* No PML registered this tag. Cannot happen for ob1, which
          * registers its tags in add_procs, before the start-up barrier
-         * lets any peer send. */
-        atomic_fetch_add_explicit(&m->dropped_no_handler, 1, memory_order_relaxed);
+         * lets any peer send. Said at once, the first time: a job that
+         * then hangs never reaches the count at finalize. */
+        if (atomic_fetch_add_explicit(&m->dropped_no_handler, 1, memory_order_relaxed) == 0)
+            opal_output(0,
+                        "btl shardx: a %zu-byte message for tag %u arrived from peer %llu and "
+                        "no PML registered that tag: dropped (finalize counts any more)",
+                        len, (unsigned)tag, (unsigned long long)peer_id);
         return;
     }
     mca_btl_base_segment_t seg = {.seg_addr.pval = (void *)data, .seg_len = len};
