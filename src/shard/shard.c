@@ -79,8 +79,10 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
     /* The service sleeps until the earliest timer, which this flush may
      * just have armed (a retransmission deadline), or at once, when an
      * interface holds what its fd will not announce (udp: the rest of a
-     * GRO read). Only the service's own tenures note it: it reads the
-     * note after its pass (sx_shard_serve). */
+     * GRO read). The service's own tenures note it: it reads the note
+     * after its pass (sx_shard_serve). Another thread's tenure in which a
+     * caller's operation joined a channel kicks the service, should it
+     * sleep serving past a timer that operation armed (wake.c). */
     bool pushed = shard->op_pushed;
     shard->op_pushed = false;
     if (sx_shard_on_service_thread) {
@@ -89,8 +91,9 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
         if (sx_shard_ifaces_hold_locked(shard))
             next = 0;
         shard->svc_next_ns = next;
-    } else if (pushed) {
-        sx_shard_kick_service_locked(shard);
+    } else if (pushed && shard->env != NULL &&
+               atomic_load_explicit(shard->env->svc_asleep_until, memory_order_relaxed) != 0) {
+        sx_shard_kick_service_locked(shard); /* rarely: the service serves */
     }
     /* Only with sx_engine_fd in use: no call otherwise (a hot path). */
     if (atomic_load_explicit(&shard->fd_timer, memory_order_relaxed) >= 0)
