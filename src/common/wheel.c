@@ -73,6 +73,7 @@ struct sx_wheel {
     size_t pending;
     uint64_t ovf_min;
     uint64_t quiet_until; /* no event before this tick (see the top) */
+    uint64_t added_min;   /* earliest deadline added since the last take */
     sx_timer_link_t due;
     sx_timer_link_t firing;
     sx_timer_link_t overflow;
@@ -275,6 +276,7 @@ int sx_wheel_init(uint64_t tick_ns, unsigned levels, uint64_t now_ns, sx_wheel_t
     w->cur_ns = now_ns;
     w->now_ns = now_ns;
     w->quiet_until = w->cur + SX_WHEEL_QUIET_FAR;
+    w->added_min = UINT64_MAX;
     list_init(&w->due);
     list_init(&w->firing);
     list_init(&w->overflow);
@@ -315,7 +317,16 @@ SX_HOT int sx_wheel_add(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_
     timer->tick = deadline_tick(wheel, deadline_ns);
     place(wheel, timer, &wheel->due);
     wheel->pending++;
+    if (deadline_ns < wheel->added_min)
+        wheel->added_min = deadline_ns;
     return SX_OK;
+}
+
+uint64_t sx_wheel_take_added_min(sx_wheel_t *wheel)
+{
+    uint64_t min = wheel->added_min;
+    wheel->added_min = UINT64_MAX;
+    return min;
 }
 
 int sx_wheel_rearm(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_ns)

@@ -147,6 +147,14 @@ unsigned sx_wheel_expire(sx_wheel_t *wheel, uint64_t now_ns);
  */
 int sx_wheel_next_deadline(const sx_wheel_t *wheel, uint64_t *deadline_ns_p);
 
+/**
+ * The earliest deadline given to sx_wheel_add() or sx_wheel_rearm() since
+ * the last call (UINT64_MAX: none), exact, unlike sx_wheel_next_deadline(),
+ * whose answer is a slot's start while the wheel's clock has not been
+ * advanced for a while. Starts over. Owner only.
+ */
+uint64_t sx_wheel_take_added_min(sx_wheel_t *wheel);
+
 /** Number of pending timers. Owner only. */
 size_t sx_wheel_pending(const sx_wheel_t *wheel);
 

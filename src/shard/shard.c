@@ -91,6 +91,7 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
         if (sx_shard_ifaces_hold_locked(shard))
             next = 0;
         shard->svc_next_ns = next;
+        (void)sx_wheel_take_added_min(shard->wheel); /* seen: the kick's mark (wake.c) */
     } else if (pushed && shard->env != NULL &&
                atomic_load_explicit(shard->env->svc_asleep_until, memory_order_relaxed) != 0) {
         sx_shard_kick_service_locked(shard); /* rarely: the service serves */

@@ -79,11 +79,17 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
  * lower the published wake-up to it and arm the kick timer, or a lost
  * packet waits for the service's one-second cap instead of its RTO.
  *
- * Only operations kick (shard.c's flush hook), and only for a deadline
- * still ahead: a kick from callers' progress passes, or for a timer
- * already due, brought the service to take the shard's token from its
- * busy caller over and over (TSan's test_am refusal flood: no send
- * completed in 120 s, on a first version). During the service's pass
+ * The deadline is the earliest one added to the wheel since the service's
+ * last tenure here (sx_wheel_take_added_min; the service's tenures take
+ * it too): exact, where sx_wheel_next_deadline gives a slot's start, in
+ * the past when the wheel's clock was last advanced long ago (a service
+ * that slept), and a first version that skipped past deadlines missed
+ * the kick (TSan's test_progress). One already due wakes the service now;
+ * later ones in the same sleep are no earlier than that, so they arm
+ * nothing. Only operations kick (shard.c's flush hook), never progress
+ * passes: kicks from callers' passes brought the service to take the
+ * shard's token from its busy caller over and over (TSan's test_am
+ * refusal flood, on the first version). During the service's pass
  * (UINT64_MAX) a kick only lowers the time the service then sleeps to.
  * Two kickers may arm the timer in the other order than they lowered the
  * time: each looks again after arming, and arms the earlier time it finds.
@@ -92,12 +98,14 @@ void sx_shard_kick_service_locked(sx_shard_t *shard)
 {
     const sx_shard_env_t *env = shard->env;
     _Atomic uint64_t *asleep = env->svc_asleep_until;
+    uint64_t at = sx_wheel_take_added_min(shard->wheel);
     uint64_t old = atomic_load_explicit(asleep, memory_order_acquire);
-    uint64_t at;
 
-    if (old == 0 || sx_wheel_next_deadline(shard->wheel, &at) != SX_OK || at >= old ||
-        at <= sx_time_ns())
+    if (at == UINT64_MAX || at >= old)
         return;
+    uint64_t now = sx_time_ns();
+    if (at < now)
+        at = now;
     while (at < old && old != 0) {
         if (!atomic_compare_exchange_weak_explicit(asleep, &old, at, memory_order_acquire,
                                                    memory_order_acquire))

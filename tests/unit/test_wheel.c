@@ -374,6 +374,44 @@ static void test_next_deadline(void **state)
     sx_wheel_fini(w);
 }
 
+/*
+ * sx_wheel_take_added_min gives the earliest deadline added since the last
+ * take, exactly, where next_deadline gives a slot's start: with the clock
+ * last advanced long ago (a wheel nobody expired while its owner slept) a
+ * timer 10 ms past "now" lies in a higher level, and next_deadline answers
+ * that slot's start, here earlier than "now" itself. The engine's service
+ * kick relies on the exact time (src/shard/wake.c).
+ */
+static void test_take_added_min(void **state)
+{
+    (void)state;
+    const uint64_t tick = 1024, t0 = 1000000;
+    sx_wheel_t *w = new_wheel(tick, 4, t0);
+    tt_t ts[3];
+    init_tts(ts, 3);
+    uint64_t nd;
+
+    assert_int_equal(sx_wheel_take_added_min(w), UINT64_MAX);
+    /* 700 ms later, nobody having expired the wheel: an RTO of 10 ms. */
+    uint64_t now = t0 + 700000000, rto_at = now + 10000000;
+    assert_int_equal(sx_wheel_add(w, &ts[0].timer, rto_at), SX_OK);
+    assert_int_equal(sx_wheel_add(w, &ts[1].timer, rto_at + 5000000), SX_OK);
+    assert_int_equal(sx_wheel_next_deadline(w, &nd), SX_OK);
+    assert_true(nd < now); /* a cascade point the stale clock sees */
+    assert_int_equal(sx_wheel_take_added_min(w), rto_at);
+    assert_int_equal(sx_wheel_take_added_min(w), UINT64_MAX); /* taken */
+    /* A rearm counts as an add; a cancel does not lower anything. */
+    assert_int_equal(sx_wheel_rearm(w, &ts[1].timer, rto_at - 1), SX_OK);
+    assert_int_equal(sx_wheel_cancel(w, &ts[0].timer), SX_OK);
+    assert_int_equal(sx_wheel_take_added_min(w), rto_at - 1);
+    /* A deadline already past is given as it is. */
+    assert_int_equal(sx_wheel_add(w, &ts[2].timer, t0 - 5), SX_OK);
+    assert_int_equal(sx_wheel_take_added_min(w), t0 - 5);
+    sx_wheel_expire(w, rto_at + tick); /* the tick grid rounds up */
+    assert_int_equal(ts[1].fired + ts[2].fired, 2);
+    sx_wheel_fini(w);
+}
+
 /* ---- callbacks that change the wheel ------------------------------------ */
 
 typedef struct actor {
@@ -751,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_past_deadlines),   cmocka_unit_test(test_next_deadline),
         cmocka_unit_test(test_callbacks_modify), cmocka_unit_test(test_big_jumps),
         cmocka_unit_test(test_random_model),     cmocka_unit_test(test_wait_before_deadline),
+        cmocka_unit_test(test_take_added_min),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
