@@ -101,11 +101,21 @@ void sx_shard_kick_service_locked(sx_shard_t *shard)
     uint64_t at = sx_wheel_take_added_min(shard->wheel);
     uint64_t old = atomic_load_explicit(asleep, memory_order_acquire);
 
-    if (at == UINT64_MAX || at >= old)
+    if (at == UINT64_MAX || old == 0)
         return;
     uint64_t now = sx_time_ns();
     if (at < now)
         at = now;
+    if (at >= old) {
+        /* The service wakes first, unless its wake-up is past: then it is
+         * waking now, and its pass may find this shard busy (this tenure)
+         * and sleep half of SX_SERVICE_US; the timer covers it. */
+        if (old != UINT64_MAX && old <= now) {
+            struct itimerspec its = {.it_value = sx_ns_to_ts(at)};
+            (void)timerfd_settime(env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL);
+        }
+        return;
+    }
     while (at < old && old != 0) {
         if (!atomic_compare_exchange_weak_explicit(asleep, &old, at, memory_order_acquire,
                                                    memory_order_acquire))

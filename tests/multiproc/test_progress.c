@@ -868,8 +868,10 @@ static uint64_t service_asleep(sx_engine_h a, uint64_t far_ns)
 static void test_service_wakes_for_a_callers_timer(void **state)
 {
     (void)state;
-    const sx_config_kv_t ka[] = {{"SX_SERVICE_US", "1000"}};
-    am_pair_t p = am_pair_new(ka, 1, NULL, 0);
+    /* The RTO at most 20 ms: a slow first RTT sample on a loaded machine
+     * (srtt + 4 rttvar) would otherwise take it past the check below. */
+    const sx_config_kv_t ka[] = {{"SX_SERVICE_US", "1000"}, {"SX_RTO_MAX_US", "20000"}};
+    am_pair_t p = am_pair_new(ka, 2, NULL, 0);
     counters_t cb = {0}, ca = {0};
     assert_int_equal(sx_am_register(p.b, 7, on_am, &cb), SX_OK);
 
@@ -880,8 +882,7 @@ static void test_service_wakes_for_a_callers_timer(void **state)
         struct iovec iov = {.iov_base = "ping", .iov_len = 4};
         assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &ca), SX_INPROGRESS);
         /* The service may have been in a pass, or woken since: the time it
-         * sleeps to once it sleeps again. Its RTO: SX_RTO_INIT_US (10 ms)
-         * at most, and never backed off here. */
+         * sleeps to once it sleeps again. The send's RTO: 20 ms at most. */
         uint64_t until = service_asleep(p.a, 0);
         if (until == 0 || until > before + 100ull * 1000000ull)
             fail_msg("round %u: the service sleeps until %.1f ms after the send", round,

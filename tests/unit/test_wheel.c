@@ -407,8 +407,15 @@ static void test_take_added_min(void **state)
     /* A deadline already past is given as it is. */
     assert_int_equal(sx_wheel_add(w, &ts[2].timer, t0 - 5), SX_OK);
     assert_int_equal(sx_wheel_take_added_min(w), t0 - 5);
+    /* A far timer cascades down the levels as the clock advances: moves
+     * of the wheel's own are no adds. */
+    assert_int_equal(sx_wheel_add(w, &ts[0].timer, now + 3000000000ull), SX_OK);
+    assert_int_equal(sx_wheel_take_added_min(w), now + 3000000000ull);
     sx_wheel_expire(w, rto_at + tick); /* the tick grid rounds up */
     assert_int_equal(ts[1].fired + ts[2].fired, 2);
+    sx_wheel_expire(w, now + 2900000000ull);
+    assert_int_equal(ts[0].fired, 0);
+    assert_int_equal(sx_wheel_take_added_min(w), UINT64_MAX);
     sx_wheel_fini(w);
 }
 
