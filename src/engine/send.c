@@ -186,7 +186,6 @@ SX_API int sx_sendi(sx_peer_h peer, uint8_t tag, const struct iovec *iov, int io
             op->iov[0].iov_base = op->inline_data;
             op->iov[0].iov_len = len;
             sx_chan_push_locked(c, op);
-            shard->op_pushed = true;
             sendi_hold(shard, c, len);
             rc = SX_OK;
         }

@@ -404,7 +404,6 @@ SX_HOT void sx_op_push_run(void *owner, sx_inbox_req_t *req)
     }
     bool more = op->more; /* the push may complete and free the op */
     sx_chan_push_locked(c, op);
-    shard->op_pushed = true;
     if (more)
         shard->hold_flush = true;
 }

@@ -80,11 +80,11 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
      * just have armed (a retransmission deadline), or at once, when an
      * interface holds what its fd will not announce (udp: the rest of a
      * GRO read). The service's own tenures note it: it reads the note
-     * after its pass (sx_shard_serve). Another thread's tenure in which a
-     * caller's operation joined a channel kicks the service, should it
-     * sleep serving past a timer that operation armed (wake.c). */
-    bool pushed = shard->op_pushed;
-    shard->op_pushed = false;
+     * after its pass (sx_shard_serve). Another thread's tenure, unless a
+     * caller's progress pass, kicks the service, should it sleep serving
+     * past a timer the tenure armed (wake.c). */
+    bool pass = shard->pass_tenure;
+    shard->pass_tenure = false;
     if (sx_shard_on_service_thread) {
         if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
             next = UINT64_MAX;
@@ -92,7 +92,7 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
             next = 0;
         shard->svc_next_ns = next;
         (void)sx_wheel_take_added_min(shard->wheel); /* seen: the kick's mark (wake.c) */
-    } else if (pushed && shard->env != NULL &&
+    } else if (!pass && shard->env != NULL &&
                atomic_load_explicit(shard->env->svc_asleep_until, memory_order_relaxed) != 0) {
         sx_shard_kick_service_locked(shard); /* rarely: the service serves */
     }
@@ -657,6 +657,7 @@ SX_HOT_PASS static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *pas
 
     if (!sx_delegate_enter(&shard->token, &shard->inbox, shard, &ran))
         return -1;
+    shard->pass_tenure = true;
     uint64_t now = sx_time_ns();
     shard->pass_gap_ns = shard->pass_ns != 0 && now > shard->pass_ns ? now - shard->pass_ns : 0;
     shard->pass_ns = now;

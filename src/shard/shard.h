@@ -302,10 +302,12 @@ struct sx_shard {
      * ping-pong, sx_bench latency). */
     uint64_t rx_ns;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
-    /* A caller's operation joined a channel in this tenure (sx_op_push_run,
-     * sx_sendi): the flush hook then checks whether the service sleeps
-     * through a timer it armed (wake.c). */
-    bool op_pushed;
+    /* This tenure is a progress pass (sx_shard_pass): a caller that
+     * progresses keeps the service away, so its passes never kick it; any
+     * other tenure of a thread not the service's (a send, sx_sendi, the OOB
+     * thread's connection answers) checks whether the service sleeps past
+     * a timer it armed (the flush hook, wake.c). */
+    bool pass_tenure;
     /* The last progress pass's start and how long before it the one
      * before began: how long this shard was not progressed, which is
      * pacing time its senders could not use (shard/cc.h). */
@@ -460,7 +462,7 @@ void sx_shard_fd_timer_locked(sx_shard_t *shard);
 bool sx_shard_ifaces_hold_locked(sx_shard_t *shard);
 
 /** Wakes the service, asleep while serving, for an earlier timer this
- *  tenure armed (a caller's operation: shard/env.h, svc_asleep_until). */
+ *  tenure armed (not a progress pass: shard/env.h, svc_asleep_until). */
 void sx_shard_kick_service_locked(sx_shard_t *shard);
 
 /** Takes @p chan off the ready list (a channel being destroyed). */

@@ -74,8 +74,9 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
 /*
  * The service sleeps serving (no caller's progress pass came for
  * SX_SERVICE_US) until a time computed from the timers its last pass saw.
- * A caller's operation in this tenure (a send from a thread that then
- * computes) may have armed an earlier one, a retransmission deadline:
+ * This tenure, not a progress pass (a send from a thread that then
+ * computes, the OOB thread's answer that lets a new channel's queued
+ * messages go), may have armed an earlier one, a retransmission deadline:
  * lower the published wake-up to it and arm the kick timer, or a lost
  * packet waits for the service's one-second cap instead of its RTO.
  *
@@ -86,10 +87,11 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
  * that slept), and a first version that skipped past deadlines missed
  * the kick (TSan's test_progress). One already due wakes the service now;
  * later ones in the same sleep are no earlier than that, so they arm
- * nothing. Only operations kick (shard.c's flush hook), never progress
- * passes: kicks from callers' passes brought the service to take the
- * shard's token from its busy caller over and over (TSan's test_am
- * refusal flood, on the first version). During the service's pass
+ * nothing. Progress passes never kick (shard.c's flush hook): a caller
+ * that progresses keeps the service away anyway, and kicks from callers'
+ * passes, for overdue deadlines, brought the service to take the shard's
+ * token from its busy caller over and over (TSan's test_am refusal flood,
+ * on the first version). During the service's pass
  * (UINT64_MAX) a kick only lowers the time the service then sleeps to.
  * Two kickers may arm the timer in the other order than they lowered the
  * time: each looks again after arming, and arms the earlier time it finds.
