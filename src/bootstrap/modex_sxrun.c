@@ -506,11 +506,7 @@ static int sx_sxrun_exchange(sx_modex_t *m, const void *blob, size_t len)
     int failed = st->failed;
     pthread_mutex_unlock(&st->lock);
 
-    /* Every rank's blob arrived whole: the exchange is done, even if the
-     * launcher has reported a failure since (a rank that left after
-     * it), which fails the next fence; ranks that woke before the report
-     * came would otherwise disagree on the exchange. */
-    if (failed != SX_OK && !(arrived && all_status == SX_OK))
+    if (failed != SX_OK)
         return failed; /* logged by the error watcher */
     if (!arrived) {
         sx_error("modex",
