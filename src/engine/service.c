@@ -176,8 +176,8 @@ static void *sx_service_main(void *arg)
         }
         sx_stat_add(&svc->wakeups, 1);
         bool busy;
-        /* Serving: every pass flushes what was held. From here on a
-         * caller's operation that arms a timer kicks the service (env.h):
+        /* Serving: every pass flushes what was held. From here on another
+         * thread's tenure that arms a timer kicks the service (env.h):
          * stored before the pass's tenures, so a tenure after ours on a
          * shard sees it (through the token), and one before is in the
          * pass. */

@@ -91,10 +91,12 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
  * that progresses keeps the service away anyway, and kicks from callers'
  * passes, for overdue deadlines, brought the service to take the shard's
  * token from its busy caller over and over (TSan's test_am refusal flood,
- * on the first version). During the service's pass
- * (UINT64_MAX) a kick only lowers the time the service then sleeps to.
- * Two kickers may arm the timer in the other order than they lowered the
- * time: each looks again after arming, and arms the earlier time it finds.
+ * on the first version). During the service's pass (UINT64_MAX) a kick
+ * only lowers the time the service then sleeps to. Two kickers may arm
+ * the timer in the other order than they lowered the time: each looks
+ * again after arming, and arms the earlier time it finds. A later arming
+ * that replaces an earlier one loses nothing: the wake-up's pass looks at
+ * every shard's timers.
  */
 void sx_shard_kick_service_locked(sx_shard_t *shard)
 {
