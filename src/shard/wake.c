@@ -98,10 +98,18 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
  * that replaces an earlier one loses nothing: the wake-up's pass looks at
  * every shard's timers.
  */
+/* Arms the service's kick timer for @p at (CLOCK_MONOTONIC, absolute). */
+static void kick_arm(const sx_shard_t *shard, uint64_t at)
+{
+    struct itimerspec its = {.it_value = sx_ns_to_ts(at)};
+    if (timerfd_settime(shard->env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        sx_debug("shard", "shard %u: service kick: timerfd_settime: %s", shard->index,
+                 strerror(errno));
+}
+
 void sx_shard_kick_service_locked(sx_shard_t *shard)
 {
-    const sx_shard_env_t *env = shard->env;
-    _Atomic uint64_t *asleep = env->svc_asleep_until;
+    _Atomic uint64_t *asleep = shard->env->svc_asleep_until;
     uint64_t at = sx_wheel_take_added_min(shard->wheel);
     uint64_t old = atomic_load_explicit(asleep, memory_order_acquire);
 
@@ -114,10 +122,8 @@ void sx_shard_kick_service_locked(sx_shard_t *shard)
         /* The service wakes first, unless its wake-up is past: then it is
          * waking now, and its pass may find this shard busy (this tenure)
          * and sleep half of SX_SERVICE_US; the timer covers it. */
-        if (old != UINT64_MAX && old <= now) {
-            struct itimerspec its = {.it_value = sx_ns_to_ts(at)};
-            (void)timerfd_settime(env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL);
-        }
+        if (old != UINT64_MAX && old <= now)
+            kick_arm(shard, at);
         return;
     }
     while (at < old && old != 0) {
@@ -127,15 +133,11 @@ void sx_shard_kick_service_locked(sx_shard_t *shard)
         if (old == UINT64_MAX)
             return; /* mid-pass: the service sleeps no later than this */
         uint64_t armed = at, cur;
-        struct itimerspec its = {.it_value = sx_ns_to_ts(armed)};
-        if (timerfd_settime(env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
-            sx_debug("shard", "shard %u: service kick: timerfd_settime: %s", shard->index,
-                     strerror(errno));
+        kick_arm(shard, armed);
         while ((cur = atomic_load_explicit(asleep, memory_order_acquire)) != 0 &&
                cur != UINT64_MAX && cur < armed) {
             armed = cur;
-            its.it_value = sx_ns_to_ts(armed);
-            (void)timerfd_settime(env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL);
+            kick_arm(shard, armed);
         }
         return;
     }
