@@ -409,8 +409,8 @@ static void sx_engine_free(struct sx_engine *e)
     e->cpc.env.oob = NULL;
     /* So may a connection method's thread (rdmacm's answers). */
     sx_cpc_stop(&e->cpc);
-    /* A thread that ran a caller's queued operation may have kicked the
-     * stopped service (shard/env.h): its timer goes only now. */
+    /* Those threads' tenures may have kicked the stopped service
+     * (shard/env.h): its kick timer goes only now. */
     if (e->env.svc_kickfd >= 0)
         close(e->env.svc_kickfd);
     /* No thread of the engine's runs now: what the service left for a

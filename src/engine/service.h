@@ -22,7 +22,7 @@
  * second), so an idle engine wakes it only for its timers and traffic,
  * and a caller that comes back sends it back to sleep. A caller that
  * sends without progressing (it computes) arms a timer that pass did not
- * see; its operation kicks the service for it (shard/env.h,
+ * see; its tenure kicks the service for it (shard/env.h,
  * svc_asleep_until, and src/shard/wake.c).
  *
  * The interfaces are in its epoll set only while it serves: a socket that

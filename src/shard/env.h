@@ -79,12 +79,12 @@ typedef struct sx_shard_env {
      * SX_SERVICE_US), when it will wake (ns): computed from the timers its
      * last pass saw; UINT64_MAX during the pass; 0 otherwise, and always
      * without a service. A tenure (not a progress pass) that arms an
-     * earlier timer of its shard lowers it and arms svc_kickfd, a timerfd in the
-     * service's epoll set, for that time (sx_shard_kick_service_locked,
-     * wake.c): the retransmission of a rank that sends and then computes
-     * waited up to the service's one-second cap. Both live as long as the
-     * engine, not the service: a thread of the engine's (OOB, rdmacm)
-     * may kick while the service stops. The
+     * earlier timer of its shard lowers it and arms svc_kickfd, a timerfd
+     * in the service's epoll set, for that time
+     * (sx_shard_kick_service_locked, wake.c): the retransmission of a rank
+     * that sends and then computes waited up to the service's one-second
+     * cap. Both live as long as the engine, not the service: a thread of
+     * the engine's (OOB, rdmacm) may kick while the service stops. The
      * service stores with release, kickers load with acquire (kickfd was
      * set before the service thread started). Never NULL: the engine's. */
     _Atomic uint64_t *svc_asleep_until;

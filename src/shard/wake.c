@@ -18,6 +18,18 @@
 #include "common/time.h"
 #include "shard/env.h"
 
+/* Arms timerfd @p fd for @p at, on CLOCK_MONOTONIC (the wheel's clock,
+ * sx_time_ns), absolute; 0 would disarm it, so 1. False, logged for
+ * @p what, when the kernel refused. */
+static bool timer_arm_at(const sx_shard_t *shard, int fd, uint64_t at, const char *what)
+{
+    struct itimerspec its = {.it_value = sx_ns_to_ts(at != 0 ? at : 1)};
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+        return true;
+    sx_debug("shard", "shard %u: %s: timerfd_settime: %s", shard->index, what, strerror(errno));
+    return false;
+}
+
 /*
  * Keeps the shard's sx_engine_fd timer armed for its earliest timer (the
  * token holder's, at every release). A timer that fired is read, so the
@@ -47,15 +59,8 @@ void sx_shard_fd_timer_locked(sx_shard_t *shard)
         return;
     if (next >= shard->fd_timer_at)
         return;
-    /* CLOCK_MONOTONIC, absolute: the wheel's clock (sx_time_ns). */
-    struct itimerspec its = {.it_value = {.tv_sec = (time_t)(next / 1000000000u),
-                                          .tv_nsec = (long)(next % 1000000000u)}};
-    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-        its.it_value.tv_nsec = 1; /* zero would disarm it */
-    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+    if (timer_arm_at(shard, fd, next, "sx_engine_fd timer"))
         shard->fd_timer_at = next;
-    else
-        sx_debug("shard", "shard %u: timerfd_settime: %s", shard->index, strerror(errno));
 }
 
 /* Whether an interface holds what its fd will not announce (udp: the
@@ -98,15 +103,6 @@ bool sx_shard_ifaces_hold_locked(sx_shard_t *shard)
  * that replaces an earlier one loses nothing: the wake-up's pass looks at
  * every shard's timers.
  */
-/* Arms the service's kick timer for @p at (CLOCK_MONOTONIC, absolute). */
-static void kick_arm(const sx_shard_t *shard, uint64_t at)
-{
-    struct itimerspec its = {.it_value = sx_ns_to_ts(at)};
-    if (timerfd_settime(shard->env->svc_kickfd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
-        sx_debug("shard", "shard %u: service kick: timerfd_settime: %s", shard->index,
-                 strerror(errno));
-}
-
 void sx_shard_kick_service_locked(sx_shard_t *shard)
 {
     _Atomic uint64_t *asleep = shard->env->svc_asleep_until;
@@ -123,7 +119,7 @@ void sx_shard_kick_service_locked(sx_shard_t *shard)
          * waking now, and its pass may find this shard busy (this tenure)
          * and sleep half of SX_SERVICE_US; the timer covers it. */
         if (old != UINT64_MAX && old <= now)
-            kick_arm(shard, at);
+            (void)timer_arm_at(shard, shard->env->svc_kickfd, at, "service kick");
         return;
     }
     while (at < old && old != 0) {
@@ -133,11 +129,11 @@ void sx_shard_kick_service_locked(sx_shard_t *shard)
         if (old == UINT64_MAX)
             return; /* mid-pass: the service sleeps no later than this */
         uint64_t armed = at, cur;
-        kick_arm(shard, armed);
+        (void)timer_arm_at(shard, shard->env->svc_kickfd, armed, "service kick");
         while ((cur = atomic_load_explicit(asleep, memory_order_acquire)) != 0 &&
                cur != UINT64_MAX && cur < armed) {
             armed = cur;
-            kick_arm(shard, armed);
+            (void)timer_arm_at(shard, shard->env->svc_kickfd, armed, "service kick");
         }
         return;
     }
