@@ -180,6 +180,7 @@ static void chan_fail_ops(sx_chan_t *c, int status)
     /* Detach the lists first: a completion may queue new work. */
     sx_op_t *lists[4] = {c->ackq, c->rmaq, c->sendq, c->rma_waitq};
     c->ackq = c->ackq_tail = NULL;
+    c->refuse_hint = NULL;
     c->rmaq = c->rmaq_tail = NULL;
     c->sendq = c->sendq_tail = NULL;
     c->rma_waitq = c->rma_waitq_tail = NULL;

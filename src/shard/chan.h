@@ -180,6 +180,10 @@ typedef struct sx_chan {
     uint64_t hold_sack;
     unsigned refuse_queued;
     uint32_t refuse_last_seq;
+    /* The op of ackq that the peer's latest refusal named, where the
+     * search for the next one starts (chan_rx.c, chan_refused_op); NULL:
+     * none. Always in ackq: cleared when that op leaves it. */
+    struct sx_op *refuse_hint;
     sx_txpkt_t *rtx, *rtx_tail; /* packets to send again */
     uint32_t last_ack;
     unsigned dupacks;

@@ -231,6 +231,8 @@ static void chan_complete_acked(sx_chan_t *c)
         c->ackq = op->next;
         if (c->ackq == NULL)
             c->ackq_tail = NULL;
+        if (c->refuse_hint == op)
+            c->refuse_hint = NULL;
         /* SX_OK, or the refusal the peer sent before this ACK (wire.h). */
         int status = op->status;
         sx_op_complete_locked(c->shard, op, status);

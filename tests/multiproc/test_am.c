@@ -359,12 +359,10 @@ static void refusal_flood_with(const char *fault)
             }
         }
     }
-    /* The drain takes 0.1 s natively (the whole test 6 s, also beside two
-     * busy loops), but under TSan beside other tests the whole test took
-     * ~130 s (the fresh-clone CI at 04e9aea), and the drain passed 120 s in
-     * some local runs, with and without the service's kick. The limit,
-     * three times the usual, only turns a hang into a failure; the time is
-     * printed. */
+    /* Under TSan the drain used to take up to ~3 minutes, the whole test
+     * ~130 s in a fresh-clone CI: each refusal A took walked its queue of
+     * unacknowledged messages from the head (chan_rx.c, chan_refused_op).
+     * It now takes 0.0-0.1 s natively and under TSan; the time is printed. */
     uint64_t start = sx_time_ns();
     for (;;) {
         completed = 0;
@@ -376,7 +374,7 @@ static void refusal_flood_with(const char *fault)
             sx_progress(p.a);
             sx_progress(p.b);
         }
-        if (sx_time_ns() - start > 3 * AM_TEST_LIMIT_NS)
+        if (sx_time_ns() - start > AM_TEST_LIMIT_NS)
             fail_msg("%llu of %u sends completed", (unsigned long long)completed, (unsigned)N);
     }
     double drained_s = (double)(sx_time_ns() - start) / 1e9;
@@ -1514,5 +1512,9 @@ int main(void)
         cmocka_unit_test(test_checksum_off_host_only),
         cmocka_unit_test(test_bad_arguments),
     };
+    /* SX_TEST_FILTER=pattern runs only the matching tests (as in
+     * test_liveness), to repeat one under load. */
+    if (getenv("SX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
