@@ -229,10 +229,14 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
     /* Smoothed over every channel's samples (RFC 6298's gain, 1/8), one
      * sample per eighth of a round trip at most: each shard's ACKs give
      * them, and a write per sample to a line every shard reads cost 16
-     * shards more than the averaging of more samples gains. */
+     * shards more than the averaging of more samples gains. And one a
+     * millisecond at least, so that an SRTT of seconds, from samples
+     * taken across a stall, comes back in tens of milliseconds instead
+     * of as long as it says (test_cc, test_srtt_recovers_after_stall). */
     uint64_t srtt = atomic_load_explicit(&cc->srtt_ns, RELAXED);
     uint64_t srtt_at = atomic_load_explicit(&cc->srtt_at_ns, RELAXED);
-    if (srtt == 0 || now < srtt_at || now - srtt_at >= srtt / 8) {
+    uint64_t spacing = srtt / 8 < SX_CC_SRTT_SPACING_MAX_NS ? srtt / 8 : SX_CC_SRTT_SPACING_MAX_NS;
+    if (srtt == 0 || now < srtt_at || now - srtt_at >= spacing) {
         atomic_store_explicit(&cc->srtt_ns, srtt == 0 ? rtt : (7 * srtt + rtt) / 8, RELAXED);
         atomic_store_explicit(&cc->srtt_at_ns, now, RELAXED);
     }

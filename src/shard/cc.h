@@ -97,14 +97,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SX_CC_IW_PKTS           10             /* initial window, datagrams */
-#define SX_CC_MIN_PKTS          2              /* minimum window, datagrams */
-#define SX_CC_MAX_BYTES         (1ull << 30)   /* a ceiling for the window */
-#define SX_CC_MIN_RTT_WINDOW_NS 10000000000ull /* the smallest RTT of 5 to 10 s */
-#define SX_CC_BURST_NS          50000ull       /* pacing credit after a pause */
-#define SX_CC_ALPHA_ONE         1024u          /* alpha's fixed point: 1.0 */
-#define SX_CC_ALPHA_SHIFT       4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
-#define SX_CC_GROW_CATCHUP      4              /* round trips of growth made up at once */
+#define SX_CC_IW_PKTS             10             /* initial window, datagrams */
+#define SX_CC_MIN_PKTS            2              /* minimum window, datagrams */
+#define SX_CC_MAX_BYTES           (1ull << 30)   /* a ceiling for the window */
+#define SX_CC_MIN_RTT_WINDOW_NS   10000000000ull /* the smallest RTT of 5 to 10 s */
+#define SX_CC_BURST_NS            50000ull       /* pacing credit after a pause */
+#define SX_CC_SRTT_SPACING_MAX_NS 1000000ull     /* SRTT takes a sample this often at least */
+#define SX_CC_ALPHA_ONE           1024u          /* alpha's fixed point: 1.0 */
+#define SX_CC_ALPHA_SHIFT         4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
+#define SX_CC_GROW_CATCHUP        4              /* round trips of growth made up at once */
 
 /* SX_CONGESTION's words (common/config.h). */
 enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };

@@ -408,6 +408,37 @@ static void test_pacing(void **state)
     sx_cc_table_fini(&t);
 }
 
+/*
+ * A host's SRTT after a stall. The receiver's token was held for seconds
+ * (test_am's refusal flood under TSan, before chan_rx.c's fix): packets
+ * behind the first that the timeout resent were not resent themselves, so
+ * Karn's rule let their acknowledgements give samples of seconds, and the
+ * host's SRTT was 4-5 s. The smoothing took one sample per SRTT/8 only,
+ * so it came back over as long as the SRTT was (each eighth of it, one
+ * step of 1/8): seconds of pacing by a round trip of seconds and of
+ * window retries a quarter of one apart. Samples now count at least once
+ * a millisecond: 0.2 s of the path's own brings it back.
+ */
+static void test_srtt_recovers_after_stall(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    for (int i = 0; i < 100; i++)
+        (void)sx_cc_rtt(cc, 100 * US, 0, now += 100 * US);
+    (void)sx_cc_rtt(cc, 5000000 * US, 0, now += 100 * US);
+    assert_true(atomic_load(&cc->srtt_ns) > 500000 * US);
+    for (int i = 0; i < 2000; i++)
+        (void)sx_cc_rtt(cc, 100 * US, 0, now += 100 * US);
+    uint64_t srtt = atomic_load(&cc->srtt_ns);
+    if (srtt >= 1000 * US)
+        fail_msg("SRTT %llu us 0.2 s after the stall's sample", (unsigned long long)(srtt / US));
+    sx_cc_table_fini(&t);
+}
+
 /* A flush puts what it sent on the shared flight and pacing clock once
  * (chan_cc.c): counting its unposted bytes and nanoseconds meanwhile, the
  * window and the clock stop it where per-datagram updates would have. */
@@ -487,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_undo_collapse),
         cmocka_unit_test(test_delay_signal),
         cmocka_unit_test(test_pacing),
+        cmocka_unit_test(test_srtt_recovers_after_stall),
         cmocka_unit_test(test_posted_per_flush),
         cmocka_unit_test(test_shared_by_threads),
     };
