@@ -79,19 +79,19 @@ if [[ -n $(q 'select(.bench == "mt") | .bench') ]]; then
 fi
 
 if [[ -n $(q 'select(.bench == "latency") | .bench') ]]; then
-    echo "**latency** (ping-pong half round trip, µs, median and p99; raw-UDP floor in the same run, and the floor reading each sender's address as the source check does):"
+    echo "**latency** (ping-pong half round trip, µs, median and p99; raw-UDP floor in the same run, and the floor on a socket every peer sends to, as shardx's udp transport's is (unconnected, the sender's address read and checked)):"
     echo
-    echo "| size (B) | shardx median | shardx p99 | UDP floor median | ratio to floor | floor with source check | ratio to it |"
+    echo "| size (B) | shardx median | shardx p99 | UDP floor median | ratio to floor | shared-socket floor | ratio to it |"
     echo "|---|---|---|---|---|---|---|"
-    q 'select(.bench == "latency") | [.size, .half_rtt_us, .p99_us, (.ratio_to_floor // null), (.ratio_to_src_floor // null)] | @tsv' |
-        while IFS=$'\t' read -r size med p99 ratio src_ratio; do
+    q 'select(.bench == "latency") | [.size, .half_rtt_us, .p99_us, (.ratio_to_floor // null), (.ratio_to_shared_floor // null)] | @tsv' |
+        while IFS=$'\t' read -r size med p99 ratio sh_ratio; do
             floor=$(q "select(.bench == \"floor\" and .size == $size) | .half_rtt_us" | head -n 1)
-            src=$(q "select(.bench == \"floor_src\" and .size == $size) | .half_rtt_us" | head -n 1)
+            sh=$(q "select(.bench == \"floor_shared\" and .size == $size) | .half_rtt_us" | head -n 1)
             printf '| %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$size" "$med" "$p99" \
                 "$([[ -n $floor ]] && printf %.2f "$floor" || echo -)" \
                 "$([[ -n $ratio ]] && printf %.2f "$ratio" || echo -)" \
-                "$([[ -n $src ]] && printf %.2f "$src" || echo -)" \
-                "$([[ -n $src_ratio ]] && printf %.2f "$src_ratio" || echo -)"
+                "$([[ -n $sh ]] && printf %.2f "$sh" || echo -)" \
+                "$([[ -n $sh_ratio ]] && printf %.2f "$sh_ratio" || echo -)"
         done
     echo
 fi

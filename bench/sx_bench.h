@@ -231,19 +231,27 @@ typedef struct sxb_udp {
     int fd;
     uint8_t *buf;            /* SXB_UDP_MAX bytes */
     struct sockaddr_in peer; /* what the socket is connected to */
+    /* The shared-socket pair: sfd, unconnected, receives (every peer would
+     * send to it); tfd, connected to the other rank's sfd, sends. */
+    int sfd, tfd;
+    struct sockaddr_in tpeer; /* the other rank's tfd: where its datagrams come from */
 } sxb_udp_t;
 
 /* Opens a nonblocking socket on 127.0.0.1 and connects it to the other
- * rank's (ports go over the control channel). */
+ * rank's, and the shared-socket pair (ports go over the control channel). */
 int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u);
 void sxb_udp_close(sxb_udp_t *u);
 
-/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). With
- * @p src, every read also asks the kernel for the sender's address and
- * compares it with the peer's (recvfrom(2) with an address, as a
- * transport that checks sources reads), where the plain floor reads with
- * recv(2). */
-int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool src, uint64_t warmup,
+/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). The
+ * plain floor sends and reads on connected sockets (send(2), recv(2)).
+ * With @p shared, the kernel path of a transport whose one socket serves
+ * every peer, as shardx's udp transport's does: datagrams arrive at an
+ * unconnected socket, read with recvfrom(2) and the sender's address,
+ * which is checked (SX_CHECK_SOURCE), and leave from a socket connected
+ * to the peer's (SX_UDP_CONNECT). An unconnected socket gets no early
+ * demultiplexing: the kernel looks the route up for each datagram it
+ * receives, on loopback inside the sender's sendto(2). */
+int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool shared, uint64_t warmup,
                      uint64_t iters, uint64_t *rtt_ns);
 
 /* One-way stream of @p count datagrams of @p size bytes, rank 0 to rank 1,

@@ -439,27 +439,27 @@ SXB_LOOP_FIRST static int sxb_am_pingpong(sxb_am_t *am, const uint8_t *buf, size
     return sxb_am_drain(am);
 }
 
-/* Rank 0's records and line for one size; @p floor_rtt and @p src_rtt are
+/* Rank 0's records and line for one size; @p floor_rtt and @p sh_rtt are
  * NULL where the size has no floor. */
 static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint64_t *floor_rtt,
-                               uint64_t *src_rtt, bool human)
+                               uint64_t *sh_rtt, bool human)
 {
     uint64_t med, p99, fmed = 0, fp99 = 0, smed = 0, sp99 = 0;
-    bool has_floor = floor_rtt != NULL && src_rtt != NULL;
+    bool has_floor = floor_rtt != NULL && sh_rtt != NULL;
 
     sxb_quantiles(rtt, iters, 0.99, &med, &p99);
     if (has_floor) {
         sxb_quantiles(floor_rtt, iters, 0.99, &fmed, &fp99);
-        sxb_quantiles(src_rtt, iters, 0.99, &smed, &sp99);
+        sxb_quantiles(sh_rtt, iters, 0.99, &smed, &sp99);
     }
     double ratio = has_floor && fmed > 0 ? (double)med / (double)fmed : NAN;
-    double src_ratio = has_floor && smed > 0 ? (double)med / (double)smed : NAN;
+    double sh_ratio = has_floor && smed > 0 ? (double)med / (double)smed : NAN;
     sxb_record_t r = sxb_record("latency", NULL, size);
     sxb_metric(&r, "half_rtt_us", (double)med / 2e3);
     sxb_metric(&r, "p99_us", (double)p99 / 2e3);
     if (has_floor) {
         sxb_metric(&r, "ratio_to_floor", ratio);
-        sxb_metric(&r, "ratio_to_src_floor", src_ratio);
+        sxb_metric(&r, "ratio_to_shared_floor", sh_ratio);
     }
     sxb_record_add(&r);
     if (has_floor) {
@@ -467,7 +467,7 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
         sxb_metric(&r, "half_rtt_us", (double)fmed / 2e3);
         sxb_metric(&r, "p99_us", (double)fp99 / 2e3);
         sxb_record_add(&r);
-        r = sxb_record("floor_src", "raw", size);
+        r = sxb_record("floor_shared", "raw", size);
         sxb_metric(&r, "half_rtt_us", (double)smed / 2e3);
         sxb_metric(&r, "p99_us", (double)sp99 / 2e3);
         sxb_record_add(&r);
@@ -475,7 +475,7 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
     if (human && has_floor)
         printf("%9zu %7llu %10.2f %10.2f %10.2f %10.2f %7.2f %10.2f %9.2f\n", size,
                (unsigned long long)iters, (double)med / 2e3, (double)p99 / 2e3, (double)fmed / 2e3,
-               (double)fp99 / 2e3, ratio, (double)smed / 2e3, src_ratio);
+               (double)fp99 / 2e3, ratio, (double)smed / 2e3, sh_ratio);
     else if (human)
         printf("%9zu %7llu %10.2f %10.2f %10s %10s %7s %10s %9s\n", size, (unsigned long long)iters,
                (double)med / 2e3, (double)p99 / 2e3, "-", "-", "-", "-", "-");
@@ -487,7 +487,7 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     size_t sizes[16];
     size_t nsizes = sxb_latency_sizes(opts, sizes, 16);
     size_t max = 0;
-    sxb_udp_t u = {.fd = -1};
+    sxb_udp_t u = {.fd = -1, .sfd = -1, .tfd = -1};
     sxb_am_t am;
     bool human = sxb_human(ctl, opts);
     size_t first_counters = sxb_counters_count();
@@ -508,11 +508,12 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     if (human)
         printf("\n# ping-pong half round trip in us: shardx (sx_send) and the raw-UDP floor,\n"
                "# alternating in up to %d blocks per size; ratio = shardx median / floor median.\n"
-               "# udp_src: the floor reading each sender's address and checking it, as\n"
-               "# shardx does (SX_CHECK_SOURCE); src_ratio = shardx median / udp_src median\n"
+               "# udp_shared: the floor on a socket every peer would send to, as shardx's\n"
+               "# is: unconnected, read with the sender's address, which is checked (no early\n"
+               "# demultiplexing: a route lookup per datagram); sh_ratio = shardx / udp_shared\n"
                "%9s %7s %10s %10s %10s %10s %7s %10s %9s\n",
                SXB_LATENCY_BLOCKS, "size", "iters", "sx_median", "sx_p99", "udp_median", "udp_p99",
-               "ratio", "udp_src", "src_ratio");
+               "ratio", "udp_shared", "sh_ratio");
     bool ok = true;
     for (size_t s = 0; ok && s < nsizes; s++) {
         size_t size = sizes[s];
@@ -520,9 +521,9 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         uint64_t warmup = iters / 10 + 10;
         uint64_t *rtt = calloc(iters, sizeof(*rtt));
         uint64_t *floor_rtt = calloc(iters, sizeof(*floor_rtt));
-        uint64_t *src_rtt = calloc(iters, sizeof(*src_rtt));
+        uint64_t *sh_rtt = calloc(iters, sizeof(*sh_rtt));
         bool has_floor = size <= SXB_UDP_MAX;
-        ok = rtt != NULL && floor_rtt != NULL && src_rtt != NULL;
+        ok = rtt != NULL && floor_rtt != NULL && sh_rtt != NULL;
         /* Each block: shardx's share of the round trips, then the
          * floor's, then the source-checking floor's; the first carries
          * the whole warm-up, the others a tenth of it. */
@@ -533,14 +534,14 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             ok =
                 sxb_am_pingpong(&am, buf, size, w, n, rtt + lo) == 0 &&
                 (!has_floor || (sxb_udp_pingpong(ctl, &u, size, false, w, n, floor_rtt + lo) == 0 &&
-                                sxb_udp_pingpong(ctl, &u, size, true, w, n, src_rtt + lo) == 0));
+                                sxb_udp_pingpong(ctl, &u, size, true, w, n, sh_rtt + lo) == 0));
         }
         if (ok && ctl->rank == 0)
             sxb_latency_report(size, iters, rtt, has_floor ? floor_rtt : NULL,
-                               has_floor ? src_rtt : NULL, human);
+                               has_floor ? sh_rtt : NULL, human);
         free(rtt);
         free(floor_rtt);
-        free(src_rtt);
+        free(sh_rtt);
     }
     rc = sxb_am_close(&am, "latency", "latency", ok);
     sxb_udp_close(&u);
@@ -593,7 +594,7 @@ int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
     /* The floor first: the same number of raw datagrams. */
     double floor_rate = NAN;
     if (size <= SXB_UDP_MAX) {
-        sxb_udp_t u = {.fd = -1};
+        sxb_udp_t u = {.fd = -1, .sfd = -1, .tfd = -1};
         int rc = sxb_udp_open(ctl, &u);
         if (rc == 0)
             rc = sxb_udp_rate(ctl, &u, size, count, &floor_rate, NULL, NULL);
@@ -865,7 +866,7 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
                           : opts->op == SXB_OP_GET ? "get"
                                                    : "bw",
                           ok);
-    sxb_udp_t u = {.fd = -1};
+    sxb_udp_t u = {.fd = -1, .sfd = -1, .tfd = -1};
     if (rc == 0)
         rc = sxb_udp_open(ctl, &u);
     for (size_t s = 0; rc == 0 && s < nsizes; s++) {

@@ -33,41 +33,73 @@ static void sxb_udp_bufsize(int fd, int force_opt, int opt, int bytes)
         (void)setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes));
 }
 
+/* A nonblocking socket bound to @p ip (the kernel picks the port), with
+ * shardx's buffer sizes; its port in @p port_p. */
+static int sxb_udp_socket(struct in_addr ip, uint16_t *port_p)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = ip};
+    socklen_t alen = sizeof(a);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    sxb_udp_bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF, SXB_UDP_RCVBUF);
+    sxb_udp_bufsize(fd, SO_SNDBUFFORCE, SO_SNDBUF, SXB_UDP_SNDBUF);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port_p = a.sin_port;
+    return fd;
+}
+
+/* The shared-socket pair (sx_bench.h): sfd receives unconnected, tfd sends
+ * connected to the other rank's sfd. */
+static int sxb_udp_open_shared(const sxb_ctl_t *ctl, sxb_udp_t *u, struct in_addr self_ip,
+                               struct in_addr peer_ip)
+{
+    uint16_t mine[2], theirs[2]; /* sfd's port, tfd's */
+
+    u->sfd = sxb_udp_socket(self_ip, &mine[0]);
+    u->tfd = u->sfd < 0 ? -1 : sxb_udp_socket(self_ip, &mine[1]);
+    if (u->sfd < 0 || u->tfd < 0)
+        return sxb_fail("raw UDP shared-socket pair: %s", strerror(errno));
+    if (sxb_ctl_write(ctl, mine, sizeof(mine)) != 0 ||
+        sxb_ctl_read(ctl, theirs, sizeof(theirs), NULL, NULL) != 0)
+        return -1;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr = peer_ip, .sin_port = theirs[0]};
+    u->tpeer =
+        (struct sockaddr_in){.sin_family = AF_INET, .sin_addr = peer_ip, .sin_port = theirs[1]};
+    if (connect(u->tfd, (struct sockaddr *)&to, sizeof(to)) != 0)
+        return sxb_fail("raw UDP connect of the shared pair: %s", strerror(errno));
+    return 0;
+}
+
 int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     struct sockaddr_in self, peer;
-    socklen_t alen = sizeof(a), slen = sizeof(self), plen = sizeof(peer);
-    struct in_addr peer_ip = a.sin_addr;
+    socklen_t slen = sizeof(self), plen = sizeof(peer);
+    struct in_addr self_ip = {.s_addr = htonl(INADDR_LOOPBACK)}, peer_ip = self_ip;
     uint16_t port, peer_port;
 
+    u->fd = u->sfd = u->tfd = -1;
     /* The floor takes the path the ranks take: that of a launched job's
      * control channel (TCP between the hosts' addresses, sx_bench_ctl.c),
      * loopback for a forked one (a pipe). */
     if (ctl->launched && getsockname(ctl->rfd, (struct sockaddr *)&self, &slen) == 0 &&
         self.sin_family == AF_INET && getpeername(ctl->rfd, (struct sockaddr *)&peer, &plen) == 0 &&
         peer.sin_family == AF_INET) {
-        a.sin_addr = self.sin_addr;
+        self_ip = self.sin_addr;
         peer_ip = peer.sin_addr;
     }
-
     u->buf = malloc(SXB_UDP_MAX);
-    u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (u->buf == NULL || u->fd < 0) {
+    if (u->buf == NULL || (u->fd = sxb_udp_socket(self_ip, &port)) < 0) {
         sxb_fail("raw UDP socket: %s", strerror(errno));
         sxb_udp_close(u);
         return -1;
     }
     memset(u->buf, 0x5a, SXB_UDP_MAX);
-    sxb_udp_bufsize(u->fd, SO_RCVBUFFORCE, SO_RCVBUF, SXB_UDP_RCVBUF);
-    sxb_udp_bufsize(u->fd, SO_SNDBUFFORCE, SO_SNDBUF, SXB_UDP_SNDBUF);
-    if (bind(u->fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(u->fd, (struct sockaddr *)&a, &alen) != 0) {
-        sxb_fail("raw UDP bind: %s", strerror(errno));
-        sxb_udp_close(u);
-        return -1;
-    }
-    port = a.sin_port;
     if (sxb_ctl_write(ctl, &port, sizeof(port)) != 0 ||
         sxb_ctl_read(ctl, &peer_port, sizeof(peer_port), NULL, NULL) != 0) {
         sxb_udp_close(u);
@@ -75,11 +107,14 @@ int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
     }
     /* Connected, so send() needs no address and strangers' datagrams are
      * filtered by the kernel. */
-    a.sin_port = peer_port;
-    a.sin_addr = peer_ip;
-    u->peer = a;
-    if (connect(u->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    u->peer =
+        (struct sockaddr_in){.sin_family = AF_INET, .sin_addr = peer_ip, .sin_port = peer_port};
+    if (connect(u->fd, (struct sockaddr *)&u->peer, sizeof(u->peer)) != 0) {
         sxb_fail("raw UDP connect: %s", strerror(errno));
+        sxb_udp_close(u);
+        return -1;
+    }
+    if (sxb_udp_open_shared(ctl, u, self_ip, peer_ip) != 0) {
         sxb_udp_close(u);
         return -1;
     }
@@ -88,20 +123,24 @@ int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u)
 
 void sxb_udp_close(sxb_udp_t *u)
 {
-    if (u->fd >= 0)
-        close(u->fd);
-    u->fd = -1;
+    int *fds[] = {&u->fd, &u->sfd, &u->tfd};
+    for (unsigned i = 0; i < 3; i++) {
+        if (*fds[i] >= 0)
+            close(*fds[i]);
+        *fds[i] = -1;
+    }
     free(u->buf);
     u->buf = NULL;
 }
 
-SXB_LOOP static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
+/* Sends @p len bytes on @p fd, waiting for room. */
+SXB_LOOP static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, int fd, size_t len)
 {
     uint64_t deadline = 0;
     unsigned spins = 0;
 
     for (;;) {
-        if (send(u->fd, u->buf, len, 0) == (ssize_t)len)
+        if (send(fd, u->buf, len, 0) == (ssize_t)len)
             return 0;
         if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR)
             return sxb_fail("raw UDP send of %zu bytes: %s", len, strerror(errno));
@@ -115,9 +154,10 @@ SXB_LOOP static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t len)
     }
 }
 
-/* Busy-polls for one datagram; returns its length or -1. With @p src it
- * reads the sender's address too and checks it (sxb_udp_pingpong). */
-SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool src)
+/* Busy-polls for one datagram; returns its length or -1. With @p shared
+ * it reads the shared pair's receiving socket, with the sender's address,
+ * and checks that (sxb_udp_pingpong). */
+SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool shared)
 {
     uint64_t deadline = 0;
     unsigned spins = 0;
@@ -126,12 +166,12 @@ SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool sr
         struct sockaddr_in from;
         socklen_t from_len = sizeof(from);
         ssize_t n =
-            src ? recvfrom(u->fd, u->buf, SXB_UDP_MAX, 0, (struct sockaddr *)&from, &from_len)
-                : recv(u->fd, u->buf, SXB_UDP_MAX, 0);
-        if (n >= 0 && src &&
+            shared ? recvfrom(u->sfd, u->buf, SXB_UDP_MAX, 0, (struct sockaddr *)&from, &from_len)
+                   : recv(u->fd, u->buf, SXB_UDP_MAX, 0);
+        if (n >= 0 && shared &&
             (from_len != sizeof(from) || from.sin_family != AF_INET ||
-             from.sin_addr.s_addr != u->peer.sin_addr.s_addr ||
-             from.sin_port != u->peer.sin_port)) {
+             from.sin_addr.s_addr != u->tpeer.sin_addr.s_addr ||
+             from.sin_port != u->tpeer.sin_port)) {
             sxb_fail("raw UDP datagram from an address not the other rank's");
             return -1;
         }
@@ -152,19 +192,20 @@ SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool sr
     }
 }
 
-SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool src,
+SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool shared,
                               uint64_t warmup, uint64_t iters, uint64_t *rtt_ns)
 {
     if (size > SXB_UDP_MAX)
         return sxb_fail("raw UDP ping-pong of %zu bytes: above %u", size, SXB_UDP_MAX);
     if (sxb_ctl_barrier(ctl, NULL, NULL) != 0)
         return -1;
+    int fd = shared ? u->tfd : u->fd;
     for (uint64_t i = 0; i < warmup + iters; i++) {
         if (ctl->rank == 0) {
             uint64_t t0 = sxb_now_ns();
-            if (sxb_udp_send(ctl, u, size) != 0)
+            if (sxb_udp_send(ctl, u, fd, size) != 0)
                 return -1;
-            ssize_t n = sxb_udp_recv(ctl, u, src);
+            ssize_t n = sxb_udp_recv(ctl, u, shared);
             uint64_t t1 = sxb_now_ns();
             if (n < 0)
                 return -1;
@@ -173,8 +214,8 @@ SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, b
             if (i >= warmup)
                 rtt_ns[i - warmup] = t1 - t0;
         } else {
-            ssize_t n = sxb_udp_recv(ctl, u, src);
-            if (n < 0 || sxb_udp_send(ctl, u, (size_t)n) != 0)
+            ssize_t n = sxb_udp_recv(ctl, u, shared);
+            if (n < 0 || sxb_udp_send(ctl, u, fd, (size_t)n) != 0)
                 return -1;
         }
     }
@@ -192,7 +233,7 @@ static int sxb_udp_blast(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64
 {
     uint64_t t0 = sxb_now_ns();
     for (uint64_t i = 0; i < count; i++) {
-        if (sxb_udp_send(ctl, u, size) != 0)
+        if (sxb_udp_send(ctl, u, u->fd, size) != 0)
             return -1;
     }
     *elapsed_ns_p = sxb_now_ns() - t0;
@@ -272,7 +313,7 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
 {
     size_t sizes[16];
     size_t nsizes = sxb_latency_sizes(opts, sizes, 16);
-    sxb_udp_t u = {.fd = -1};
+    sxb_udp_t u = {.fd = -1, .sfd = -1, .tfd = -1};
     bool human = sxb_human(ctl, opts);
     int rc = -1;
 

@@ -31,8 +31,8 @@ check() {
 echo "bench_smoke: latency" >&2; "$bench" latency --size 8 --iters 300 --json >"$tmp/lat.json"
 check "$tmp/lat.json" '[.results[] | select(.bench == "latency" and .size == 8 and .half_rtt_us > 0 and .ratio_to_floor > 0)] | length == 1' \
     "latency: no 8-byte record with a half round trip and a ratio to the floor"
-check "$tmp/lat.json" '([.results[] | select(.bench == "latency" and .size == 8 and .ratio_to_src_floor > 0)] | length == 1) and ([.results[] | select(.bench == "floor_src" and .size == 8 and .half_rtt_us > 0)] | length == 1)' \
-    "latency: no ratio to the source-checking floor, or no floor_src record"
+check "$tmp/lat.json" '([.results[] | select(.bench == "latency" and .size == 8 and .ratio_to_shared_floor > 0)] | length == 1) and ([.results[] | select(.bench == "floor_shared" and .size == 8 and .half_rtt_us > 0)] | length == 1)' \
+    "latency: no ratio to the shared-socket floor, or no floor_shared record"
 check "$tmp/lat.json" '.machine.cores > 0 and (.config.params | has("WINDOW")) and (.counters | length == 2)' \
     "latency: machine, config or counters missing"
 echo "bench_smoke: bw" >&2; "$bench" bw --size 65536 --iters 200 --json >"$tmp/bw.json"
