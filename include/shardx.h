@@ -640,7 +640,9 @@ SX_API int sx_mem_register(sx_engine_h engine, void *addr, size_t len, unsigned 
  * region is in progress or will start; operations that arrive later fail
  * with SX_ERR_ACCESS at their initiator. It blocks only until receive
  * paths leave their RCU read sections, which never wait for anything, so
- * it may also be called from a callback.
+ * it may also be called from a callback. A handle that is not registered
+ * with @p engine (deregistered already, or another engine's) gives
+ * SX_ERR_INVALID_PARAM and is not read.
  */
 SX_API int sx_mem_deregister(sx_engine_h engine, sx_mem_h mem);
 

@@ -21,22 +21,24 @@ static int mem_register(sx_engine_h e, void *addr, size_t len, unsigned access, 
         sx_error("rma", "sx_mem_register: invalid region %p+%zu or access 0x%x", addr, len, access);
         return SX_ERR_INVALID_PARAM;
     }
-    return sx_mem_table_add(&e->mem, addr, len, access, e, mem_p);
+    return sx_mem_table_add(&e->mem, addr, len, access, mem_p);
 }
 
 static int mem_deregister(sx_engine_h e, sx_mem_h mem)
 {
-    if (e == NULL || mem == NULL || mem->owner != e) {
-        sx_error("rma", "sx_mem_deregister: %s",
-                 e == NULL     ? "no engine"
-                 : mem == NULL ? "no region"
-                               : "a region of another engine");
+    if (mem == NULL) {
+        sx_error("rma", "sx_mem_deregister: no region");
         return SX_ERR_INVALID_PARAM;
     }
-    int rc = sx_mem_table_remove(&e->mem, mem);
-    if (rc != SX_OK)
-        sx_error("rma", "sx_mem_deregister: region was not registered");
-    return rc;
+    /* The handle is looked up before it is read (shard/mem.c). */
+    if (sx_mem_table_remove(&e->mem, mem) != SX_OK) {
+        sx_error("rma",
+                 "sx_mem_deregister: %p is not a region registered with this engine "
+                 "(deregistered already, or another engine's)",
+                 (void *)mem);
+        return SX_ERR_INVALID_PARAM;
+    }
+    return SX_OK;
 }
 
 SX_API sx_rkey_t sx_mem_rkey(sx_mem_h mem)

@@ -26,6 +26,11 @@ static void sx_mem_free(sx_rcu_entry_t *entry)
     sx_mem_unref(caa_container_of(entry, sx_mem_t, entry));
 }
 
+static void sx_mem_handle_free(sx_rcu_entry_t *entry)
+{
+    sx_mem_unref(caa_container_of(entry, sx_mem_t, handle));
+}
+
 void sx_mem_unpin(sx_mem_t *pin)
 {
     atomic_fetch_sub_explicit(&pin->pins, 1, memory_order_release);
@@ -39,6 +44,8 @@ int sx_mem_table_init(sx_mem_table_t *table)
     if (pthread_mutex_init(&table->key_lock, NULL) != 0)
         return SX_ERR_NO_MEMORY;
     int rc = sx_rcu_table_init(&table->rcu);
+    if (rc == SX_OK && (rc = sx_rcu_table_init(&table->handles)) != SX_OK)
+        sx_rcu_table_fini(&table->rcu);
     table->created = rc == SX_OK;
     if (!table->created)
         pthread_mutex_destroy(&table->key_lock);
@@ -48,6 +55,7 @@ int sx_mem_table_init(sx_mem_table_t *table)
 void sx_mem_table_fini(sx_mem_table_t *table)
 {
     if (table->created) {
+        sx_rcu_table_fini(&table->handles);
         sx_rcu_table_fini(&table->rcu);
         pthread_mutex_destroy(&table->key_lock);
         memset(table->keys, 0, sizeof(table->keys)); /* unused keys leave no trace */
@@ -79,7 +87,7 @@ static uint64_t sx_mem_draw_key(sx_mem_table_t *table, const void *salt)
 }
 
 int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned access,
-                     const void *owner, sx_mem_t **mem_p)
+                     sx_mem_t **mem_p)
 {
     sx_mem_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
@@ -87,13 +95,18 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
     m->addr = addr;
     m->len = len;
     m->access = access;
-    m->owner = owner;
-    atomic_init(&m->refs, 1);
+    atomic_init(&m->refs, 2); /* the handle set's and the key table's */
     atomic_init(&m->pins, 0);
     atomic_init(&m->accesses, 0);
     atomic_init(&m->dead, false);
     atomic_init(&m->shadow, NULL);
     m->entry.free_fn = sx_mem_free;
+    m->handle.free_fn = sx_mem_handle_free;
+    m->handle.id = (uintptr_t)m;
+    if (sx_rcu_table_insert(&table->handles, &m->handle) != SX_OK) {
+        free(m);
+        return SX_ERR_NO_MEMORY;
+    }
     /* Keys are random so that a peer cannot guess one it was not given;
      * a collision (or zero) just draws again. */
     for (int tries = 0; tries < 16; tries++) {
@@ -106,12 +119,20 @@ int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned acc
             return SX_OK;
         }
     }
-    free(m);
+    sx_mem_unref(m); /* the key table's; the handle set's goes with its entry */
+    (void)sx_rcu_table_remove(&table->handles, (uintptr_t)m);
     return SX_ERR_INTERNAL;
 }
 
 int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
 {
+    /* A handle this table gave out and no removal took back, asked
+     * without reading the record: a second removal of one handle read
+     * (and unreferenced) a freed record. Of two removals at once, one
+     * takes the handle out and the other finds it gone. The key table's
+     * reference keeps the record until its own removal below. */
+    if (sx_rcu_table_remove(&table->handles, (uintptr_t)mem) != SX_OK)
+        return SX_ERR_NOT_FOUND;
     /* Ours until this returns, whatever the table's grace period does. */
     atomic_fetch_add_explicit(&mem->refs, 1, memory_order_relaxed);
     int rc = sx_rcu_table_remove(&table->rcu, mem->entry.id);

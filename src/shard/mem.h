@@ -79,12 +79,12 @@
 
 /* A registered region; the key is the table id. */
 typedef struct sx_mem {
-    sx_rcu_entry_t entry;
+    sx_rcu_entry_t entry;  /* in the table by key (id: the key) */
+    sx_rcu_entry_t handle; /* in the set of live handles (id: this record's address) */
     uint8_t *addr;
     size_t len;
     unsigned access;           /* SX_MEM_REMOTE_READ | SX_MEM_REMOTE_WRITE */
-    const void *owner;         /* the engine that registered it (opaque here) */
-    atomic_uint refs;          /* the table's, a deregistration's, and one per pin */
+    atomic_uint refs;          /* the two tables', a deregistration's, and one per pin */
     atomic_uint pins;          /* packets that point into the region */
     atomic_uint accesses;      /* copies to or from the region under way (Accesses) */
     atomic_bool dead;          /* removed: no access or pin begins (Accesses) */
@@ -103,6 +103,10 @@ typedef struct sx_mem {
 
 typedef struct sx_mem_table {
     sx_rcu_table_t rcu;
+    /* The handles sx_mem_table_add gave out and no removal took back, by
+     * address: a removal asks it before it reads the record, so a stale
+     * handle (removed already) or another table's is refused unread. */
+    sx_rcu_table_t handles;
     bool created;
     atomic_uint_fast64_t shadow_bytes; /* copied by deregistrations with pins */
     pthread_mutex_t key_lock;          /* guards keys and nkeys */
@@ -119,11 +123,12 @@ void sx_mem_table_fini(sx_mem_table_t *table);
  * SX_ERR_INTERNAL when no free key was drawn.
  */
 int sx_mem_table_add(sx_mem_table_t *table, void *addr, size_t len, unsigned access,
-                     const void *owner, sx_mem_t **mem_p);
+                     sx_mem_t **mem_p);
 
 /** Withdraws @p mem and waits until no reader can still be using it;
- *  pinned packets go on reading a copy (see Pins above). SX_ERR_NOT_FOUND
- *  if it was not registered. */
+ *  pinned packets go on reading a copy (see Pins above). SX_ERR_NOT_FOUND,
+ *  without reading @p mem, if it is not a handle of this table (removed
+ *  already, or another table's). */
 int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem);
 
 /**

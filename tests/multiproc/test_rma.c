@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <urcu-bp.h>
 
 #include "am_util.h"
 
@@ -787,6 +788,30 @@ static void test_bad_arguments(void **state)
     rig_free(&r);
 }
 
+/*
+ * A handle deregistered already, or registered with another engine, is
+ * refused with SX_ERR_INVALID_PARAM and not read. A second
+ * sx_mem_deregister of one handle used to read the record the first had
+ * freed, and take a reference it never held (ASan: heap-use-after-free,
+ * once the grace period had run). The foreign engine's refusal leaves the
+ * region registered: its own engine deregisters it.
+ */
+static void test_deregister_twice(void **state)
+{
+    (void)state;
+    rig_t r = rig_new(64, SX_MEM_REMOTE_WRITE);
+    uint8_t buf[16];
+    sx_mem_h m;
+
+    assert_int_equal(sx_mem_register(r.a, buf, sizeof(buf), SX_MEM_REMOTE_READ, &m), SX_OK);
+    assert_int_equal(sx_mem_deregister(r.b, m), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_mem_deregister(r.a, m), SX_OK);
+    rcu_barrier(); /* the record is freed by now */
+    assert_int_equal(sx_mem_deregister(r.a, m), SX_ERR_INVALID_PARAM);
+    assert_int_equal(sx_mem_deregister(r.b, m), SX_ERR_INVALID_PARAM);
+    rig_free(&r); /* B's own region, deregistered by B */
+}
+
 /* Registrations from two threads at once, through several of the key
  * pool's batches (SX_MEM_KEY_BATCH, 32): every key nonzero and unlike the
  * others, and each region answers a GET through its own key. */
@@ -862,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_remote_access_errors),
         cmocka_unit_test(test_access_rights),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_deregister_twice),
         cmocka_unit_test(test_keys_from_every_batch),
         cmocka_unit_test(test_get_outlives_deregistration),
         cmocka_unit_test(test_fin_after_get_copies_nothing),
