@@ -525,7 +525,7 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         bool has_floor = size <= SXB_UDP_MAX;
         ok = rtt != NULL && floor_rtt != NULL && sh_rtt != NULL;
         /* Each block: shardx's share of the round trips, then the
-         * floor's, then the source-checking floor's; the first carries
+         * floor's, then the shared-socket floor's; the first carries
          * the whole warm-up, the others a tenth of it. */
         unsigned nb = has_floor ? sxb_latency_blocks(iters) : 1;
         for (unsigned b = 0; ok && b < nb; b++) {

@@ -641,8 +641,10 @@ SX_API int sx_mem_register(sx_engine_h engine, void *addr, size_t len, unsigned 
  * with SX_ERR_ACCESS at their initiator. It blocks only until receive
  * paths leave their RCU read sections, which never wait for anything, so
  * it may also be called from a callback. A handle that is not registered
- * with @p engine (deregistered already, or another engine's) gives
- * SX_ERR_INVALID_PARAM and is not read.
+ * with @p engine (another engine's, or deregistered already) gives
+ * SX_ERR_INVALID_PARAM and is not read, unless a later registration got
+ * the same address: a handle is the region's record, so a deregistered
+ * one must not be used again.
  */
 SX_API int sx_mem_deregister(sx_engine_h engine, sx_mem_h mem);
 

@@ -135,6 +135,10 @@ int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
         return SX_ERR_NOT_FOUND;
     /* Ours until this returns, whatever the table's grace period does. */
     atomic_fetch_add_explicit(&mem->refs, 1, memory_order_relaxed);
+    /* A record in the handle set is in the key table too (added before,
+     * removed after): this fails only for a stale handle that a new
+     * registration's record reuses, removed while that one was still
+     * being added. */
     int rc = sx_rcu_table_remove(&table->rcu, mem->entry.id);
     if (rc != SX_OK) {
         sx_mem_unref(mem);

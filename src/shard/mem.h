@@ -44,8 +44,9 @@
  * an MPI 1 MiB ping-pong past 100 us and its one-way time from 250 to
  * 320 us. Its begin and the shadow's publication are a Dekker pair: a
  * reader that counts itself in before the shadow is published is waited
- * for, one that comes later sees the shadow. The region's record lives until the
- * table and the last pin let go of it. In the common case (the answer
+ * for, one that comes later sees the shadow. The region's record lives until
+ * both tables (by key, and the set of live handles) and the last pin let go
+ * of it. In the common case (the answer
  * acknowledged before the initiator tells the owner it is done) there is
  * no copy and no wait.
  *
@@ -53,10 +54,12 @@
  *
  *   function                 | who may call          | how
  *   -------------------------+-----------------------+----------------------------
- *   sx_mem_table_add         | any thread            | key_lock (the key pool), then
+ *   sx_mem_table_add         | any thread            | the handle set's writer lock,
+ *                            |                       | key_lock (the key pool), then
  *                            |                       | the table's writer lock
- *   sx_mem_table_remove      | any thread, not in a  | writer lock, then marks it
- *                            | read section          | dead and waits for accesses
+ *   sx_mem_table_remove      | any thread, not in a  | the handle set's writer lock,
+ *                            | read section          | the table's, then marks it
+ *                            |                       | dead and waits for accesses
  *   sx_mem_check_rcu         | any thread            | inside sx_rcu_read_lock()
  *   sx_mem_access_begin_rcu, | any thread            | inside the read section that
  *   sx_mem_pin_rcu           |                       | found the region; atomic
@@ -105,7 +108,10 @@ typedef struct sx_mem_table {
     sx_rcu_table_t rcu;
     /* The handles sx_mem_table_add gave out and no removal took back, by
      * address: a removal asks it before it reads the record, so a stale
-     * handle (removed already) or another table's is refused unread. */
+     * handle (removed already) or another table's is refused unread. Not
+     * a stale handle whose address a later registration got from malloc:
+     * that one is the new region's (a handle is an address; see
+     * sx_mem_deregister in shardx.h). */
     sx_rcu_table_t handles;
     bool created;
     atomic_uint_fast64_t shadow_bytes; /* copied by deregistrations with pins */
