@@ -54,6 +54,26 @@ static sx_oob_t *ep_open(uint64_t id)
     return oob;
 }
 
+/*
+ * An endpoint listening on a loopback address of this process's own
+ * (127.77.x.y from the pid; Linux routes all of 127/8 to lo), where
+ * nothing else connects: tests running beside this one connect to
+ * 127.0.0.1 only, and one of theirs that reaches a listener of ours
+ * (a retry to a port its peer has given up, which ours took) is one more
+ * connection that has not said who it is.
+ */
+static sx_oob_t *ep_open_private(uint64_t id)
+{
+    sx_oob_t *oob = NULL;
+    char host[32];
+    unsigned pid = (unsigned)getpid();
+
+    snprintf(host, sizeof(host), "127.77.%u.%u", (pid >> 8) & 0xffu, pid & 0xffu);
+    assert_int_equal(sx_oob_open(id, host, 0, &oob), SX_OK);
+    assert_non_null(oob);
+    return oob;
+}
+
 static void ep_addr(sx_oob_t *oob, char *addr)
 {
     assert_int_equal(sx_oob_address(oob, addr, SX_OOB_ADDR_MAX), SX_OK);
@@ -905,7 +925,11 @@ static void test_listener_bounds_what_strangers_leave(void **state)
 {
     (void)state;
     enum { N = 200, KEPT = 64 };
-    sx_oob_t *a = ep_open(ID_A), *b = ep_open(ID_B);
+    /* B counts the connections that have not said who they are: only
+     * this test's may reach it. The fresh-clone CI at 40c9766 (TSan,
+     * beside test_reliability) found connection 136 closed, one more than
+     * N - KEPT, which one stranger from elsewhere would explain. */
+    sx_oob_t *a = ep_open(ID_A), *b = ep_open_private(ID_B);
     char addr[SX_OOB_ADDR_MAX];
     int fds[N];
 
@@ -925,8 +949,15 @@ static void test_listener_bounds_what_strangers_leave(void **state)
      * of file to read. */
     for (int i = N - KEPT; i < N; i++) {
         struct pollfd pfd = {.fd = fds[i], .events = POLLIN};
-        if (poll(&pfd, 1, 0) != 0)
-            fail_msg("connection %d of %d, among the newest %d, was closed", i, N, KEPT);
+        if (poll(&pfd, 1, 0) != 0) {
+            int closed = 0;
+            for (int k = 0; k < N; k++) {
+                struct pollfd q = {.fd = fds[k], .events = POLLIN};
+                closed += poll(&q, 1, 0) != 0;
+            }
+            fail_msg("connection %d of %d, among the newest %d, was closed (%d of the %d closed)",
+                     i, N, KEPT, closed, N);
+        }
     }
     /* A's connection, one more without HELLO for the moment it is
      * accepted, takes the place of the oldest stranger left, once that
@@ -1383,5 +1414,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_threads),
         cmocka_unit_test_teardown(test_two_processes, teardown_children),
     };
+    /* SX_TEST_FILTER=pattern runs only the matching tests (as in
+     * test_liveness), to repeat one under load. */
+    if (getenv("SX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
+    /* SX_TEST_FILTER=pattern runs only the matching tests (as in
+     * test_liveness), to repeat one under load. */
+    if (getenv("SX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
