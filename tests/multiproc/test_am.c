@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "common/tsan.h"
 #include "engine/diag.h"
 #include "engine/engine.h"
@@ -1512,9 +1513,6 @@ int main(void)
         cmocka_unit_test(test_checksum_off_host_only),
         cmocka_unit_test(test_bad_arguments),
     };
-    /* SX_TEST_FILTER=pattern runs only the matching tests (as in
-     * test_liveness), to repeat one under load. */
-    if (getenv("SX_TEST_FILTER") != NULL)
-        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,6 +57,7 @@
 
 #include "common/time.h"
 #include "mp_util.h"
+#include "test_filter.h"
 
 #define LV_TIMEOUT_MS 800                  /* SX_PEER_TIMEOUT_MS and SX_CONNECT_TIMEOUT_MS */
 #define LV_RTO_MAX_US 200000               /* SX_RTO_MAX_US */
@@ -883,9 +884,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_whole_job_stopped, lv_teardown),
         cmocka_unit_test_teardown(test_busy_under_loss, lv_teardown),
     };
-    /* SX_TEST_FILTER=pattern runs only the matching tests (as in
-     * test_sx_run), to repeat one under load. */
-    if (getenv("SX_TEST_FILTER") != NULL)
-        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

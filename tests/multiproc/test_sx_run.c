@@ -40,6 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_filter.h"
+
 #define WAIT_MS   120000 /* for anything that should take a moment */
 #define MAX_RANKS 8
 #define MAX_ARGS  48
@@ -1338,9 +1340,7 @@ int main(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    /* SX_TEST_FILTER=pattern runs only the matching tests. */
-    if (getenv("SX_TEST_FILTER") != NULL)
-        cmocka_set_test_filter(getenv("SX_TEST_FILTER"));
+    sx_test_filter_from_env();
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
