@@ -295,8 +295,9 @@ void sx_chan_recv_frag_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint8_
         return;
     }
     /* Any packet of the peer's proves its library alive (liveness,
-     * chan_retransmit.c). */
-    c->alive_ns = sx_wheel_now(c->shard->wheel);
+     * chan_retransmit.c), as of its read (chan_rx.c says why not the
+     * wheel's clock). */
+    c->alive_ns = c->shard->rx_ns;
     c->probes = 0;
     if (sx_u32_before(h->seq, c->rcv_nxt)) {
         /* The packet arrived already: our ACK was lost or is late. */

@@ -4,7 +4,7 @@
  * control (the engine's service, shard.h's deferred lists, the receive
  * window and the persist timer; DESIGN.md sections 3 and 4).
  *
- * Every test runs two children: A sends (active messages, small and
+ * Every test but one runs two children: A sends (active messages, small and
  * large, and PUT/GET into a region of B's), B receives and checks every
  * byte. This process only directs them: it relays their business cards,
  * and stops, resumes and kills them. Timeouts are scaled down (a peer
@@ -29,6 +29,10 @@
  *                               what had arrived undo that (F-RTO)
  *   the whole job stopped       A and B stopped together for longer than
  *                               the timeout and resumed: nothing fails
+ *   silence counts from the     the same steps in one process, in a fixed
+ *   read                        order: A, stalled with B's ACK in its
+ *                               socket, sends again; B stays silent for
+ *                               half the timeout: nothing fails
  *   under 5 % loss              the busy cases through the fault transport
  *   hotel full                  more packets outstanding than the shard's
  *                               hotel has rooms, under loss: everything
@@ -859,6 +863,149 @@ static void test_whole_job_stopped(void **state)
     lv_expect_all(&r);
 }
 
+/* ---------------------------------------------- both engines in this process */
+
+typedef struct lv_pair {
+    sx_engine_h a, b;
+    sx_peer_h ab; /* A's handle of B */
+    uint32_t delivered, done, ok, err_calls;
+    int first_bad;
+    uint64_t bad_ns; /* when first_bad was set */
+} lv_pair_t;
+
+static void lv_pair_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    (void)peer_id;
+    (void)tag;
+    (void)data;
+    (void)len;
+    ((lv_pair_t *)arg)->delivered++;
+}
+
+static void lv_pair_on_done(void *ctx, int status)
+{
+    lv_pair_t *p = ctx;
+    p->done++;
+    if (status == SX_OK) {
+        p->ok++;
+    } else if (p->first_bad == SX_OK) {
+        p->first_bad = status;
+        p->bad_ns = sx_time_ns();
+    }
+}
+
+static void lv_pair_on_error(void *arg, uint64_t peer_id, int status)
+{
+    lv_pair_t *p = arg;
+    (void)peer_id;
+    if (p->err_calls++ == 0 && p->first_bad == SX_OK) {
+        p->first_bad = status;
+        p->bad_ns = sx_time_ns();
+    }
+}
+
+static void lv_pair_send(lv_pair_t *p)
+{
+    static const uint8_t msg[64];
+    struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof(msg)};
+    assert_int_equal(sx_send(p->ab, LV_TAG, &iov, 1, lv_pair_on_done, p), SX_INPROGRESS);
+}
+
+/* Progresses A, and B with @p both, until @p counter reaches @p target. */
+static void lv_pair_until(lv_pair_t *p, bool both, const uint32_t *counter, uint32_t target)
+{
+    uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
+    while (*counter < target) {
+        sx_progress(p->a);
+        if (both)
+            sx_progress(p->b);
+        if (sx_time_ns() > deadline)
+            fail_msg("waited %d ms: %u of %u (A: %u sends done, %u error calls; B: %u delivered)",
+                     LV_WAIT_MS, *counter, target, p->done, p->err_calls, p->delivered);
+    }
+}
+
+/*
+ * A's process did not run for longer than the peer timeout (stopped, or a
+ * thread that computed with the engine's service off), while B's ACK of
+ * A's last packets waited in A's socket; A's first call after it sends
+ * again, and B then stays silent for a while, shorter than the timeout
+ * (B was stopped too and resumes later, or is descheduled).
+ *
+ * A read B's ACK with the time of the timer wheel, which had not moved
+ * since before the stall: B seemed to have been silent since then, and
+ * the third retransmission timeout of the new packet (60 ms later here)
+ * failed B with "no acknowledgement for 800 ms". The whole-job stop above failed so once in
+ * ~50 runs on a loaded machine. Here both engines are in this process,
+ * without their services, so the order is fixed: each call below is one
+ * step of it.
+ */
+static void test_silence_counts_from_the_read(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 35);
+    lv_both_kv(&r, "SERVICE_US", "0"); /* nothing runs an engine but this thread */
+    /* Later than lv_init's, so this one counts: three timeouts fit well
+     * inside half the peer timeout, even after the four's RTT sample
+     * (taken across the stall) has pushed the RTO to its ceiling. */
+    lv_both_kv(&r, "RTO_MAX_US", "20000");
+    lv_pair_t p = {.first_bad = SX_OK};
+    p.a = lv_engine(&r.pa);
+    p.b = lv_engine(&r.pb);
+    assert_non_null(p.a);
+    assert_non_null(p.b);
+    assert_int_equal(sx_error_register(p.a, lv_pair_on_error, &p), SX_OK);
+    assert_int_equal(sx_am_register(p.b, LV_TAG, lv_pair_on_am, &p), SX_OK);
+    uint8_t card[MP_MSG_MAX];
+    size_t len = sizeof(card);
+    sx_peer_h ba;
+    assert_int_equal(sx_engine_address(p.b, card, &len), SX_OK);
+    assert_int_equal(sx_peer_add(p.a, 2, card, len, &p.ab), SX_OK);
+    len = sizeof(card);
+    assert_int_equal(sx_engine_address(p.a, card, &len), SX_OK);
+    assert_int_equal(sx_peer_add(p.b, 1, card, len, &ba), SX_OK);
+
+    /* Connected, and an RTT measured. */
+    lv_pair_send(&p);
+    lv_pair_until(&p, true, &p.done, 1);
+    /* A sends four; B takes them and acknowledges; A reads nothing. */
+    for (int i = 0; i < 4; i++)
+        lv_pair_send(&p);
+    uint32_t acks = (uint32_t)lv_stat(p.b, "acks_sent");
+    uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
+    while (p.delivered < 5 || lv_stat(p.b, "acks_sent") == acks) {
+        sx_progress(p.b);
+        assert_true(sx_time_ns() < deadline);
+    }
+    /* The scenario: A does not run for twice the peer timeout. */
+    struct timespec ts = {.tv_sec = 2 * LV_TIMEOUT_MS / 1000,
+                          .tv_nsec = (long)(2 * LV_TIMEOUT_MS % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+    /* A's first call: a send, while the four are unacknowledged on its
+     * books; then only A runs for half the timeout. */
+    uint64_t resumed = sx_time_ns();
+    lv_pair_send(&p);
+    uint64_t until = resumed + (uint64_t)LV_TIMEOUT_MS * 1000000u / 2;
+    while (sx_time_ns() < until && p.err_calls == 0 && p.first_bad == SX_OK)
+        sx_progress(p.a);
+    if (p.first_bad != SX_OK)
+        fail_msg("A failed B %.0f ms after its first call after the stall, with a peer timeout "
+                 "of %d ms: %s (timeouts %llu, own stalls %llu)",
+                 (double)(p.bad_ns - resumed) / 1e6, LV_TIMEOUT_MS, sx_strerror(p.first_bad),
+                 (unsigned long long)lv_stat(p.a, "rtx_timeout"),
+                 (unsigned long long)lv_stat(p.a, "own_stalls"));
+    assert_int_equal(p.done, 5);                   /* the four, by the ACK read */
+    assert_true(lv_stat(p.a, "rtx_timeout") >= 3); /* B was silent through them */
+    /* B resumes: the last one completes too. */
+    lv_pair_until(&p, true, &p.done, 6);
+    assert_int_equal(p.ok, 6);
+    assert_int_equal(p.delivered, 6);
+    assert_int_equal(p.err_calls, 0);
+    sx_engine_destroy(p.a);
+    sx_engine_destroy(p.b);
+}
+
 static int lv_teardown(void **state)
 {
     (void)state;
@@ -882,6 +1029,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_stop_shorter_than_timeout, lv_teardown),
         cmocka_unit_test_teardown(test_stop_shorter_than_timeout_cc, lv_teardown),
         cmocka_unit_test_teardown(test_whole_job_stopped, lv_teardown),
+        cmocka_unit_test_teardown(test_silence_counts_from_the_read, lv_teardown),
         cmocka_unit_test_teardown(test_busy_under_loss, lv_teardown),
     };
     sx_test_filter_from_env();
