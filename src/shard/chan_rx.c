@@ -600,10 +600,11 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
     }
     /* Any packet of the peer's proves its library alive (liveness,
      * chan_retransmit.c); a probe asks for our ACK at once. The time is
-     * the read's: the wheel's clock moves only when its timers are run,
-     * after the poll, and after a stall of this process (stopped, or no
-     * call for a while) it still says when the one before ended, which
-     * made a peer that answered at once look silent since then. */
+     * the read's: the wheel's clock moves when a pass runs its timers,
+     * after the poll, so during the first poll after a stall of this
+     * process (stopped, or no call for a while) it still says when the
+     * last pass before the stall began, which made a peer that answered
+     * at once look silent for the whole stall. */
     c->alive_ns = c->shard->rx_ns;
     c->probes = 0;
     if (h->flags & SX_PKTF_PROBE)

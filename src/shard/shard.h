@@ -294,7 +294,8 @@ struct sx_shard {
      * way touches anyway. The token holder's. */
     struct sx_txpkt *pkt_spare;
     /* When the datagrams now being handled were read: their arrival
-     * time for RTT samples and the delayed-ACK timer. For a pass's poll,
+     * time for RTT samples, the delayed-ACK timer and liveness (a
+     * channel's alive_ns, chan_rx.c). For a pass's poll,
      * the time just before it (sx_shard_pass): the read that finds them
      * ends one system call later, and nothing the pass sends leaves
      * before it. A clock read after the read, as before, was ~100 cycles
