@@ -59,6 +59,7 @@
 
 #include <shardx.h>
 
+#include "am_util.h"
 #include "common/time.h"
 #include "mp_util.h"
 #include "test_filter.h"
@@ -136,13 +137,19 @@ typedef struct lv_bresult {
 
 /* ------------------------------------------------------------ both roles */
 
+/* The plan's engine parameters as sx_engine_create takes them. */
+static size_t lv_config(const lv_plan_t *plan, sx_config_kv_t kv[LV_MAX_KV])
+{
+    for (uint32_t i = 0; i < plan->nkv; i++)
+        kv[i] = (sx_config_kv_t){.name = plan->kv[i][0], .value = plan->kv[i][1]};
+    return plan->nkv;
+}
+
 static sx_engine_h lv_engine(const lv_plan_t *plan)
 {
     sx_config_kv_t kv[LV_MAX_KV];
-    for (uint32_t i = 0; i < plan->nkv; i++)
-        kv[i] = (sx_config_kv_t){.name = plan->kv[i][0], .value = plan->kv[i][1]};
     sx_engine_params_t params = {
-        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = plan->nkv};
+        .field_mask = SX_ENGINE_PARAM_CONFIG, .config = kv, .config_count = lv_config(plan, kv)};
     sx_engine_h e = NULL;
     if (sx_engine_create(&params, &e) != SX_OK)
         return NULL;
@@ -866,9 +873,8 @@ static void test_whole_job_stopped(void **state)
 /* ---------------------------------------------- both engines in this process */
 
 typedef struct lv_pair {
-    sx_engine_h a, b;
-    sx_peer_h ab; /* A's handle of B */
-    uint32_t delivered, done, ok, err_calls;
+    am_pair_t e;
+    uint64_t delivered, done, ok, err_calls;
     int first_bad;
     uint64_t bad_ns; /* when first_bad was set */
 } lv_pair_t;
@@ -885,47 +891,37 @@ static void lv_pair_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *
     ((lv_pair_t *)arg)->delivered++;
 }
 
+static void lv_pair_bad(lv_pair_t *p, int status)
+{
+    if (p->first_bad == SX_OK) {
+        p->first_bad = status;
+        p->bad_ns = sx_time_ns();
+    }
+}
+
 static void lv_pair_on_done(void *ctx, int status)
 {
     lv_pair_t *p = ctx;
     p->done++;
-    if (status == SX_OK) {
+    if (status == SX_OK)
         p->ok++;
-    } else if (p->first_bad == SX_OK) {
-        p->first_bad = status;
-        p->bad_ns = sx_time_ns();
-    }
+    else
+        lv_pair_bad(p, status);
 }
 
 static void lv_pair_on_error(void *arg, uint64_t peer_id, int status)
 {
     lv_pair_t *p = arg;
     (void)peer_id;
-    if (p->err_calls++ == 0 && p->first_bad == SX_OK) {
-        p->first_bad = status;
-        p->bad_ns = sx_time_ns();
-    }
+    p->err_calls++;
+    lv_pair_bad(p, status);
 }
 
 static void lv_pair_send(lv_pair_t *p)
 {
     static const uint8_t msg[64];
     struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof(msg)};
-    assert_int_equal(sx_send(p->ab, LV_TAG, &iov, 1, lv_pair_on_done, p), SX_INPROGRESS);
-}
-
-/* Progresses A, and B with @p both, until @p counter reaches @p target. */
-static void lv_pair_until(lv_pair_t *p, bool both, const uint32_t *counter, uint32_t target)
-{
-    uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
-    while (*counter < target) {
-        sx_progress(p->a);
-        if (both)
-            sx_progress(p->b);
-        if (sx_time_ns() > deadline)
-            fail_msg("waited %d ms: %u of %u (A: %u sends done, %u error calls; B: %u delivered)",
-                     LV_WAIT_MS, *counter, target, p->done, p->err_calls, p->delivered);
-    }
+    assert_int_equal(sx_send(p->e.a_to_b, LV_TAG, &iov, 1, lv_pair_on_done, p), SX_INPROGRESS);
 }
 
 /*
@@ -938,10 +934,10 @@ static void lv_pair_until(lv_pair_t *p, bool both, const uint32_t *counter, uint
  * A read B's ACK with the time of the timer wheel, which had not moved
  * since before the stall: B seemed to have been silent since then, and
  * the third retransmission timeout of the new packet (60 ms later here)
- * failed B with "no acknowledgement for 800 ms". The whole-job stop above failed so once in
- * ~50 runs on a loaded machine. Here both engines are in this process,
- * without their services, so the order is fixed: each call below is one
- * step of it.
+ * failed B with "no acknowledgement for 800 ms". The whole-job stop above
+ * failed so once in ~50 runs on a loaded machine. Here both engines are
+ * in this process, without their services, so the order is fixed: each
+ * call below is one step of it.
  */
 static void test_silence_counts_from_the_read(void **state)
 {
@@ -955,35 +951,26 @@ static void test_silence_counts_from_the_read(void **state)
     lv_both_kv(&r, "RTO_MAX_US", "20000");
     static lv_pair_t p; /* not on the stack: a failure leaves by longjmp */
     p = (lv_pair_t){.first_bad = SX_OK};
+    sx_config_kv_t ka[LV_MAX_KV], kb[LV_MAX_KV];
+    size_t na = lv_config(&r.pa, ka), nb = lv_config(&r.pb, kb);
+    p.e = am_pair_new(ka, na, kb, nb);
     lv_pair = &p; /* the teardown destroys the engines */
-    p.a = lv_engine(&r.pa);
-    p.b = lv_engine(&r.pb);
-    assert_non_null(p.a);
-    assert_non_null(p.b);
-    assert_int_equal(sx_error_register(p.a, lv_pair_on_error, &p), SX_OK);
-    assert_int_equal(sx_am_register(p.b, LV_TAG, lv_pair_on_am, &p), SX_OK);
-    uint8_t card[MP_MSG_MAX];
-    size_t len = sizeof(card);
-    sx_peer_h ba;
-    assert_int_equal(sx_engine_address(p.b, card, &len), SX_OK);
-    assert_int_equal(sx_peer_add(p.a, 2, card, len, &p.ab), SX_OK);
-    len = sizeof(card);
-    assert_int_equal(sx_engine_address(p.a, card, &len), SX_OK);
-    assert_int_equal(sx_peer_add(p.b, 1, card, len, &ba), SX_OK);
+    assert_int_equal(sx_error_register(p.e.a, lv_pair_on_error, &p), SX_OK);
+    assert_int_equal(sx_am_register(p.e.b, LV_TAG, lv_pair_on_am, &p), SX_OK);
 
     /* Connected, and an RTT measured. */
     lv_pair_send(&p);
-    lv_pair_until(&p, true, &p.done, 1);
+    assert_true(am_progress_until(p.e.a, p.e.b, &p.done, 1));
     /* A sends four; B takes them and acknowledges them all (an ACK that
      * leaves in the pass that took the last, or later: it leaves at the
      * pass's end); A reads nothing. */
     for (int i = 0; i < 4; i++)
         lv_pair_send(&p);
-    uint64_t deadline = sx_time_ns() + (uint64_t)LV_WAIT_MS * 1000000u;
+    uint64_t deadline = sx_time_ns() + AM_TEST_LIMIT_NS;
     for (;;) {
-        uint64_t acks = lv_stat(p.b, "acks_sent");
-        sx_progress(p.b);
-        if (p.delivered == 5 && lv_stat(p.b, "acks_sent") > acks)
+        uint64_t acks = lv_stat(p.e.b, "acks_sent");
+        sx_progress(p.e.b);
+        if (p.delivered == 5 && lv_stat(p.e.b, "acks_sent") > acks)
             break;
         assert_true(sx_time_ns() < deadline);
     }
@@ -997,18 +984,18 @@ static void test_silence_counts_from_the_read(void **state)
     uint64_t resumed = sx_time_ns();
     lv_pair_send(&p);
     uint64_t until = resumed + (uint64_t)LV_TIMEOUT_MS * 1000000u / 2;
-    while (sx_time_ns() < until && p.err_calls == 0 && p.first_bad == SX_OK)
-        sx_progress(p.a);
+    while (sx_time_ns() < until && p.first_bad == SX_OK)
+        sx_progress(p.e.a);
     if (p.first_bad != SX_OK)
         fail_msg("A failed B %.0f ms after its first call after the stall, with a peer timeout "
                  "of %d ms: %s (timeouts %llu, own stalls %llu)",
                  (double)(p.bad_ns - resumed) / 1e6, LV_TIMEOUT_MS, sx_strerror(p.first_bad),
-                 (unsigned long long)lv_stat(p.a, "rtx_timeout"),
-                 (unsigned long long)lv_stat(p.a, "own_stalls"));
-    assert_int_equal(p.done, 5);                   /* the four, by the ACK read */
-    assert_true(lv_stat(p.a, "rtx_timeout") >= 3); /* B was silent through them */
+                 (unsigned long long)lv_stat(p.e.a, "rtx_timeout"),
+                 (unsigned long long)lv_stat(p.e.a, "own_stalls"));
+    assert_int_equal(p.done, 5);                     /* the four, by the ACK read */
+    assert_true(lv_stat(p.e.a, "rtx_timeout") >= 3); /* B was silent through them */
     /* B resumes: the last one completes too. */
-    lv_pair_until(&p, true, &p.done, 6);
+    assert_true(am_progress_until(p.e.a, p.e.b, &p.done, 6));
     assert_int_equal(p.ok, 6);
     assert_int_equal(p.delivered, 6);
     assert_int_equal(p.err_calls, 0);
@@ -1020,10 +1007,8 @@ static int lv_pair_teardown(void **state)
 {
     (void)state;
     if (lv_pair != NULL) {
-        if (lv_pair->a != NULL)
-            sx_engine_destroy(lv_pair->a);
-        if (lv_pair->b != NULL)
-            sx_engine_destroy(lv_pair->b);
+        sx_engine_destroy(lv_pair->e.a);
+        sx_engine_destroy(lv_pair->e.b);
         lv_pair = NULL;
     }
     return 0;
