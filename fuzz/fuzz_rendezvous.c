@@ -124,9 +124,9 @@ typedef struct launcher {
     const uint8_t *all;
     size_t all_len;
     bool sent_all;
-    /* The status the first RDV_ERROR sent carries (error_status). */
+    /* The status the first RDV_ERROR sent carries (error_status); SX_OK
+     * until one is sent. */
     int error;
-    bool sent_error;
 } launcher_t;
 
 static const uint32_t reply_tag[] = {SX_OOB_TAG_RDV_ALL, SX_OOB_TAG_RDV_DONE, SX_OOB_TAG_RDV_ERROR};
@@ -134,10 +134,10 @@ static const uint32_t reply_tag[] = {SX_OOB_TAG_RDV_ALL, SX_OOB_TAG_RDV_DONE, SX
 /* What status a rank reads from an RDV_ERROR of @p len bytes: after its
  * text, a NUL and an i32 status, where the launcher says which; else
  * SX_ERR_PROTO. The harness's own reading of modex_sxrun.c's rule, which
- * keeps the first 1023 bytes (SX_MODEX_SXRUN_ERROR_MAX - 1). */
+ * keeps the first SX_MODEX_SXRUN_ERROR_MAX - 1 bytes. */
 static int error_status(const uint8_t *p, size_t len)
 {
-    size_t n = len < 1023 ? len : 1023;
+    size_t n = len < SX_MODEX_SXRUN_ERROR_MAX - 1 ? len : SX_MODEX_SXRUN_ERROR_MAX - 1;
     const uint8_t *nul = memchr(p, 0, n);
     if (nul == NULL || n - (size_t)(nul - p) != 5)
         return SX_ERR_PROTO;
@@ -154,10 +154,8 @@ static void launcher_answer(launcher_t *l, uint64_t peer, int ends)
         if (l->len - l->off < 3) {
             static const char text[] = "the fuzzer's script ended";
             struct iovec iov = {.iov_base = (void *)text, .iov_len = sizeof(text) - 1};
-            if (!l->sent_error) {
-                l->sent_error = true;
+            if (l->error == SX_OK)
                 l->error = SX_ERR_PROTO;
-            }
             sx_oob_send_nb(l->oob, peer, SX_OOB_TAG_RDV_ERROR, &iov, 1, NULL, NULL);
             return;
         }
@@ -169,10 +167,8 @@ static void launcher_answer(launcher_t *l, uint64_t peer, int ends)
             len = l->len - l->off;
         struct iovec iov = {.iov_base = (void *)(r + 3), .iov_len = len};
         l->off += len;
-        if (kind == REPLY_ERROR && !l->sent_error) {
-            l->sent_error = true;
+        if (kind == REPLY_ERROR && l->error == SX_OK)
             l->error = error_status(r + 3, len);
-        }
         int rc = sx_oob_send_nb(l->oob, peer, reply_tag[kind], &iov, 1, NULL, NULL);
         if (rc != SX_OK)
             die("launcher: sx_oob_send_nb", rc);
@@ -309,7 +305,7 @@ static void fuzz_client(const uint8_t *data, size_t size)
         rc = m->ops->exchange(m, blob, blen);
         if (rc == SX_OK)
             check_blobs(m, &l, job);
-        else if (rc != SX_ERR_PROTO && !(l.sent_error && rc == l.error))
+        else if (rc != SX_ERR_PROTO && rc != l.error)
             die("exchange", rc); /* the launcher answered: PROTO, or the status it sent */
 
         fence_wait_t w = {.calls = 0};

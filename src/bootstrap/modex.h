@@ -59,6 +59,9 @@ struct sx_modex {
 
 extern const sx_modex_ops_t sx_modex_pmix_ops;
 extern const sx_modex_ops_t sx_modex_sxrun_ops;
+/* The sxrun modex keeps an RDV_ERROR's first SX_MODEX_SXRUN_ERROR_MAX - 1
+ * bytes (its text for the log, then the status the launcher names). */
+#define SX_MODEX_SXRUN_ERROR_MAX 1024
 
 /** Environment of processes started by sx_run. */
 #define SX_RUN_ENV_RANK "SX_RUN_RANK" /* 0 .. size-1 */

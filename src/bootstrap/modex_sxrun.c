@@ -54,8 +54,6 @@
  * rank on a loaded machine; sx_run's --timeout is the way to bound a job.
  * When it passes, exchange returns SX_ERR_AGAIN (with a log line). */
 #define SX_MODEX_SXRUN_TIMEOUT_MS 120000
-/* The longest RDV_ERROR text kept for the log. */
-#define SX_MODEX_SXRUN_ERROR_MAX 1024
 /* Ranks a job may have; sx_run starts far fewer. */
 #define SX_MODEX_SXRUN_MAX_SIZE (1u << 20)
 
