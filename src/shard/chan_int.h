@@ -102,9 +102,10 @@ void sx_chan_queue_rtx_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest);
 
 /** Takes the cumulative and selective ACK of a packet from the peer at
- *  @p now; the packet arrived at @p arrived_ns, where RTT samples end. */
+ *  @p now; the packet arrived at @p arrived_ns, where RTT samples end,
+ *  and not before @p since_ns (shard.h, rx_since_ns). */
 void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack, uint64_t now,
-                                uint64_t arrived_ns);
+                                uint64_t arrived_ns, uint64_t since_ns);
 
 /** Holds the ACK of in-order data packet @p h, arrived at @p now, until
  *  sx_chan_ack_release_locked takes it (false: it must be taken now). */

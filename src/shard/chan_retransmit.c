@@ -106,6 +106,34 @@ void sx_chan_rto_restart_locked(sx_chan_t *c)
     c->backoff = 0;
 }
 
+/*
+ * Whether an ACK read at @p arrived_ns, which came no earlier than
+ * @p since_ns, may have waited for us longer than the RTO before we read
+ * it: the sample of the packet sent at @p sent_ns is then left out. The
+ * ACK came after both the send and since_ns, and any later than the RTO
+ * after them its packet's timer would have been due, so the shard would
+ * have polled (a caller, the service woken for the timer) and moved
+ * since_ns, unless this process did not run: it was stopped, descheduled,
+ * or computed with the service off, or a callback of the last pass took
+ * that long. Such a sample measures our absence, not the path. Taken, one
+ * after a 1.6 s stop put the SRTT at 200 ms and the RTO at its ceiling
+ * (SX_RTO_MAX_US) for a dozen samples, and told HyStart++ a queue had
+ * built (test_liveness test_silence_counts_from_the_read). A path slower
+ * than the RTO loses no sample here: its packet's timer fires first, and
+ * Karn's rule has none to give. TCP reads its receive time from the
+ * kernel, which stamps the segment as it lands; the udp socket option
+ * that would (SO_TIMESTAMPNS) costs every read a control message.
+ */
+static bool chan_ack_waited(sx_chan_t *c, uint64_t sent_ns, uint64_t arrived_ns, uint64_t since_ns)
+{
+    uint64_t from = sx_u64_before(since_ns, sent_ns) ? sent_ns : since_ns;
+
+    if (!sx_u64_before(from, arrived_ns) || arrived_ns - from <= c->rto_ns)
+        return false;
+    sx_stat_add(&c->shard->stats.rtt_waited, 1);
+    return true;
+}
+
 /* RFC 6298 section 2: SRTT and RTTVAR from a sample R. */
 SX_HOT static void chan_rtt_sample(sx_chan_t *c, uint64_t r, uint64_t now)
 {
@@ -455,6 +483,7 @@ SX_HOT bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64
     shard->ack_held_chan = c;
     shard->ack_held = *h;
     shard->ack_held_ns = now;
+    shard->ack_held_since_ns = shard->rx_since_ns;
     sx_stat_add(&shard->stats.acks_held, 1);
     return true;
 }
@@ -469,7 +498,8 @@ SX_HOT int sx_chan_ack_release_locked(sx_shard_t *shard)
     shard->ack_held_chan = NULL;
     if (c->failed)
         return 0;
-    sx_chan_process_ack_locked(c, &h, false, sx_time_ns(), shard->ack_held_ns);
+    sx_chan_process_ack_locked(c, &h, false, sx_time_ns(), shard->ack_held_ns,
+                               shard->ack_held_since_ns);
     if (c->ack_now || c->rtx != NULL || c->sendq != NULL)
         sx_chan_kick_locked(c);
     return 1;
@@ -494,7 +524,7 @@ static void chan_rack_advance(sx_chan_t *c, const sx_txpkt_t *pkt, uint64_t arri
 }
 
 SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_ack,
-                                       uint64_t now, uint64_t arrived_ns)
+                                       uint64_t now, uint64_t arrived_ns, uint64_t since_ns)
 {
     uint32_t mask = sx_chan_window(c) - 1;
     /*
@@ -521,7 +551,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
     if (pure_ack && (h->flags & SX_PKTF_DSACK))
         chan_dsack(c, h->seq);
     if (sx_u32_before(c->snd_una, h->ack)) {
-        uint64_t sample = 0;
+        uint64_t sample = 0, sample_sent = 0;
         size_t acked = 0;
         bool original_acked = false;
         while (sx_u32_before(c->snd_una, h->ack)) {
@@ -540,8 +570,10 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
                  * already reported it (its sample was taken then) or an
                  * earlier ACK could not have (see `reportable`). */
                 if (pkt->transmissions == 1 && !pkt->sacked &&
-                    !sx_u32_before(reportable, c->snd_una))
+                    !sx_u32_before(reportable, c->snd_una)) {
                     sample = arrived_ns - pkt->first_sent_ns;
+                    sample_sent = pkt->first_sent_ns;
+                }
                 if (pkt->key != 0) {
                     void *occupant;
                     (void)sx_hotel_checkout(c->shard->hotel, pkt->key, &occupant);
@@ -560,7 +592,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             sx_chan_cc_post_locked(c, now);
             sx_cc_acked(c->cc, acked, now);
         }
-        if (sample != 0) {
+        if (sample != 0 && !chan_ack_waited(c, sample_sent, arrived_ns, since_ns)) {
             chan_rtt_sample(c, sample, now);
         } else if (c->backoff > 0 && c->srtt_ns != 0) {
             /* New data acknowledged: drop the back-off even without a
@@ -632,7 +664,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
      */
     if (h->sack != 0) {
         uint32_t highest = h->ack;
-        uint64_t sack_sample = 0;
+        uint64_t sack_sample = 0, sack_sent = 0;
         size_t sacked = 0;
         for (unsigned i = 0; i < SX_WIRE_SACK_BITS; i++) {
             if (!(h->sack & (1ull << i)))
@@ -656,8 +688,10 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
                         pkt->key = 0;
                     }
                 }
-                if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s))
+                if (!pkt->sacked && pkt->transmissions == 1 && !sx_u32_before(reportable, s)) {
                     sack_sample = arrived_ns - pkt->first_sent_ns; /* newest wins */
+                    sack_sent = pkt->first_sent_ns;
+                }
                 pkt->sacked = true;
                 chan_rack_advance(c, pkt, arrived_ns);
             }
@@ -668,7 +702,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             if (sacked != 0)
                 sx_cc_acked(c->cc, sacked, now);
         }
-        if (sack_sample != 0)
+        if (sack_sample != 0 && !chan_ack_waited(c, sack_sent, arrived_ns, since_ns))
             chan_rtt_sample(c, sack_sample, now);
         uint64_t reo = chan_reo_window(c);
         for (uint32_t s = c->snd_una; sx_u32_before(s, highest); s++) {

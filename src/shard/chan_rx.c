@@ -613,7 +613,8 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
     if (h->flags & SX_PKTF_ACK) {
         uint64_t now = c->shard->rx_ns; /* when it was read: shard.h */
         if (!(in_order && h->type == SX_PKT_DATA && sx_chan_ack_hold_locked(c, h, now)))
-            sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK, now, now);
+            sx_chan_process_ack_locked(c, h, h->type == SX_PKT_ACK, now, now,
+                                       c->shard->rx_since_ns);
     }
     if (c->failed || h->type != SX_PKT_DATA)
         goto out;

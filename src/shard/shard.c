@@ -570,12 +570,14 @@ void sx_shard_recv_from_locked(sx_shard_t *shard, unsigned tl, const uint8_t *da
                                const void *src, size_t src_len, uint8_t ecn)
 {
     shard->rx_ns = sx_time_ns();
+    shard->rx_since_ns = shard->rx_ns; /* read as it came: shard.h */
     sx_shard_recv_any_locked(shard, tl, data, len, false, src, src_len, ecn, 0, NULL);
 }
 
 void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t len)
 {
     shard->rx_ns = sx_time_ns();
+    shard->rx_since_ns = shard->rx_ns;
     /* The OOB connection is the peer's own: no datagram source to check. */
     sx_shard_recv_any_locked(shard, SX_SHARD_TL_NET, data, len, true, NULL, 0, SX_TL_ECN_NOT_ECT, 0,
                              NULL);
@@ -680,6 +682,8 @@ SX_HOT_PASS static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *pas
         shard->rx_ns = sx_time_ns(); /* completions ran, which take their time */
     }
     shard->home_pass = home && !shard->serving; /* may hold an ACK: chan_retransmit.c */
+    shard->rx_since_ns = shard->poll_ns;        /* shard.h */
+    shard->poll_ns = shard->rx_ns;
     int polled = sx_shard_poll_locked(shard);
     shard->home_pass = false;
     /* A timer decides on what the peer acknowledged: one due now sees a

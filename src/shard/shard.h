@@ -127,6 +127,7 @@ struct sx_shard_guest {
     X(rwnd_stalls, "flushes stopped by the peer's receive window (flow control)")                \
     X(peer_probes, "probes of a closed window or of a peer that owes answers (persist)")         \
     X(own_stalls, "timeouts that found this process had not run: not held against a peer")       \
+    X(rtt_waited, "RTT samples left out: the ACK may have waited for us longer than the RTO")    \
     X(pmtu_steps, "datagram sizes given up at connect: probes of them went unanswered")          \
     X(pmtu_blackholes, "datagram sizes given up later: large packets lost, small ones answered") \
     X(frags_sent, "fragments of packets built before a smaller datagram size was found")         \
@@ -281,7 +282,7 @@ struct sx_shard {
      * time. */
     struct sx_chan *ack_held_chan;
     sx_wire_hdr_t ack_held;
-    uint64_t ack_held_ns;
+    uint64_t ack_held_ns, ack_held_since_ns; /* rx_ns and rx_since_ns of its read */
     bool home_pass; /* while a home thread's pass polls: only it holds one */
     /* The channel the last datagram was for, and the peer table's
      * removal count when the lookup found it (sx_shard_chan_of): the
@@ -302,6 +303,13 @@ struct sx_shard {
      * between a datagram's arrival and its delivery (rdtsc stamps in a
      * ping-pong, sx_bench latency). */
     uint64_t rx_ns;
+    /* The earliest time what is now being handled could have arrived:
+     * for a pass's poll, when the shard's last poll began (what it left
+     * in the socket came after; poll_ns keeps that time), else rx_ns. An
+     * ACK read long after both its packet's send and that time may have
+     * waited for us, not for the network: its RTT sample is left out
+     * (chan_retransmit.c, chan_ack_waited). */
+    uint64_t rx_since_ns, poll_ns;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* This tenure is a progress pass (sx_shard_pass): a caller that
      * progresses keeps the service away, so its passes never kick it; any

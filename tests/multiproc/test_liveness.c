@@ -917,6 +917,27 @@ static void lv_pair_on_error(void *arg, uint64_t peer_id, int status)
     lv_pair_bad(p, status);
 }
 
+/* The largest smoothed RTT among @p e's channels, in ms, as sx_dump
+ * prints it ("rto R ms, srtt S ms, ..."). */
+static double lv_srtt_ms(sx_engine_h e)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    assert_non_null(f);
+    assert_int_equal(sx_dump(e, f), SX_OK);
+    assert_int_equal(fclose(f), 0);
+    double max = -1;
+    for (const char *at = text; (at = strstr(at, "    rto ")) != NULL; at++) {
+        double rto, srtt;
+        if (sscanf(at, "    rto %lf ms, srtt %lf ms", &rto, &srtt) == 2 && srtt > max)
+            max = srtt;
+    }
+    free(text);
+    assert_true(max >= 0); /* a channel was there */
+    return max;
+}
+
 static void lv_pair_send(lv_pair_t *p)
 {
     static const uint8_t msg[64];
@@ -946,8 +967,7 @@ static void test_silence_counts_from_the_read(void **state)
     lv_init(&r, 35);
     lv_both_kv(&r, "SERVICE_US", "0"); /* nothing runs an engine but this thread */
     /* Later than lv_init's, so this one counts: three timeouts fit well
-     * inside half the peer timeout, even after the four's RTT sample
-     * (taken across the stall) has pushed the RTO to its ceiling. */
+     * inside half the peer timeout, even with the RTO at its ceiling. */
     lv_both_kv(&r, "RTO_MAX_US", "20000");
     static lv_pair_t p; /* not on the stack: a failure leaves by longjmp */
     p = (lv_pair_t){.first_bad = SX_OK};
@@ -994,6 +1014,16 @@ static void test_silence_counts_from_the_read(void **state)
                  (unsigned long long)lv_stat(p.e.a, "own_stalls"));
     assert_int_equal(p.done, 5);                     /* the four, by the ACK read */
     assert_true(lv_stat(p.e.a, "rtx_timeout") >= 3); /* B was silent through them */
+    /* That ACK waited in A's socket through the stall: the round trip it
+     * ends is A's absence, not the path's, and gives no RTT sample
+     * (chan_ack_waited). Taken, it put A's SRTT at ~200 ms (1.6 s / 8)
+     * and the RTO at its ceiling; the one sample left, the first
+     * exchange's, is below SX_RTO_INIT_US (10 ms) or left out too. */
+    double srtt = lv_srtt_ms(p.e.a);
+    if (srtt >= 50)
+        fail_msg("A's SRTT is %.3f ms after the %d ms stall (RTT samples left out: %llu)", srtt,
+                 2 * LV_TIMEOUT_MS, (unsigned long long)lv_stat(p.e.a, "rtt_waited"));
+    assert_true(lv_stat(p.e.a, "rtt_waited") >= 1);
     /* B resumes: the last one completes too. */
     assert_true(am_progress_until(p.e.a, p.e.b, &p.done, 6));
     assert_int_equal(p.ok, 6);
