@@ -108,21 +108,25 @@ void sx_chan_rto_restart_locked(sx_chan_t *c)
 
 /*
  * Whether an ACK read at @p arrived_ns, which came no earlier than
- * @p since_ns, may have waited for us longer than the RTO before we read
- * it: the sample of the packet sent at @p sent_ns is then left out. The
- * ACK came after both the send and since_ns, and any later than the RTO
- * after them its packet's timer would have been due, so the shard would
- * have polled (a caller, the service woken for the timer) and moved
- * since_ns, unless this process did not run: it was stopped, descheduled,
- * or computed with the service off, or a callback of the last pass took
- * that long. Such a sample measures our absence, not the path. Taken, one
- * after a 1.6 s stop put the SRTT at 200 ms and the RTO at its ceiling
- * (SX_RTO_MAX_US) for a dozen samples, and told HyStart++ a queue had
- * built (test_liveness test_silence_counts_from_the_read). A path slower
- * than the RTO loses no sample here: its packet's timer fires first, and
- * Karn's rule has none to give. TCP reads its receive time from the
- * kernel, which stamps the segment as it lands; the udp socket option
- * that would (SO_TIMESTAMPNS) costs every read a control message.
+ * @p since_ns (the start of the shard's last poll that found nothing to
+ * read: shard.h, rx_since_ns), may have waited for us longer than the
+ * RTO: the sample of the packet sent at @p sent_ns is then left out. The
+ * ACK came after both the send and since_ns; read more than an RTO after
+ * the later of the two, it found a shard nobody had polled for that long,
+ * not even to run the retransmission timer that was due meanwhile (a
+ * pass polls before it runs timers, so the ACK read first cancels it).
+ * Such a round trip measures our absence, not the path: the process was
+ * stopped or descheduled, its callers computed with the service off or
+ * not yet serving (SX_SERVICE_US), a callback ran long, or callers only
+ * visit the shard. Taken, one sample after a 1.6 s stop put the SRTT at
+ * 200 ms and the RTO at its ceiling (SX_RTO_MAX_US) for a dozen samples,
+ * and told HyStart++ a queue had built (test_liveness
+ * test_silence_counts_from_the_read). A path slower than the RTO, under a
+ * shard that is polled, gives none either way: its packet's timer fires
+ * first and Karn's rule has no sample to give until the backed-off RTO
+ * covers it. TCP takes the receive time the kernel stamps as the segment
+ * lands; the udp option that would report it (SO_TIMESTAMPNS) costs every
+ * read a control message.
  */
 static bool chan_ack_waited(sx_chan_t *c, uint64_t sent_ns, uint64_t arrived_ns, uint64_t since_ns)
 {
@@ -597,7 +601,10 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
         } else if (c->backoff > 0 && c->srtt_ns != 0) {
             /* New data acknowledged: drop the back-off even without a
              * sample (every acknowledged packet may have been resent, so
-             * Karn's rule gives none), as Linux does on a forward ACK. */
+             * Karn's rule gives none, or its ACK waited for us), as Linux
+             * does on a forward ACK. Before the first sample the backed-off
+             * RTO stays until one comes (RFC 6298 section 5, Karn's rule):
+             * a path slower than SX_RTO_INIT_US gets its first sample so. */
             chan_rto_compute(c);
         }
         c->backoff = 0;

@@ -969,6 +969,7 @@ static void test_silence_counts_from_the_read(void **state)
     /* Later than lv_init's, so this one counts: three timeouts fit well
      * inside half the peer timeout, even with the RTO at its ceiling. */
     lv_both_kv(&r, "RTO_MAX_US", "20000");
+    lv_kv(&r.pb, "ACK_EVERY", "1");
     static lv_pair_t p; /* not on the stack: a failure leaves by longjmp */
     p = (lv_pair_t){.first_bad = SX_OK};
     sx_config_kv_t ka[LV_MAX_KV], kb[LV_MAX_KV];
@@ -981,18 +982,20 @@ static void test_silence_counts_from_the_read(void **state)
     /* Connected, and an RTT measured. */
     lv_pair_send(&p);
     assert_true(am_progress_until(p.e.a, p.e.b, &p.done, 1));
-    /* A sends four; B takes them and acknowledges them all (an ACK that
-     * leaves in the pass that took the last, or later: it leaves at the
-     * pass's end); A reads nothing. */
-    for (int i = 0; i < 4; i++)
-        lv_pair_send(&p);
+    /* A sends four; B takes each and acknowledges it in an ACK of its
+     * own (SX_ACK_EVERY=1; an ACK leaves at the end of the pass that took
+     * the packet, or later), so four ACKs wait for A, the last covering
+     * all; A reads nothing. */
     uint64_t deadline = sx_time_ns() + AM_TEST_LIMIT_NS;
-    for (;;) {
-        uint64_t acks = lv_stat(p.e.b, "acks_sent");
-        sx_progress(p.e.b);
-        if (p.delivered == 5 && lv_stat(p.e.b, "acks_sent") > acks)
-            break;
-        assert_true(sx_time_ns() < deadline);
+    for (uint64_t i = 0; i < 4; i++) {
+        lv_pair_send(&p);
+        for (;;) {
+            uint64_t acks = lv_stat(p.e.b, "acks_sent");
+            sx_progress(p.e.b);
+            if (p.delivered == i + 2 && lv_stat(p.e.b, "acks_sent") > acks)
+                break;
+            assert_true(sx_time_ns() < deadline);
+        }
     }
     /* The scenario: A does not run for twice the peer timeout. */
     struct timespec ts = {.tv_sec = 2 * LV_TIMEOUT_MS / 1000,
@@ -1014,9 +1017,10 @@ static void test_silence_counts_from_the_read(void **state)
                  (unsigned long long)lv_stat(p.e.a, "own_stalls"));
     assert_int_equal(p.done, 5);                     /* the four, by the ACK read */
     assert_true(lv_stat(p.e.a, "rtx_timeout") >= 3); /* B was silent through them */
-    /* That ACK waited in A's socket through the stall: the round trip it
-     * ends is A's absence, not the path's, and gives no RTT sample
-     * (chan_ack_waited). Taken, it put A's SRTT at ~200 ms (1.6 s / 8)
+    /* Those ACKs waited in A's socket through the stall: the round trips
+     * they end are A's absence, not the path's, and give no RTT sample
+     * (chan_ack_waited), the first read after the stall as the three
+     * read in later polls. Taken, one put A's SRTT at ~200 ms (1.6 s / 8)
      * and the RTO at its ceiling; the one sample left, the first
      * exchange's, is below SX_RTO_INIT_US (10 ms) or left out too. */
     double srtt = lv_srtt_ms(p.e.a);
