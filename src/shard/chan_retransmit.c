@@ -108,25 +108,25 @@ void sx_chan_rto_restart_locked(sx_chan_t *c)
 
 /*
  * Whether an ACK read at @p arrived_ns, which came no earlier than
- * @p since_ns (the start of the shard's last poll that found nothing to
- * read: shard.h, rx_since_ns), may have waited for us longer than the
+ * @p since_ns (the start of the shard's last poll that read its queues
+ * empty: shard.h, rx_since_ns), may have waited for us longer than the
  * RTO: the sample of the packet sent at @p sent_ns is then left out. The
  * ACK came after both the send and since_ns; read more than an RTO after
- * the later of the two, it found a shard nobody had polled for that long,
- * not even to run the retransmission timer that was due meanwhile (a
- * pass polls before it runs timers, so the ACK read first cancels it).
- * Such a round trip measures our absence, not the path: the process was
- * stopped or descheduled, its callers computed with the service off or
- * not yet serving (SX_SERVICE_US), a callback ran long, or callers only
- * visit the shard. Taken, one sample after a 1.6 s stop put the SRTT at
- * 200 ms and the RTO at its ceiling (SX_RTO_MAX_US) for a dozen samples,
- * and told HyStart++ a queue had built (test_liveness
- * test_silence_counts_from_the_read). A path slower than the RTO, under a
- * shard that is polled, gives none either way: its packet's timer fires
- * first and Karn's rule has no sample to give until the backed-off RTO
- * covers it. TCP takes the receive time the kernel stamps as the segment
- * lands; the udp option that would report it (SO_TIMESTAMPNS) costs every
- * read a control message.
+ * the later of the two, it may have sat in our socket all that time,
+ * because nobody polled the shard (the process was stopped or
+ * descheduled, its callers computed with the service off or not yet
+ * serving, SX_SERVICE_US, a callback ran long, callers only visit the
+ * shard) or every poll found older datagrams first. Such a round trip
+ * measures us, not the path. Taken, one sample after a 1.6 s stop put the
+ * SRTT at 200 ms and the RTO at its ceiling (SX_RTO_MAX_US) for a dozen
+ * samples, and told HyStart++ a queue had built (test_liveness
+ * test_silence_counts_from_the_read). A path that turns slower than the
+ * RTO still gives its samples while the shard's polls come back empty now
+ * and then, since since_ns is recent then; only under a queue that never
+ * empties are they lost, and a timeout's back-off then covers the path.
+ * TCP takes the receive time the kernel stamps as the segment lands; the
+ * udp option that would report it (SO_TIMESTAMPNS) costs every read a
+ * control message.
  */
 static bool chan_ack_waited(sx_chan_t *c, uint64_t sent_ns, uint64_t arrived_ns, uint64_t since_ns)
 {

@@ -583,12 +583,13 @@ void sx_shard_recv_ctrl_locked(sx_shard_t *shard, const uint8_t *data, size_t le
                              NULL);
 }
 
-/* Polls every interface; *recvs_p: the datagrams read. */
-SX_HOT_PASS static int sx_shard_poll_locked(sx_shard_t *shard, unsigned *recvs_p)
+/* Polls every interface; *drained_p: whether each read its queue empty
+ * (transport.h, poll: fewer events than asked, and rx_left false). */
+SX_HOT_PASS static int sx_shard_poll_locked(sx_shard_t *shard, bool *drained_p)
 {
     sx_tl_event_t *ev = shard->poll_ev;
     int total = 0;
-    unsigned recvs = 0;
+    bool drained = true;
 
     for (unsigned t = 0; t < SX_SHARD_TL_COUNT; t++) {
         sx_tl_iface_t *iface = shard->ifaces[t];
@@ -613,26 +614,27 @@ SX_HOT_PASS static int sx_shard_poll_locked(sx_shard_t *shard, unsigned *recvs_p
         if (n < 0) {
             sx_error("shard", "shard %u: %s interface failed: %s", shard->index, iface->ops->name,
                      sx_strerror(n));
-            recvs++; /* not known to be empty */
+            drained = false;
             continue;
         }
+        if ((unsigned)n >= max || iface->rx_left)
+            drained = false;
         if (t == SX_SHARD_TL_NET && shard->land_n != 0) {
             shard->land_ev = ev;
             shard->land_ev_n = n;
         }
         for (int i = 0; i < n; i++) {
             shard->land_ev_next = i + 1;
-            if (ev[i].type == SX_TL_EV_RECV) {
-                recvs++;
+            if (ev[i].type == SX_TL_EV_RECV)
                 sx_shard_recv_any_locked(shard, t, ev[i].data, ev[i].len, false, ev[i].src,
                                          ev[i].src_len, ev[i].ecn, ev[i].landed, ev[i].landed_at);
-            } else if (ev[i].type == SX_TL_EV_SEND_DONE && shard->tx_inflight[t] > 0)
+            else if (ev[i].type == SX_TL_EV_SEND_DONE && shard->tx_inflight[t] > 0)
                 shard->tx_inflight[t]--; /* a send credit comes back */
         }
         shard->land_ev = NULL;
         total += n;
     }
-    *recvs_p = recvs;
+    *drained_p = drained;
     return total;
 }
 
@@ -687,12 +689,12 @@ SX_HOT_PASS static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *pas
         shard->rx_ns = sx_time_ns(); /* completions ran, which take their time */
     }
     shard->home_pass = home && !shard->serving; /* may hold an ACK: chan_retransmit.c */
-    shard->rx_since_ns = shard->rx_empty_ns;    /* shard.h */
+    shard->rx_since_ns = shard->rx_drained_ns;  /* shard.h */
     uint64_t poll_at = shard->rx_ns;
-    unsigned recvs;
-    int polled = sx_shard_poll_locked(shard, &recvs);
-    if (recvs == 0)
-        shard->rx_empty_ns = poll_at;
+    bool drained;
+    int polled = sx_shard_poll_locked(shard, &drained);
+    if (drained)
+        shard->rx_drained_ns = poll_at;
     shard->home_pass = false;
     /* A timer decides on what the peer acknowledged: one due now sees a
      * held ACK taken (chan_retransmit.c). */

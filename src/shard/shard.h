@@ -304,15 +304,16 @@ struct sx_shard {
      * ping-pong, sx_bench latency). */
     uint64_t rx_ns;
     /* The earliest time what is now being handled could have arrived:
-     * for a pass's poll, when the last poll that found nothing to read
-     * began (rx_empty_ns), else rx_ns. Not the last poll's start: one
-     * that read something may have left more behind (udp reads a lone
-     * datagram at a time after a quiet spell, a batch is capped), which
-     * waited as long as what it read. An ACK read long after both its
-     * packet's send and that time may have waited for us, not for the
+     * for a pass's poll, when the last poll that read every interface's
+     * queue empty began (rx_drained_ns: fewer events than it asked for,
+     * and no rx_left, transport.h), else rx_ns. Not the last poll's
+     * start: one that read something may have left more behind (udp reads
+     * a lone datagram a poll after a quiet spell, a batch is capped),
+     * which waited as long as what it read. An ACK read long after both
+     * its packet's send and that time may have waited for us, not for the
      * network: its RTT sample is left out (chan_retransmit.c,
      * chan_ack_waited). */
-    uint64_t rx_since_ns, rx_empty_ns;
+    uint64_t rx_since_ns, rx_drained_ns;
     uint64_t svc_next_ns; /* the service's last pass: its earliest timer after the flush */
     /* This tenure is a progress pass (sx_shard_pass): a caller that
      * progresses keeps the service away, so its passes never kick it; any

@@ -726,6 +726,7 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
             f->fstats.ce_marked++;
         }
     }
+    f->base.rx_left = f->inner->rx_left;
     const sx_tl_stats_t *in = &f->inner->stats;
     f->base.stats.rx_datagrams = in->rx_datagrams;
     f->base.stats.rx_truncated = in->rx_truncated;

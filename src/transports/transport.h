@@ -340,8 +340,12 @@ struct sx_tl_ops {
     /**
      * Reports up to @p max events: received datagrams and, for
      * interfaces without sync_send, completed sends. Returns how many, or
-     * a negative status for a fatal interface error. Never blocks. Fast
-     * path; never NULL.
+     * a negative status for a fatal interface error. Sets iface->rx_left
+     * when it returns fewer than @p max yet may have left datagrams queued
+     * that arrived before it began (udp reads one datagram a poll after a
+     * quiet spell); one that reads until its queue is empty or @p max
+     * events are reported leaves it false. Never blocks. Fast path; never
+     * NULL.
      */
     int (*poll)(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max);
 
@@ -397,6 +401,7 @@ struct sx_tl_iface {
     const sx_tl_ops_t *ops;
     sx_tl_caps_t caps;
     sx_tl_stats_t stats;
+    bool rx_left; /* written by poll: see its contract */
 };
 
 extern const sx_tl_ops_t sx_tl_udp_ops;

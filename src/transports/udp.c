@@ -967,6 +967,9 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
     if (n < 0)
         return n;
     got += n;
+    /* The IPv6 socket below, read only now and then until it first gets
+     * a datagram, is left out: that one is a CONNECT, resent anyway. */
+    u->base.rx_left = (u->ack_fd >= 0 && u->ack_rx.left) || u->rx.left;
     /* The IPv6 socket, until it first gets a datagram, only every
      * UDP_V6_QUIET_POLLS calls: a peer on this host or an IPv4 network
      * never uses it, and reading it at every poll was a second empty
@@ -991,6 +994,7 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
         if (n < 0)
             return n;
         u->v6_seen |= n > 0 || u->rx6.pend_n != 0;
+        u->base.rx_left |= u->rx6.left;
         got += n;
     }
     return got;

@@ -122,6 +122,7 @@ typedef struct udp_rx {
     uint8_t *mem;
     uint32_t last_ovfl; /* the socket's drop counter as last reported */
     bool batch;         /* the last poll found datagrams back to back: use recvmmsg */
+    bool left;          /* the last poll may have left datagrams (transport.h, rx_left) */
     /* busy: a read found UDP_RX_BUSY_READ datagrams queued behind each
      * other once, and the options a busy socket needs are on: SO_RXQ_OVFL,
      * and UDP_GRO when gro (a data socket on a kernel that has it).
@@ -358,6 +359,12 @@ static inline int sx_udp_send1(int fd, const struct msghdr *h, int flags)
 static inline bool sx_udp_errno_no_room(int err)
 {
     return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM;
+}
+
+/* Whether a failed read found the socket empty. */
+static inline bool sx_udp_errno_empty(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK;
 }
 /** ECN on a data socket (udp_sock.c): it sends ECT(0) (open), and its
  *  reads report each datagram's field (recv). False, with a warning, when

@@ -318,6 +318,7 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
                                       MSG_DONTWAIT | MSG_TRUNC, &rx->src[0].sa, &src_len);
         if (got >= 0) {
             rx->batch = true;
+            rx->left = true; /* one read: more may wait */
             if ((size_t)got > rx->limit) {
                 /* Cut, or longer than the mtu (a GRO buffer is larger):
                  * the verdict of udp_rx_hand_up. */
@@ -336,6 +337,7 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
         }
         if (!udp_rx_again(u, (int)-got, &refused)) {
             rx->batch = false;
+            rx->left = !sx_udp_errno_empty((int)-got);
             return udp_rx_failed((int)-got, "recvfrom");
         }
     }
@@ -347,6 +349,7 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
     unsigned refused = 0;
     int rc;
 
+    rx->left = true; /* unless a read below finds the socket empty */
     if (want == 0)
         return 0;
     if (rx->pend_n != 0)
@@ -392,6 +395,7 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
         if (udp_rx_again(u, err, &refused))
             continue;
         rx->batch = false;
+        rx->left = !sx_udp_errno_empty(err);
         udp_rx_unland(u, rx, 0);
         return udp_rx_failed(err, batch ? "recvmmsg" : "recvmsg");
     }
@@ -401,6 +405,7 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
      * empty, poll of a ping-pong (callgrind of sx_bench latency). */
     rx->dirty = (unsigned)rc;
     rx->batch = batch ? rc > 1 : true;
+    rx->left = !batch || rc == (int)want; /* a short batch emptied the socket */
     if (rc >= UDP_RX_BUSY_READ && !rx->busy)
         sx_udp_rx_busy(rx);
     udp_rx_unland(u, rx, rc); /* land_cap[i] stays until buffer i is handed up */
@@ -410,5 +415,8 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
     rx->pend_i = 0;
     rx->pend_n = (unsigned)rc;
     rx->pend_off = 0;
-    return (int)udp_rx_hand_up(u, rx, events, max);
+    int n = (int)udp_rx_hand_up(u, rx, events, max);
+    if (rx->pend_n != 0)
+        rx->left = true; /* datagrams of this read wait for the next poll */
+    return n;
 }

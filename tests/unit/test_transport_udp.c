@@ -1180,6 +1180,53 @@ static void test_busy_needs_a_backlog(void **state)
     a->ops->close(a);
 }
 
+/* A poll says when it may have left datagrams that were queued before it
+ * (rx_left, transport.h): after a quiet spell the data socket is read one
+ * datagram a poll, so the first of three queued at once comes alone and
+ * the other two wait; a poll that reads the socket empty says nothing is
+ * left. The shard times RTT samples by it (chan_ack_waited). Both ways of
+ * reading one: recvfrom, and recvmsg on a socket read with control data
+ * (one too small for four of its largest datagrams has them at once,
+ * sx_udp_rx_busy). */
+static void poll_says_what_it_left(size_t rcvbuf)
+{
+    sx_tl_iface_t *a = open_udp(rcvbuf);
+    uint8_t peer[8];
+    int fd = raw_peer(peer);
+    struct sockaddr_in to = loopback_of(a);
+    sx_tl_event_t ev[32];
+
+    assert_int_equal(a->ops->poll(a, ev, 32), 0);
+    assert_false(a->rx_left);
+    for (uint8_t i = 0; i < 3; i++)
+        assert_int_equal(sendto(fd, &i, 1, 0, (struct sockaddr *)&to, sizeof(to)), 1);
+    /* Over loopback a datagram is queued at the receiver when sendto
+     * returns. */
+    assert_int_equal(a->ops->poll(a, ev, 32), 1);
+    assert_int_equal(ev[0].data[0], 0);
+    assert_true(a->rx_left);
+    unsigned got = 1;
+    uint64_t deadline = sx_time_ns() + DEADLINE_NS;
+    while (got < 3) {
+        int n = a->ops->poll(a, ev, 32);
+        assert_true(n >= 0);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(ev[i].data[0], got++);
+        assert_true(sx_time_ns() < deadline);
+    }
+    assert_int_equal(a->ops->poll(a, ev, 32), 0);
+    assert_false(a->rx_left);
+    close(fd);
+    a->ops->close(a);
+}
+
+static void test_poll_says_what_it_left(void **state)
+{
+    (void)state;
+    poll_says_what_it_left(4 << 20); /* recvfrom */
+    poll_says_what_it_left(0);       /* the default buffer: recvmsg with control data */
+}
+
 /* ECN: an interface opened with it sends ECT(0) from the start, but its
  * events carry the field only once ecn_report asked (a channel that uses
  * congestion control); one opened without it never reports. */
@@ -1229,6 +1276,7 @@ int main(void)
         cmocka_unit_test(test_gso_and_gro),
         cmocka_unit_test(test_busy_needs_a_backlog),
         cmocka_unit_test(test_ecn_report),
+        cmocka_unit_test(test_poll_says_what_it_left),
         cmocka_unit_test(test_lone_datagram_cut_counted),
         cmocka_unit_test(test_addr_insert_rejects_garbage),
         cmocka_unit_test(test_closed_port_is_not_fatal),
