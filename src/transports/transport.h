@@ -399,9 +399,9 @@ struct sx_tl_ops {
 /** The part every interface struct starts with. */
 struct sx_tl_iface {
     const sx_tl_ops_t *ops;
+    bool rx_left; /* written by poll: see its contract; beside ops, read with it */
     sx_tl_caps_t caps;
     sx_tl_stats_t stats;
-    bool rx_left; /* written by poll: see its contract */
 };
 
 extern const sx_tl_ops_t sx_tl_udp_ops;
