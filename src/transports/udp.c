@@ -967,8 +967,9 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
     if (n < 0)
         return n;
     got += n;
-    /* The IPv6 socket below, read only now and then until it first gets
-     * a datagram, is left out: that one is a CONNECT, resent anyway. */
+    /* An IPv6 socket not read in this poll (below: now and then until it
+     * first gets a datagram) counts as empty: that datagram is a CONNECT,
+     * resent anyway. */
     u->base.rx_left = (u->ack_fd >= 0 && u->ack_rx.left) || u->rx.left;
     /* The IPv6 socket, until it first gets a datagram, only every
      * UDP_V6_QUIET_POLLS calls: a peer on this host or an IPv4 network

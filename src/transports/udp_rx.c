@@ -317,8 +317,7 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
         ssize_t got = sx_udp_recvfrom(rx->fd, rx->iov[0].iov_base, rx->iov[0].iov_len,
                                       MSG_DONTWAIT | MSG_TRUNC, &rx->src[0].sa, &src_len);
         if (got >= 0) {
-            rx->batch = true;
-            rx->left = true; /* one read: more may wait */
+            rx->batch = true; /* rx->left stays true: more may wait */
             if ((size_t)got > rx->limit) {
                 /* Cut, or longer than the mtu (a GRO buffer is larger):
                  * the verdict of udp_rx_hand_up. */
