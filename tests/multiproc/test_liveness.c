@@ -61,6 +61,7 @@
 
 #include "am_util.h"
 #include "common/time.h"
+#include "log_capture.h"
 #include "mp_util.h"
 #include "test_filter.h"
 
@@ -921,12 +922,7 @@ static void lv_pair_on_error(void *arg, uint64_t peer_id, int status)
  * prints it ("rto R ms, srtt S ms, ..."). */
 static double lv_srtt_ms(sx_engine_h e)
 {
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    assert_non_null(f);
-    assert_int_equal(sx_dump(e, f), SX_OK);
-    assert_int_equal(fclose(f), 0);
+    char *text = dump_text(e);
     double max = -1;
     for (const char *at = text; (at = strstr(at, "    rto ")) != NULL; at++) {
         double rto, srtt;
