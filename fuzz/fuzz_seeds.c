@@ -326,6 +326,18 @@ static void rdv_seeds(void)
     put8(1), put8(2), put8(0), put8(0);
     put8(0), put16((unsigned)all_len), put(all, all_len);
     save("corpus-rendezvous", "rank0-wrong-size");
+    /* RDV_ERRORs that carry a status (text, NUL, i32), as sx_run's do: one
+     * for the PUT with SX_ERR_INTERNAL, the status of the input CI's
+     * fuzzing found (2306381), and one for a fence after a good ALL. */
+    static const char left[] = "rank 1 left";
+    put8(1), put8(1), put8(0), put8(1);
+    put8(2), put16(sizeof(left) + 4), put(left, sizeof(left)), put32((uint32_t)SX_ERR_INTERNAL);
+    save("corpus-rendezvous", "rank0-error-status");
+    put8(1), put8(1), put8(0), put8(1);
+    put8(0), put16((unsigned)all_len), put(all, all_len);
+    put8(2), put16(sizeof(left) + 4), put(left, sizeof(left));
+    put32((uint32_t)SX_ERR_PEER_UNREACHABLE);
+    save("corpus-rendezvous", "rank0-fence-error");
 
     uint8_t c4[512];
     size_t c4len = card("four-shards", c4, sizeof(c4));
