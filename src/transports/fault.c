@@ -16,7 +16,8 @@
  *                       caller's buffer); a 0-byte datagram has no bit to flip
  *   delay_us=N          hold every datagram N microseconds; poll releases it
  *   seed=N              PRNG seed (decimal or 0x hex; default 0)
- *   blackhole=S+D       drop everything sent from S ms to S+D ms after open
+ *   blackhole=S+D       drop everything sent from S ms to S+D ms after the
+ *                       interface's first datagram, sent or received
  *   ctrl_blackout=S+D   drop control datagrams sent in that window
  *   path_mtu=N          drop every datagram longer than N bytes, as a link
  *                       with a smaller MTU on the path would (no PRNG draw)
@@ -27,6 +28,14 @@
  *   ce=P                on receipt, mark an ECN-capable datagram (ECT(0) or
  *                       ECT(1) in the event's ecn) CE with probability P, as
  *                       a router that marks instead of dropping would
+ *
+ * Why the windows count from the first datagram, not from open: an engine
+ * opens its interfaces at sx_engine_create, and how long its peers take to
+ * start and reach it is the launcher's and the machine's (a second or more
+ * to load libfabric's providers on a loaded machine). A window counted from
+ * open could pass before the first peer said anything; one counted from the
+ * first datagram covers the same stretch of the conversation whatever the
+ * start-up took.
  *
  * P is a decimal probability in [0, 1]. "Control" is what
  * config->is_control says of a datagram's iov[0] (NULL: nothing is); the
@@ -99,7 +108,7 @@ typedef struct fault_iface {
     sx_tl_iface_t *inner;
     fault_spec_t spec;
     int (*is_control)(const void *data, size_t len);
-    uint64_t open_ns;
+    uint64_t t0_ns; /* the first datagram sent or received; 0: none yet */
     uint64_t rng[4];
     uint64_t rx_rng[4];                   /* ce's */
     fault_pkt_t *held;                    /* reorder: at most one per destination */
@@ -457,6 +466,15 @@ static bool fault_in_window(uint64_t elapsed, uint64_t start, uint64_t end)
     return elapsed >= start && elapsed < end;
 }
 
+/* Time since the interface's first datagram, which starts the timed
+ * windows (the file comment says why); @p now_ns is the current time. */
+static uint64_t fault_elapsed(fault_iface_t *f, uint64_t now_ns)
+{
+    if (f->t0_ns == 0)
+        f->t0_ns = now_ns;
+    return now_ns - f->t0_ns;
+}
+
 /*
  * Decides the fate of one datagram and carries it out. Draws from the PRNG
  * first and acts afterwards, so that the caller can roll the generator
@@ -478,7 +496,7 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
     bool corrupt = fault_draw(f, sp->corrupt) && len > 0;
     uint64_t bit = sp->corrupt > 0.0 ? fault_next(f) : 0;
 
-    uint64_t elapsed = sx_time_ns() - f->open_ns;
+    uint64_t elapsed = fault_elapsed(f, sx_time_ns());
     if (sp->blackhole && fault_in_window(elapsed, sp->blackhole_start_ns, sp->blackhole_end_ns))
         lost = true;
     if (ctrl && sp->ctrl_blackout &&
@@ -625,7 +643,6 @@ static int fault_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
         f->rng[i] = fault_splitmix64(&x);
     for (unsigned i = 0; i < 4; i++)
         f->rx_rng[i] = fault_splitmix64(&x);
-    f->open_ns = sx_time_ns();
     sx_debug("fault", "shard %u: wrapping %s with '%s'", config->shard, config->inner_ops->name,
              config->fault != NULL ? config->fault : "");
     *iface_p = &f->base;
@@ -717,6 +734,14 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     if (f->delay_head != NULL)
         fault_release_delayed(f, sx_time_ns());
     int rc = f->inner->ops->poll(f->inner, events, max);
+    if (f->t0_ns == 0 && rc > 0) {
+        for (int i = 0; i < rc; i++) {
+            if (events[i].type == SX_TL_EV_RECV) {
+                (void)fault_elapsed(f, sx_time_ns());
+                break;
+            }
+        }
+    }
     for (int i = 0; i < rc && f->spec.ce > 0.0; i++) {
         sx_tl_event_t *ev = &events[i];
         if (ev->type != SX_TL_EV_RECV || (ev->ecn != SX_TL_ECN_ECT0 && ev->ecn != SX_TL_ECN_ECT1))

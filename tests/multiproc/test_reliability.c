@@ -598,10 +598,13 @@ static void rl_execute(rl_run_t *r)
         waiting += !p->plan.flow[i].peer_dies;
     }
     /* The parent's engine only once the children's exist (each sends its
-     * card when it has one): a timed fault window on the parent's engine
-     * counts from its creation and must not pass while a child starts,
-     * which takes a second or more with SX_TRANSPORTS=ofi on a loaded
-     * machine (loading libfabric and its providers). */
+     * card when it has one), so that no engine waits long for its peer: a
+     * child starts in a second or more with SX_TRANSPORTS=ofi on a loaded
+     * machine (loading libfabric and its providers). Timed fault windows
+     * count from an interface's first datagram, so they do not depend on
+     * this order (with a 700 ms pause here, they did when they counted
+     * from the engine's creation: the child's 50+500 ms ACK blackout had
+     * passed before the parent sent anything). */
     for (uint32_t i = 0; i < r->nchildren; i++) {
         struct pollfd pfd = {.fd = r->child[i].from_fd, .events = POLLIN};
         (void)poll(&pfd, 1, RL_SETUP_MS);
@@ -792,7 +795,9 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
 /*
  * Faults go on the sender's engine (tx) and, for the ACKs, the receiver's
  * (rx); each seed gives a fixed pattern of decisions. Timed windows count
- * from the faulty engine's creation; the sender streams past their end.
+ * from the faulty interface's first datagram, sent or received (the
+ * handshake, or with implicit connection the first data); the sender
+ * streams past their end.
  */
 static const rl_case_t rl_cases[] = {
     {"clean, both ways at once", NULL, NULL, NULL, 250, 32, 0, 0, true, 0, NULL},

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <shardx.h>
 
@@ -65,6 +66,16 @@ static int send_id(sx_tl_iface_t *tx, sx_tl_dest_t dest, uint8_t id, bool ctrl)
 {
     uint8_t b[2] = {ctrl ? CTRL_BYTE : 0, id};
     return send_one(tx, dest, b, 2);
+}
+
+/* Returns once @p ms have passed since @p from_ns (a window's edge, not a
+ * synchronization: nothing else is waited for). */
+static void pass_ms(uint64_t from_ns, unsigned ms)
+{
+    while (sx_time_ns() - from_ns < (uint64_t)ms * 1000000u) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static sx_tl_fault_stats_t fstats(sx_tl_iface_t *f)
@@ -400,6 +411,34 @@ static void test_windows(void **state)
         assert_int_equal(send_id(f, to_rx, (uint8_t)i, false), SX_OK);
     rx_until_also(rx, f, &rxlog, 10);
     assert_int_equal(fstats(f).dropped, 0);
+    f->ops->close(f);
+
+    /* The windows count from the interface's first datagram, not from its
+     * open: 100 ms after the open, the first datagram of a window that
+     * starts at 50 ms passes, and one 50 ms after it is dropped ... */
+    rx_log_free(&rxlog);
+    f = open_fault(&sx_tl_udp_ops, NULL, 0, "blackhole=50+3600000");
+    to_rx = connect_to(f, rx);
+    pass_ms(sx_time_ns(), 100);
+    assert_int_equal(send_id(f, to_rx, 1, false), SX_OK);
+    uint64_t first = sx_time_ns();
+    rx_until_also(rx, f, &rxlog, 1);
+    assert_int_equal(fstats(f).dropped, 0);
+    pass_ms(first, 50);
+    assert_int_equal(send_id(f, to_rx, 2, false), SX_OK);
+    assert_int_equal(fstats(f).dropped, 1);
+    f->ops->close(f);
+
+    /* ... and a datagram received starts them too: one sent 50 ms after
+     * the first receipt is dropped, though it is the first sent. */
+    rx_log_free(&rxlog);
+    f = open_fault(&sx_tl_udp_ops, NULL, 0, "blackhole=50+3600000");
+    pass_ms(sx_time_ns(), 100);
+    assert_int_equal(send_id(rx, connect_to(rx, f), 3, false), SX_OK);
+    rx_until_also(f, rx, &rxlog, 1);
+    pass_ms(sx_time_ns(), 50);
+    assert_int_equal(send_id(f, connect_to(f, rx), 4, false), SX_OK);
+    assert_int_equal(fstats(f).dropped, 1);
     f->ops->close(f);
 
     /* A control blackout drops control datagrams only. */
