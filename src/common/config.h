@@ -104,6 +104,11 @@
       "and read datagrams the kernel coalesced (UDP GRO), where it has them (Linux 5.0): "     \
       "bulk data on a 1500-byte path then costs a system call per 44 datagrams or fewer. "     \
       "no: one sendmmsg entry per datagram.")                                                  \
+    X(UDP_HOT, BOOL, udp_hot, "yes", 0, 0, NULL,                                               \
+      "Give each shard's udp interface a second socket on its data port, connected to the "    \
+      "peer whose datagrams come in a run, which the kernel then delivers to without looking " \
+      "up a route or a socket per datagram; the data socket is read every 16th poll while "    \
+      "only that peer sends. Needs SO_REUSEPORT and a reuseport BPF program (Linux 4.5).")     \
     X(CONGESTION, ENUM, cc, "auto", 0, 0, "auto|on|off",                                       \
       "Congestion control: one window in bytes per destination host, shared by the engine's "  \
       "channels to it, paced, halved on loss, its slow start ended when round trips show a "   \
@@ -247,6 +252,7 @@ typedef struct sx_config {
     bool udp_ack_socket;
     uint64_t udp_connect;
     bool udp_gso;
+    bool udp_hot;
     bool cc_ecn;
     int cc;
     uint64_t cc_delay_us;

@@ -311,6 +311,7 @@ static int sx_engine_create_shards(struct sx_engine *e)
                     .ack_socket = e->cfg.udp_ack_socket,
                     .udp_connect = (unsigned)e->cfg.udp_connect,
                     .udp_gso = e->cfg.udp_gso,
+                    .udp_hot = e->cfg.udp_hot,
                     .ecn = e->cfg.cc_ecn && e->cfg.cc != SX_CC_OFF,
                     .ofi_provider = e->cfg.ofi_provider,
                     .net_devices = e->cfg.net_devices,

@@ -656,6 +656,8 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
     sx_stat_set(&shard->stats.tl_rx_ack_socket, iface->stats.rx_ack_socket);
     sx_stat_set(&shard->stats.tl_tx_gso, iface->stats.tx_gso);
     sx_stat_set(&shard->stats.tl_rx_gro, iface->stats.rx_gro);
+    sx_stat_set(&shard->stats.tl_rx_hot, iface->stats.rx_hot);
+    sx_stat_set(&shard->stats.tl_hot_connects, iface->stats.hot_connects);
 }
 
 /* One progress pass; -1 (and nothing done) if another thread holds the

@@ -763,6 +763,8 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     f->base.stats.rx_ack_socket = in->rx_ack_socket;
     f->base.stats.tx_gso = in->tx_gso;
     f->base.stats.rx_gro = in->rx_gro;
+    f->base.stats.rx_hot = in->rx_hot;
+    f->base.stats.hot_connects = in->hot_connects;
     return rc;
 }
 

@@ -38,7 +38,7 @@
 #define SX_TL_DEVICE_MAX 64  /* bytes of a device name ("mlx5_0", "eth0"), with the NUL */
 #define SX_TL_DEVICES    16  /* devices a transport lists for NIC locality, at most */
 #define SX_TL_LAND_SPANS 4   /* spans of one landing offer (sx_tl_ops_t.land), at most */
-#define SX_TL_WAIT_FDS   3   /* fds an interface hands out to sleep on (wait_fds), at most */
+#define SX_TL_WAIT_FDS   4   /* fds an interface hands out to sleep on (wait_fds), at most */
 
 /*
  * Exclusivity (Open MPI's BTL selection): among the network transports an
@@ -85,6 +85,7 @@ typedef struct sx_tl_config {
     int ack_socket;       /* udp: 1 = open a second socket for control datagrams */
     unsigned udp_connect; /* udp: destinations given a connected send socket */
     bool udp_gso;         /* udp: UDP GSO on send and GRO on receive, if the kernel can */
+    bool udp_hot;         /* udp: a hot socket for the busiest sender (udp.c) */
     /* udp: ECN (RFC 3168): data datagrams leave marked ECT(0) and every
      * received one reports its ECN field (sx_tl_event_t.ecn). Only for a
      * sender that answers CE marks (congestion control on): a router that
@@ -175,6 +176,9 @@ typedef struct sx_tl_stats {
                                * rx_datagrams too) */
     uint64_t tx_gso;          /* udp: sends that carried several datagrams (UDP GSO) */
     uint64_t rx_gro;          /* udp: reads that returned several datagrams (UDP GRO) */
+    uint64_t rx_hot;          /* udp: datagrams received on the hot socket (counted in
+                               * rx_datagrams too) */
+    uint64_t hot_connects;    /* udp: times the hot socket was connected to a sender */
 } sx_tl_stats_t;
 
 /** What a transport's query found (see sx_tl_ops_t.query). */

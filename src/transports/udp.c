@@ -14,7 +14,11 @@
  * SX_UDP_CONNECT destinations get a send socket of their own, connected,
  * so the kernel keeps their route instead of looking it up per datagram
  * (sx_udp_connect_dest); it sends from another port, which receivers
- * ignore.
+ * ignore. With SX_UDP_HOT (the default), the destination of the last run
+ * of datagrams sends and receives through a hot socket on the data port
+ * instead, connected to its data port, which the kernel hands that
+ * peer's datagrams and which is read without their senders' addresses
+ * (udp_hot.c).
  *
  * With SX_UDP_GSO (the default), a run of equal data datagrams to one
  * destination goes out as one message with a UDP_SEGMENT control message,
@@ -32,6 +36,7 @@
  *
  * This file is the interface, its card address and its send path;
  * udp_rx.c reads the sockets (and lands payloads, sx_tl_ops_t.land),
+ * udp_hot.c keeps the hot socket,
  * udp_sock.c binds, makes and sizes them, and udp_int.h is what the files
  * share.
  *
@@ -206,8 +211,9 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->base.ops = &sx_tl_udp_ops;
     u->free_head = UDP_DEST_FREE_END;
     u->is_control = config->is_control;
-    u->ack_fd = u->fd6 = -1;
-    u->rx6.fd = -1;
+    u->ack_fd = u->fd6 = u->hot_fd = -1;
+    u->rx6.fd = u->hot_rx.fd = -1;
+    u->hot_dest = u->run_dest = SX_TL_DEST_NONE;
     u->connect_max = sx_udp_connect_budget(config);
     u->sndbuf = config->sndbuf;
     sx_udp_netns(&u->netns_dev, &u->netns_ino);
@@ -266,6 +272,11 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
      * read ever finds that many queued (sx_udp_rx_busy). */
     if (status == SX_OK && (size_t)rcv < 2 * UDP_RX_BUSY_READ * mtu)
         sx_udp_rx_busy(&u->rx);
+    if (status == SX_OK && config->udp_hot && sx_udp_open_hot(u, config) != SX_OK)
+        sx_info("udp",
+                "shard %u: no hot socket (SX_UDP_HOT): every datagram is read from the "
+                "data socket",
+                config->shard);
     if (status == SX_OK && config->ack_socket)
         status = sx_udp_open_ack(u, config);
     if (status == SX_OK && wildcard)
@@ -340,12 +351,15 @@ static void udp_close(sx_tl_iface_t *iface)
         close(u->fd);
     if (u->fd6 >= 0)
         close(u->fd6);
+    if (u->hot_fd >= 0)
+        close(u->hot_fd);
     for (uint32_t i = 0; i < u->ndests; i++)
         if (u->dests[i].live && u->dests[i].tx_fd >= 0)
             close(u->dests[i].tx_fd);
     free(u->rx.mem);
     free(u->ack_rx.mem);
     free(u->rx6.mem);
+    free(u->hot_rx.mem);
     free(u->dests);
     free(u->txb);
     free(u);
@@ -538,6 +552,10 @@ static void udp_ecn_report(sx_tl_iface_t *iface)
         (void)sx_udp_ecn_recv(u->fd6, AF_INET6);
         u->rx6.cmsg = true;
     }
+    if (u->hot_fd >= 0) {
+        (void)sx_udp_ecn_recv(u->hot_fd, AF_INET);
+        u->hot_rx.cmsg = true;
+    }
 }
 
 static uint64_t udp_dest_host(sx_tl_iface_t *iface, sx_tl_dest_t dest)
@@ -587,6 +605,7 @@ static int udp_addr_next(sx_tl_iface_t *iface, sx_tl_dest_t dest, char *why, siz
     unsigned next = (d->cur + 1u) % d->ncand;
     uint16_t ack_port = d->has_ack ? d->ack_port : 0;
     sx_udp_sa_str(&d->sa, from, sizeof(from));
+    sx_udp_hot_forget(u, dest); /* its hot socket is connected to the old address */
     udp_dest_use(u, d, next, ack_port);
     sx_udp_sa_str(&d->sa, to, sizeof(to));
     snprintf(why, cap, "%s -> %s", from, to);
@@ -662,6 +681,7 @@ static void udp_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
 
     if (dest >= u->ndests || !u->dests[dest].live)
         return;
+    sx_udp_hot_forget(u, dest);
     if (u->dests[dest].tx_fd >= 0) {
         close(u->dests[dest].tx_fd);
         u->dests[dest].tx_fd = -1;
@@ -691,6 +711,8 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
     }
     const udp_dest_t *d = &u->dests[tx->dest];
     bool v6 = d->sa.sa.sa_family == AF_INET6;
+    if (u->hot_fd >= 0)
+        sx_udp_hot_track(u, tx->dest, d);
     /* is_control is asked only when an ACK path exists, so an interface
      * and a peer without ACK sockets pay nothing for the feature; it
      * serves IPv4 destinations only. */
@@ -703,6 +725,9 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
     *ctrl_p = ctrl;
     if (ctrl && u->ack_fd >= 0) {
         *fd_p = u->ack_fd;
+    } else if (!ctrl && tx->dest == u->hot_dest) {
+        *fd_p = u->hot_fd; /* connected: no address */
+        return SX_OK;
     } else if (!ctrl && d->tx_fd >= 0) {
         *fd_p = d->tx_fd; /* connected: no address */
         return SX_OK;
@@ -963,14 +988,15 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
             return got;
         u->base.stats.rx_ack_socket += (unsigned)got;
     }
-    int n = sx_udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
+    int n = sx_udp_hot_poll(u, events + got, max - (unsigned)got);
     if (n < 0)
         return n;
     got += n;
     /* An IPv6 socket not read in this poll (below: now and then until it
      * first gets a datagram) counts as empty: that datagram is a CONNECT,
-     * resent anyway. */
-    u->base.rx_left = (u->ack_fd >= 0 && u->ack_rx.left) || u->rx.left;
+     * resent anyway. So do the data and hot sockets when skipped (their
+     * quiet turns come every UDP_HOT_QUIET_POLLS polls). */
+    u->base.rx_left |= (u->ack_fd >= 0 && u->ack_rx.left);
     /* The IPv6 socket, until it first gets a datagram, only every
      * UDP_V6_QUIET_POLLS calls: a peer on this host or an IPv4 network
      * never uses it, and reading it at every poll was a second empty
@@ -1038,6 +1064,8 @@ static unsigned udp_wait_fds(sx_tl_iface_t *iface, int fds[SX_TL_WAIT_FDS])
         fds[n++] = u->ack_fd;
     if (u->fd6 >= 0)
         fds[n++] = u->fd6;
+    if (u->hot_fd >= 0)
+        fds[n++] = u->hot_fd;
     return n;
 }
 
@@ -1047,7 +1075,9 @@ static int udp_arm(sx_tl_iface_t *iface)
 
     /* Datagrams of a GRO read that did not fit the last poll's events are
      * in our buffers, not the socket's: the fd will not announce them. */
-    return u->rx.pend_n != 0 || u->ack_rx.pend_n != 0 || u->rx6.pend_n != 0 ? SX_ERR_AGAIN : SX_OK;
+    return u->rx.pend_n != 0 || u->ack_rx.pend_n != 0 || u->rx6.pend_n != 0 || u->hot_rx.pend_n != 0
+               ? SX_ERR_AGAIN
+               : SX_OK;
 }
 
 const sx_tl_ops_t sx_tl_udp_ops = {

@@ -31,11 +31,15 @@
 #ifndef UDP_GRO
 #define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
 #endif
-#define UDP_V6_QUIET_POLLS 256u /* udp_poll: an unused IPv6 socket, every 256th */
-#define UDP_CTRL_MAX       256  /* longest datagram sent or received on the ACK path */
-#define UDP_ADDRS_MAX      8    /* addresses a card offers for one interface */
-#define UDP_CAND_MAX       (UDP_ADDRS_MAX + 1) /* a peer's, and loopback on this host */
-#define UDP_FILTER_MAX     16                  /* items in an SX_BIND_ADDR filter */
+#define UDP_V6_QUIET_POLLS  256u      /* udp_poll: an unused IPv6 socket, every 256th */
+#define UDP_HOT_RUN         32u       /* datagrams in a row from one sender that make it hot */
+#define UDP_HOT_IDLE        1024u     /* polls without a datagram that make a socket quiet */
+#define UDP_HOT_QUIET_POLLS 16u       /* a quiet data or hot socket: read every 16th poll */
+#define UDP_HOT_SETTLE_NS   10000000u /* after a connect, addresses are read for 10 ms */
+#define UDP_CTRL_MAX        256       /* longest datagram sent or received on the ACK path */
+#define UDP_ADDRS_MAX       8         /* addresses a card offers for one interface */
+#define UDP_CAND_MAX        (UDP_ADDRS_MAX + 1) /* a peer's, and loopback on this host */
+#define UDP_FILTER_MAX      16                  /* items in an SX_BIND_ADDR filter */
 
 /* An IPv4 or IPv6 socket address: sa.sa_family says which. */
 typedef union udp_sa {
@@ -132,6 +136,15 @@ typedef struct udp_rx {
      * the ECN field once udp_ecn_report ran), so a lone datagram is read
      * with recvmsg; until then with recvfrom (udp_rx_lone says why). */
     bool cmsg;
+    /* connected: the socket is connected (the hot socket), so the kernel
+     * reports ICMP errors of datagrams sent through it on its reads too
+     * (udp(7)); udp_rx_again skips them as the send path does. */
+    bool connected;
+    /* vouched: the socket is connected to this address and settled
+     * (udp_hot.c), so the kernel delivers it nothing from
+     * anywhere else: a lone datagram is read without its sender's
+     * address, and its event names this one. NULL: addresses are read. */
+    const udp_sa_t *vouched;
     unsigned dirty; /* msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
      * buffer that GRO filled with several datagrams can hold more than a
@@ -214,6 +227,22 @@ typedef struct udp_iface {
     udp_rx_t rx;     /* the data socket */
     udp_rx_t ack_rx; /* the ACK socket, when there is one */
     udp_rx_t rx6;    /* the IPv6 data socket, when there is one */
+
+    /* The hot socket (udp_hot.c), -1 when off: on the data
+     * socket's address and port (SO_REUSEPORT), connected (hot_on) to the
+     * data socket of the destination of the last run of UDP_HOT_RUN
+     * datagrams sent in a row (run_dest, run_n), hot_dest, whose
+     * datagrams leave through it (SX_TL_DEST_NONE once it is gone). Each
+     * socket is read at every poll while it has had a datagram in the last
+     * UDP_HOT_IDLE reads (idle counts), else every UDP_HOT_QUIET_POLLS-th
+     * poll (polls). */
+    int hot_fd;
+    bool hot_on;
+    sx_tl_dest_t hot_dest, run_dest;
+    udp_sa_t hot_sa;        /* what it is connected to (hot_on) */
+    uint64_t hot_settle_ns; /* reads take addresses until then (udp_poll_hot) */
+    unsigned run_n, polls, hot_idle, data_idle;
+    udp_rx_t hot_rx;
 
     struct udp_tx_batch *txb; /* a full send batch's arrays (udp.c, udp_tx_arrays_t) */
 } udp_iface_t;
@@ -375,6 +404,10 @@ bool sx_udp_ecn_recv(int fd, int family);
 /** Opens the ACK socket. */
 int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config);
 
+/** Opens the hot socket on the data socket's address and port; SX_OK
+ *  or why not, logged (the interface then runs without). */
+int sx_udp_open_hot(udp_iface_t *u, const sx_tl_config_t *config);
+
 /** Opens the IPv6 data socket on the data socket's port. */
 int sx_udp_open_v6(udp_iface_t *u, const sx_tl_config_t *config);
 
@@ -387,6 +420,38 @@ unsigned sx_udp_connect_budget(const sx_tl_config_t *config);
 /** Gives destination @p d a connected send socket of its own, if it can;
  *  else it keeps the shared data socket. Token holder. */
 void sx_udp_connect_dest(udp_iface_t *u, udp_dest_t *d);
+
+/* ------------------------------------------------------------- udp_hot.c */
+
+/** Connects the hot socket to @p dest (udp_hot.c, the top says why). */
+void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest);
+
+/** Reads the data and hot sockets as their activity says; rx_left from
+ *  them (udp_hot.c). */
+int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events, unsigned max);
+
+/* Counts datagrams sent in runs by destination (IPv4 only: the hot socket
+ * is IPv4); a run of UDP_HOT_RUN makes its destination hot. On every
+ * datagram sent while the interface has a hot socket. */
+static inline void sx_udp_hot_track(udp_iface_t *u, sx_tl_dest_t dest, const udp_dest_t *d)
+{
+    if (dest != u->run_dest) {
+        u->run_dest = dest;
+        u->run_n = 1;
+        return;
+    }
+    if (++u->run_n == UDP_HOT_RUN && dest != u->hot_dest && d->sa.sa.sa_family == AF_INET)
+        sx_udp_hot_connect(u, dest);
+}
+
+/* A destination removed or moved to another address stops being hot. */
+static inline void sx_udp_hot_forget(udp_iface_t *u, sx_tl_dest_t dest)
+{
+    if (u->hot_dest == dest)
+        u->hot_dest = SX_TL_DEST_NONE;
+    if (u->run_dest == dest)
+        u->run_dest = SX_TL_DEST_NONE;
+}
 
 /* ------------------------------------------------------------ udp_card.c */
 

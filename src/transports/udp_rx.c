@@ -271,13 +271,15 @@ static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
 }
 
 /* Whether a read that failed with @p err is worth trying again now: an
- * interrupted one, or one that only reported an earlier datagram's
- * ICMP "port unreachable" (a few per poll). */
-static bool udp_rx_again(udp_iface_t *u, int err, unsigned *refused_p)
+ * interrupted one, or one that only reported an ICMP error of an earlier
+ * datagram sent (a few per poll): "port unreachable" on any socket, and
+ * any error but an empty queue on a connected one. */
+static bool udp_rx_again(udp_iface_t *u, udp_rx_t *rx, int err, unsigned *refused_p)
 {
     if (err == EINTR)
         return true;
-    if (err == ECONNREFUSED && (*refused_p)++ < UDP_REFUSED_RETRIES) {
+    if ((err == ECONNREFUSED || (rx->connected && !sx_udp_errno_no_room(err))) &&
+        (*refused_p)++ < UDP_REFUSED_RETRIES) {
         u->base.stats.tx_refused++;
         return true;
     }
@@ -286,9 +288,9 @@ static bool udp_rx_again(udp_iface_t *u, int err, unsigned *refused_p)
 
 /* What a poll whose read failed for good returns: nothing read (an empty
  * socket, or more ICMP reports than a poll skips), or an I/O error. */
-static int udp_rx_failed(int err, const char *call)
+static int udp_rx_failed(const udp_rx_t *rx, int err, const char *call)
 {
-    if (sx_udp_errno_no_room(err) || err == ECONNREFUSED)
+    if (sx_udp_errno_no_room(err) || err == ECONNREFUSED || rx->connected)
         return 0;
     sx_error("udp", "%s: %s", call, strerror(err));
     return SX_ERR_IO;
@@ -314,8 +316,10 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
 
     for (;;) {
         socklen_t src_len = sizeof(rx->src[0]);
-        ssize_t got = sx_udp_recvfrom(rx->fd, rx->iov[0].iov_base, rx->iov[0].iov_len,
-                                      MSG_DONTWAIT | MSG_TRUNC, &rx->src[0].sa, &src_len);
+        const udp_sa_t *vouched = rx->vouched;
+        ssize_t got = sx_udp_recvfrom(
+            rx->fd, rx->iov[0].iov_base, rx->iov[0].iov_len, MSG_DONTWAIT | MSG_TRUNC,
+            vouched != NULL ? NULL : &rx->src[0].sa, vouched != NULL ? NULL : &src_len);
         if (got >= 0) {
             rx->batch = true; /* rx->left stays true: more may wait */
             if ((size_t)got > rx->limit) {
@@ -328,16 +332,16 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
                                         .status = SX_OK,
                                         .data = rx->iov[0].iov_base,
                                         .len = (size_t)got,
-                                        .src = &rx->src[0],
-                                        .src_len = src_len,
+                                        .src = vouched != NULL ? vouched : &rx->src[0],
+                                        .src_len = vouched != NULL ? sizeof(vouched->in4) : src_len,
                                         .ecn = SX_TL_ECN_NOT_ECT};
             u->base.stats.rx_datagrams++;
             return 1;
         }
-        if (!udp_rx_again(u, (int)-got, &refused)) {
+        if (!udp_rx_again(u, rx, (int)-got, &refused)) {
             rx->batch = false;
             rx->left = !sx_udp_errno_empty((int)-got);
-            return udp_rx_failed((int)-got, "recvfrom");
+            return udp_rx_failed(rx, (int)-got, "recvfrom");
         }
     }
 }
@@ -391,12 +395,12 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
         }
         if (rc >= 0)
             break;
-        if (udp_rx_again(u, err, &refused))
+        if (udp_rx_again(u, rx, err, &refused))
             continue;
         rx->batch = false;
         rx->left = !sx_udp_errno_empty(err);
         udp_rx_unland(u, rx, 0);
-        return udp_rx_failed(err, batch ? "recvmmsg" : "recvmsg");
+        return udp_rx_failed(rx, err, batch ? "recvmmsg" : "recvmsg");
     }
     /* Only the headers of datagrams read are written back (a read that
      * fails writes none): resetting all of a batch's after every

@@ -47,6 +47,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <linux/filter.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -500,6 +501,7 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
     rx->dirty = UDP_RX_BATCH; /* the lengths are set at the first read */
     rx->busy = false;
     rx->cmsg = false;
+    rx->connected = false;
     rx->gro = false; /* the data sockets' opener says */
     return SX_OK;
 }
@@ -522,6 +524,78 @@ int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
     if (setsockopt(u->ack_fd, SOL_SOCKET, SO_PRIORITY, &prio, sizeof(prio)) != 0)
         sx_debug("udp", "SO_PRIORITY %d on the ACK socket: %s", prio, strerror(errno));
     return sx_udp_rx_init(&u->ack_rx, u->ack_fd, UDP_CTRL_MAX);
+}
+
+/*
+ * The hot socket (udp_hot.c): a second IPv4 socket on the data
+ * socket's address and port, in one SO_REUSEPORT group with it (socket(7);
+ * the kernel lets only sockets of the same user join). The data socket was
+ * bound without the option, so that the kernel chose its port among ports
+ * nobody holds: with SO_REUSEPORT on, an ephemeral bind may land on a port
+ * that another process of the same user holds with the option on
+ * (udp_lib_lport_inuse leaves such ports out of its busy map), and two
+ * engines would share their datagrams. The option is set on it afterwards;
+ * the group forms when the hot socket binds. A one-instruction classic
+ * BPF program on the group (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5) picks its
+ * first member, the data socket, for every datagram that no connected
+ * member matches, so neither the hot socket before it connects nor
+ * another process of this user that joins the port later gets any of
+ * them. What a connected member matches is the kernel's choice, not the
+ * group's: its lookup scores a socket whose remote address and port match
+ * the datagram's source above any that match the local port only
+ * (udp4_lib_lookup2). It sends like a connected send socket
+ * (sx_udp_connect_dest): the same send buffer and ECN marking.
+ */
+int sx_udp_open_hot(udp_iface_t *u, const sx_tl_config_t *config)
+{
+    udp_sa_t sa = {.in4 = u->local}, bound;
+    struct sock_filter first[] = {{BPF_RET | BPF_K, 0, 0, 0}};
+    struct sock_fprog prog = {.len = 1, .filter = first};
+    int one = 1, zero = 0;
+    int rc = SX_ERR_IO;
+
+    if (setsockopt(u->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+        sx_debug("udp", "hot socket: SO_REUSEPORT on the data socket: %s", strerror(errno));
+        return SX_ERR_IO;
+    }
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        sx_debug("udp", "hot socket: %s", strerror(errno));
+        goto fail;
+    }
+    udp_set_buf(fd, config->rcvbuf, SO_RCVBUFFORCE, SO_RCVBUF, "SO_RCVBUF");
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+        bind(fd, &sa.sa, udp_sa_len(&sa)) != 0) {
+        sx_debug("udp", "hot socket: binding to the data socket's port: %s", strerror(errno));
+        goto fail;
+    }
+    socklen_t salen = sizeof(bound);
+    if (setsockopt(u->fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) != 0) {
+        sx_debug("udp", "hot socket: SO_ATTACH_REUSEPORT_CBPF: %s", strerror(errno));
+        goto fail;
+    }
+    if (getsockname(fd, &bound.sa, &salen) != 0 || bound.in4.sin_port != u->local.sin_port)
+        goto fail;
+    rc = sx_udp_rx_init(&u->hot_rx, fd, u->rx.buflen);
+    if (rc != SX_OK)
+        goto fail;
+    u->hot_rx.limit = u->rx.limit;
+    u->hot_rx.gro = u->rx.gro;
+    u->hot_rx.connected = true;
+    udp_set_buf(fd, u->sndbuf, SO_SNDBUFFORCE, SO_SNDBUF, "SO_SNDBUF");
+    if (u->ecn)
+        (void)sx_udp_ecn_open(fd, AF_INET);
+    if (u->rx.busy) /* the same buffer size */
+        sx_udp_rx_busy(&u->hot_rx);
+    u->hot_fd = fd;
+    return SX_OK;
+fail:
+    if (fd >= 0)
+        close(fd);
+    u->hot_rx.fd = -1;
+    /* Nobody else joins the port from now on. */
+    (void)setsockopt(u->fd, SOL_SOCKET, SO_REUSEPORT, &zero, sizeof(zero));
+    return rc;
 }
 
 /* The IPv6 data socket of a wildcard-bound interface: on the wildcard

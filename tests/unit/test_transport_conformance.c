@@ -118,9 +118,10 @@ static void udp_config(unsigned i, sx_tl_config_t *cfg)
 {
     (void)i;
     /* Room for several datagrams of 65000 bytes at once; GSO and GRO on,
-     * as engines have them by default. */
+     * and the hot socket, as engines have them by default. */
     cfg->rcvbuf = 4 << 20;
     cfg->udp_gso = true;
+    cfg->udp_hot = true;
 }
 
 static void fault_config(unsigned i, sx_tl_config_t *cfg)

@@ -984,6 +984,261 @@ static void test_ack_socket_wait_fds(void **state)
     b->ops->close(b);
 }
 
+/* ------------------------------------------------------------------ */
+/* The hot socket (SX_UDP_HOT; udp.c, "Hot socket")                    */
+
+#define HOT_RUN 32 /* UDP_HOT_RUN: datagrams in a row that make a destination hot */
+
+static sx_tl_iface_t *open_udp_hot(void)
+{
+    sx_tl_config_t cfg = {.rcvbuf = 1 << 20, .udp_connect = 16, .udp_hot = true};
+    sx_tl_iface_t *iface = NULL;
+
+    assert_int_equal(sx_tl_udp_ops.open(&cfg, &iface), SX_OK);
+    assert_non_null(iface);
+    return iface;
+}
+
+/* @p n round trips between a and b, every datagram checked; each event's
+ * sender must pass src_matches for the destination it came from. */
+static void hot_ping_pong(sx_tl_iface_t *a, sx_tl_dest_t to_b, sx_tl_dest_t to_a, sx_tl_iface_t *b,
+                          unsigned n)
+{
+    sx_tl_event_t ev[2];
+    char text[32];
+
+    for (unsigned i = 0; i < 2 * n; i++) {
+        sx_tl_iface_t *tx = i % 2 ? b : a, *rx = i % 2 ? a : b;
+        sx_tl_dest_t back = i % 2 ? to_b : to_a; /* rx's destination for tx */
+        int len = snprintf(text, sizeof(text), "pp %u", i);
+        uint64_t deadline = sx_time_ns() + DEADLINE_NS;
+        int got;
+        assert_int_equal(send_one(tx, i % 2 ? to_a : to_b, text, (size_t)len), SX_OK);
+        while ((got = rx->ops->poll(rx, ev, 1)) == 0)
+            assert_true(sx_time_ns() < deadline);
+        assert_int_equal(got, 1);
+        assert_int_equal(ev[0].len, (size_t)len);
+        assert_memory_equal(ev[0].data, text, (size_t)len);
+        assert_true(rx->ops->src_matches(rx, back, ev[0].src, ev[0].src_len));
+    }
+}
+
+/* Polls @p rx until one datagram arrives, which must be @p text. */
+static void hot_expect(sx_tl_iface_t *rx, const char *text)
+{
+    expect_one(rx, text, strlen(text));
+}
+
+/*
+ * A ping-pong makes each end the other's hot destination after HOT_RUN
+ * datagrams: from then on every datagram leaves through one hot socket
+ * and lands in the other's, and the wait fds include the hot socket.
+ */
+static void test_hot_socket_pairs(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_hot(), *b = open_udp_hot();
+    sx_tl_dest_t to_b = connect_to(a, b), to_a = connect_to(b, a);
+    int fds[SX_TL_WAIT_FDS];
+    sx_tl_config_t cfg = {.rcvbuf = 1 << 20};
+    sx_tl_iface_t *cold = NULL;
+
+    /* One more wait fd than without (the data socket, the IPv6 one where
+     * this host has IPv6 addresses, and the hot socket). */
+    assert_int_equal(sx_tl_udp_ops.open(&cfg, &cold), SX_OK);
+    unsigned ncold = cold->ops->wait_fds(cold, fds);
+    cold->ops->close(cold);
+    assert_int_equal(a->ops->wait_fds(a, fds), ncold + 1);
+    hot_ping_pong(a, to_b, to_a, b, HOT_RUN - 1);
+    assert_int_equal(a->stats.hot_connects, 0);
+    assert_int_equal(b->stats.rx_hot, 0);
+    hot_ping_pong(a, to_b, to_a, b, 1);
+    assert_int_equal(a->stats.hot_connects, 1);
+    assert_int_equal(b->stats.hot_connects, 1);
+    uint64_t a_hot = a->stats.rx_hot, b_hot = b->stats.rx_hot;
+    hot_ping_pong(a, to_b, to_a, b, 100);
+    assert_int_equal(a->stats.rx_hot - a_hot, 100);
+    assert_int_equal(b->stats.rx_hot - b_hot, 100);
+    assert_int_equal(a->stats.hot_connects, 1);
+
+    /* A sleeper on the wait fds wakes for a datagram to the hot socket
+     * (long after the connect: its reads take no addresses by now). */
+    assert_false(tl_wait_readable(b, 0));
+    assert_int_equal(send_one(a, to_b, "wake", 4), SX_OK);
+    assert_true(tl_wait_readable(b, 10000));
+    hot_expect(b, "wake");
+    assert_int_equal(b->stats.rx_hot - b_hot, 101);
+    assert_false(tl_wait_readable(b, 0));
+    a->ops->close(a);
+    b->ops->close(b);
+}
+
+/*
+ * Toward a peer without a hot socket (a plain socket here, as an older
+ * shardx's data socket): after the run, datagrams leave from the card's
+ * port instead of the connected send socket's; what the peer sends from
+ * its card port lands in the hot socket, what it sends from elsewhere in
+ * the data socket.
+ */
+static void test_hot_socket_plain_peer(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_hot();
+    uint8_t own[SX_TL_ADDR_MAX], pa[8];
+    size_t ownlen = sizeof(own);
+    sx_tl_dest_t da;
+    char text[32];
+
+    assert_int_equal(a->ops->local_addr(a, own, &ownlen), SX_OK);
+    unsigned card_port = own[2] | (unsigned)own[3] << 8;
+    int fa = raw_peer(pa);
+    assert_int_equal(a->ops->addr_insert(a, pa, 8, &da), SX_OK);
+    for (unsigned i = 0; i < HOT_RUN - 1; i++) {
+        snprintf(text, sizeof(text), "run %u", i);
+        assert_int_not_equal(arrival_port(a, da, fa, text), card_port); /* connected */
+    }
+    assert_int_equal(arrival_port(a, da, fa, "hot"), card_port);
+    assert_int_equal(arrival_port(a, da, fa, "hot again"), card_port);
+    assert_int_equal(a->stats.hot_connects, 1);
+
+    struct sockaddr_in to = loopback_of(a);
+    assert_int_equal(sendto(fa, "from card", 9, 0, (struct sockaddr *)&to, sizeof(to)), 9);
+    hot_expect(a, "from card");
+    assert_int_equal(a->stats.rx_hot, 1);
+    int other = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(other >= 0);
+    assert_int_equal(sendto(other, "elsewhere", 9, 0, (struct sockaddr *)&to, sizeof(to)), 9);
+    hot_expect(a, "elsewhere");
+    assert_int_equal(a->stats.rx_hot, 1);
+    close(other);
+    close(fa);
+    a->ops->close(a);
+}
+
+/*
+ * The data socket is in a SO_REUSEPORT group now: another socket of this
+ * user can bind its port. The group's program hands every datagram no
+ * connected member matches to the data socket, none to the stranger.
+ */
+static void test_hot_socket_stranger_gets_nothing(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *b = open_udp_hot();
+    struct sockaddr_in to = loopback_of(b);
+    int one = 1;
+    int stranger = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    rx_log_t log = {0};
+    char buf[64];
+
+    assert_true(stranger >= 0);
+    assert_int_equal(setsockopt(stranger, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
+    struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = to.sin_port};
+    assert_int_equal(bind(stranger, (struct sockaddr *)&any, sizeof(any)), 0);
+    /* From 64 source ports: the kernel's hash would spread them. */
+    for (unsigned i = 0; i < 64; i++) {
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        assert_true(s >= 0);
+        int len = snprintf(buf, sizeof(buf), "port %u", i);
+        assert_int_equal(sendto(s, buf, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+        close(s);
+    }
+    rx_until(b, &log, 64);
+    assert_int_equal(log.n, 64);
+    assert_int_equal(recv(stranger, buf, sizeof(buf), MSG_DONTWAIT), -1);
+    assert_int_equal(errno, EAGAIN);
+    assert_int_equal(b->stats.rx_hot, 0);
+    rx_log_free(&log);
+    close(stranger);
+    b->ops->close(b);
+}
+
+/*
+ * Other peers while one is hot: c's datagrams still arrive, also after b's
+ * data socket has gone quiet (read only every 16th poll); a run to c
+ * moves b's hot socket there, and a's datagrams then reach b's data
+ * socket. A removed hot destination's slot, reused, does not send
+ * through the hot socket.
+ */
+static void test_hot_socket_moves(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_hot(), *b = open_udp_hot(), *c = open_udp_hot();
+    sx_tl_dest_t b_to_a = connect_to(b, a), a_to_b = connect_to(a, b);
+    sx_tl_dest_t c_to_b = connect_to(c, b), b_to_c = connect_to(b, c);
+    sx_tl_event_t ev[2];
+
+    /* More than UDP_HOT_IDLE reads of b's empty data socket. */
+    hot_ping_pong(a, a_to_b, b_to_a, b, 1100);
+    assert_int_equal(b->stats.hot_connects, 1);
+    uint64_t b_hot = b->stats.rx_hot;
+    assert_int_equal(send_one(c, c_to_b, "from c", 6), SX_OK);
+    hot_expect(b, "from c");
+    assert_int_equal(b->stats.rx_hot, b_hot);
+    hot_ping_pong(a, a_to_b, b_to_a, b, 10);
+    assert_int_equal(b->stats.rx_hot - b_hot, 10);
+
+    /* A run from b to c: b's hot socket moves. */
+    for (unsigned i = 0; i < HOT_RUN; i++) {
+        char text[16];
+        int len = snprintf(text, sizeof(text), "to c %u", i);
+        assert_int_equal(send_one(b, b_to_c, text, (size_t)len), SX_OK);
+        expect_one(c, text, (size_t)len);
+    }
+    assert_int_equal(b->stats.hot_connects, 2);
+    b_hot = b->stats.rx_hot;
+    assert_int_equal(send_one(a, a_to_b, "from a", 6), SX_OK);
+    hot_expect(b, "from a");
+    assert_int_equal(b->stats.rx_hot, b_hot); /* a's hot socket is no longer b's match */
+    assert_int_equal(send_one(b, b_to_a, "to a", 4), SX_OK);
+    hot_expect(a, "to a");
+
+    /* Removing c, b's hot destination, and inserting a plain peer in its
+     * slot: the peer gets its datagrams, not c. */
+    b->ops->addr_remove(b, b_to_c);
+    uint8_t pd[8];
+    int fd = raw_peer(pd);
+    sx_tl_dest_t b_to_d;
+    assert_int_equal(b->ops->addr_insert(b, pd, 8, &b_to_d), SX_OK);
+    assert_int_equal(b_to_d, b_to_c);
+    assert_int_not_equal(arrival_port(b, b_to_d, fd, "to d"), 0);
+    assert_int_equal(c->ops->poll(c, ev, 2), 0);
+    close(fd);
+    a->ops->close(a);
+    b->ops->close(b);
+    c->ops->close(c);
+}
+
+/* The hot destination goes away: ICMP errors now come to the hot
+ * socket's reads too (it is connected), and neither they nor the sends'
+ * fail the interface. */
+static void test_hot_socket_peer_gone(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_hot(), *gone = open_udp_hot(), *c = open_udp_hot();
+    sx_tl_dest_t to_gone = connect_to(a, gone);
+    sx_tl_event_t ev[8];
+
+    for (unsigned i = 0; i < HOT_RUN; i++) {
+        assert_int_equal(send_one(a, to_gone, "run", 3), SX_OK);
+        hot_expect(gone, "run");
+    }
+    assert_int_equal(a->stats.hot_connects, 1);
+    gone->ops->close(gone);
+    for (unsigned i = 0; i < 20; i++) {
+        int rc = send_one(a, to_gone, "lost", 4);
+        assert_true(rc == SX_OK || rc == SX_ERR_AGAIN);
+        assert_true(a->ops->poll(a, ev, 8) >= 0);
+    }
+    assert_true(a->stats.tx_refused > 0);
+    sx_tl_dest_t to_c = connect_to(a, c), to_a = connect_to(c, a);
+    assert_int_equal(send_one(a, to_c, "hi", 2), SX_OK);
+    hot_expect(c, "hi");
+    assert_int_equal(send_one(c, to_a, "ho", 2), SX_OK);
+    hot_expect(a, "ho");
+    a->ops->close(a);
+    c->ops->close(c);
+}
+
 /* Polls @p a, 16 events at a time (a coalesced read takes several), for
  * the 50 datagrams of 1000 bytes and the one of 10 that test_gso_and_gro
  * sent as one GSO message of @p big, and checks each. */
@@ -1290,6 +1545,11 @@ int main(void)
         cmocka_unit_test(test_ack_socket_routing),
         cmocka_unit_test(test_ack_socket_interop),
         cmocka_unit_test(test_ack_socket_wait_fds),
+        cmocka_unit_test(test_hot_socket_pairs),
+        cmocka_unit_test(test_hot_socket_plain_peer),
+        cmocka_unit_test(test_hot_socket_stranger_gets_nothing),
+        cmocka_unit_test(test_hot_socket_moves),
+        cmocka_unit_test(test_hot_socket_peer_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
