@@ -213,7 +213,7 @@ static int udp_open(const sx_tl_config_t *config, sx_tl_iface_t **iface_p)
     u->is_control = config->is_control;
     u->ack_fd = u->fd6 = u->hot_fd = -1;
     u->rx6.fd = u->hot_rx.fd = -1;
-    u->hot_dest = u->run_dest = SX_TL_DEST_NONE;
+    u->hot_dest = u->hot_conn = u->run_dest = SX_TL_DEST_NONE;
     u->connect_max = sx_udp_connect_budget(config);
     u->sndbuf = config->sndbuf;
     sx_udp_netns(&u->netns_dev, &u->netns_ino);
@@ -712,7 +712,7 @@ static int udp_prepare(udp_iface_t *u, const sx_tl_tx_t *tx, struct mmsghdr *m, 
     const udp_dest_t *d = &u->dests[tx->dest];
     bool v6 = d->sa.sa.sa_family == AF_INET6;
     if (u->hot_fd >= 0)
-        sx_udp_hot_track(u, tx->dest, d);
+        sx_udp_hot_track(u, tx->dest, d, len);
     /* is_control is asked only when an ACK path exists, so an interface
      * and a peer without ACK sockets pay nothing for the feature; it
      * serves IPv4 destinations only. */

@@ -75,7 +75,7 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
     if (u->hot_on)
         (void)connect(u->hot_fd, &none.sa, sizeof(none.sa));
     u->hot_rx.vouched = NULL;
-    u->hot_dest = SX_TL_DEST_NONE;
+    u->hot_dest = u->hot_conn = SX_TL_DEST_NONE;
     if (connect(u->hot_fd, &d->sa.sa, udp_sa_len(&d->sa)) != 0) {
         /* hot_on stays: a socket that was connected once and is not now
          * may get anyone's datagrams, and is read with their addresses. */
@@ -83,7 +83,7 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
         return;
     }
     u->hot_on = true;
-    u->hot_dest = dest;
+    u->hot_dest = u->hot_conn = dest;
     u->hot_sa = d->sa;
     u->hot_settle_ns = sx_time_ns() + UDP_HOT_SETTLE_NS;
     u->hot_idle = 0;

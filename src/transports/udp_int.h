@@ -239,6 +239,7 @@ typedef struct udp_iface {
     int hot_fd;
     bool hot_on;
     sx_tl_dest_t hot_dest, run_dest;
+    sx_tl_dest_t hot_conn;  /* where it is connected, while that destination lives */
     udp_sa_t hot_sa;        /* what it is connected to (hot_on) */
     uint64_t hot_settle_ns; /* reads take addresses until then (udp_poll_hot) */
     unsigned run_n, polls, hot_idle, data_idle;
@@ -430,25 +431,38 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest);
  *  them (udp_hot.c). */
 int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events, unsigned max);
 
-/* Counts datagrams sent in runs by destination (IPv4 only: the hot socket
- * is IPv4); a run of UDP_HOT_RUN makes its destination hot. On every
- * datagram sent while the interface has a hot socket. */
-static inline void sx_udp_hot_track(udp_iface_t *u, sx_tl_dest_t dest, const udp_dest_t *d)
+/* Counts the small datagrams (@p len bytes, at most half the route's mtu)
+ * sent in runs by destination (IPv4 only: the hot socket is IPv4); a run
+ * of UDP_HOT_RUN makes its destination hot, a large datagram ends the run
+ * and takes the hot socket from its destination (udp_hot.c says why). On
+ * every datagram sent while the interface has a hot socket. */
+static inline void sx_udp_hot_track(udp_iface_t *u, sx_tl_dest_t dest, const udp_dest_t *d,
+                                    size_t len)
 {
+    if (len > d->mtu / 2) {
+        u->run_dest = SX_TL_DEST_NONE;
+        if (u->hot_dest == dest)
+            u->hot_dest = SX_TL_DEST_NONE;
+        return;
+    }
     if (dest != u->run_dest) {
         u->run_dest = dest;
         u->run_n = 1;
         return;
     }
-    if (++u->run_n == UDP_HOT_RUN && dest != u->hot_dest && d->sa.sa.sa_family == AF_INET)
+    if (++u->run_n != UDP_HOT_RUN || dest == u->hot_dest || d->sa.sa.sa_family != AF_INET)
+        return;
+    if (dest == u->hot_conn)
+        u->hot_dest = dest; /* still connected there */
+    else
         sx_udp_hot_connect(u, dest);
 }
 
 /* A destination removed or moved to another address stops being hot. */
 static inline void sx_udp_hot_forget(udp_iface_t *u, sx_tl_dest_t dest)
 {
-    if (u->hot_dest == dest)
-        u->hot_dest = SX_TL_DEST_NONE;
+    if (u->hot_conn == dest)
+        u->hot_dest = u->hot_conn = SX_TL_DEST_NONE;
     if (u->run_dest == dest)
         u->run_dest = SX_TL_DEST_NONE;
 }

@@ -1076,9 +1076,9 @@ static void test_hot_socket_pairs(void **state)
 /*
  * Toward a peer without a hot socket (a plain socket here, as an older
  * shardx's data socket): after the run, datagrams leave from the card's
- * port instead of the connected send socket's; what the peer sends from
- * its card port lands in the hot socket, what it sends from elsewhere in
- * the data socket.
+ * port instead of the connected send socket's, but for a large one; what
+ * the peer sends from its card port lands in the hot socket, what it
+ * sends from elsewhere in the data socket.
  */
 static void test_hot_socket_plain_peer(void **state)
 {
@@ -1099,6 +1099,28 @@ static void test_hot_socket_plain_peer(void **state)
     }
     assert_int_equal(arrival_port(a, da, fa, "hot"), card_port);
     assert_int_equal(arrival_port(a, da, fa, "hot again"), card_port);
+    assert_int_equal(a->stats.hot_connects, 1);
+
+    /* A datagram of more than half the mtu (bulk) leaves through the
+     * connected send socket and takes the hot socket from the peer; a run
+     * of small ones gives it back without connecting again. */
+    size_t big_len = a->caps.mtu / 2 + 1;
+    char *big = calloc(1, big_len), *back = malloc(big_len);
+    assert_non_null(big);
+    assert_non_null(back);
+    struct sockaddr_in from;
+    socklen_t flen = sizeof(from);
+    assert_int_equal(send_one(a, da, big, big_len), SX_OK);
+    assert_int_equal(recvfrom(fa, back, big_len, 0, (struct sockaddr *)&from, &flen),
+                     (ssize_t)big_len);
+    assert_int_not_equal(ntohs(from.sin_port), card_port);
+    free(big);
+    free(back);
+    for (unsigned i = 0; i < HOT_RUN - 1; i++) {
+        snprintf(text, sizeof(text), "again %u", i);
+        assert_int_not_equal(arrival_port(a, da, fa, text), card_port);
+    }
+    assert_int_equal(arrival_port(a, da, fa, "hot once more"), card_port);
     assert_int_equal(a->stats.hot_connects, 1);
 
     struct sockaddr_in to = loopback_of(a);
