@@ -19,12 +19,13 @@
  *
  * So each interface has a second socket on the data port, connected to
  * one destination's data port: the destination of the last run of
- * UDP_HOT_RUN datagrams sent in a row (sx_udp_hot_track, udp_int.h). Its datagrams leave
+ * UDP_HOT_RUN small datagrams sent in a row (sx_udp_hot_track,
+ * udp_int.h). Its small datagrams leave
  * through it, from our data port, and the kernel hands it what comes from
  * that destination's data port (its lookup scores a connected socket whose
  * remote address and port match above the data socket, which matches the
- * port only). In a ping-pong or a stream both ends pick each other, and
- * each end's datagrams reach the other's hot socket. A peer that sends
+ * port only). In a ping-pong of small messages both ends pick each
+ * other, and each end's datagrams reach the other's hot socket. A peer that sends
  * from elsewhere (an older shardx, its connected send socket, its ACK
  * socket) still reaches the data socket, and ours reach its data socket
  * when its hot socket is connected elsewhere: nothing changes on the wire
@@ -39,6 +40,17 @@
  * The 10 ms are for a datagram the kernel matched to the socket just
  * before the connect and queues just after it: one pass of its receive
  * path, microseconds, even on a CPU that stalls.
+ *
+ * Only datagrams of at most half the route's mtu count, and a larger one
+ * sent to the hot destination goes through its connected send socket and
+ * ends its use of the hot socket until the next run (which finds it still
+ * connected there). Bulk gains nothing here: its reads are batches that
+ * take addresses anyway (udp_rx.c). And through the hot sockets it lost:
+ * sx_bench bw at 1 MiB runs in one of two modes on this VM, ~2.2 and
+ * ~5.1 GB/s, set by how often the receiver's delayed ACK fires, and with
+ * bulk through them 4 runs of 20 were in the fast one against 9 of 20
+ * without (alternated); with this rule, 9 of 20 against 11, the same
+ * within each mode.
  *
  * Reading both sockets at every poll costs a second system call a pass, so
  * a socket that has had no datagram in its last UDP_HOT_IDLE reads is read
@@ -59,6 +71,26 @@
 #include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "common/tsan.h"
+
+/*
+ * connect(2): 0 or the negated errno. Under TSan straight to the kernel:
+ * TSan models a successful connect as making the descriptor anew (a write
+ * of its state, which pairs TCP's connect with accept), and the engine's
+ * epoll_ctl on the same descriptor from the service or a sleeping thread
+ * as a read of it, so it reports the two as a race. The kernel serializes
+ * them and the socket stays the same file; nothing else in the call is
+ * TSan's to check (it reads no memory of ours that TSan follows).
+ */
+static int udp_hot_connect_fd(int fd, const struct sockaddr *sa, socklen_t len)
+{
+#ifdef SX_TSAN_ENABLED
+    long rc = sx_syscall5(SYS_connect, fd, (long)sa, (long)len, 0, 0);
+    return rc < 0 ? (int)rc : 0;
+#else
+    return connect(fd, sa, len) != 0 ? -errno : 0;
+#endif
+}
 
 /* Connects the hot socket to destination @p dest's data port; its
  * datagrams leave through it from now on (sx_udp_hot_track). */
@@ -73,13 +105,14 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
      * for this route (connect keeps one it set before). A datagram that
      * reaches the socket in between is read as any other. */
     if (u->hot_on)
-        (void)connect(u->hot_fd, &none.sa, sizeof(none.sa));
+        (void)udp_hot_connect_fd(u->hot_fd, &none.sa, sizeof(none.sa));
+    int err = udp_hot_connect_fd(u->hot_fd, &d->sa.sa, udp_sa_len(&d->sa));
     u->hot_rx.vouched = NULL;
     u->hot_dest = u->hot_conn = SX_TL_DEST_NONE;
-    if (connect(u->hot_fd, &d->sa.sa, udp_sa_len(&d->sa)) != 0) {
+    if (err != 0) {
         /* hot_on stays: a socket that was connected once and is not now
          * may get anyone's datagrams, and is read with their addresses. */
-        sx_debug("udp", "hot socket: connecting to %s: %s", who, strerror(errno));
+        sx_debug("udp", "hot socket: connecting to %s: %s", who, strerror(-err));
         return;
     }
     u->hot_on = true;
