@@ -106,9 +106,10 @@
       "no: one sendmmsg entry per datagram.")                                                  \
     X(UDP_HOT, BOOL, udp_hot, "yes", 0, 0, NULL,                                               \
       "Give each shard's udp interface a second socket on its data port, connected to the "    \
-      "peer whose datagrams come in a run, which the kernel then delivers to without looking " \
-      "up a route or a socket per datagram; the data socket is read every 16th poll while "    \
-      "only that peer sends. Needs SO_REUSEPORT and a reuseport BPF program (Linux 4.5).")     \
+      "destination the last run of 32 small datagrams went to: they leave through it, and "    \
+      "that peer's datagrams to the data port land in it, where a ping-pong's are read "       \
+      "without the sender's address. A socket without a datagram in 1,024 reads is read "      \
+      "every 16th poll while the other is busy. Costs a file descriptor per shard.")           \
     X(CONGESTION, ENUM, cc, "auto", 0, 0, "auto|on|off",                                       \
       "Congestion control: one window in bytes per destination host, shared by the engine's "  \
       "channels to it, paced, halved on loss, its slow start ended when round trips show a "   \

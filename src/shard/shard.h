@@ -122,7 +122,7 @@ struct sx_shard_guest {
     X(tl_tx_gso, "udp sends that carried several datagrams at once (UDP GSO)")                   \
     X(tl_rx_gro, "udp reads that returned several datagrams at once (UDP GRO)")                  \
     X(tl_rx_hot, "datagrams received on the udp hot socket (SX_UDP_HOT)")                        \
-    X(tl_hot_connects, "times the udp hot socket was connected to a sender (SX_UDP_HOT)")        \
+    X(tl_hot_connects, "times the udp hot socket was connected to a destination (SX_UDP_HOT)")   \
     X(svc_passes, "passes the engine's service made over a shard no caller progressed")          \
     X(svc_rx_packets, "datagrams the service received for a shard no caller progressed")         \
     X(svc_deferred, "callbacks the service left for the next sx_progress caller")                \

@@ -85,7 +85,7 @@ typedef struct sx_tl_config {
     int ack_socket;       /* udp: 1 = open a second socket for control datagrams */
     unsigned udp_connect; /* udp: destinations given a connected send socket */
     bool udp_gso;         /* udp: UDP GSO on send and GRO on receive, if the kernel can */
-    bool udp_hot;         /* udp: a hot socket for the busiest sender (udp.c) */
+    bool udp_hot;         /* udp: a hot socket for the last run's destination (udp_hot.c) */
     /* udp: ECN (RFC 3168): data datagrams leave marked ECT(0) and every
      * received one reports its ECN field (sx_tl_event_t.ecn). Only for a
      * sender that answers CE marks (congestion control on): a router that
@@ -178,7 +178,7 @@ typedef struct sx_tl_stats {
     uint64_t rx_gro;          /* udp: reads that returned several datagrams (UDP GRO) */
     uint64_t rx_hot;          /* udp: datagrams received on the hot socket (counted in
                                * rx_datagrams too) */
-    uint64_t hot_connects;    /* udp: times the hot socket was connected to a sender */
+    uint64_t hot_connects;    /* udp: times the hot socket was connected to a destination */
 } sx_tl_stats_t;
 
 /** What a transport's query found (see sx_tl_ops_t.query). */

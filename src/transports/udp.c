@@ -15,10 +15,10 @@
  * so the kernel keeps their route instead of looking it up per datagram
  * (sx_udp_connect_dest); it sends from another port, which receivers
  * ignore. With SX_UDP_HOT (the default), the destination of the last run
- * of datagrams sends and receives through a hot socket on the data port
- * instead, connected to its data port, which the kernel hands that
- * peer's datagrams and which is read without their senders' addresses
- * (udp_hot.c).
+ * of small datagrams sends and receives them through a hot socket on the
+ * data port instead, connected to its data port, which the kernel hands
+ * that peer's datagrams and which a ping-pong reads without their
+ * senders' addresses (udp_hot.c).
  *
  * With SX_UDP_GSO (the default), a run of equal data datagrams to one
  * destination goes out as one message with a UDP_SEGMENT control message,
@@ -1049,8 +1049,8 @@ static void udp_land(sx_tl_iface_t *iface, size_t head, const struct iovec *span
             u->land_spans[u->land_n++] = spans[i];
 }
 
-/* Every socket the interface reads: the data socket, then the ACK socket
- * and the IPv6 one where they exist. It used to hand out one epoll fd
+/* Every socket the interface reads: the data socket, then the ACK socket,
+ * the IPv6 one and the hot one where they exist. It used to hand out one epoll fd
  * over them, which cost every datagram that arrived a wake-up callback in
  * the kernel (in the sender's sendto, over loopback) whether or not
  * anybody slept: docs/tuning.md, "Where a small message's time goes". */
@@ -1073,6 +1073,9 @@ static int udp_arm(sx_tl_iface_t *iface)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
 
+    /* The next poll reads every socket, also one quiet and not at its turn
+     * (udp_hot.c): a sleeper woken for its datagram must find it. */
+    u->hot_all = true;
     /* Datagrams of a GRO read that did not fit the last poll's events are
      * in our buffers, not the socket's: the fd will not announce them. */
     return u->rx.pend_n != 0 || u->ack_rx.pend_n != 0 || u->rx6.pend_n != 0 || u->hot_rx.pend_n != 0

@@ -5,41 +5,43 @@
  * its reads between it and the data socket.
  *
  * Why (config->udp_hot, SX_UDP_HOT): the raw-UDP floor of sx_bench
- * latency reads a connected socket with recv(2);
- * shardx read one unconnected socket per shard, which every peer sends
- * to, with recvfrom(2) and the sender's address, which the shard checks
+ * latency reads a connected socket with recv(2); shardx read one
+ * unconnected socket per shard, which every peer sends to, with
+ * recvfrom(2) and the sender's address, which the shard checks
  * (udp_src_matches). A throwaway ping-pong that ran six socket layouts in
  * one pair of processes, alternating blocks of 500 round trips
- * (docs/tuning.md, "The shared socket's share"), put the whole 0.2 us a
- * message between the two in reading the address: a connected socket
- * read with its address ran at shardx's time, an unconnected one with a
- * connected socket beside it on the same port read without it at the
- * floor's. A socket connected to a peer needs no address: the kernel
- * hands it datagrams from that address and port only.
+ * (docs/tuning.md, "Hot socket: SX_UDP_HOT"), put the whole 0.2 us a
+ * message between the two in reading the address: every layout that read
+ * it, connected or not, ran at shardx's time, and every one that did not
+ * at the floor's. A socket connected to a peer needs no address: the
+ * kernel hands it datagrams from that address and port only.
  *
- * So each interface has a second socket on the data port, connected to
- * one destination's data port: the destination of the last run of
- * UDP_HOT_RUN small datagrams sent in a row (sx_udp_hot_track,
- * udp_int.h). Its small datagrams leave
- * through it, from our data port, and the kernel hands it what comes from
- * that destination's data port (its lookup scores a connected socket whose
- * remote address and port match above the data socket, which matches the
- * port only). In a ping-pong of small messages both ends pick each
- * other, and each end's datagrams reach the other's hot socket. A peer that sends
- * from elsewhere (an older shardx, its connected send socket, its ACK
- * socket) still reaches the data socket, and ours reach its data socket
- * when its hot socket is connected elsewhere: nothing changes on the wire
- * but a source port, which receivers never read (udp_src_matches compares
- * addresses).
+ * So each interface has a second socket on the data port (udp_sock.c
+ * makes it and keeps the port closed to anyone else), connected to one
+ * destination's data port: the destination of the last run of about
+ * UDP_HOT_RUN small datagrams sent in a row (sx_udp_hot_track, udp_int.h).
+ * Its small datagrams leave through it, from our data port, and the
+ * kernel hands it what comes from that destination's data port. In a
+ * ping-pong of small messages both ends pick each other, and each end's
+ * datagrams reach the other's hot socket. A peer that sends from
+ * elsewhere (an older shardx, its connected send socket, its ACK socket)
+ * still reaches the data socket, and ours reach its data socket when its
+ * hot socket is connected elsewhere: nothing changes on the wire but a
+ * source port, which receivers never read (udp_src_matches compares
+ * addresses). sx_udp_hot_track runs in post_send, which so makes two
+ * connect(2) calls when a run moves the socket.
  *
- * The hot socket's reads take no address once it has settled (vouched,
- * udp_rx.c): after a connect, until it has been found empty at least
- * UDP_HOT_SETTLE_NS later, they take addresses, since datagrams queued
- * before the connect (or in the moment between the disconnect and the
- * connect, when it is an unconnected socket on the port) may be anyone's.
- * The 10 ms are for a datagram the kernel matched to the socket just
- * before the connect and queues just after it: one pass of its receive
- * path, microseconds, even on a CPU that stalls.
+ * Once the socket has settled, its lone reads take no address (vouched,
+ * udp_rx.c): those read with recvfrom, that is a ping-pong's, on a socket
+ * without control data (not after its first backlog, nor once it reports
+ * ECN: the address costs little beside those). After a connect, until it
+ * has been found empty at least UDP_HOT_SETTLE_NS later, reads take
+ * addresses, since datagrams queued before the connect (or in the moment
+ * between the disconnect and the connect, when it is an unconnected
+ * socket on the port) may be anyone's. The 10 ms are for a datagram the
+ * kernel matched to the socket just before the connect and queues just
+ * after it, one pass of its receive path: microseconds, and a bet, not a
+ * bound, on a CPU that stalls in between.
  *
  * Only datagrams of at most half the route's mtu count, and a larger one
  * sent to the hot destination goes through its connected send socket and
@@ -54,11 +56,13 @@
  *
  * Reading both sockets at every poll costs a second system call a pass, so
  * a socket that has had no datagram in its last UDP_HOT_IDLE reads is read
- * only every UDP_HOT_QUIET_POLLS-th poll: while one peer is all the
- * traffic, the data socket; when the hot peer falls silent and others
- * talk, the hot socket. Another peer's first datagram after a quiet spell
- * so waits up to that many polls, as the IPv6 socket's first does
- * (udp.c, udp_poll_sockets); a sleeper waits on both sockets (wait_fds).
+ * only every UDP_HOT_QUIET_POLLS-th poll while the other is not quiet:
+ * while one peer is all the traffic, the data socket; when the hot peer
+ * falls silent and others talk, the hot socket. Another peer's first
+ * datagram after a quiet spell so waits up to that many polls of a
+ * busy-polling caller, as the IPv6 socket's first does (udp.c,
+ * udp_poll_sockets); a sleeper waits on both sockets (wait_fds), and the
+ * poll after its arm reads both (sx_udp_hot_poll).
  */
 #include "transports/udp_int.h"
 
@@ -102,20 +106,21 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
 
     sx_udp_sa_str(&d->sa, who, sizeof(who));
     /* Disconnected first, so that the kernel picks the local address anew
-     * for this route (connect keeps one it set before). A datagram that
-     * reaches the socket in between is read as any other. */
-    if (u->hot_on)
-        (void)udp_hot_connect_fd(u->hot_fd, &none.sa, sizeof(none.sa));
-    int err = udp_hot_connect_fd(u->hot_fd, &d->sa.sa, udp_sa_len(&d->sa));
+     * for this route (connect keeps one it set before). In between, and
+     * for good if the connect fails, it is an unconnected socket that
+     * comes first in the kernel's list for the port: it gets every
+     * datagram the data socket would, which it reads with their senders'
+     * addresses (hot_settle_ns stays UINT64_MAX until a connect works). */
     u->hot_rx.vouched = NULL;
+    u->hot_settle_ns = UINT64_MAX;
     u->hot_dest = u->hot_conn = SX_TL_DEST_NONE;
+    (void)udp_hot_connect_fd(u->hot_fd, &none.sa, sizeof(none.sa));
+    int err = udp_hot_connect_fd(u->hot_fd, &d->sa.sa, udp_sa_len(&d->sa));
     if (err != 0) {
-        /* hot_on stays: a socket that was connected once and is not now
-         * may get anyone's datagrams, and is read with their addresses. */
-        sx_debug("udp", "hot socket: connecting to %s: %s", who, strerror(-err));
+        sx_debug("udp", "hot socket: connecting to %s: %s; reading it with senders' addresses", who,
+                 strerror(-err));
         return;
     }
-    u->hot_on = true;
     u->hot_dest = u->hot_conn = dest;
     u->hot_sa = d->sa;
     u->hot_settle_ns = sx_time_ns() + UDP_HOT_SETTLE_NS;
@@ -124,40 +129,62 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
     sx_debug("udp", "hot socket: connected to %s", who);
 }
 
-/* Reads the data socket and, where there is one, the hot socket, each
- * unless it is quiet and this is not its turn; sets rx_left from them. */
+/* One socket's read for sx_udp_hot_poll: its idle count (a read with no
+ * room is none), and its share of rx_left. */
+SX_HOT static int udp_hot_read(udp_iface_t *u, udp_rx_t *rx, unsigned *idle_p,
+                               sx_tl_event_t *events, unsigned max)
+{
+    int n = sx_udp_rx_poll(u, rx, events, max);
+    if (n < 0)
+        return n;
+    if (n > 0)
+        *idle_p = 0;
+    else if (max > 0 && *idle_p < UDP_HOT_IDLE)
+        (*idle_p)++;
+    u->base.rx_left |= rx->left;
+    return n;
+}
+
+/*
+ * Reads the data socket and, where there is one, the hot socket, each
+ * unless it is quiet and this is not its turn; sets rx_left from them. A
+ * socket skipped counts as empty in rx_left, as the IPv6 one does: a
+ * caller that then sleeps arms first, and the poll after an arm reads
+ * both (hot_all), so a sleeper woken for a skipped socket's datagram
+ * reads it at once. While both are read, the hot socket, read first,
+ * leaves a quarter of the room to the data socket, which would otherwise
+ * wait behind a hot peer that keeps the other full (the ACK socket's
+ * share in udp_poll_sockets, for the same reason).
+ */
 SX_HOT_PASS int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
 {
-    if (u->hot_fd < 0) {
-        int n = sx_udp_rx_poll(u, &u->rx, events, max);
-        u->base.rx_left = u->rx.left;
-        return n;
-    }
+    u->base.rx_left = false;
+    if (u->hot_fd < 0)
+        return udp_hot_read(u, &u->rx, &u->data_idle, events, max);
     /* A quiet socket waits for its turn only while the other is not
      * quiet: when both are, both are read. */
-    bool turn = ++u->polls % UDP_HOT_QUIET_POLLS == 0;
+    bool turn = ++u->polls % UDP_HOT_QUIET_POLLS == 0 || u->hot_all;
     bool hot_quiet = u->hot_idle >= UDP_HOT_IDLE, data_quiet = u->data_idle >= UDP_HOT_IDLE;
+    bool read_hot = turn || !hot_quiet || data_quiet || u->hot_rx.pend_n != 0;
+    bool read_data = turn || !data_quiet || hot_quiet || u->rx.pend_n != 0;
     int got = 0;
-    u->base.rx_left = false;
-    if (u->hot_on && (turn || !hot_quiet || data_quiet || u->hot_rx.pend_n != 0)) {
-        got = sx_udp_rx_poll(u, &u->hot_rx, events, max);
+    u->hot_all = false;
+    if (read_hot) {
+        got = udp_hot_read(u, &u->hot_rx, &u->hot_idle, events, read_data ? max - max / 4 : max);
         if (got < 0)
             return got;
-        u->hot_idle = got > 0 ? 0 : u->hot_idle + (u->hot_idle < UDP_HOT_IDLE);
-        /* Settled: found empty, so what came before the connect is read,
-         * and long enough after it that nothing the kernel matched to
-         * the socket unconnected is still on its way in. */
-        if (u->hot_rx.vouched == NULL && !u->hot_rx.left && sx_time_ns() >= u->hot_settle_ns)
-            u->hot_rx.vouched = &u->hot_sa;
         u->base.stats.rx_hot += (unsigned)got;
-        u->base.rx_left = u->hot_rx.left;
+        /* Settled: found empty, so what came before the connect is read,
+         * and long enough after it that nothing the kernel matched to the
+         * socket unconnected is still on its way in. */
+        if (u->hot_rx.vouched == NULL && !u->hot_rx.left && u->hot_settle_ns != UINT64_MAX &&
+            sx_time_ns() >= u->hot_settle_ns)
+            u->hot_rx.vouched = &u->hot_sa;
     }
-    if (!u->hot_on || turn || !data_quiet || hot_quiet || u->rx.pend_n != 0) {
-        int n = sx_udp_rx_poll(u, &u->rx, events + got, max - (unsigned)got);
+    if (read_data) {
+        int n = udp_hot_read(u, &u->rx, &u->data_idle, events + got, max - (unsigned)got);
         if (n < 0)
             return n;
-        u->data_idle = n > 0 ? 0 : u->data_idle + (u->data_idle < UDP_HOT_IDLE);
-        u->base.rx_left |= u->rx.left;
         got += n;
     }
     return got;

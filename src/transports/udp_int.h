@@ -32,8 +32,8 @@
 #define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
 #endif
 #define UDP_V6_QUIET_POLLS  256u      /* udp_poll: an unused IPv6 socket, every 256th */
-#define UDP_HOT_RUN         32u       /* datagrams in a row from one sender that make it hot */
-#define UDP_HOT_IDLE        1024u     /* polls without a datagram that make a socket quiet */
+#define UDP_HOT_RUN         32u       /* small datagrams in a row to one destination: hot */
+#define UDP_HOT_IDLE        1024u     /* reads without a datagram that make a socket quiet */
 #define UDP_HOT_QUIET_POLLS 16u       /* a quiet data or hot socket: read every 16th poll */
 #define UDP_HOT_SETTLE_NS   10000000u /* after a connect, addresses are read for 10 ms */
 #define UDP_CTRL_MAX        256       /* longest datagram sent or received on the ACK path */
@@ -136,14 +136,15 @@ typedef struct udp_rx {
      * the ECN field once udp_ecn_report ran), so a lone datagram is read
      * with recvmsg; until then with recvfrom (udp_rx_lone says why). */
     bool cmsg;
-    /* connected: the socket is connected (the hot socket), so the kernel
-     * reports ICMP errors of datagrams sent through it on its reads too
-     * (udp(7)); udp_rx_again skips them as the send path does. */
+    /* connected: the socket sends connected (the hot socket), so the
+     * kernel reports ICMP errors of datagrams sent through it on its reads
+     * too (udp(7)); udp_rx_again skips those as the send path does. */
     bool connected;
     /* vouched: the socket is connected to this address and settled
-     * (udp_hot.c), so the kernel delivers it nothing from
-     * anywhere else: a lone datagram is read without its sender's
-     * address, and its event names this one. NULL: addresses are read. */
+     * (udp_hot.c), so the kernel delivers it nothing from anywhere else: a
+     * lone datagram read with recvfrom (udp_rx_lone) is read without its
+     * sender's address, which is copied from here. NULL: addresses are
+     * read. */
     const udp_sa_t *vouched;
     unsigned dirty; /* msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
@@ -228,20 +229,24 @@ typedef struct udp_iface {
     udp_rx_t ack_rx; /* the ACK socket, when there is one */
     udp_rx_t rx6;    /* the IPv6 data socket, when there is one */
 
-    /* The hot socket (udp_hot.c), -1 when off: on the data
-     * socket's address and port (SO_REUSEPORT), connected (hot_on) to the
-     * data socket of the destination of the last run of UDP_HOT_RUN
-     * datagrams sent in a row (run_dest, run_n), hot_dest, whose
-     * datagrams leave through it (SX_TL_DEST_NONE once it is gone). Each
-     * socket is read at every poll while it has had a datagram in the last
-     * UDP_HOT_IDLE reads (idle counts), else every UDP_HOT_QUIET_POLLS-th
-     * poll (polls). */
+    /* The hot socket (udp_hot.c, udp_sock.c), -1 when off: on the data
+     * socket's address and port, connected to itself at first, then to the
+     * data socket of hot_conn, the destination of the last run of about
+     * UDP_HOT_RUN small datagrams sent in a row (run_dest, run_n; a batch
+     * cut short counts its last datagram twice), while it lives. hot_dest:
+     * the destination whose small datagrams leave through it (hot_conn, or
+     * SX_TL_DEST_NONE after a large one). hot_sa: the address it is
+     * connected to; its reads take no sender address from hot_settle_ns
+     * on (UINT64_MAX: not connected to a destination now). Each socket is
+     * read at every poll while it has had a datagram in its last
+     * UDP_HOT_IDLE reads (the idle counts), else every
+     * UDP_HOT_QUIET_POLLS-th poll (polls) and after arm (hot_all). Token
+     * holder, as the rest of the interface. */
     int hot_fd;
-    bool hot_on;
-    sx_tl_dest_t hot_dest, run_dest;
-    sx_tl_dest_t hot_conn;  /* where it is connected, while that destination lives */
-    udp_sa_t hot_sa;        /* what it is connected to (hot_on) */
-    uint64_t hot_settle_ns; /* reads take addresses until then (udp_poll_hot) */
+    bool hot_all;
+    sx_tl_dest_t hot_dest, hot_conn, run_dest;
+    udp_sa_t hot_sa;
+    uint64_t hot_settle_ns;
     unsigned run_n, polls, hot_idle, data_idle;
     udp_rx_t hot_rx;
 
@@ -389,6 +394,28 @@ static inline int sx_udp_send1(int fd, const struct msghdr *h, int flags)
 static inline bool sx_udp_errno_no_room(int err)
 {
     return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM;
+}
+
+/* Whether @p err is one the kernel reports on a connected UDP socket for
+ * an ICMP error about an earlier datagram (icmp_err_convert in
+ * net/ipv4/icmp.c; udp(7), ERROR HANDLING). */
+static inline bool sx_udp_errno_icmp(int err)
+{
+    switch (err) {
+    case ECONNREFUSED:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case ENONET:
+    case ENOPROTOOPT:
+    case EOPNOTSUPP:
+    case EACCES:
+    case EPROTO:
+    case EMSGSIZE:
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* Whether a failed read found the socket empty. */

@@ -273,12 +273,12 @@ static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
 /* Whether a read that failed with @p err is worth trying again now: an
  * interrupted one, or one that only reported an ICMP error of an earlier
  * datagram sent (a few per poll): "port unreachable" on any socket, and
- * any error but an empty queue on a connected one. */
+ * any ICMP error on a connected one. */
 static bool udp_rx_again(udp_iface_t *u, udp_rx_t *rx, int err, unsigned *refused_p)
 {
     if (err == EINTR)
         return true;
-    if ((err == ECONNREFUSED || (rx->connected && !sx_udp_errno_no_room(err))) &&
+    if ((err == ECONNREFUSED || (rx->connected && sx_udp_errno_icmp(err))) &&
         (*refused_p)++ < UDP_REFUSED_RETRIES) {
         u->base.stats.tx_refused++;
         return true;
@@ -290,7 +290,8 @@ static bool udp_rx_again(udp_iface_t *u, udp_rx_t *rx, int err, unsigned *refuse
  * socket, or more ICMP reports than a poll skips), or an I/O error. */
 static int udp_rx_failed(const udp_rx_t *rx, int err, const char *call)
 {
-    if (sx_udp_errno_no_room(err) || err == ECONNREFUSED || rx->connected)
+    if (sx_udp_errno_no_room(err) || err == ECONNREFUSED ||
+        (rx->connected && sx_udp_errno_icmp(err)))
         return 0;
     sx_error("udp", "%s: %s", call, strerror(err));
     return SX_ERR_IO;
@@ -328,12 +329,18 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
                 u->base.stats.rx_truncated++;
                 return 0;
             }
+            if (vouched != NULL) {
+                /* A copy: handling the events may move the hot socket
+                 * (udp_hot.c) before this one is looked at. */
+                rx->src[0].in4 = vouched->in4;
+                src_len = sizeof(vouched->in4);
+            }
             events[0] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
                                         .status = SX_OK,
                                         .data = rx->iov[0].iov_base,
                                         .len = (size_t)got,
-                                        .src = vouched != NULL ? vouched : &rx->src[0],
-                                        .src_len = vouched != NULL ? sizeof(vouched->in4) : src_len,
+                                        .src = &rx->src[0],
+                                        .src_len = src_len,
                                         .ecn = SX_TL_ECN_NOT_ECT};
             u->base.stats.rx_datagrams++;
             return 1;

@@ -47,7 +47,6 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <linux/filter.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -527,33 +526,33 @@ int sx_udp_open_ack(udp_iface_t *u, const sx_tl_config_t *config)
 }
 
 /*
- * The hot socket (udp_hot.c): a second IPv4 socket on the data
- * socket's address and port, in one SO_REUSEPORT group with it (socket(7);
- * the kernel lets only sockets of the same user join). The data socket was
- * bound without the option, so that the kernel chose its port among ports
- * nobody holds: with SO_REUSEPORT on, an ephemeral bind may land on a port
- * that another process of the same user holds with the option on
- * (udp_lib_lport_inuse leaves such ports out of its busy map), and two
- * engines would share their datagrams. The option is set on it afterwards;
- * the group forms when the hot socket binds. A one-instruction classic
- * BPF program on the group (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5) picks its
- * first member, the data socket, for every datagram that no connected
- * member matches, so neither the hot socket before it connects nor
- * another process of this user that joins the port later gets any of
- * them. What a connected member matches is the kernel's choice, not the
- * group's: its lookup scores a socket whose remote address and port match
- * the datagram's source above any that match the local port only
- * (udp4_lib_lookup2). It sends like a connected send socket
+ * The hot socket (udp_hot.c): a second IPv4 socket on the data socket's
+ * address and port. SO_REUSEPORT on both lets it bind there (socket(7));
+ * both drop the option at once, so that from then on no other socket can
+ * bind the port, as before there was a hot socket: a bind checks the
+ * option of the sockets already on the port, and a socket of the same
+ * user with the option on would let another one in. (The data socket was
+ * bound without it, so that the kernel chose its port among the ones
+ * nobody holds: an ephemeral bind does not count a port as busy when
+ * all its holders have the option, udp_lib_lport_inuse.) Then it is
+ * connected to itself, the data socket's address and port (loopback for
+ * the wildcard), where nothing is ever sent from: an unconnected socket
+ * that bound after the data socket comes first in the kernel's list and
+ * would get every datagram to the port. Connected, it gets only the
+ * datagrams from the address and port it is connected to (udp_hot.c
+ * moves it to a destination's), which the kernel finds in the slot of
+ * its own address before it looks at the wildcard one, or scores above
+ * the data socket in the same slot. It sends like a connected send socket
  * (sx_udp_connect_dest): the same send buffer and ECN marking.
  */
 int sx_udp_open_hot(udp_iface_t *u, const sx_tl_config_t *config)
 {
-    udp_sa_t sa = {.in4 = u->local}, bound;
-    struct sock_filter first[] = {{BPF_RET | BPF_K, 0, 0, 0}};
-    struct sock_fprog prog = {.len = 1, .filter = first};
+    udp_sa_t sa = {.in4 = u->local}, self = sa, bound;
     int one = 1, zero = 0;
     int rc = SX_ERR_IO;
 
+    if (self.in4.sin_addr.s_addr == htonl(INADDR_ANY))
+        self.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (setsockopt(u->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
         sx_debug("udp", "hot socket: SO_REUSEPORT on the data socket: %s", strerror(errno));
         return SX_ERR_IO;
@@ -569,11 +568,13 @@ int sx_udp_open_hot(udp_iface_t *u, const sx_tl_config_t *config)
         sx_debug("udp", "hot socket: binding to the data socket's port: %s", strerror(errno));
         goto fail;
     }
-    socklen_t salen = sizeof(bound);
-    if (setsockopt(u->fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) != 0) {
-        sx_debug("udp", "hot socket: SO_ATTACH_REUSEPORT_CBPF: %s", strerror(errno));
+    if (setsockopt(u->fd, SOL_SOCKET, SO_REUSEPORT, &zero, sizeof(zero)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &zero, sizeof(zero)) != 0 ||
+        connect(fd, &self.sa, udp_sa_len(&self)) != 0) {
+        sx_debug("udp", "hot socket: closing the port, connecting: %s", strerror(errno));
         goto fail;
     }
+    socklen_t salen = sizeof(bound);
     if (getsockname(fd, &bound.sa, &salen) != 0 || bound.in4.sin_port != u->local.sin_port)
         goto fail;
     rc = sx_udp_rx_init(&u->hot_rx, fd, u->rx.buflen);
@@ -588,12 +589,12 @@ int sx_udp_open_hot(udp_iface_t *u, const sx_tl_config_t *config)
     if (u->rx.busy) /* the same buffer size */
         sx_udp_rx_busy(&u->hot_rx);
     u->hot_fd = fd;
+    u->hot_idle = UDP_HOT_IDLE; /* quiet until a destination's datagrams come */
     return SX_OK;
 fail:
     if (fd >= 0)
         close(fd);
     u->hot_rx.fd = -1;
-    /* Nobody else joins the port from now on. */
     (void)setsockopt(u->fd, SOL_SOCKET, SO_REUSEPORT, &zero, sizeof(zero));
     return rc;
 }

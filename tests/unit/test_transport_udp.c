@@ -1014,7 +1014,9 @@ static void hot_ping_pong(sx_tl_iface_t *a, sx_tl_dest_t to_b, sx_tl_dest_t to_a
         uint64_t deadline = sx_time_ns() + DEADLINE_NS;
         int got;
         assert_int_equal(send_one(tx, i % 2 ? to_a : to_b, text, (size_t)len), SX_OK);
-        while ((got = rx->ops->poll(rx, ev, 1)) == 0)
+        /* Room for two: the data socket, read after the hot one, has room
+         * left, so its empty reads count towards its going quiet. */
+        while ((got = rx->ops->poll(rx, ev, 2)) == 0)
             assert_true(sx_time_ns() < deadline);
         assert_int_equal(got, 1);
         assert_int_equal(ev[0].len, (size_t)len);
@@ -1138,25 +1140,32 @@ static void test_hot_socket_plain_peer(void **state)
 }
 
 /*
- * The data socket is in a SO_REUSEPORT group now: another socket of this
- * user can bind its port. The group's program hands every datagram no
- * connected member matches to the data socket, none to the stranger.
+ * The hot socket binds the data port with SO_REUSEPORT, and both drop the
+ * option at once: no other socket can bind the port, with the option or
+ * without, on the wildcard or on loopback, as before there was a hot
+ * socket; and before it is connected to a destination, every datagram
+ * goes to the data socket.
  */
-static void test_hot_socket_stranger_gets_nothing(void **state)
+static void test_hot_socket_port_stays_closed(void **state)
 {
     (void)state;
     sx_tl_iface_t *b = open_udp_hot();
     struct sockaddr_in to = loopback_of(b);
-    int one = 1;
-    int stranger = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     rx_log_t log = {0};
     char buf[64];
 
-    assert_true(stranger >= 0);
-    assert_int_equal(setsockopt(stranger, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
-    struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = to.sin_port};
-    assert_int_equal(bind(stranger, (struct sockaddr *)&any, sizeof(any)), 0);
-    /* From 64 source ports: the kernel's hash would spread them. */
+    for (unsigned k = 0; k < 4; k++) {
+        int one = k & 1, s = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = to.sin_port};
+        if (k & 2)
+            at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_true(s >= 0);
+        assert_int_equal(setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
+        assert_int_equal(bind(s, (struct sockaddr *)&at, sizeof(at)), -1);
+        assert_int_equal(errno, EADDRINUSE);
+        close(s);
+    }
+    /* From 64 source ports. */
     for (unsigned i = 0; i < 64; i++) {
         int s = socket(AF_INET, SOCK_DGRAM, 0);
         assert_true(s >= 0);
@@ -1166,12 +1175,86 @@ static void test_hot_socket_stranger_gets_nothing(void **state)
     }
     rx_until(b, &log, 64);
     assert_int_equal(log.n, 64);
-    assert_int_equal(recv(stranger, buf, sizeof(buf), MSG_DONTWAIT), -1);
-    assert_int_equal(errno, EAGAIN);
     assert_int_equal(b->stats.rx_hot, 0);
     rx_log_free(&log);
-    close(stranger);
     b->ops->close(b);
+}
+
+/* Polls @p rx for one datagram, which must be @p text, and returns the
+ * port its event says it came from. */
+static unsigned hot_expect_from(sx_tl_iface_t *rx, const char *text)
+{
+    sx_tl_event_t ev[1];
+    uint64_t deadline = sx_time_ns() + DEADLINE_NS;
+    int got;
+    struct sockaddr_in from;
+
+    while ((got = rx->ops->poll(rx, ev, 1)) == 0)
+        assert_true(sx_time_ns() < deadline);
+    assert_int_equal(got, 1);
+    assert_int_equal(ev[0].len, strlen(text));
+    assert_memory_equal(ev[0].data, text, strlen(text));
+    assert_int_equal(ev[0].src_len, sizeof(from));
+    memcpy(&from, ev[0].src, sizeof(from));
+    return ntohs(from.sin_port);
+}
+
+/*
+ * A connect that fails (a run to the broadcast address, which a socket
+ * without SO_BROADCAST may not connect to) leaves the hot socket
+ * disconnected, where it gets anyone's datagrams: they must be read with
+ * their own senders, not the last destination's. Before, settled, its
+ * reads took no address.
+ */
+static void test_hot_socket_connect_fails(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *a = open_udp_hot();
+    uint8_t pa[8], bcast[8] = {4, 0, 9, 0, 255, 255, 255, 255};
+    sx_tl_dest_t da, db;
+    struct sockaddr_in to = loopback_of(a), pa_sa;
+    socklen_t len = sizeof(pa_sa);
+    char text[32];
+
+    int fa = raw_peer(pa);
+    assert_int_equal(getsockname(fa, (struct sockaddr *)&pa_sa, &len), 0);
+    assert_int_equal(a->ops->addr_insert(a, pa, 8, &da), SX_OK);
+    for (unsigned i = 0; i < HOT_RUN; i++) {
+        snprintf(text, sizeof(text), "run %u", i);
+        (void)arrival_port(a, da, fa, text);
+    }
+    assert_int_equal(a->stats.hot_connects, 1);
+    /* Past the settling time (10 ms), with empty reads after it. */
+    uint64_t settled = sx_time_ns() + 20000000ull;
+    sx_tl_event_t ev[4];
+    while (sx_time_ns() < settled)
+        assert_int_equal(a->ops->poll(a, ev, 4), 0);
+    assert_int_equal(sendto(fa, "from a", 6, 0, (struct sockaddr *)&to, sizeof(to)), 6);
+    assert_int_equal(hot_expect_from(a, "from a"), ntohs(pa_sa.sin_port));
+    assert_int_equal(a->stats.rx_hot, 1);
+
+    assert_int_equal(a->ops->addr_insert(a, bcast, 8, &db), SX_OK);
+    for (unsigned i = 0; i < HOT_RUN; i++) {
+        int rc = send_one(a, db, "nobody", 6);
+        assert_int_not_equal(rc, SX_OK);
+    }
+    assert_int_equal(a->stats.hot_connects, 1);
+    int c = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in any = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)},
+                       c_sa;
+    assert_true(c >= 0);
+    assert_int_equal(bind(c, (struct sockaddr *)&any, sizeof(any)), 0);
+    len = sizeof(c_sa);
+    assert_int_equal(getsockname(c, (struct sockaddr *)&c_sa, &len), 0);
+    for (unsigned i = 0; i < 3; i++) {
+        assert_int_equal(sendto(c, "from c", 6, 0, (struct sockaddr *)&to, sizeof(to)), 6);
+        assert_int_equal(hot_expect_from(a, "from c"), ntohs(c_sa.sin_port));
+        assert_int_equal(sendto(fa, "from a", 6, 0, (struct sockaddr *)&to, sizeof(to)), 6);
+        assert_int_equal(hot_expect_from(a, "from a"), ntohs(pa_sa.sin_port));
+    }
+    close(c);
+    close(fa);
+    a->ops->close(a);
 }
 
 /*
@@ -1196,6 +1279,15 @@ static void test_hot_socket_moves(void **state)
     assert_int_equal(send_one(c, c_to_b, "from c", 6), SX_OK);
     hot_expect(b, "from c");
     assert_int_equal(b->stats.rx_hot, b_hot);
+    /* Quiet again; a sleeper arms, wakes for c's datagram and reads it in
+     * one poll, though it is not the quiet socket's turn. */
+    hot_ping_pong(a, a_to_b, b_to_a, b, 1100);
+    b_hot = b->stats.rx_hot;
+    assert_int_equal(b->ops->arm(b), SX_OK);
+    assert_int_equal(send_one(c, c_to_b, "wake", 4), SX_OK);
+    assert_true(tl_wait_readable(b, 10000));
+    assert_int_equal(b->ops->poll(b, ev, 2), 1);
+    assert_memory_equal(ev[0].data, "wake", 4);
     hot_ping_pong(a, a_to_b, b_to_a, b, 10);
     assert_int_equal(b->stats.rx_hot - b_hot, 10);
 
@@ -1569,7 +1661,8 @@ int main(void)
         cmocka_unit_test(test_ack_socket_wait_fds),
         cmocka_unit_test(test_hot_socket_pairs),
         cmocka_unit_test(test_hot_socket_plain_peer),
-        cmocka_unit_test(test_hot_socket_stranger_gets_nothing),
+        cmocka_unit_test(test_hot_socket_port_stays_closed),
+        cmocka_unit_test(test_hot_socket_connect_fails),
         cmocka_unit_test(test_hot_socket_moves),
         cmocka_unit_test(test_hot_socket_peer_gone),
     };
