@@ -39,6 +39,7 @@
 
 #include <shardx.h>
 
+#include "common/copy.h"
 #include "common/wheel.h"
 #include "hotel/hotel.h"
 #include "shard/cc.h"
@@ -434,7 +435,7 @@ typedef struct sx_landing {
 static inline void sx_landing_undo_locked(sx_shard_t *shard, const uint8_t *data,
                                           const sx_landing_t *land)
 {
-    memcpy((uint8_t *)(uintptr_t)data + land->head, land->dst, land->len);
+    sx_copy_bulk((uint8_t *)(uintptr_t)data + land->head, land->dst, land->len);
     sx_stat_add(&shard->stats.copy_rx_bytes, land->len);
     sx_stat_add(&shard->stats.rx_land_missed, 1);
 }

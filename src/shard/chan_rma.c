@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "common/time.h"
 #include "shard/chan.h"
 #include "shard/chan_int.h"
@@ -55,7 +56,7 @@ uint8_t *sx_chan_write_region_frame_locked(sx_chan_t *c, sx_op_t *op, sx_wire_fr
         return p;
     }
     if (src != NULL) {
-        memcpy(p, src, len);
+        sx_copy_bulk(p, src, len);
         sx_mem_access_end(m);
         sx_stat_add(&c->shard->stats.copy_tx_bytes, len);
     } else
@@ -107,7 +108,7 @@ void sx_chan_recv_put_locked(sx_chan_t *c, const sx_wire_frame_t *f)
     sx_rcu_read_unlock(&env->mem->rcu);
     if (write) {
         if (f->data != dst) {
-            memcpy(dst, f->data, f->len);
+            sx_copy_bulk(dst, f->data, f->len);
             sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
         } else
             sx_stat_add(&c->shard->stats.rx_landed_bytes, f->len); /* landed in place */
@@ -395,7 +396,7 @@ void sx_chan_recv_resp_locked(sx_chan_t *c, const sx_wire_frame_t *f)
             sx_stat_add(&c->shard->stats.rx_landed_bytes, f->len); /* landed in place */
             op->got += f->len;
         } else {
-            memcpy(op->dst + op->got, f->data, f->len);
+            sx_copy_bulk(op->dst + op->got, f->data, f->len);
             sx_stat_add(&c->shard->stats.copy_rx_bytes, f->len);
             op->got += f->len;
         }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -321,7 +322,7 @@ SX_HOT static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uin
                 sx_chan_drop_frame_locked(c, SX_DROP_NO_BUFFER);
                 c->asm_drop = true;
             } else {
-                memcpy(c->asm_buf, f.data, f.len);
+                sx_copy_bulk(c->asm_buf, f.data, f.len);
                 sx_stat_add(&c->shard->stats.copy_rx_bytes, f.len);
             }
             break;
@@ -332,7 +333,7 @@ SX_HOT static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uin
                 break;
             }
             if (c->asm_buf != NULL) {
-                memcpy(c->asm_buf + c->asm_got, f.data, f.len);
+                sx_copy_bulk(c->asm_buf + c->asm_got, f.data, f.len);
                 sx_stat_add(&c->shard->stats.copy_rx_bytes, f.len);
             }
             c->asm_got += f.len;
@@ -470,7 +471,7 @@ static sx_drop_reason_t chan_keep(sx_chan_t *c, uint32_t seq, const uint8_t *dat
     c->ooo[i].buf = malloc(len);
     if (c->ooo[i].buf == NULL)
         return SX_DROP_NO_BUFFER;
-    memcpy(c->ooo[i].buf, data, len);
+    sx_copy_bulk(c->ooo[i].buf, data, len);
     sx_stat_add(&c->shard->stats.copy_rx_bytes, len);
     c->ooo[i].len = (uint32_t)len;
     c->ooo_bits[i / 64] |= 1ull << (i % 64);

@@ -392,14 +392,14 @@ void sx_chan_pkt_materialize_locked(sx_chan_t *c, sx_txpkt_t *pkt)
     if (pkt->ext == NULL)
         return;
     if (pkt->pin != NULL) {
-        memcpy(pkt->data + pkt->head, sx_mem_pin_read_begin(pkt->pin, pkt->ext),
-               pkt->len - pkt->head);
+        sx_copy_bulk(pkt->data + pkt->head, sx_mem_pin_read_begin(pkt->pin, pkt->ext),
+                     pkt->len - pkt->head);
         sx_mem_pin_read_end(pkt->pin);
         sx_mem_unpin(pkt->pin);
         pkt->pin = NULL;
         c->pinned_out--;
     } else
-        memcpy(pkt->data + pkt->head, pkt->ext, pkt->len - pkt->head);
+        sx_copy_bulk(pkt->data + pkt->head, pkt->ext, pkt->len - pkt->head);
     sx_stat_add(&c->shard->stats.copy_tx_bytes, pkt->len - pkt->head);
     pkt->ext = NULL;
 }

@@ -9,6 +9,7 @@
 
 #include <shardx.h>
 
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -152,7 +153,7 @@ int sx_mem_table_remove(sx_mem_table_t *table, sx_mem_t *mem)
          * a copy from now on (mem.h, Pins). */
         uint8_t *copy = malloc(mem->len > 0 ? mem->len : 1);
         if (copy != NULL) {
-            memcpy(copy, mem->addr, mem->len);
+            sx_copy_bulk(copy, mem->addr, mem->len);
             atomic_store(&mem->shadow, copy); /* sequentially consistent: see Pins */
             atomic_fetch_add_explicit(&table->shadow_bytes, mem->len, memory_order_relaxed);
         } else {

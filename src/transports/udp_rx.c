@@ -17,6 +17,7 @@
 
 #include <shardx.h>
 
+#include "common/copy.h"
 #include "common/hot.h"
 #include "common/log.h"
 
@@ -127,7 +128,7 @@ static void udp_rx_land_back(udp_rx_t *rx, unsigned i)
     size_t n = udp_rx_landed(rx, i);
 
     if (n != 0)
-        memcpy((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], n);
+        sx_copy_bulk((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], n);
 }
 
 /*

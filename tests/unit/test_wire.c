@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "shard/wire.h"
@@ -836,8 +837,6 @@ static void test_frame_unknown_kind(void **state)
     assert_int_equal(sx_wire_next_frame(buf, n + SX_WIRE_FRAME_LEN, &off, &f), -1);
 }
 
-/* A len field that runs past the payload, by one byte or by nearly 4 GiB:
- * the bounds check must not overflow into accepting it. */
 /* sx_copy_small (common/copy.h), the copy of a message's bytes into its
  * packet: every length from 0 to past its inline limit, at every
  * alignment of source and destination, copies exactly n bytes and touches
@@ -886,6 +885,61 @@ static void test_zero_small(void **state)
     }
 }
 
+/* sx_copy_bulk and its pieces (common/copy.h), the copies of payloads:
+ * lengths around the piece size and a datagram's, at skews in and around
+ * the window (the destination 1-31 bytes past the source modulo 4 KiB),
+ * copy exactly n bytes and touch none around them, whichever way this
+ * machine's measurement chose; the pieces themselves the same. */
+static void copy_bulk_check(bool pieces)
+{
+    const size_t lens[] = {0, 1, 63, 2047, 2048, 2049, 4095, 4096, 4097, 6144, 6149, 65000, 70001};
+    const size_t skews[] = {0,  1,  2,  8,    16,   31,   32,   33,   63,
+                            64, 65, 80, 4064, 4065, 4095, 4096, 4097, 4127};
+    const size_t cap = 70001 + 4 * 4096;
+    uint8_t *src = aligned_alloc(4096, cap), *dst = aligned_alloc(4096, cap);
+
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (uint8_t)(i * 131 + (i >> 8) + 3);
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        size_t n = lens[l];
+        for (size_t so = 0; so < 200; so += 72) {
+            for (size_t k = 0; k < sizeof(skews) / sizeof(skews[0]); k++) {
+                size_t at = so + 4096 + skews[k]; /* a page of guard bytes */
+                memset(dst, 0xA5, at + n + 64);
+                if (pieces)
+                    sx_copy_pieces(dst + at, src + so, n);
+                else
+                    sx_copy_bulk(dst + at, src + so, n);
+                assert_memory_equal(dst + at, src + so, n);
+                for (size_t i = 0; i < at; i++)
+                    assert_int_equal(dst[i], 0xA5);
+                for (size_t i = at + n; i < at + n + 64; i++)
+                    assert_int_equal(dst[i], 0xA5);
+                /* Both buffers are page-aligned: dst + at is skews[k]
+                 * past src + so modulo 4 KiB. */
+                size_t skew = skews[k] & 4095;
+                bool in = n > SX_COPY_PIECE && skew >= 1 && skew <= 31;
+                assert_int_equal(sx_copy_is_skewed(dst + at, src + so, n), in);
+            }
+        }
+    }
+    free(src);
+    free(dst);
+}
+
+static void test_copy_bulk(void **state)
+{
+    (void)state;
+    bool chosen = sx_copy_skew_pieces();
+    copy_bulk_check(false);
+    copy_bulk_check(true);
+    assert_int_equal(sx_copy_skew_pieces(), chosen); /* measured once */
+}
+
+/* A len field that runs past the payload, by one byte or by nearly 4 GiB:
+ * the bounds check must not overflow into accepting it. */
 static void test_frame_length_overflow(void **state)
 {
     (void)state;
@@ -958,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_frame_unknown_kind),
         cmocka_unit_test(test_frame_length_overflow),
         cmocka_unit_test(test_copy_small),
+        cmocka_unit_test(test_copy_bulk),
         cmocka_unit_test(test_zero_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
