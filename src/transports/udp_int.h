@@ -25,9 +25,10 @@
 #include "common/syscall.h"
 #include "transports/transport.h"
 
-#define UDP_RX_BATCH        32 /* receive buffers per socket */
-#define UDP_RX_BUSY_READ    8  /* datagrams in one read that make a socket busy */
-#define UDP_REFUSED_RETRIES 16 /* ECONNREFUSED reports skipped per call */
+#define UDP_RX_BATCH        32   /* receive buffers per socket */
+#define UDP_PAGE            4096 /* where receive buffers start (sx_udp_rx_init) */
+#define UDP_RX_BUSY_READ    8    /* datagrams in one read that make a socket busy */
+#define UDP_REFUSED_RETRIES 16   /* ECONNREFUSED reports skipped per call */
 #ifndef UDP_GRO
 #define UDP_GRO 104 /* linux/udp.h, Linux 5.0 */
 #endif
