@@ -9,12 +9,14 @@
  * own figure. Pieces are chosen when they take at most half the time of
  * one memcpy. On this VM's EPYC four copies took 0.25 us in pieces and
  * 8.1 us as one memcpy each; on a CPU without the slow case the two are
- * about equal. The measurement takes under 0.1 ms (~70 us here),
- * once per process, on the first skewed copy.
+ * about equal. The measurement takes ~70 us here, once per process, in
+ * the first skewed copy, whose caller may hold a shard's token; another
+ * thread's skewed copy waits for it meanwhile.
  */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "common/copy.h"
 #include "common/log.h"
@@ -25,9 +27,18 @@
 #define SX_COPY_PROBE_TRIALS 8
 #define SX_COPY_PROBE_REPS   4
 
+/* Where glibc stops using rep movsb when the L2 size is unknown. */
+#define SX_COPY_REP_MAX_DEFAULT (1u << 20)
+
 static pthread_once_t sx_copy_once = PTHREAD_ONCE_INIT;
-/* Written once inside pthread_once, which orders it before every read. */
+/* Written once inside pthread_once, which orders them before every read:
+ * whether skewed copies go in pieces, and below which length. glibc 2.36
+ * stops using rep movsb on AMD CPUs at the L2 cache's size (here 512 KiB:
+ * 500,000 bytes at a skew of 16 1.7 GB/s, 524,288 21), and copies longer
+ * ones with its vector loop or non-temporal stores, which pieces would
+ * only lose to. */
 static bool sx_copy_use_pieces;
+static size_t sx_copy_pieces_max;
 
 /* A length the compiler cannot see, so that each piece is a call into
  * libc's memcpy and not an inline `rep movs` of a known size. */
@@ -81,12 +92,14 @@ static void sx_copy_probe(void)
             best_pieces = b;
     }
     free(buf);
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    sx_copy_pieces_max = l2 > 0 ? (size_t)l2 : SX_COPY_REP_MAX_DEFAULT;
     sx_copy_use_pieces = best_pieces * 2 <= best_memcpy;
     sx_debug("copy",
              "%zu B at skew %u: memcpy %" PRIu64 " ns, %u B pieces %" PRIu64
-             " ns (best of %d, %d copies each): skewed copies use %s",
+             " ns (best of %d, %d copies each): skewed copies below %zu B use %s",
              n, SX_COPY_PROBE_SKEW, best_memcpy, SX_COPY_PIECE, best_pieces, SX_COPY_PROBE_TRIALS,
-             SX_COPY_PROBE_REPS, sx_copy_use_pieces ? "pieces" : "memcpy");
+             SX_COPY_PROBE_REPS, sx_copy_pieces_max, sx_copy_use_pieces ? "pieces" : "memcpy");
 }
 
 bool sx_copy_skew_pieces(void)
@@ -97,7 +110,7 @@ bool sx_copy_skew_pieces(void)
 
 void sx_copy_skewed(uint8_t *dst, const uint8_t *src, size_t n)
 {
-    if (sx_copy_skew_pieces())
+    if (sx_copy_skew_pieces() && n < sx_copy_pieces_max)
         sx_copy_pieces(dst, src, n);
     else
         memcpy(dst, src, n);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Copies of a few bytes without a call into libc.
+ * Copies of a few bytes without a call into libc, and payload copies that
+ * avoid libc's one slow case here (sx_copy_bulk).
  *
  * A memcpy whose length is not a constant is a call through the PLT into
  * libc's memmove: two pages of code (the PLT's and libc's) besides the
@@ -27,19 +28,19 @@
 /*
  * Payload copies of kilobytes: memcpy, except where libc's is known slow.
  *
- * glibc (2.36 here) moves 2,112 bytes up to about the L2 cache's size with
- * `rep movsb` on a CPU with fast short rep movs (FSRM). On this machine's
- * AMD EPYC (Zen 4) that instruction runs at 1.4-2.6 GB/s instead of 27-45
- * when the destination is 1 to 31 bytes past the source modulo the 4 KiB
- * page (the skew; measured 2026-12-02 for every length from 8 bytes up,
- * e.g. 64 KiB at skews 1-31 1.4-2.5 GB/s, at 0, 32-4095 27-39; 4 KiB 2.0
- * against 48; from memory, 16 MiB spans, 1.6-1.9 against 4-6). A pair of
- * buffers lands in the window by chance one time in 132, but buffers at
- * the same offset in their pages (page-aligned application buffers, a
- * packet's payload behind its header) land there together or not at all.
- * In the window the copy goes in pieces of SX_COPY_PIECE bytes, each below
- * glibc's threshold, which its vector loop moves at 21-26 GB/s from cache
- * and 2.5-3.3 from memory.
+ * glibc (2.36 here) moves 2,112 bytes up to the L2 cache's size (512 KiB
+ * on this VM) with `rep movsb` on a CPU with fast short rep movs (FSRM).
+ * On this machine's AMD EPYC (Zen 4) that instruction runs ten to twenty
+ * times slower when the destination is 1 to 31 bytes past the source
+ * modulo the 4 KiB page (the skew). Measured 2026-12-02, GB/s: 4 KiB
+ * cached 2.0 against 41-48 outside the window, 64 KiB 1.4-2.5 against
+ * 27-46, 55,000 B from memory (16 MiB spans) 1.6-1.8 against 5.8-6.2. A
+ * random pair of buffers lands in the window one time in 132, but
+ * buffers at the same offset in their pages (page-aligned application
+ * buffers, a packet's payload behind its header) land there together or
+ * not at all. In the window, below the L2 size, the copy goes in pieces
+ * of SX_COPY_PIECE bytes, each below glibc's threshold, which its vector
+ * loop moves at 21-26 GB/s from cache and 2.5-3.3 from memory.
  *
  * Whether the pieces are faster is measured once per process on the first
  * skewed copy (copy.c): another CPU or another libc keeps plain memcpy

@@ -484,19 +484,22 @@ bool sx_udp_ecn_recv(int fd, int family)
 /*
  * Gives @p rx its socket and UDP_RX_BATCH buffers of @p buflen bytes.
  *
- * The buffers start on a page. The kernel copies a datagram in with
- * `rep movsb`, which on this machine's EPYC runs ten to twenty times slower
- * when the destination is 1-31 bytes past the source modulo 4 KiB
- * (common/copy.h; the kernel's copies too: a 4 KiB pipe read into a buffer
- * 16 bytes into a page took 3.1 us against 1.3). A bulk datagram's bytes
- * come from the sender's page fragments, and a fresh fragment starts on a
- * page. malloc put these buffers 16 bytes into a page (its header before a
- * mapped chunk), in the window for every such fragment; on a page they
- * are in it only for a fragment that starts in a page's last 31 bytes.
+ * Buffers longer than a page each start on one. The kernel copies a
+ * datagram in with `rep movsb`, which on this machine's EPYC runs ten to
+ * twenty times slower when the destination is 1-31 bytes past the source
+ * modulo 4 KiB (common/copy.h; the kernel's copies too: a 4 KiB pipe read
+ * into a buffer 16 bytes into a page took 3.1-3.8 us against 1.3). Over
+ * loopback a bulk datagram's bytes come from the sender's page fragments,
+ * and a fresh fragment starts on a page. malloc put a batch of GRO's
+ * 64 KiB buffers 16 bytes into a page (its header before a mapped chunk),
+ * in the window for every such fragment; on a page they are in it only
+ * for a fragment that starts in a page's last 31 bytes. Shorter buffers
+ * (an mtu of 1,500, the ACK socket's) keep their length as their stride.
  */
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
 {
-    size_t bytes = (buflen * UDP_RX_BATCH + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1);
+    size_t stride = buflen > UDP_PAGE ? (buflen + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1) : buflen;
+    size_t bytes = (stride * UDP_RX_BATCH + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1);
 
     rx->fd = fd;
     rx->buflen = buflen;
@@ -505,7 +508,7 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
     if (rx->mem == NULL)
         return SX_ERR_NO_MEMORY;
     for (unsigned i = 0; i < UDP_RX_BATCH; i++) {
-        rx->iov[i] = (struct iovec){.iov_base = rx->mem + i * buflen, .iov_len = buflen};
+        rx->iov[i] = (struct iovec){.iov_base = rx->mem + i * stride, .iov_len = buflen};
         rx->msgs[i].msg_hdr = (struct msghdr){.msg_iov = &rx->iov[i],
                                               .msg_iovlen = 1,
                                               .msg_name = &rx->src[i],
