@@ -57,6 +57,9 @@ struct sx_engine {
     struct sx_shard **shards;
     uint64_t id; /* unique in the process, never reused (engine.c, sx_engine_tls) */
     pthread_key_t home_key;
+    /* Destroy has begun: OOB requests still queued are dropped. Every send,
+     * put and get reads it (sx_engine_closing): here, not on a later page. */
+    atomic_bool closing;
     sx_yield_t yield;       /* SX_YIELD (yield.h) */
     sx_shard_env_t env;     /* what the shards share: settings, epoch, the tables below */
     sx_peer_table_t peers;  /* by the peer engine's epoch (shard/peer.h) */
@@ -118,7 +121,6 @@ struct sx_engine {
      * was started by sx_run or SX_CPC names oob), and after
      * sx_engine_join the modex and one peer per rank. */
     struct sx_oob *oob;
-    atomic_bool closing; /* destroy has begun: OOB requests still queued are dropped */
     pthread_mutex_t join_lock;
     struct sx_modex *modex;
     sx_peer_h *job_peers;       /* [modex->size] */
