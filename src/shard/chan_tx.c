@@ -163,12 +163,7 @@ static void op_copy(sx_op_t *op, uint8_t *dst, size_t n)
  * byte fell to 1.0 in a stream of 256 KiB messages (sx_bench bw). */
 #define SX_ZC_ALONE 16384u
 
-typedef struct frame_plan {
-    sx_op_t *op;
-    uint8_t kind;
-    uint32_t len;
-    bool last;
-} frame_plan_t;
+typedef struct sx_frame_plan frame_plan_t; /* shard.h */
 
 /* The frame kind an RMA-style op travels in. */
 static uint8_t op_frame_kind(const sx_op_t *op)
@@ -427,7 +422,7 @@ static bool chan_region_zero_copy(sx_chan_t *c, unsigned n, uint32_t len)
 /* Builds the next data packet from the send queue, or returns NULL. */
 SX_HOT static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
 {
-    frame_plan_t plan[SX_PKT_MAX_FRAMES];
+    frame_plan_t *plan = c->shard->txq.plan; /* shard.h says why not on the stack */
     size_t mtu = c->dgram_max;
     size_t bytes;
     unsigned n = chan_plan_packet(c, mtu - SX_WIRE_HDR_LEN - c->tag_len, plan, &bytes);

@@ -162,6 +162,16 @@ typedef struct sx_shard_txq {
     /* A staged packet's pinned region (shard/mem.h, Pins), whose read
      * began at staging and ends when the batch is posted; NULL: none. */
     struct sx_mem *pin[SX_SHARD_TX_BATCH];
+    /* The frames of the packet being built (chan_tx.c, chan_build_packet),
+     * beside the batch's first entries, which its staging writes next. On
+     * the stack its 1.5 KB put every call below the build on a page
+     * further down; src/common/hot.h says why pages count. */
+    struct sx_frame_plan {
+        struct sx_op *op;
+        uint8_t kind;
+        uint32_t len;
+        bool last;
+    } plan[SX_PKT_MAX_FRAMES];
     uint8_t ack_buf[SX_SHARD_TX_BATCH][SX_WIRE_HDR_LEN];
     uint8_t tag[SX_SHARD_TX_BATCH][SX_WIRE_TAG_LEN]; /* SX_AUTH: each datagram's tag */
 } sx_shard_txq_t;
