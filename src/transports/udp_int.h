@@ -114,17 +114,35 @@ typedef union udp_ctrl {
     char buf[CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(int))];
 } udp_ctrl_t;
 
+/* A socket's arrays for batch reads (recvmmsg), and for the datagrams
+ * they return; they follow its buffers in one allocation
+ * (sx_udp_rx_init). seg[i] is the datagram size in buffer i (UDP_GRO), 0
+ * for one datagram; the landings the last read gave buffers 0..land_n-1
+ * (sx_tl_ops_t.land): bytes land_head .. land_head + land_cap[i] of
+ * buffer i's datagram went to land_dst[i], the rest to the buffer around
+ * a gap of that size; land_iov[i] is its scatter list for that read. */
+typedef struct udp_rx_bufs {
+    uint32_t seg[UDP_RX_BATCH];
+    uint8_t ecn[UDP_RX_BATCH]; /* buffer i's ECN field (GRO coalesces equal ones only) */
+    size_t land_cap[UDP_RX_BATCH];
+    uint8_t *land_dst[UDP_RX_BATCH];
+    struct iovec iov[UDP_RX_BATCH];
+    udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
+    struct mmsghdr msgs[UDP_RX_BATCH];
+    udp_ctrl_t ctrl[UDP_RX_BATCH];
+    struct iovec land_iov[UDP_RX_BATCH][3];
+} udp_rx_bufs_t;
+
 /* One socket's receive side: UDP_RX_BATCH buffers of buflen bytes; the
  * events of one poll point into them until the next poll. */
 typedef struct udp_rx {
-    /* What one read of one datagram touches first, then the arrays in
-     * order of size: a single-datagram poll finds its state, and buffer
-     * 0's entries, on one or two pages (udp_open aligns the interface to
-     * one; src/common/hot.h says why pages count). */
+    /* What a read of one datagram touches, alone (udp_rx_lone): every
+     * socket's lies on the interface's first page, the arrays of batch
+     * reads (b) elsewhere (src/common/hot.h says why pages count). */
     int fd;
     size_t buflen;
-    size_t limit; /* the longest datagram handed up: buflen, or the mtu under GRO */
-    uint8_t *mem;
+    size_t limit;       /* the longest datagram handed up: buflen, or the mtu under GRO */
+    uint8_t *mem;       /* buffer 0; buffer i at mem + i * stride (sx_udp_rx_init) */
     uint32_t last_ovfl; /* the socket's drop counter as last reported */
     bool batch;         /* the last poll found datagrams back to back: use recvmmsg */
     bool left;          /* the last poll may have left datagrams (transport.h, rx_left) */
@@ -147,28 +165,16 @@ typedef struct udp_rx {
      * sender's address, which is copied from here. NULL: addresses are
      * read. */
     const udp_sa_t *vouched;
-    unsigned dirty; /* msgs[0..dirty) the last read may have written back */
+    unsigned dirty; /* b->msgs[0..dirty) the last read may have written back */
     /* What the last read left to hand up: buffers pend_i..pend_n-1 (a
      * buffer that GRO filled with several datagrams can hold more than a
-     * poll's room), from offset pend_off in buffer pend_i; seg[i] is the
-     * datagram size in buffer i (UDP_GRO), 0 for one datagram. */
+     * poll's room), from offset pend_off in buffer pend_i. */
     unsigned pend_i, pend_n;
     size_t pend_off;
-    /* The landings the last read gave buffers 0..land_n-1 (sx_tl_ops_t.land):
-     * bytes land_head .. land_head + land_cap[i] of buffer i's datagram
-     * went to land_dst[i], the rest to the buffer around a gap of that
-     * size; land_iov[i] is its scatter list for that read. */
-    unsigned land_n;
-    size_t land_head;
-    uint32_t seg[UDP_RX_BATCH];
-    uint8_t ecn[UDP_RX_BATCH]; /* buffer i's ECN field (GRO coalesces equal ones only) */
-    size_t land_cap[UDP_RX_BATCH];
-    uint8_t *land_dst[UDP_RX_BATCH];
-    struct iovec iov[UDP_RX_BATCH];
-    udp_sa_t src[UDP_RX_BATCH]; /* each datagram's sender (src_matches) */
-    struct mmsghdr msgs[UDP_RX_BATCH];
-    udp_ctrl_t ctrl[UDP_RX_BATCH];
-    struct iovec land_iov[UDP_RX_BATCH][3];
+    unsigned land_n;   /* buffers the last read offered landings (b->land_cap) */
+    size_t land_head;  /* where in each of them the landing began */
+    udp_sa_t lone_src; /* the sender of the datagram a lone read returned */
+    udp_rx_bufs_t *b;
 } udp_rx_t;
 
 typedef struct udp_iface {

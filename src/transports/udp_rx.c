@@ -116,10 +116,10 @@ static uint32_t udp_read_ctrl(udp_iface_t *u, udp_rx_t *rx, struct msghdr *h, ui
  * or no landing). */
 static size_t udp_rx_landed(const udp_rx_t *rx, unsigned i)
 {
-    size_t len = rx->msgs[i].msg_len;
+    size_t len = rx->b->msgs[i].msg_len;
     size_t n = i < rx->land_n && len > rx->land_head ? len - rx->land_head : 0;
 
-    return n < rx->land_cap[i] ? n : rx->land_cap[i];
+    return n < rx->b->land_cap[i] ? n : rx->b->land_cap[i];
 }
 
 /* Copies them back into the buffer's gap, making the datagram whole. */
@@ -128,7 +128,7 @@ static void udp_rx_land_back(udp_rx_t *rx, unsigned i)
     size_t n = udp_rx_landed(rx, i);
 
     if (n != 0)
-        sx_copy_bulk((uint8_t *)rx->iov[i].iov_base + rx->land_head, rx->land_dst[i], n);
+        sx_copy_bulk((uint8_t *)rx->b->iov[i].iov_base + rx->land_head, rx->b->land_dst[i], n);
 }
 
 /*
@@ -145,8 +145,8 @@ SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_
 
     while (rx->pend_i < rx->pend_n && n < max) {
         unsigned i = rx->pend_i;
-        struct msghdr *h = &rx->msgs[i].msg_hdr;
-        size_t len = rx->msgs[i].msg_len;
+        struct msghdr *h = &rx->b->msgs[i].msg_hdr;
+        size_t len = rx->b->msgs[i].msg_len;
         if (h->msg_flags & MSG_TRUNC) {
             /* Longer than the buffer (the mtu, or UDP_CTRL_MAX on the ACK
              * socket): a peer with another idea of the mtu, or garbage.
@@ -155,7 +155,7 @@ SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_
             rx->pend_i++;
             continue;
         }
-        size_t seg = rx->seg[i] != 0 && rx->seg[i] < len ? rx->seg[i] : len;
+        size_t seg = rx->b->seg[i] != 0 && rx->b->seg[i] < len ? rx->b->seg[i] : len;
         if (seg > rx->limit) {
             /* A buffer larger than the mtu holds one when GRO is on: the
              * same verdict as a truncated read. */
@@ -166,11 +166,11 @@ SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_
         if (len == 0) {
             events[n++] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
                                           .status = SX_OK,
-                                          .data = rx->iov[i].iov_base,
+                                          .data = rx->b->iov[i].iov_base,
                                           .len = 0,
-                                          .src = &rx->src[i],
+                                          .src = &rx->b->src[i],
                                           .src_len = h->msg_namelen,
-                                          .ecn = rx->ecn[i]};
+                                          .ecn = rx->b->ecn[i]};
             rx->pend_i++;
             continue;
         }
@@ -182,7 +182,7 @@ SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_
             udp_rx_land_back(rx, i);
             landed = 0;
         }
-        rx->land_cap[i] = 0;
+        rx->b->land_cap[i] = 0;
         if (rx->pend_off == 0 && seg < len)
             u->base.stats.rx_gro++;
         while (rx->pend_off < len && n < max) {
@@ -190,13 +190,13 @@ SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_
             events[n++] = (sx_tl_event_t){
                 .type = SX_TL_EV_RECV,
                 .status = SX_OK,
-                .data = (const uint8_t *)rx->iov[i].iov_base + rx->pend_off,
+                .data = (const uint8_t *)rx->b->iov[i].iov_base + rx->pend_off,
                 .len = part,
-                .src = &rx->src[i],
+                .src = &rx->b->src[i],
                 .src_len = h->msg_namelen,
-                .ecn = rx->ecn[i],
+                .ecn = rx->b->ecn[i],
                 .landed = landed,
-                .landed_at = landed != 0 ? rx->land_dst[i] : NULL,
+                .landed_at = landed != 0 ? rx->b->land_dst[i] : NULL,
             };
             rx->pend_off += part;
         }
@@ -211,7 +211,7 @@ SX_HOT static unsigned udp_rx_hand_up(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_
      * landed, and its next offer knows nothing of them. */
     for (unsigned i = rx->pend_i; i < rx->pend_n; i++) {
         udp_rx_land_back(rx, i);
-        rx->land_cap[i] = 0;
+        rx->b->land_cap[i] = 0;
     }
     if (rx->pend_i >= rx->pend_n)
         rx->pend_i = rx->pend_n = 0;
@@ -238,16 +238,16 @@ static void udp_rx_land(udp_iface_t *u, udp_rx_t *rx, unsigned want)
     for (unsigned k = 0; k < want && s < u->land_n; k++) {
         const struct iovec *span = &u->land_spans[s];
         size_t cap = span->iov_len - off < step ? span->iov_len - off : step;
-        uint8_t *buf = rx->iov[k].iov_base;
+        uint8_t *buf = rx->b->iov[k].iov_base;
         uint8_t *dst = (uint8_t *)span->iov_base + off;
-        rx->land_iov[k][0] = (struct iovec){.iov_base = buf, .iov_len = head};
-        rx->land_iov[k][1] = (struct iovec){.iov_base = dst, .iov_len = cap};
-        rx->land_iov[k][2] = (struct iovec){.iov_base = buf + head + cap,
-                                            .iov_len = rx->iov[k].iov_len - head - cap};
-        rx->msgs[k].msg_hdr.msg_iov = rx->land_iov[k];
-        rx->msgs[k].msg_hdr.msg_iovlen = 3;
-        rx->land_cap[k] = cap;
-        rx->land_dst[k] = dst;
+        rx->b->land_iov[k][0] = (struct iovec){.iov_base = buf, .iov_len = head};
+        rx->b->land_iov[k][1] = (struct iovec){.iov_base = dst, .iov_len = cap};
+        rx->b->land_iov[k][2] = (struct iovec){.iov_base = buf + head + cap,
+                                               .iov_len = rx->b->iov[k].iov_len - head - cap};
+        rx->b->msgs[k].msg_hdr.msg_iov = rx->b->land_iov[k];
+        rx->b->msgs[k].msg_hdr.msg_iovlen = 3;
+        rx->b->land_cap[k] = cap;
+        rx->b->land_dst[k] = dst;
         rx->land_n = k + 1;
         if ((off += cap) >= span->iov_len) {
             s++;
@@ -262,10 +262,10 @@ static void udp_rx_land(udp_iface_t *u, udp_rx_t *rx, unsigned want)
 static void udp_rx_unland(udp_iface_t *u, udp_rx_t *rx, int got)
 {
     for (unsigned k = 0; k < rx->land_n; k++) {
-        rx->msgs[k].msg_hdr.msg_iov = &rx->iov[k];
-        rx->msgs[k].msg_hdr.msg_iovlen = 1;
+        rx->b->msgs[k].msg_hdr.msg_iov = &rx->b->iov[k];
+        rx->b->msgs[k].msg_hdr.msg_iovlen = 1;
         if ((int)k >= got)
-            rx->land_cap[k] = 0;
+            rx->b->land_cap[k] = 0;
     }
     if (got > 0 && rx->land_n != 0)
         u->land_n = 0; /* the offer is used */
@@ -317,11 +317,14 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
     unsigned refused = 0;
 
     for (;;) {
-        socklen_t src_len = sizeof(rx->src[0]);
+        socklen_t src_len = sizeof(rx->lone_src);
         const udp_sa_t *vouched = rx->vouched;
-        ssize_t got = sx_udp_recvfrom(
-            rx->fd, rx->iov[0].iov_base, rx->iov[0].iov_len, MSG_DONTWAIT | MSG_TRUNC,
-            vouched != NULL ? NULL : &rx->src[0].sa, vouched != NULL ? NULL : &src_len);
+        /* Buffer 0 is b->iov[0], which no read changes (a landing reads
+         * through b->land_iov); mem and buflen say the same from the
+         * socket's first page. */
+        ssize_t got = sx_udp_recvfrom(rx->fd, rx->mem, rx->buflen, MSG_DONTWAIT | MSG_TRUNC,
+                                      vouched != NULL ? NULL : &rx->lone_src.sa,
+                                      vouched != NULL ? NULL : &src_len);
         if (got >= 0) {
             rx->batch = true; /* rx->left stays true: more may wait */
             if ((size_t)got > rx->limit) {
@@ -333,14 +336,14 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
             if (vouched != NULL) {
                 /* A copy: handling the events may move the hot socket
                  * (udp_hot.c) before this one is looked at. */
-                rx->src[0].in4 = vouched->in4;
+                rx->lone_src.in4 = vouched->in4;
                 src_len = sizeof(vouched->in4);
             }
             events[0] = (sx_tl_event_t){.type = SX_TL_EV_RECV,
                                         .status = SX_OK,
-                                        .data = rx->iov[0].iov_base,
+                                        .data = rx->mem,
                                         .len = (size_t)got,
-                                        .src = &rx->src[0],
+                                        .src = &rx->lone_src,
                                         .src_len = src_len,
                                         .ecn = SX_TL_ECN_NOT_ECT};
             u->base.stats.rx_datagrams++;
@@ -372,9 +375,9 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
      * at every poll (a busy-polling caller's empty polls spent 18 % of
      * their user time here: sx_bench latency under perf). */
     for (unsigned i = 0; i < rx->dirty; i++) {
-        struct msghdr *h = &rx->msgs[i].msg_hdr;
-        h->msg_controllen = sizeof(rx->ctrl[i].buf);
-        h->msg_namelen = sizeof(rx->src[i]);
+        struct msghdr *h = &rx->b->msgs[i].msg_hdr;
+        h->msg_controllen = sizeof(rx->b->ctrl[i].buf);
+        h->msg_namelen = sizeof(rx->b->src[i]);
         h->msg_flags = 0;
     }
     /* One datagram at a time (recvmsg) until datagrams come back to back,
@@ -392,12 +395,12 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
     for (;;) {
         int err;
         if (batch) {
-            rc = sx_udp_recvmmsg(rx->fd, rx->msgs, want, MSG_DONTWAIT);
+            rc = sx_udp_recvmmsg(rx->fd, rx->b->msgs, want, MSG_DONTWAIT);
             err = -rc;
         } else {
-            ssize_t got = sx_udp_recvmsg(rx->fd, &rx->msgs[0].msg_hdr, MSG_DONTWAIT);
+            ssize_t got = sx_udp_recvmsg(rx->fd, &rx->b->msgs[0].msg_hdr, MSG_DONTWAIT);
             if (got >= 0)
-                rx->msgs[0].msg_len = (unsigned)got;
+                rx->b->msgs[0].msg_len = (unsigned)got;
             rc = got >= 0 ? 1 : -1;
             err = (int)-got;
         }
@@ -422,7 +425,7 @@ SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *even
     udp_rx_unland(u, rx, rc); /* land_cap[i] stays until buffer i is handed up */
 
     for (int i = 0; i < rc; i++)
-        rx->seg[i] = udp_read_ctrl(u, rx, &rx->msgs[i].msg_hdr, &rx->ecn[i]);
+        rx->b->seg[i] = udp_read_ctrl(u, rx, &rx->b->msgs[i].msg_hdr, &rx->b->ecn[i]);
     rx->pend_i = 0;
     rx->pend_n = (unsigned)rc;
     rx->pend_off = 0;

@@ -499,7 +499,10 @@ bool sx_udp_ecn_recv(int fd, int family)
 int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
 {
     size_t stride = buflen > UDP_PAGE ? (buflen + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1) : buflen;
-    size_t bytes = (stride * UDP_RX_BATCH + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1);
+    size_t bufs = (stride * UDP_RX_BATCH + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1);
+    /* The batch arrays after the buffers, on pages of their own; freeing
+     * mem frees both. */
+    size_t bytes = bufs + ((sizeof(udp_rx_bufs_t) + UDP_PAGE - 1) & ~(size_t)(UDP_PAGE - 1));
 
     rx->fd = fd;
     rx->buflen = buflen;
@@ -507,12 +510,14 @@ int sx_udp_rx_init(udp_rx_t *rx, int fd, size_t buflen)
     rx->mem = aligned_alloc(UDP_PAGE, bytes);
     if (rx->mem == NULL)
         return SX_ERR_NO_MEMORY;
+    rx->b = (udp_rx_bufs_t *)(void *)(rx->mem + bufs);
+    memset(rx->b, 0, sizeof(*rx->b));
     for (unsigned i = 0; i < UDP_RX_BATCH; i++) {
-        rx->iov[i] = (struct iovec){.iov_base = rx->mem + i * stride, .iov_len = buflen};
-        rx->msgs[i].msg_hdr = (struct msghdr){.msg_iov = &rx->iov[i],
-                                              .msg_iovlen = 1,
-                                              .msg_name = &rx->src[i],
-                                              .msg_control = rx->ctrl[i].buf};
+        rx->b->iov[i] = (struct iovec){.iov_base = rx->mem + i * stride, .iov_len = buflen};
+        rx->b->msgs[i].msg_hdr = (struct msghdr){.msg_iov = &rx->b->iov[i],
+                                                 .msg_iovlen = 1,
+                                                 .msg_name = &rx->b->src[i],
+                                                 .msg_control = rx->b->ctrl[i].buf};
     }
     rx->dirty = UDP_RX_BATCH; /* the lengths are set at the first read */
     rx->busy = false;
