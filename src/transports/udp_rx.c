@@ -349,6 +349,13 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
             u->base.stats.rx_datagrams++;
             return 1;
         }
+        if (sx_udp_errno_empty((int)-got)) {
+            /* Empty, the answer of nearly every busy poll: what the calls
+             * below decide for it, without calling them. */
+            rx->batch = false;
+            rx->left = false;
+            return 0;
+        }
         if (!udp_rx_again(u, rx, (int)-got, &refused)) {
             rx->batch = false;
             rx->left = !sx_udp_errno_empty((int)-got);
