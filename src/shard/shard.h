@@ -163,9 +163,10 @@ typedef struct sx_shard_txq {
      * began at staging and ends when the batch is posted; NULL: none. */
     struct sx_mem *pin[SX_SHARD_TX_BATCH];
     /* The frames of the packet being built (chan_tx.c, chan_build_packet),
-     * beside the batch's first entries, which its staging writes next. On
-     * the stack its 1.5 KB put every call below the build on a page
-     * further down; src/common/hot.h says why pages count. */
+     * the token holder's alone: nothing the build calls flushes, and the
+     * plan is done with before the packet is staged. On the stack its
+     * 1.5 KB put every call below the build on a page further down
+     * (src/common/hot.h says when pages count). */
     struct sx_frame_plan {
         struct sx_op *op;
         uint8_t kind;

@@ -358,7 +358,7 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
         }
         if (!udp_rx_again(u, rx, (int)-got, &refused)) {
             rx->batch = false;
-            rx->left = !sx_udp_errno_empty((int)-got);
+            rx->left = true; /* not found empty (that returned above) */
             return udp_rx_failed(rx, (int)-got, "recvfrom");
         }
     }
