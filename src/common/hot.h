@@ -22,9 +22,9 @@
  * 2026-12-03 (kernel 6.18 under a PVM hypervisor) 32 dependent loads on
  * 32 pages took 2-3 cycles a page more right after a recv(2) than with
  * no system call before them, against ~15 a page with the TLB cold
- * (docs/tuning.md, "Where a small message's time goes"). There the page
- * counts this file and the comments that cite it speak of cost nothing
- * measurable; packing is kept for the kernels that do flush.
+ * (docs/tuning.md, "Where a small message's time goes"). There the pages
+ * that this file, and the comments citing it, count cost nothing
+ * measurable; the packing stays for the kernels that do flush.
  */
 #ifndef SX_COMMON_HOT_H
 #define SX_COMMON_HOT_H

@@ -1011,9 +1011,7 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
      * busy polling; a sleeper waits on it too (wait_fds), which keeps
      * waking it until it is read. A read that leaves datagrams pending (the
      * rest of a GRO read) also sets v6_seen, so the test needs no look at
-     * rx6 (written when rx6's state lay 16 KB into the interface, a page
-     * an empty pass need not touch, common/hot.h; it now shares the
-     * interface's first page, and the test stays one load). */
+     * rx6's state. */
     if (u->fd6 >= 0 && (unsigned)got < max &&
         (u->v6_seen || ++u->v6_polls % UDP_V6_QUIET_POLLS == 0)) {
         /* Each socket has buffers of its own: the events of all stay
