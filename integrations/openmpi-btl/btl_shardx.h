@@ -169,6 +169,7 @@ typedef struct mca_btl_shardx_component {
     uint32_t cma_pid;        /* getpid() at start-up: a handle is filled per message */
     atomic_bool cma_refused; /* the kernel said EPERM or ENOSYS once */
     size_t cma_split;        /* btl_shardx_cma_split: see btl_shardx_split.c */
+    bool split_fits;         /* this host's ranks fit its CPUs (mca_btl_shardx_split_fits) */
     uint64_t max_msg;        /* the engine's SX_MAX_MSG_SIZE (shardx_max_msg) */
     int verbose;             /* btl_shardx_verbose */
     int output;              /* opal_output stream */
@@ -326,8 +327,11 @@ int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t si
  * progress. asked: an ASK's handler (queues it). progress: copies what
  * this rank may of its gets and its peers', finishes gets; returns how
  * many things it did. slot_fini, fini: unmap a peer's board, our own
- * (after the engine is gone).
+ * (after the engine is gone). fits: whether this host's ranks of the job
+ * fit its online CPUs (at start-up; says why not at verbosity 5); get
+ * shares nothing when they do not.
  */
+bool mca_btl_shardx_split_fits(int output);
 int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,
                              mca_btl_shardx_rdma_op_t *op,
                              const mca_btl_base_registration_handle_t *remote_handle);

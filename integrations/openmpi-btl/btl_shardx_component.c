@@ -116,7 +116,8 @@ static int shardx_component_register(void)
         "once, in chunks each takes from a shared board: the owner of the data, which waits for "
         "the get's end anyway, writes chunks into the getter (process_vm_writev) while the "
         "getter reads others (btl_shardx_split.c). The getter never waits for an owner that "
-        "does not help. 0: the getter copies alone",
+        "does not help. Not while this host runs more ranks of the job than it has online CPUs: "
+        "there the two ranks cannot copy at once. 0: the getter copies alone",
         MCA_BASE_VAR_TYPE_SIZE_T, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->cma_split);
     c->verbose = 0;
@@ -333,6 +334,7 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
         opal_output_verbose(1, c->output,
                             "btl shardx: cannot read the boot id or pid namespace under /proc: "
                             "put and get between ranks of this host go through the datagrams");
+    c->split_fits = mca_btl_shardx_split_fits(c->output);
     int rc = shardx_engine_create(&engine);
     if (rc != SX_OK) {
         opal_output(0, "btl shardx: cannot start the shardx engine: %s (%s); the BTL is disabled",
