@@ -169,7 +169,9 @@ typedef struct mca_btl_shardx_component {
     uint32_t cma_pid;        /* getpid() at start-up: a handle is filled per message */
     atomic_bool cma_refused; /* the kernel said EPERM or ENOSYS once */
     size_t cma_split;        /* btl_shardx_cma_split: see btl_shardx_split.c */
-    bool split_fits;         /* this host's ranks fit its CPUs (mca_btl_shardx_split_fits) */
+    int cma_split_var;       /* its MCA variable's index */
+    bool split_fits;         /* this host's ranks fit its CPUs (mca_btl_shardx_split_fits),
+                              * or cma_split was set, not left at its default */
     uint64_t max_msg;        /* the engine's SX_MAX_MSG_SIZE (shardx_max_msg) */
     int verbose;             /* btl_shardx_verbose */
     int output;              /* opal_output stream */

@@ -110,14 +110,15 @@ static int shardx_component_register(void)
         "(ptrace restrictions), the datagrams carry everything. 0: always the datagrams",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &c->cma);
     c->cma_split = 128 * 1024;
-    (void)mca_base_component_var_register(
+    c->cma_split_var = mca_base_component_var_register(
         &c->super.btl_version, "cma_split",
         "A get of at least this many bytes from a rank on this host is copied by both ranks at "
         "once, in chunks each takes from a shared board: the owner of the data, which waits for "
         "the get's end anyway, writes chunks into the getter (process_vm_writev) while the "
         "getter reads others (btl_shardx_split.c). The getter never waits for an owner that "
-        "does not help. Not while this host runs more ranks of the job than it has online CPUs: "
-        "there the two ranks cannot copy at once. 0: the getter copies alone",
+        "does not help. Left at its default, not while this host runs more ranks of the job "
+        "than it has online CPUs: there the two ranks cannot copy at once. 0: the getter copies "
+        "alone",
         MCA_BASE_VAR_TYPE_SIZE_T, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->cma_split);
     c->verbose = 0;
@@ -334,7 +335,11 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
         opal_output_verbose(1, c->output,
                             "btl shardx: cannot read the boot id or pid namespace under /proc: "
                             "put and get between ranks of this host go through the datagrams");
-    c->split_fits = mca_btl_shardx_split_fits(c->output);
+    mca_base_var_source_t split_source = MCA_BASE_VAR_SOURCE_DEFAULT;
+    if (c->cma_split_var >= 0)
+        (void)mca_base_var_get_value(c->cma_split_var, NULL, &split_source, NULL);
+    c->split_fits =
+        split_source != MCA_BASE_VAR_SOURCE_DEFAULT || mca_btl_shardx_split_fits(c->output);
     int rc = shardx_engine_create(&engine);
     if (rc != SX_OK) {
         opal_output(0, "btl shardx: cannot start the shardx engine: %s (%s); the BTL is disabled",
