@@ -331,7 +331,8 @@ int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t si
  * many things it did. slot_fini, fini: unmap a peer's board, our own
  * (after the engine is gone). fits: whether this host's ranks of the job
  * fit its online CPUs (at start-up; says why not at verbosity 5); get
- * shares nothing when they do not.
+ * shares nothing when they do not, unless btl_shardx_cma_split was set
+ * (split_fits in the component says which).
  */
 bool mca_btl_shardx_split_fits(int output);
 int mca_btl_shardx_split_get(mca_btl_shardx_module_t *m, sx_peer_h peer,

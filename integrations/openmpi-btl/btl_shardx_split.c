@@ -238,9 +238,11 @@ static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split 
  * alltoall 2,224 against 1,301, bcast 570 against 440. Counted once, at
  * start-up: Open MPI knows how many ranks share the node
  * (opal_process_info.num_local_peers), and sysconf the CPUs online (a
- * cgroup's CPU limit is not seen). Only while btl_shardx_cma_split is left
- * at its default: a value set by the user shares gets anyway (the tests
- * of this path do so, to run on a machine of any size).
+ * cpuset, an affinity mask or a cgroup's CPU limit that leaves the job
+ * fewer is not seen: there gets are still shared). Only while
+ * btl_shardx_cma_split is left at its default: a value set by the user
+ * shares gets anyway (the tests of this path do so, whatever the
+ * machine's CPU count).
  */
 bool mca_btl_shardx_split_fits(int output)
 {
