@@ -56,6 +56,7 @@
  */
 #include "btl_shardx.h"
 
+#include "opal/mca/hwloc/base/base.h"
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 
@@ -229,32 +230,61 @@ static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split 
 
 /*
  * Sharing a get pays only where the two ranks run at once. On a host with
- * more ranks of the job than online CPUs they take turns: the owner's
- * half waits for the owner to be scheduled, and an owner descheduled
- * while it holds a chunk keeps the getter waiting for up to a time slice.
- * Four ranks on two cores (mpi_bench coll, 1 MiB, unbound as mpirun
- * leaves an oversubscribed job; 10 alternated rounds) took 1,710 us an
- * allreduce sharing gets against 1,448 copying alone (tcp: 1,337),
- * alltoall 2,224 against 1,301, bcast 570 against 440. Counted once, at
- * start-up: Open MPI knows how many ranks share the node
- * (opal_process_info.num_local_peers), and sysconf the CPUs online (a
- * cpuset, an affinity mask or a cgroup's CPU limit that leaves the job
- * fewer is not seen: there gets are still shared). Only while
- * btl_shardx_cma_split is left at its default: a value set by the user
- * shares gets anyway (the tests of this path do so, whatever the
+ * more ranks of the job than CPUs they take turns: the owner's half waits
+ * for the owner to be scheduled, and an owner descheduled while it holds
+ * a chunk keeps the getter waiting for up to a time slice. Four ranks on
+ * two cores (mpi_bench coll, 1 MiB, unbound as mpirun leaves an
+ * oversubscribed job; 10 alternated rounds) took 1,710 us an allreduce
+ * sharing gets against 1,448 copying alone (tcp: 1,337), alltoall 2,224
+ * against 1,301, bcast 570 against 440. Counted once, at start-up: Open
+ * MPI knows how many ranks share the node
+ * (opal_process_info.num_local_peers), and the topology it loaded
+ * (opal_hwloc_topology) which CPUs the job may use: hwloc's allowed set
+ * is what a cgroup cpuset leaves it (Slurm's task/cgroup, a container
+ * started with a cpuset), which sysconf's count of online CPUs does not
+ * see. A rank's own affinity mask is not counted: mpirun binds each rank
+ * to a share of the job's CPUs, so one rank's mask says nothing of how
+ * many the job has. Nor is a cgroup's CPU quota (cpu.max, a container's
+ * --cpus), which hwloc does not read: there gets are still shared. Only
+ * while btl_shardx_cma_split is left at its default: a value set by the
+ * user shares gets anyway (the tests of this path do so, whatever the
  * machine's CPU count).
  */
+static long split_job_cpus(const char **which_p)
+{
+    /* Open MPI's start-up loaded it (or adopted mpirun's); this loads it
+     * where a launch did not. */
+    if (opal_hwloc_topology == NULL)
+        (void)opal_hwloc_base_get_topology();
+    if (opal_hwloc_topology != NULL) {
+        hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(opal_hwloc_topology);
+        int n = allowed != NULL ? hwloc_bitmap_weight(allowed) : -1;
+        if (n > 0) {
+            *which_p = "allowed (hwloc)";
+            return n;
+        }
+    }
+    *which_p = "online";
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 bool mca_btl_shardx_split_fits(int output)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *which;
+    long cpus = split_job_cpus(&which);
     long ranks = (long)opal_process_info.num_local_peers + 1;
 
-    if (cpus <= 0 || ranks <= cpus)
+    if (cpus <= 0 || ranks <= cpus) {
+        opal_output_verbose(10, output,
+                            "btl shardx: %ld ranks on this host, %ld CPUs %s: gets of "
+                            "btl_shardx_cma_split bytes and more are shared",
+                            ranks, cpus, which);
         return true;
+    }
     opal_output_verbose(5, output,
-                        "btl shardx: %ld ranks on this host, %ld CPUs online: gets between them "
+                        "btl shardx: %ld ranks on this host, %ld CPUs %s: gets between them "
                         "are copied by the getter alone (no btl_shardx_cma_split)",
-                        ranks, cpus);
+                        ranks, cpus, which);
     return false;
 }
 
