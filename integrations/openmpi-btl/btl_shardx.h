@@ -330,7 +330,8 @@ int mca_btl_shardx_cma_move(uint32_t pid, void *local, uint64_t raddr, size_t si
  * this rank may of its gets and its peers', finishes gets; returns how
  * many things it did. slot_fini, fini: unmap a peer's board, our own
  * (after the engine is gone). fits: whether this host's ranks of the job
- * fit its online CPUs (at start-up; says why not at verbosity 5); get
+ * fit the CPUs the job may use there (hwloc's allowed set; the online
+ * CPUs without a topology; at start-up, says why not at verbosity 5); get
  * shares nothing when they do not, unless btl_shardx_cma_split was set
  * (split_fits in the component says which).
  */

@@ -117,8 +117,9 @@ static int shardx_component_register(void)
         "the get's end anyway, writes chunks into the getter (process_vm_writev) while the "
         "getter reads others (btl_shardx_split.c). The getter never waits for an owner that "
         "does not help. Left at its default, not while this host runs more ranks of the job "
-        "than it has online CPUs: there the two ranks cannot copy at once. 0: the getter copies "
-        "alone",
+        "than the job may use CPUs there (hwloc's allowed set, which a cgroup cpuset narrows; "
+        "the online CPUs where hwloc cannot say): there the two ranks cannot copy at once. 0: "
+        "the getter copies alone",
         MCA_BASE_VAR_TYPE_SIZE_T, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->cma_split);
     c->verbose = 0;

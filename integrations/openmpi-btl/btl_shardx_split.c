@@ -253,10 +253,11 @@ static int get_progress(mca_btl_shardx_module_t *m, struct mca_btl_shardx_split 
 static long split_job_cpus(const char **which_p)
 {
     /* Open MPI's start-up loaded it (or adopted mpirun's); this loads it
-     * where a launch did not. */
-    if (opal_hwloc_topology == NULL)
-        (void)opal_hwloc_base_get_topology();
-    if (opal_hwloc_topology != NULL) {
+     * where a launch did not. The pointer is read only after a load that
+     * succeeded: one that fails may leave it set to a topology half loaded
+     * or already destroyed (opal_hwloc_base_get_topology, Open MPI 4.1). */
+    bool have = opal_hwloc_topology != NULL || opal_hwloc_base_get_topology() == OPAL_SUCCESS;
+    if (have && opal_hwloc_topology != NULL) {
         hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(opal_hwloc_topology);
         int n = allowed != NULL ? hwloc_bitmap_weight(allowed) : -1;
         if (n > 0) {
@@ -264,7 +265,7 @@ static long split_job_cpus(const char **which_p)
             return n;
         }
     }
-    *which_p = "online";
+    *which_p = "online (no hwloc topology)";
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
@@ -274,10 +275,17 @@ bool mca_btl_shardx_split_fits(int output)
     long cpus = split_job_cpus(&which);
     long ranks = (long)opal_process_info.num_local_peers + 1;
 
-    if (cpus <= 0 || ranks <= cpus) {
+    if (cpus <= 0) {
+        opal_output_verbose(10, output,
+                            "btl shardx: %ld ranks on this host, CPU count unknown: gets of "
+                            "btl_shardx_cma_split bytes and more may be shared",
+                            ranks);
+        return true;
+    }
+    if (ranks <= cpus) {
         opal_output_verbose(10, output,
                             "btl shardx: %ld ranks on this host, %ld CPUs %s: gets of "
-                            "btl_shardx_cma_split bytes and more are shared",
+                            "btl_shardx_cma_split bytes and more may be shared",
                             ranks, cpus, which);
         return true;
     }
