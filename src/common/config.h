@@ -117,8 +117,9 @@
       "over loopback (tests); off: only the send window, byte budget and the peer's receive "  \
       "window bound a channel.")                                                               \
     X(CONGESTION_DELAY_US, UINT, cc_delay_us, "500", 0, 1000000, NULL,                         \
-      "Queueing delay that ends the congestion window's slow start (HyStart++): a round trip " \
-      "this much above the smallest of the last 5 to 10 s; the window then grows by a "        \
+      "Queueing delay that ends the congestion window's slow start (HyStart++, RFC 9406): "    \
+      "the smallest of a round trip's samples (8 at least) this much above the round "         \
+      "before's (or an eighth of it if more, up to 16 ms); the window then grows by a "        \
       "datagram per round trip until a loss. 0: losses alone.")                                \
     X(CONGESTION_ECN, BOOL, cc_ecn, "yes", 0, 0, NULL,                                         \
       "ECN (RFC 3168) with congestion control on: udp data datagrams leave marked ECT(0), "    \

@@ -35,11 +35,15 @@
  *     incast collapsed 9-10 times in 5 s, on timeouts that F-RTO then
  *     found spurious (43-46 a sender); test_liveness stops a receiver
  *     until its sender's window collapsed and requires the undo;
- *   - delay, in the first slow start (HyStart++, RFC 9406): a round-trip sample more
- *     than SX_CONGESTION_DELAY_US above the smallest of the last 5 to 10 s
- *     (the path's own, queues empty) says a queue is building: slow start
- *     ends there, before it overflows the queue by as much again, and the
- *     window grows additively from then on. Delay does not cut the
+ *   - delay, in the first slow start (HyStart++, RFC 9406): the smallest
+ *     of a round trip's samples (eight at least), more than
+ *     SX_CONGESTION_DELAY_US above the smallest of the round before (or an
+ *     eighth of it, if that is more, up to 16 ms), says a queue is
+ *     building: slow start ends there, before it overflows the queue by
+ *     as much again, and the window grows additively from then on. A
+ *     round's minimum, not one sample: a receiver that was busy or
+ *     descheduled gives a few late samples, and one of them, in an MPI
+ *     job's start-up, ended slow start at the initial window (sx_cc_rtt). Delay does not cut the
  *     window: a first version cut it by Swift's rule (Kumar et al.,
  *     SIGCOMM 2020) in congestion avoidance too, and beside one TCP flow,
  *     which keeps the queue full, shardx got 0.5 MB/s of a 125 MB/s link
@@ -106,6 +110,8 @@
 #define SX_CC_ALPHA_ONE           1024u          /* alpha's fixed point: 1.0 */
 #define SX_CC_ALPHA_SHIFT         4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
 #define SX_CC_GROW_CATCHUP        4              /* round trips of growth made up at once */
+#define SX_CC_ROUND_SAMPLES       8              /* HyStart++'s N_RTT_SAMPLE (RFC 9406 4.3) */
+#define SX_CC_ROUND_THRESH_MAX_NS 16000000       /* ... and MAX_RTT_THRESH */
 
 /* SX_CONGESTION's words (common/config.h). */
 enum { SX_CC_AUTO = 0, SX_CC_ON = 1, SX_CC_OFF = 2 };
@@ -128,6 +134,14 @@ typedef struct sx_cc {
     _Atomic uint64_t min_rtt_ns;      /* smallest sample since min_rtt_at_ns ... */
     _Atomic uint64_t min_rtt_next_ns; /* ... and since half a window after it */
     _Atomic uint64_t min_rtt_at_ns;
+    /* HyStart++'s rounds (RFC 9406 section 4.2), in the first slow start:
+     * the current one began then (an ACK of a packet sent after it ends
+     * it), its smallest sample and how many it had, and the last round's
+     * smallest; 0: none yet. */
+    _Atomic uint64_t round_at_ns;
+    _Atomic uint64_t round_min_ns;
+    _Atomic uint32_t round_samples;
+    _Atomic uint64_t last_round_min_ns;
     _Atomic uint64_t pace_ns; /* the pacing clock: when the next datagram may go */
     /* ECN: DCTCP's alpha (in 1/SX_CC_ALPHA_ONE), and the datagrams
      * acknowledged with an ECN count and those marked CE since ecn_at_ns,

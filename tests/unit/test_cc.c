@@ -312,6 +312,23 @@ static void test_undo_collapse(void **state)
     sx_cc_table_fini(&t);
 }
 
+/* A round trip's worth of samples: @p n of @p rtt, read from @p at on
+ * (a nanosecond apart), each with a delay target of @p delay; how many
+ * ended slow start, and whether the last did (@p last_ended). */
+static unsigned round_of(sx_cc_t *cc, unsigned n, uint64_t rtt, uint64_t delay, uint64_t at,
+                         bool *last_ended)
+{
+    unsigned ended = 0;
+    bool e = false;
+    for (unsigned i = 0; i < n; i++) {
+        e = sx_cc_rtt(cc, rtt, delay, at + i);
+        ended += e;
+    }
+    if (last_ended != NULL)
+        *last_ended = e;
+    return ended;
+}
+
 static void test_delay_signal(void **state)
 {
     (void)state;
@@ -319,26 +336,40 @@ static void test_delay_signal(void **state)
     sx_cc_table_init(&t);
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+    bool last;
 
     atomic_store(&cc->cwnd, 100 * MSS);
-    /* Within the target: slow start goes on. */
-    assert_false(sx_cc_rtt(cc, 550 * US, 500 * US, now + 1000 * US));
+    /* Rounds of eight samples (HyStart++, RFC 9406 section 4.2): a round
+     * ends with the first sample of a packet sent after it began. Within
+     * the target, 450 us above the round before: slow start goes on. */
+    assert_int_equal(round_of(cc, 8, 100 * US, 500 * US, now + 1000 * US, NULL), 0);
+    assert_int_equal(round_of(cc, 8, 550 * US, 500 * US, now + 2000 * US, NULL), 0);
+    assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
+    /* A few late samples (a receiver that was busy) make no round of
+     * eight, and a round with one fast sample has its minimum: slow start
+     * goes on. */
+    assert_int_equal(round_of(cc, 3, 1100 * US, 500 * US, now + 4000 * US, NULL), 0);
+    assert_int_equal(round_of(cc, 7, 5000 * US, 500 * US, now + 10000 * US, NULL), 0);
+    assert_int_equal(round_of(cc, 1, 100 * US, 500 * US, now + 10000 * US + 7, NULL), 0);
     assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
     /* A target of 0 turns the signal off. */
-    assert_false(sx_cc_rtt(cc, 50000 * US, 0, now + 2000 * US));
+    assert_int_equal(round_of(cc, 8, 50000 * US, 0, now + 11000 * US, NULL), 0);
     assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
-    /* 1,000 us queued, 500 tolerated: slow start ends where it is
-     * (HyStart++); the window is not cut. */
-    assert_true(sx_cc_rtt(cc, 1100 * US, 500 * US, now + 3000 * US));
+    /* A round whose smallest sample is 1,000 us above the round before's,
+     * 500 tolerated: slow start ends at its eighth sample, where it is;
+     * the window is not cut. */
+    assert_int_equal(round_of(cc, 8, 1100 * US, 500 * US, now + 12000 * US, &last), 1);
+    assert_true(last);
     assert_int_equal(cwnd(cc), 100 * MSS);
     assert_int_equal(atomic_load(&cc->ssthresh), 100 * MSS);
     /* In congestion avoidance a queue changes nothing: losses decide. */
-    assert_false(sx_cc_rtt(cc, 10100 * US, 500 * US, now + 20000 * US));
+    assert_int_equal(round_of(cc, 8, 10100 * US, 500 * US, now + 30000 * US, NULL), 0);
     assert_int_equal(cwnd(cc), 100 * MSS);
     /* Nor in a slow start after persistent congestion (RFC 9406 section
      * 4.3: the first slow start only). */
-    assert_int_equal(sx_cc_lost(cc, now + 30000 * US, true, now + 40000 * US), 2);
-    assert_false(sx_cc_rtt(cc, 10100 * US, 500 * US, now + 50000 * US));
+    assert_int_equal(sx_cc_lost(cc, now + 40000 * US, true, now + 45000 * US), 2);
+    assert_int_equal(round_of(cc, 8, 100 * US, 500 * US, now + 50000 * US, NULL), 0);
+    assert_int_equal(round_of(cc, 8, 10100 * US, 500 * US, now + 60000 * US, NULL), 0);
     assert_int_equal(atomic_load(&cc->ssthresh), 50 * MSS);
     /* The minimum is of the last 5 to 10 s: when the window ends, the
      * smallest sample of its second half takes over, not the next one
@@ -354,6 +385,28 @@ static void test_delay_signal(void **state)
     /* Without samples in the second half, the next one starts over. */
     assert_false(sx_cc_rtt(cc, 300 * US, 500 * US, now + 3 * SX_CC_MIN_RTT_WINDOW_NS));
     assert_int_equal(atomic_load(&cc->min_rtt_ns), 300 * US);
+    sx_cc_table_fini(&t);
+}
+
+/* RttThresh is an eighth of the last round's minimum where that is more
+ * than the target (RFC 9406 section 4.3, clamped to 16 ms). */
+static void test_delay_threshold_eighth(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 8000 * US, now);
+    bool last;
+
+    assert_int_equal(round_of(cc, 8, 8000 * US, 500 * US, now + 10000 * US, NULL), 0);
+    /* 600 us above: more than the target, less than 1,000 us (8,000 / 8). */
+    assert_int_equal(round_of(cc, 8, 8600 * US, 500 * US, now + 20000 * US, NULL), 0);
+    assert_int_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
+    /* 1,100 us above 8,600 / 8 = 1,075. */
+    assert_int_equal(round_of(cc, 8, 9700 * US, 500 * US, now + 30000 * US, &last), 1);
+    assert_true(last);
+    assert_int_not_equal(atomic_load(&cc->ssthresh), UINT64_MAX);
     sx_cc_table_fini(&t);
 }
 
@@ -517,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_persistent_congestion),
         cmocka_unit_test(test_undo_collapse),
         cmocka_unit_test(test_delay_signal),
+        cmocka_unit_test(test_delay_threshold_eighth),
         cmocka_unit_test(test_pacing),
         cmocka_unit_test(test_srtt_recovers_after_stall),
         cmocka_unit_test(test_posted_per_flush),
