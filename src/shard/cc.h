@@ -43,10 +43,11 @@
  *     as much again, and the window grows additively from then on. A
  *     round's minimum, not one sample: a receiver that was busy or
  *     descheduled gives a few late samples, and one of them, in an MPI
- *     job's start-up, ended slow start at the initial window (sx_cc_rtt). Delay does not cut the
- *     window: a first version cut it by Swift's rule (Kumar et al.,
- *     SIGCOMM 2020) in congestion avoidance too, and beside one TCP flow,
- *     which keeps the queue full, shardx got 0.5 MB/s of a 125 MB/s link
+ *     job's start-up, ended slow start at the initial window
+ *     (cc_round_exit in cc.c). Delay does not cut the window: a first
+ *     version cut it by Swift's rule (Kumar et al., SIGCOMM 2020) in
+ *     congestion avoidance too, and beside one TCP flow, which keeps the
+ *     queue full, shardx got 0.5 MB/s of a 125 MB/s link
  *     (bench/bench_incast.sh); a loss-based window shares it with TCP.
  *     SX_CONGESTION_DELAY_US=0 turns the signal off;
  *   - pacing (RFC 9002 section 7.7; Linux's fq pacing): the senders to
