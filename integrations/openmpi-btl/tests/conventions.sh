@@ -15,9 +15,10 @@
 #     LD_LIBRARY_PATH: the install is bind-mounted over its configured
 #     prefix in a private mount namespace (needs root; skipped otherwise).
 #
-# Usage: conventions.sh MPIRUN OMPI_INFO SYSDIR OURDIR BUILD_DIR VERSION SUITE
+# Usage: conventions.sh MPIRUN OMPI_INFO OURDIR BUILD_DIR VERSION SUITE
+# (Open MPI's own component folder is named as SYS_DEFAULT, below.)
 set -uo pipefail
-mpirun=$1 ompi_info=$2 sysdir=$3 ourdir=$4 build=$5 version=$6 suite=$7
+mpirun=$1 ompi_info=$2 ourdir=$3 build=$4 version=$5 suite=$6
 
 export OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$ourdir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -23,7 +23,7 @@ for ((i = 1; i <= n; i++)); do
     times+=("$ms")
     echo "repeat_mpi: run $i: ${ms} ms"
 done
-sorted=($(printf '%s\n' "${times[@]}" | sort -n))
+mapfile -t sorted < <(printf '%s\n' "${times[@]}" | sort -n)
 median=${sorted[$((n / 2))]}
 slowest=${sorted[$((n - 1))]}
 echo "repeat_mpi: $n runs, median ${median} ms, fastest ${sorted[0]} ms, slowest ${slowest} ms"
