@@ -488,10 +488,11 @@ unsigned sx_chan_flush_locked(sx_chan_t *chan);
 void sx_chan_tx_refused_locked(sx_chan_t *chan, struct sx_txpkt *pkt, bool full);
 
 /** A new data packet the shard's batch just posted (or tried to: before
- *  sx_chan_tx_refused_locked): its send time is @p now, and it takes its
- *  hotel room (retransmission timer) now, or waits as a retransmission
- *  where the hotel has none. Called once per packet with `unstamped` set. */
-void sx_chan_stamp_locked(struct sx_txpkt *pkt, uint64_t now);
+ *  sx_chan_tx_refused_locked): its send time is @p sent_ns (@p now, or
+ *  the time before the batch's system call), and it takes its hotel room
+ *  (retransmission timer) at @p now, or waits as a retransmission where
+ *  the hotel has none. Called once per packet with `unstamped` set. */
+void sx_chan_stamp_locked(struct sx_txpkt *pkt, uint64_t sent_ns, uint64_t now);
 
 /** Whether an operation queued now would have to wait (operations ahead of
  *  it, retransmissions, a full window or byte budget): sx_sendi's test. */

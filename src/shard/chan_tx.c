@@ -545,15 +545,17 @@ void sx_chan_send_challenge_locked(sx_chan_t *c, uint32_t nonce)
  * between: the token is held throughout. The time is also closer to the
  * datagram's departure. A channel whose flush needs the time before
  * sending (retransmissions, congestion control, a closed receive window)
- * still reads it first.
+ * still reads it first. A batch of several new packets has its send
+ * time (@p sent_ns) read before the call instead, and its timers started
+ * after it (@p now; sx_shard_tx_post_locked says why).
  */
-SX_HOT void sx_chan_stamp_locked(sx_txpkt_t *pkt, uint64_t now)
+SX_HOT void sx_chan_stamp_locked(sx_txpkt_t *pkt, uint64_t sent_ns, uint64_t now)
 {
     sx_chan_t *c = pkt->chan;
 
     pkt->unstamped = false;
-    pkt->first_sent_ns = now;
-    pkt->last_sent_ns = now;
+    pkt->first_sent_ns = sent_ns;
+    pkt->last_sent_ns = sent_ns;
     if (pkt->seq == c->snd_una && !sx_timer_is_pending(&c->persist_timer)) {
         /* The peer owed us nothing before it. */
         c->alive_ns = now;

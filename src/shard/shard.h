@@ -155,7 +155,8 @@ typedef struct sx_shard_stats {
 #define SX_SHARD_TX_BATCH 32
 typedef struct sx_shard_txq {
     unsigned n;
-    unsigned tl; /* every staged datagram goes out through this interface */
+    unsigned fresh; /* of them, new packets (unstamped: sx_chan_stamp_locked) */
+    unsigned tl;    /* every staged datagram goes out through this interface */
     sx_tl_tx_t tx[SX_SHARD_TX_BATCH];
     struct sx_chan *chan[SX_SHARD_TX_BATCH];
     struct sx_txpkt *pkt[SX_SHARD_TX_BATCH]; /* NULL for an ACK */
