@@ -299,7 +299,9 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
     /* The smallest sample of the last 5 to 10 s: the minimum of the
      * window so far, and a candidate gathered over its second half that
      * takes over when it ends, so a queue that stands for longer than the
-     * window does not become the path's own delay by one sample. */
+     * window does not become the path's own delay by one sample. Only
+     * the diagnostics read it (engine/dump.c) since slow start's exit
+     * compares rounds (cc_round_exit). */
     uint64_t min = atomic_load_explicit(&cc->min_rtt_ns, RELAXED);
     uint64_t next = atomic_load_explicit(&cc->min_rtt_next_ns, RELAXED);
     uint64_t at = atomic_load_explicit(&cc->min_rtt_at_ns, RELAXED);

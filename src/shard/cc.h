@@ -132,7 +132,7 @@ typedef struct sx_cc {
     _Atomic uint64_t limited_ns;      /* a sender last found the window full */
     _Atomic uint64_t srtt_ns;         /* smoothed over every channel's samples */
     _Atomic uint64_t srtt_at_ns;      /* ... the last of which came then */
-    _Atomic uint64_t min_rtt_ns;      /* smallest sample since min_rtt_at_ns ... */
+    _Atomic uint64_t min_rtt_ns;      /* smallest sample since min_rtt_at_ns (dump) ... */
     _Atomic uint64_t min_rtt_next_ns; /* ... and since half a window after it */
     _Atomic uint64_t min_rtt_at_ns;
     /* HyStart++'s rounds (RFC 9406 section 4.2), in the first slow start:
