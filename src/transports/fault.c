@@ -15,6 +15,11 @@
  *   corrupt=P           flip one random bit of a private copy (never of the
  *                       caller's buffer); a 0-byte datagram has no bit to flip
  *   delay_us=N          hold every datagram N microseconds; poll releases it
+ *   stall_us=N          return from every post that sent a datagram N
+ *                       microseconds after the inner transport took them,
+ *                       as a sendmmsg(2) that the scheduler stopped before it
+ *                       returned would: the peer may answer before the call
+ *                       returns (test_am's test_batch_send_time_before_call)
  *   seed=N              PRNG seed (decimal or 0x hex; default 0)
  *   blackhole=S+D       drop everything sent from S ms to S+D ms after the
  *                       interface's first datagram, sent or received
@@ -94,6 +99,7 @@ typedef struct fault_pkt {
 typedef struct fault_spec {
     double loss, ctrl_loss, dup, reorder, corrupt, ce;
     uint64_t delay_ns;
+    uint64_t stall_ns; /* 0: off */
     uint64_t seed;
     bool blackhole, ctrl_blackout;
     uint64_t path_mtu;       /* 0: off */
@@ -230,7 +236,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     static const char *const keys[] = {
         "loss",       "ctrl_loss",      "dup",       "reorder",       "corrupt",
         "delay_us",   "seed",           "blackhole", "ctrl_blackout", "path_mtu",
-        "tx_credits", "path_mtu_after", "ce"};
+        "tx_credits", "path_mtu_after", "ce",        "stall_us"};
     unsigned k;
     uint64_t v;
 
@@ -241,7 +247,8 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     if (k == sizeof(keys) / sizeof(keys[0]))
         return fault_bad(key, value,
                          "the keys loss, ctrl_loss, dup, reorder, corrupt, delay_us, seed, "
-                         "blackhole, ctrl_blackout, path_mtu, tx_credits, path_mtu_after, ce");
+                         "blackhole, ctrl_blackout, path_mtu, tx_credits, path_mtu_after, ce, "
+                         "stall_us");
     if (*seen & (1u << k))
         return fault_bad(key, value, "each key at most once");
     *seen |= 1u << k;
@@ -285,6 +292,11 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         return SX_OK;
     case 12:
         return fault_parse_prob(key, value, &spec->ce);
+    case 13:
+        if (fault_parse_uint(value, '\0', FAULT_DELAY_US_MAX, &v, NULL) != SX_OK)
+            return fault_bad(key, value, "microseconds, an integer from 0 to 60000000");
+        spec->stall_ns = v * 1000u;
+        return SX_OK;
     default:
         spec->ctrl_blackout = true;
         return fault_parse_window(key, value, &spec->ctrl_blackout_start_ns,
@@ -563,6 +575,17 @@ static int fault_check(fault_iface_t *f, const sx_tl_tx_t *tx, size_t *len_p)
     return SX_OK;
 }
 
+/* stall_us: the calling thread sleeps @p ns in all (signals do not cut it
+ * short), holding whatever the caller holds, as a thread the scheduler
+ * stopped inside a system call would. */
+static void fault_stall(fault_iface_t *f, uint64_t ns)
+{
+    struct timespec until = sx_ns_to_ts(sx_time_ns() + ns);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+        ;
+    f->fstats.stalled++;
+}
+
 static int fault_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned count,
                            unsigned *posted_p)
 {
@@ -589,6 +612,8 @@ static int fault_post_send(sx_tl_iface_t *iface, const sx_tl_tx_t *tx, unsigned 
     }
     if (status == SX_ERR_AGAIN)
         f->base.stats.tx_again++;
+    if (i > 0 && f->spec.stall_ns != 0)
+        fault_stall(f, f->spec.stall_ns);
     if (posted_p != NULL)
         *posted_p = i;
     return status;

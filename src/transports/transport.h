@@ -476,6 +476,7 @@ typedef struct sx_tl_fault_stats {
     uint64_t delayed;      /* held for delay_us */
     uint64_t corrupted;    /* sent with one bit flipped */
     uint64_t ce_marked;    /* received ECN-capable and handed up marked CE (ce) */
+    uint64_t stalled;      /* posts that returned stall_us late (one per post) */
 } sx_tl_fault_stats_t;
 
 /** fault: copies the fault counters of @p iface to *stats_p; for the owner

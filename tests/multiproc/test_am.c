@@ -1276,6 +1276,72 @@ static void test_remove_with_staged_datagram(void **state)
 }
 
 /*
+ * The send time of datagrams posted together is read before the call that
+ * posts them (sx_shard_tx_post_locked, src/shard/shard.c): the peer may
+ * acknowledge the first of a batch before the call returns, and a time
+ * read after it gave RTT samples shorter than the path (0.9-1.5 us on a
+ * path of ~20 us between two namespace hosts), which the channel's minimum
+ * then took, and RACK reads that minimum (chan_rack_advance). A's fault
+ * decorator returns from every post STALL after its datagrams left
+ * (stall_us), as a sendmmsg the scheduler stopped would. A message of
+ * two datagrams leaves in one post (a third would leave alone, after the
+ * first two's ACK, and a lone datagram's time is still read after its
+ * call), so every sample it gives is at least STALL, whenever B's ACKs
+ * arrive; SRTT
+ * takes an eighth of each sample (RFC 6298 section 2.3), so it rises by
+ * at least an eighth of STALL above seven eighths of what it was. With
+ * the time read after the call, the samples are the path's, and SRTT
+ * stays where the warm-up left it (tens of microseconds here).
+ */
+static void test_batch_send_time_before_call(void **state)
+{
+    (void)state;
+    enum { STALL_US = 40000 };
+    const uint64_t stall = STALL_US * 1000ull;
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}, {"FAULT", "stall_us=40000"}};
+    const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
+    pair_t p = am_pair_new(ka, 3, kb, 2);
+    ctx_t rx = {0}, tx = {0};
+    static uint8_t small[64];
+    struct iovec iov = {small, sizeof(small)};
+
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
+    /* Warm-up: the channel is up and has samples of its own. */
+    for (int i = 0; i < 3; i++) {
+        am_fill(small, sizeof(small), (uint64_t)i);
+        assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS);
+        assert_true(am_progress_until(p.a, p.b, &tx.completions, (uint64_t)i + 1));
+    }
+    sx_chan_t *c = sx_peer_chan(p.a_to_b, 0, 0);
+    assert_non_null(c);
+    uint64_t srtt0 = c->srtt_ns; /* only this thread progresses A */
+    assert_true(srtt0 > 0);
+    size_t len = c->dgram_max + c->dgram_max / 2; /* two datagrams */
+    uint8_t *big = malloc(len);
+    assert_non_null(big);
+    am_fill(big, len, 3);
+    iov = (struct iovec){big, len};
+    sx_tl_fault_stats_t fs0, fs1;
+    assert_int_equal(sx_tl_fault_stats_get(p.a->shards[0]->ifaces[SX_SHARD_TL_NET], &fs0), SX_OK);
+    assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS);
+    assert_true(am_progress_until(p.a, p.b, &tx.completions, 4));
+    assert_int_equal(tx.completion_errors, 0);
+    assert_int_equal(rx.rx.received, 4);
+    assert_int_equal(rx.rx.errors, 0);
+    assert_int_equal(sx_tl_fault_stats_get(p.a->shards[0]->ifaces[SX_SHARD_TL_NET], &fs1), SX_OK);
+    assert_true(fs1.stalled > fs0.stalled);
+    uint64_t srtt1 = c->srtt_ns;
+    uint64_t want = srtt0 < stall ? (7 * srtt0 + stall) / 8 : stall;
+    if (srtt1 < want)
+        fail_msg("SRTT %llu ns after a batch that returned %llu ns late, from %llu ns: "
+                 "a sample shorter than the stall (want at least %llu ns)",
+                 (unsigned long long)srtt1, (unsigned long long)stall, (unsigned long long)srtt0,
+                 (unsigned long long)want);
+    free(big);
+    pair_free(&p);
+}
+
+/*
  * A diagnosis (sx_dump, the SX_WATCHDOG_S scan, the SX_DUMP_SIGNAL dump)
  * takes each shard's token, and its leave runs what callers queued
  * meanwhile: here a peer's removal, whose sends complete with
@@ -1508,6 +1574,7 @@ int main(void)
         cmocka_unit_test(test_reply_ack_taken_next_call),
         cmocka_unit_test(test_removed_peer_not_delivered),
         cmocka_unit_test(test_remove_with_staged_datagram),
+        cmocka_unit_test(test_batch_send_time_before_call),
         cmocka_unit_test(test_diagnosis_runs_no_callback),
         cmocka_unit_test(test_destroy_callbacks_call_in),
         cmocka_unit_test(test_checksum_off_host_only),

@@ -127,6 +127,10 @@ static void test_bad_specs_rejected(void **state)
         "delay_us=-5",
         "delay_us=1.5",
         "delay_us=60000001",
+        "stall_us=-1",
+        "stall_us=0.5",
+        "stall_us=60000001",
+        "stall_us=1,stall_us=2",
         "seed=x",
         "seed=-1",
         "blackhole=5",
@@ -162,7 +166,8 @@ static void test_bad_specs_rejected(void **state)
         "loss=1,seed=0xffffffffffffffff",
         "ctrl_loss=.5",
         "blackhole=0+0,ctrl_blackout=10+20",
-        "path_mtu=1500,path_mtu_after=0"};
+        "path_mtu=1500,path_mtu_after=0",
+        "stall_us=0,delay_us=5"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         sx_tl_iface_t *f = open_fault(&sx_tl_udp_ops, NULL, 0, good[i]);
         f->ops->close(f);
@@ -321,6 +326,35 @@ static void test_delay(void **state)
         assert_int_equal(rxlog.data[i][1], i);
         assert_true(rxlog.at_ns[i] >= sent_at[i] + delay_ns);
     }
+    f->ops->close(f);
+    rx->ops->close(rx);
+}
+
+/* stall_us: a post that sent returns the stall later, with its datagram
+ * already on its way (the receiver may read it before the post returns);
+ * one that sent nothing returns at once. */
+static void test_stall(void **state)
+{
+    (void)state;
+    const uint64_t stall_ns = 20u * 1000000u;
+    sx_tl_iface_t *f = open_fault(&sx_tl_udp_ops, NULL, 0, "stall_us=20000");
+    sx_tl_iface_t *rx = open_udp();
+    sx_tl_dest_t to_rx = connect_to(f, rx);
+
+    for (unsigned i = 0; i < 3; i++) {
+        uint64_t t0 = sx_time_ns();
+        assert_int_equal(send_id(f, to_rx, (uint8_t)i, false), SX_OK);
+        assert_true(sx_time_ns() - t0 >= stall_ns);
+    }
+    assert_int_equal(fstats(f).stalled, 3);
+    unsigned posted = 7;
+    assert_int_equal(f->ops->post_send(f, NULL, 0, &posted), SX_OK);
+    assert_int_equal(posted, 0);
+    assert_int_equal(fstats(f).stalled, 3);
+    rx_until_also(rx, f, &rxlog, 3);
+    for (unsigned i = 0; i < 3; i++)
+        assert_int_equal(rxlog.data[i][1], i);
+    assert_int_equal(fstats(f).delayed, 0);
     f->ops->close(f);
     rx->ops->close(rx);
 }
@@ -507,6 +541,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_flips_one_bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reorder_one_swaps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_seed_same_pattern, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ctrl_loss_drops_only_control, setup, teardown),
         cmocka_unit_test_setup_teardown(test_windows, setup, teardown),
