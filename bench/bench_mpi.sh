@@ -11,7 +11,8 @@
 # four ranks of two threads (--oversubscribe) and mpi_bench's ring of four
 # ranks: jobs that share their cores. Four ranks (--oversubscribe) also
 # time 1 MiB collectives (mpi_bench coll: allreduce, alltoall, bcast) over
-# each transport, in rounds like the rest.
+# each transport, in rounds like the rest, and shardx and tcp again with
+# the ranks bound two to a core (--bind-to core:overload-allowed).
 #
 # On one machine the BTL moves put and get data between its ranks in one
 # copy, process to process (btl_shardx_cma); the ping-pong and the
@@ -148,6 +149,16 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
             # shellcheck disable=SC2086
             run_bench coll "$t" ", \"round\": $round" -np 4 --oversubscribe ${args[$t]} "$bench" coll
         done
+        # The same with the ranks bound two to a core: shardx's callers
+        # then yield to the rank bound beside them instead of waiting for
+        # a datagram (docs/tuning.md, "Ranks bound to a core"), and its
+        # allreduce lands under tcp's where the unbound one does not.
+        for t in $(rotated $((round - 1)) shardx tcp); do
+            echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks bound to cores" >&2
+            # shellcheck disable=SC2086
+            run_bench "coll, bound" "$t" ", \"round\": $round, \"bound\": true" -np 4 \
+                --oversubscribe --bind-to core:overload-allowed ${args[$t]} "$bench" coll
+        done
     done
 fi
 
@@ -238,7 +249,7 @@ for r in rows:
         add("ring_np4_busy_s", x["seconds"])
     elif x["test"] == "coll":
         for c in ("allreduce", "alltoall", "bcast"):
-            add("%s_1MiB_np4_us" % c, x["%s_us" % c])
+            add("%s_1MiB_np4%s_us" % (c, "_bound" if r.get("bound") else ""), x["%s_us" % c])
     elif x["test"] == "mtrate":
         add("mtrate%d_msgs_per_s" % x["threads"], x["messages_per_s"])
 
@@ -325,6 +336,11 @@ if not hosts:
         ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
     other["bcast_1MiB_np4_shardx_over_tcp"] = ratio(sx.get("bcast_1MiB_np4_us"),
                                                     tcp.get("bcast_1MiB_np4_us"))
+    # Ranks bound two to a core (mpirun --bind-to core:overload-allowed),
+    # shardx against tcp.
+    for c in ("allreduce", "alltoall", "bcast"):
+        k = "%s_1MiB_np4_bound_us" % c
+        other["%s_1MiB_np4_bound_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
     # Without the single copy between ranks of one host (btl_shardx_cma 0).
     dg = res.get("shardx_dgram", {})
     for size, name in ((1048576, "1MiB"), (4194304, "4MiB")):
@@ -421,6 +437,12 @@ if not hosts:
         print("%-12s %18s %18s %18s" % (t, fmt(d.get("allreduce_1MiB_np4_us")),
                                        fmt(d.get("alltoall_1MiB_np4_us")),
                                        fmt(d.get("bcast_1MiB_np4_us"))))
+    for t in ("shardx", "tcp"):
+        d = res.get(t, {})
+        if d.get("allreduce_1MiB_np4_bound_us") is not None:
+            print("%-12s %18s %18s %18s" % (t + ", bound", fmt(d.get("allreduce_1MiB_np4_bound_us")),
+                                           fmt(d.get("alltoall_1MiB_np4_bound_us")),
+                                           fmt(d.get("bcast_1MiB_np4_bound_us"))))
 print("\nratios (medians of %s rounds, load average %.2f on %d CPUs):"
       % (os.environ.get("BENCH_REPEAT", "3"), load[0], os.cpu_count()))
 for k, v in ratios.items():
