@@ -545,9 +545,10 @@ void sx_chan_send_challenge_locked(sx_chan_t *c, uint32_t nonce)
  * between: the token is held throughout. The time is also closer to the
  * datagram's departure. A channel whose flush needs the time before
  * sending (retransmissions, congestion control, a closed receive window)
- * still reads it first. A batch of several new packets has its send
- * time (@p sent_ns) read before the call instead, and its timers started
- * after it (@p now; sx_shard_tx_post_locked says why).
+ * still reads it first, and its new packets take that time as their send
+ * time. So does a batch of several new packets, whose send time (@p
+ * sent_ns) is read before the call; the timers of all of them start after
+ * it (@p now; sx_shard_tx_post_locked says why).
  */
 SX_HOT void sx_chan_stamp_locked(sx_txpkt_t *pkt, uint64_t sent_ns, uint64_t now)
 {
@@ -681,7 +682,8 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
         c->inflight_bytes += pkt->len;
         sx_chan_cc_in_locked(c, pkt);
         pkt->transmissions = 1;
-        pkt->unstamped = true; /* sx_chan_stamp_locked, after the post */
+        pkt->unstamped = true;    /* sx_chan_stamp_locked, after the post */
+        pkt->first_sent_ns = now; /* before the post, or 0: sx_shard_tx_post_locked */
         sx_stat_add(&c->shard->stats.data_sent, 1);
         sx_stat_add(&c->shard->stats.data_bytes, pkt->len);
         chan_stage(c, pkt->data, pkt->len, pkt);

@@ -361,10 +361,13 @@ SX_HOT_PASS void sx_shard_tx_post_locked(sx_shard_t *shard)
      * not shorter. Their retransmission timers still start after the
      * call, when the last of them has left: a call the scheduler stopped
      * for milliseconds would otherwise take that time from the timeouts
-     * of the datagrams it sent after. One new packet keeps its single
-     * read after the call, off the latency path; on veth, where the
-     * peer's softirq runs inside our call, it can still come out short
-     * (the rest of those 38). */
+     * of the datagrams it sent after. One new packet takes the time its
+     * channel's flush read before building it, where the flush read one
+     * (congestion control or retransmissions: every channel to another
+     * host), as first_sent_ns; over veth, where the peer's softirq runs
+     * inside our call, its time read after the call came out short too
+     * (the rest of those 38). Otherwise (loopback) it keeps its single
+     * read after the call, off the latency path. */
     uint64_t sent_ns = q->fresh > 1 ? sx_time_ns() : 0, now = 0;
     int rc = n > 0 ? iface->ops->post_send(iface, q->tx, n, &posted) : SX_OK;
     for (unsigned i = 0; i < q->n; i++) {
@@ -374,10 +377,14 @@ SX_HOT_PASS void sx_shard_tx_post_locked(sx_shard_t *shard)
          * system call, and their send time (above; sx_chan_stamp_locked
          * says why), also those it refused: they wait as retransmissions
          * either way. */
-        if (q->pkt[i] != NULL && q->pkt[i]->unstamped) {
+        sx_txpkt_t *pkt = q->pkt[i];
+        if (pkt != NULL && pkt->unstamped) {
             if (now == 0)
                 now = sx_time_ns();
-            sx_chan_stamp_locked(q->pkt[i], sent_ns != 0 ? sent_ns : now, now);
+            uint64_t at = sent_ns != 0              ? sent_ns
+                          : pkt->first_sent_ns != 0 ? pkt->first_sent_ns
+                                                    : now;
+            sx_chan_stamp_locked(pkt, at, now);
         }
     }
     if (rc == SX_OK && posted < q->n) {

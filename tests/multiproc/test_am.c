@@ -1276,31 +1276,36 @@ static void test_remove_with_staged_datagram(void **state)
 }
 
 /*
- * The send time of datagrams posted together is read before the call that
- * posts them (sx_shard_tx_post_locked, src/shard/shard.c): the peer may
- * acknowledge the first of a batch before the call returns, and a time
- * read after it gave RTT samples shorter than the path (0.9-1.5 us on a
- * path of ~20 us between two namespace hosts), which the channel's minimum
- * then took, and RACK reads that minimum (chan_rack_advance). A's fault
- * decorator returns from every post STALL after its datagrams left
- * (stall_us), as a sendmmsg the scheduler stopped would. A message of
- * two datagrams leaves in one post (a third would leave alone, after the
- * first two's ACK, and a lone datagram's time is still read after its
- * call), so every sample it gives is at least STALL, whenever B's ACKs
- * arrive; SRTT
- * takes an eighth of each sample (RFC 6298 section 2.3), so it rises by
- * at least an eighth of STALL above seven eighths of what it was. With
- * the time read after the call, the samples are the path's, and SRTT
- * stays where the warm-up left it (tens of microseconds here).
+ * A new packet's send time is read before the call that posts it: the peer
+ * may acknowledge it before the call returns, and a time read after it
+ * gave RTT samples shorter than the path (0.9-1.5 us on a path of ~20 us
+ * between two namespace hosts), which the channel's minimum then took,
+ * and RACK reads that minimum (chan_rack_advance). Datagrams posted
+ * together read it before the call (sx_shard_tx_post_locked); a lone one
+ * takes the time its channel's flush read before building it, where the
+ * flush reads one (congestion control, retransmissions: every channel to
+ * another host; a channel over loopback reads its lone packet's time after
+ * the call, off the latency path). A's fault decorator returns from every
+ * post STALL after its datagrams left (stall_us), as a sendmmsg the
+ * scheduler stopped would; it stands for a network, so congestion control
+ * is on by default. @p lone sends one datagram so; otherwise two, with
+ * congestion control off so that no pacing parts them and the flush reads
+ * no time: they are posted together (a third would leave alone after the
+ * first two's ACK). Every sample the message gives is then at least
+ * STALL, whenever B's ACKs arrive; SRTT takes an eighth of each sample
+ * (RFC 6298 section 2.3), so it rises by at least an eighth of STALL above
+ * seven eighths of what it was. With the time read after the call the
+ * samples are the path's, and SRTT stays where the warm-up left it (tens
+ * of microseconds here).
  */
-static void test_batch_send_time_before_call(void **state)
+static void send_time_before_call(bool lone)
 {
-    (void)state;
     enum { STALL_US = 40000 };
     const uint64_t stall = STALL_US * 1000ull;
-    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}, {"FAULT", "stall_us=40000"}};
+    const sx_config_kv_t ka[] = {
+        {"SHARDS", "1"}, {"SERVICE_US", "0"}, {"FAULT", "stall_us=40000"}, {"CONGESTION", "off"}};
     const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
-    pair_t p = am_pair_new(ka, 3, kb, 2);
+    pair_t p = am_pair_new(ka, lone ? 3 : 4, kb, 2);
     ctx_t rx = {0}, tx = {0};
     static uint8_t small[64];
     struct iovec iov = {small, sizeof(small)};
@@ -1314,31 +1319,47 @@ static void test_batch_send_time_before_call(void **state)
     }
     sx_chan_t *c = sx_peer_chan(p.a_to_b, 0, 0);
     assert_non_null(c);
+    assert_true((c->cc != NULL) == lone);
     uint64_t srtt0 = c->srtt_ns; /* only this thread progresses A */
     assert_true(srtt0 > 0);
-    size_t len = c->dgram_max + c->dgram_max / 2; /* two datagrams */
-    uint8_t *big = malloc(len);
-    assert_non_null(big);
-    am_fill(big, len, 3);
-    iov = (struct iovec){big, len};
+    size_t len = lone ? sizeof(small) : c->dgram_max + c->dgram_max / 2;
+    uint8_t *msg = malloc(len);
+    assert_non_null(msg);
+    am_fill(msg, len, 3);
+    iov = (struct iovec){msg, len};
+    sx_tl_iface_t *iface = p.a->shards[0]->ifaces[SX_SHARD_TL_NET];
     sx_tl_fault_stats_t fs0, fs1;
-    assert_int_equal(sx_tl_fault_stats_get(p.a->shards[0]->ifaces[SX_SHARD_TL_NET], &fs0), SX_OK);
+    uint64_t data0 = stat_of(p.a, "data_sent");
+    assert_int_equal(sx_tl_fault_stats_get(iface, &fs0), SX_OK);
     assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS);
     assert_true(am_progress_until(p.a, p.b, &tx.completions, 4));
     assert_int_equal(tx.completion_errors, 0);
     assert_int_equal(rx.rx.received, 4);
     assert_int_equal(rx.rx.errors, 0);
-    assert_int_equal(sx_tl_fault_stats_get(p.a->shards[0]->ifaces[SX_SHARD_TL_NET], &fs1), SX_OK);
+    assert_int_equal(sx_tl_fault_stats_get(iface, &fs1), SX_OK);
     assert_true(fs1.stalled > fs0.stalled);
+    assert_int_equal(stat_of(p.a, "data_sent") - data0, lone ? 1 : 2);
     uint64_t srtt1 = c->srtt_ns;
     uint64_t want = srtt0 < stall ? (7 * srtt0 + stall) / 8 : stall;
     if (srtt1 < want)
-        fail_msg("SRTT %llu ns after a batch that returned %llu ns late, from %llu ns: "
-                 "a sample shorter than the stall (want at least %llu ns)",
-                 (unsigned long long)srtt1, (unsigned long long)stall, (unsigned long long)srtt0,
-                 (unsigned long long)want);
-    free(big);
+        fail_msg("SRTT %llu ns after %s that returned %llu ns late, from %llu ns: a sample "
+                 "shorter than the stall (want at least %llu ns)",
+                 (unsigned long long)srtt1, lone ? "a lone datagram's post" : "a batch's post",
+                 (unsigned long long)stall, (unsigned long long)srtt0, (unsigned long long)want);
+    free(msg);
     pair_free(&p);
+}
+
+static void test_batch_send_time_before_call(void **state)
+{
+    (void)state;
+    send_time_before_call(false);
+}
+
+static void test_lone_send_time_before_call(void **state)
+{
+    (void)state;
+    send_time_before_call(true);
 }
 
 /*
@@ -1575,6 +1596,7 @@ int main(void)
         cmocka_unit_test(test_removed_peer_not_delivered),
         cmocka_unit_test(test_remove_with_staged_datagram),
         cmocka_unit_test(test_batch_send_time_before_call),
+        cmocka_unit_test(test_lone_send_time_before_call),
         cmocka_unit_test(test_diagnosis_runs_no_callback),
         cmocka_unit_test(test_destroy_callbacks_call_in),
         cmocka_unit_test(test_checksum_off_host_only),
