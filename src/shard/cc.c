@@ -350,13 +350,7 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
     }
     if (!cc_claim_cut(cc, sent_ns, now))
         return 0;
-    /* What sx_cc_undo restores when the peer reports every packet resent
-     * for this loss as a duplicate (sx_chan_cc_dsack_locked). */
-    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
-    atomic_store_explicit(&cc->undo_cwnd, cwnd, RELAXED);
-    atomic_store_explicit(&cc->undo_ssthresh, atomic_load_explicit(&cc->ssthresh, RELAXED),
-                          RELAXED);
-    cc_set_window(cc, cwnd / 2, now); /* RFC 5681 (4) */
+    cc_set_window(cc, atomic_load_explicit(&cc->cwnd, RELAXED) / 2, now); /* RFC 5681 (4) */
     return 1;
 }
 

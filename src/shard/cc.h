@@ -127,7 +127,7 @@ typedef struct sx_cc {
                                  * up to here */
     _Atomic uint64_t cut_ns;    /* the last decrease; losses of packets sent before
                                  * it are the same event */
-    _Atomic uint64_t undo_cwnd; /* before the last collapse or halving (sx_cc_undo) */
+    _Atomic uint64_t undo_cwnd; /* before the last collapse (sx_cc_undo) */
     _Atomic uint64_t undo_ssthresh;
     _Atomic uint64_t limited_ns;      /* a sender last found the window full */
     _Atomic uint64_t srtt_ns;         /* smoothed over every channel's samples */

@@ -239,15 +239,6 @@ typedef struct sx_chan {
      * (sx_cc_lost's time), for sx_cc_undo when F-RTO finds them spurious;
      * 0 when none or the recovery ended otherwise. */
     uint64_t cc_collapse_ns;
-    /* Our last halving of cc's window after a loss (sx_cc_lost's time; 0:
-     * none open), the sequence numbers outstanding then, and how many of
-     * them we resent since without the peer reporting the copy a
-     * duplicate (D-SACK): when that falls back to 0 with nothing left to
-     * resend, every retransmission was unneeded and the halving is undone
-     * (sx_chan_cc_dsack_locked, RFC 3708). */
-    uint64_t cc_cut_ns;
-    uint32_t cc_cut_una, cc_cut_nxt;
-    unsigned cc_cut_rtx;
     /* ECN (wire.h): the running counts of ECT and CE data datagrams
      * received, which every ACK echoes, and the peer's counts as its
      * newest ACK gave them. */

@@ -129,51 +129,10 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint
     int cut = sx_cc_lost(c->cc, pkt->last_sent_ns, persistent, now);
     if (cut == 1) {
         sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
-        c->cc_cut_ns = now;
-        c->cc_cut_una = c->snd_una;
-        c->cc_cut_nxt = c->snd_nxt;
-        c->cc_cut_rtx = 0;
     } else if (cut == 2) {
         sx_stat_add(&c->shard->stats.cc_collapses, 1);
         c->cc_collapse_ns = now;
-        c->cc_cut_ns = 0; /* F-RTO's to undo (sx_chan_cc_rto_spurious_locked) */
     }
-}
-
-/* Whether @p seq was outstanding at our last halving (chan.h, cc_cut_ns). */
-static bool chan_cc_in_cut(const sx_chan_t *c, uint32_t seq)
-{
-    return c->cc_cut_ns != 0 && !sx_u32_before(seq, c->cc_cut_una) &&
-           sx_u32_before(seq, c->cc_cut_nxt);
-}
-
-void sx_chan_cc_resent_locked(sx_chan_t *c, const sx_txpkt_t *pkt)
-{
-    if (chan_cc_in_cut(c, pkt->seq))
-        c->cc_cut_rtx++;
-}
-
-/*
- * A D-SACK (RFC 2883) says the peer got a packet twice. RFC 3708 section
- * 3 uses it to find a retransmission unneeded; where every packet resent
- * after a halving was (the originals were late, reordered or their ACKs
- * delayed, not lost), the loss that halved the window was none, and the
- * window comes back as it was before (sx_cc_undo: unless another cut
- * came since), as Linux undoes a recovery whose retransmissions were all
- * D-SACKed (tcp_try_undo_dsack). Between two namespace hosts on this
- * project's 2-core VM, whose ranks are descheduled for milliseconds, the
- * peer reported a duplicate for 25 of a sender's 29 retransmissions in
- * one mpi_bench pingpong run, and the window had been halved 13 times.
- * A duplicate the network made (not our resend) is counted too; at
- * worst that undoes a halving early, once.
- */
-void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq)
-{
-    if (!chan_cc_in_cut(c, seq) || c->cc_cut_rtx == 0 || --c->cc_cut_rtx != 0 || c->rtx != NULL)
-        return;
-    if (c->cc != NULL && sx_cc_undo(c->cc, c->cc_cut_ns))
-        sx_stat_add(&c->shard->stats.cc_dsack_undos, 1);
-    c->cc_cut_ns = 0;
 }
 
 void sx_chan_cc_rto_spurious_locked(sx_chan_t *c)

@@ -162,15 +162,6 @@ void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
  *  the window it made (persistent congestion) is undone (sx_cc_undo). */
 void sx_chan_cc_rto_spurious_locked(sx_chan_t *c);
 
-/** @p pkt goes out again: counted against our last halving if it was
- *  outstanding then (chan.h, cc_cut_ns). */
-void sx_chan_cc_resent_locked(sx_chan_t *c, const sx_txpkt_t *pkt);
-
-/** The peer reported a duplicate of @p seq (D-SACK): once every packet
- *  resent since our last halving is so reported and none waits to go
- *  again, the halving is undone (sx_cc_undo, RFC 3708). */
-void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq);
-
 /* chan_rx.c */
 
 /** The delayed ACK's timer (RFC 1122 4.2.3.2). */

@@ -423,7 +423,6 @@ static void chan_dsack(sx_chan_t *c, uint32_t seq)
     if (!sx_u32_before(seq, c->snd_nxt))
         return;
     sx_stat_add(&c->shard->stats.rtx_unneeded, 1);
-    sx_chan_cc_dsack_locked(c, seq);
     c->reo_persist = SX_CHAN_REO_PERSIST;
     if (c->dsack_round_open)
         return;

@@ -644,7 +644,6 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
             chan_stage(c, pkt->data, pkt->len, pkt);
         pkt->transmissions++;
         pkt->last_sent_ns = now;
-        sx_chan_cc_resent_locked(c, pkt);
         sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);
         sx_chan_cc_in_locked(c, pkt); /* it takes its time; it never waits */
         sent++;

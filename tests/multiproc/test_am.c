@@ -24,9 +24,7 @@
 #include "common/tsan.h"
 #include "engine/diag.h"
 #include "engine/engine.h"
-#include "shard/cc.h"
 #include "shard/chan.h"
-#include "shard/chan_int.h"
 #include "shard/peer.h"
 #include "shard/shard.h"
 
@@ -1365,67 +1363,6 @@ static void test_lone_send_time_before_call(void **state)
 }
 
 /*
- * A halving that the peer shows needless is undone (RFC 3708 section 3;
- * sx_chan_cc_dsack_locked). A declares a packet lost that B already has,
- * as RACK does when a late peer's ACKs or reordered packets make one look
- * lost (the test takes the loss path itself, holding A's shard token, on
- * a window set above its floor): the window halves and the packet goes
- * again; B gets it twice and reports the copy (D-SACK); the window is
- * back where it was.
- */
-static void test_dsack_undoes_halving(void **state)
-{
-    (void)state;
-    const sx_config_kv_t ka[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}, {"CONGESTION", "on"}};
-    const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
-    pair_t p = am_pair_new(ka, 3, kb, 2);
-    ctx_t rx = {0}, tx = {0};
-    static uint8_t buf[64];
-    struct iovec iov = {buf, sizeof(buf)};
-
-    assert_int_equal(sx_am_register(p.b, 7, on_am, &rx), SX_OK);
-    for (int i = 0; i < 3; i++) {
-        am_fill(buf, sizeof(buf), (uint64_t)i);
-        assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS);
-        assert_true(am_progress_until(p.a, p.b, &tx.completions, (uint64_t)i + 1));
-    }
-    sx_chan_t *c = sx_peer_chan(p.a_to_b, 0, 0);
-    assert_non_null(c);
-    assert_non_null(c->cc);
-    const uint64_t cwnd = 40 * (uint64_t)c->dgram_max;
-    atomic_store(&c->cc->cwnd, cwnd);
-    uint64_t cuts = stat_of(p.a, "cc_loss_cuts");
-    am_fill(buf, sizeof(buf), 3);
-    assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS); /* sent */
-
-    sx_shard_t *shard = p.a->shards[0];
-    assert_true(sx_token_try_acquire(&shard->token));
-    assert_int_equal(c->snd_nxt - c->snd_una, 1);
-    sx_txpkt_t *pkt = c->win[c->snd_una & (sx_chan_window(c) - 1)];
-    assert_non_null(pkt);
-    sx_chan_cc_lost_locked(c, pkt, false, sx_time_ns());
-    sx_chan_queue_rtx_locked(c, pkt);
-    sx_chan_kick_locked(c);
-    (void)sx_delegate_leave_locked(&shard->token, &shard->inbox, shard); /* resends it */
-    assert_int_equal(atomic_load(&c->cc->cwnd), cwnd / 2);
-    assert_int_equal(stat_of(p.a, "cc_loss_cuts"), cuts + 1);
-
-    uint64_t start = sx_time_ns();
-    uint64_t unneeded = stat_of(p.a, "rtx_unneeded");
-    while (tx.completions < 4 || stat_of(p.a, "rtx_unneeded") == unneeded) { /* the D-SACK */
-        assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
-        sx_progress(p.a);
-        sx_progress(p.b);
-    }
-    assert_int_equal(stat_of(p.a, "cc_dsack_undos"), 1);
-    assert_true(atomic_load(&c->cc->cwnd) >= cwnd);
-    assert_int_equal(rx.rx.received, 4);
-    assert_int_equal(rx.rx.errors, 0);
-    assert_int_equal(tx.completion_errors, 0);
-    pair_free(&p);
-}
-
-/*
  * A diagnosis (sx_dump, the SX_WATCHDOG_S scan, the SX_DUMP_SIGNAL dump)
  * takes each shard's token, and its leave runs what callers queued
  * meanwhile: here a peer's removal, whose sends complete with
@@ -1660,7 +1597,6 @@ int main(void)
         cmocka_unit_test(test_remove_with_staged_datagram),
         cmocka_unit_test(test_batch_send_time_before_call),
         cmocka_unit_test(test_lone_send_time_before_call),
-        cmocka_unit_test(test_dsack_undoes_halving),
         cmocka_unit_test(test_diagnosis_runs_no_callback),
         cmocka_unit_test(test_destroy_callbacks_call_in),
         cmocka_unit_test(test_checksum_off_host_only),

@@ -312,41 +312,6 @@ static void test_undo_collapse(void **state)
     sx_cc_table_fini(&t);
 }
 
-/* A halving is undone as a collapse is (the peer reported every packet
- * resent for it a duplicate: sx_chan_cc_dsack_locked), once, and not
- * after another cut (a loss of a packet sent after it, a CE mark). */
-static void test_undo_halving(void **state)
-{
-    (void)state;
-    sx_cc_table_t t;
-    sx_cc_table_init(&t);
-    uint64_t now = 1000000 * US;
-    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
-
-    atomic_store(&cc->cwnd, 40 * MSS);
-    atomic_store(&cc->ssthresh, 60 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, now), 1);
-    assert_int_equal(cwnd(cc), 20 * MSS);
-    assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
-    assert_true(sx_cc_undo(cc, now));
-    assert_int_equal(cwnd(cc), 40 * MSS);
-    assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
-    assert_false(sx_cc_undo(cc, now)); /* once */
-
-    /* Another halving (a loss of a packet sent after the first) stands. */
-    now += 1000 * US;
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, now), 1);
-    uint64_t first = now;
-    assert_int_equal(cwnd(cc), 20 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now + 10 * US, false, now + 500 * US), 1);
-    assert_false(sx_cc_undo(cc, first));
-    assert_int_equal(cwnd(cc), 10 * MSS);
-    /* The later one alone comes back: to what the window was before it. */
-    assert_true(sx_cc_undo(cc, now + 500 * US));
-    assert_int_equal(cwnd(cc), 20 * MSS);
-    sx_cc_table_fini(&t);
-}
-
 /* A round trip's worth of samples: @p n of @p rtt, read from @p at on
  * (a nanosecond apart), each with a delay target of @p delay; how many
  * ended slow start, and whether the last did (@p last_ended). */
@@ -604,7 +569,6 @@ int main(void)
         cmocka_unit_test(test_congestion_avoidance),
         cmocka_unit_test(test_persistent_congestion),
         cmocka_unit_test(test_undo_collapse),
-        cmocka_unit_test(test_undo_halving),
         cmocka_unit_test(test_delay_signal),
         cmocka_unit_test(test_delay_threshold_eighth),
         cmocka_unit_test(test_pacing),
