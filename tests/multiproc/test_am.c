@@ -1302,10 +1302,19 @@ static void send_time_before_call(bool lone)
 {
     enum { STALL_US = 40000 };
     const uint64_t stall = STALL_US * 1000ull;
-    const sx_config_kv_t ka[] = {
-        {"SHARDS", "1"}, {"SERVICE_US", "0"}, {"FAULT", "stall_us=40000"}, {"CONGESTION", "off"}};
+    /* Timeouts of 60 s: none fires however late B's ACKs come (TSan), so
+     * no packet is resent and Karn's rule leaves no sample out, nor does
+     * an ACK count as one that waited for us (chan_ack_waited). The last
+     * item is left out for @p lone. */
+    const sx_config_kv_t ka[] = {{"SHARDS", "1"},
+                                 {"SERVICE_US", "0"},
+                                 {"FAULT", "stall_us=40000"},
+                                 {"RTO_MIN_US", "60000000"},
+                                 {"RTO_INIT_US", "60000000"},
+                                 {"RTO_MAX_US", "60000000"},
+                                 {"CONGESTION", "off"}};
     const sx_config_kv_t kb[] = {{"SHARDS", "1"}, {"SERVICE_US", "0"}};
-    pair_t p = am_pair_new(ka, lone ? 3 : 4, kb, 2);
+    pair_t p = am_pair_new(ka, lone ? 6 : 7, kb, 2);
     ctx_t rx = {0}, tx = {0};
     static uint8_t small[64];
     struct iovec iov = {small, sizeof(small)};
