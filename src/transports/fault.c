@@ -215,6 +215,17 @@ static int fault_parse_uint(const char *text, char stop, uint64_t max, uint64_t 
     return SX_OK;
 }
 
+/* delay_us and stall_us: microseconds up to FAULT_DELAY_US_MAX, as ns. */
+static int fault_parse_us(const char *key, const char *value, uint64_t *ns_p)
+{
+    uint64_t v;
+
+    if (fault_parse_uint(value, '\0', FAULT_DELAY_US_MAX, &v, NULL) != SX_OK)
+        return fault_bad(key, value, "microseconds, an integer from 0 to 60000000");
+    *ns_p = v * 1000u;
+    return SX_OK;
+}
+
 static int fault_parse_window(const char *key, const char *value, uint64_t *start_ns,
                               uint64_t *end_ns)
 {
@@ -238,7 +249,6 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         "delay_us",   "seed",           "blackhole", "ctrl_blackout", "path_mtu",
         "tx_credits", "path_mtu_after", "ce",        "stall_us"};
     unsigned k;
-    uint64_t v;
 
     for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
         if (strcmp(key, keys[k]) == 0)
@@ -265,10 +275,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     case 4:
         return fault_parse_prob(key, value, &spec->corrupt);
     case 5:
-        if (fault_parse_uint(value, '\0', FAULT_DELAY_US_MAX, &v, NULL) != SX_OK)
-            return fault_bad(key, value, "microseconds, an integer from 0 to 60000000");
-        spec->delay_ns = v * 1000u;
-        return SX_OK;
+        return fault_parse_us(key, value, &spec->delay_ns);
     case 6:
         if (fault_parse_uint(value, '\0', UINT64_MAX, &spec->seed, NULL) != SX_OK)
             return fault_bad(key, value, "an unsigned 64-bit integer, decimal or 0x hex");
@@ -293,10 +300,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     case 12:
         return fault_parse_prob(key, value, &spec->ce);
     case 13:
-        if (fault_parse_uint(value, '\0', FAULT_DELAY_US_MAX, &v, NULL) != SX_OK)
-            return fault_bad(key, value, "microseconds, an integer from 0 to 60000000");
-        spec->stall_ns = v * 1000u;
-        return SX_OK;
+        return fault_parse_us(key, value, &spec->stall_ns);
     default:
         spec->ctrl_blackout = true;
         return fault_parse_window(key, value, &spec->ctrl_blackout_start_ns,

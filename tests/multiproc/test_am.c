@@ -1295,8 +1295,8 @@ static void test_remove_with_staged_datagram(void **state)
  * STALL, whenever B's ACKs arrive; SRTT takes an eighth of each sample
  * (RFC 6298 section 2.3), so it rises by at least an eighth of STALL above
  * seven eighths of what it was. With the time read after the call the
- * samples are the path's, and SRTT stays where the warm-up left it (tens
- * of microseconds here).
+ * samples are the path's, and SRTT stays where the warm-up left it (100
+ * to 400 microseconds here).
  */
 static void send_time_before_call(bool lone)
 {
