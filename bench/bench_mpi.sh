@@ -162,10 +162,10 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
         done
         # And unbound once more after half a second of each collective
         # (mpi_bench coll's warm-up argument): osu_allreduce reaches 1 MiB
-        # only after a sweep of every smaller size, while the figures
-        # above are those of the first fifty calls after MPI_Init, which
-        # over shardx run slower for the first few dozen (docs/tuning.md,
-        # "The first calls after MPI_Init").
+        # only after a sweep of every smaller size, while the allreduce
+        # above is timed over its calls 3 to 52 after MPI_Init, and shardx's
+        # first few dozen run slower (docs/tuning.md, "The first calls
+        # after MPI_Init").
         for t in $(rotated $((round - 1)) shardx tcp); do
             echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks, after 0.5 s of warm-up" >&2
             # shellcheck disable=SC2086
