@@ -350,16 +350,14 @@ if not hosts:
         ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
     other["bcast_1MiB_np4_shardx_over_tcp"] = ratio(sx.get("bcast_1MiB_np4_us"),
                                                     tcp.get("bcast_1MiB_np4_us"))
-    # Ranks bound two to a core (mpirun --bind-to core:overload-allowed),
-    # shardx against tcp.
-    for c in ("allreduce", "alltoall", "bcast"):
-        k = "%s_1MiB_np4_bound_us" % c
-        other["%s_1MiB_np4_bound_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
-    # Unbound, after half a second of warm-up per collective (as far into
-    # a job as osu_allreduce's 1 MiB figure is), shardx against tcp.
-    for c in ("allreduce", "alltoall", "bcast"):
-        k = "%s_1MiB_np4_steady_us" % c
-        other["%s_1MiB_np4_steady_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
+    # shardx against tcp with the ranks bound two to a core (mpirun
+    # --bind-to core:overload-allowed), and unbound after half a second of
+    # warm-up per collective (as far into a job as osu_allreduce's 1 MiB
+    # figure is).
+    for how in ("bound", "steady"):
+        for c in ("allreduce", "alltoall", "bcast"):
+            k = "%s_1MiB_np4_%s_us" % (c, how)
+            other["%s_1MiB_np4_%s_over_tcp" % (c, how)] = ratio(sx.get(k), tcp.get(k))
     # Without the single copy between ranks of one host (btl_shardx_cma 0).
     dg = res.get("shardx_dgram", {})
     for size, name in ((1048576, "1MiB"), (4194304, "4MiB")):
