@@ -76,9 +76,20 @@ title="two ranks, one machine"
 if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
     : "${BENCH_MPI_AGENT:?BENCH_MPI_AGENT: the launcher agent for the hosts}"
     : "${BENCH_MPI_IF:?BENCH_MPI_IF: the interface between the hosts}"
-    # Every host of the namespace cluster sees both cores: spinning ranks
-    # would take them from each other (tests/cluster/README.md).
-    where=(-np 2 -H "$BENCH_MPI_HOSTS" --mca plm_rsh_agent "$BENCH_MPI_AGENT"
+    # Each host's orted binds its own ranks, and with two ranks in the job
+    # Open MPI binds each to a core: the first core of its host, which on
+    # the namespace cluster is the same core of the same machine for both,
+    # so the "two hosts" shared one core and the other stayed idle (every
+    # transport's ranks; perf, 2026-12-04: 47 % of the samples of a 16 MiB
+    # ping-pong over shardx were the idle core's). Hosts of their own have cores of
+    # their own: the rankfile puts rank i on host i and core i mod the
+    # machine's CPUs. mpi_yield_when_idle as in the cluster's other MPI
+    # jobs (tests/cluster/README.md): orted and mpirun share those cores.
+    rankfile=$(mktemp)
+    IFS=, read -ra hosts <<<"$BENCH_MPI_HOSTS"
+    ((${#hosts[@]} == 2)) || { echo "bench_mpi: BENCH_MPI_HOSTS=$BENCH_MPI_HOSTS: want two hosts" >&2; exit 2; }
+    for i in "${!hosts[@]}"; do echo "rank $i=${hosts[i]} slot=$((i % $(nproc)))"; done >"$rankfile"
+    where=(-np 2 -H "$BENCH_MPI_HOSTS" --rankfile "$rankfile" --mca plm_rsh_agent "$BENCH_MPI_AGENT"
         --mca oob_tcp_if_include "$BENCH_MPI_IF" --mca mpi_yield_when_idle 1)
     args[tcp]+=" --mca btl_tcp_if_include $BENCH_MPI_IF"
     args[ucx_tcp]="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=$BENCH_MPI_IF"
@@ -88,7 +99,7 @@ export BENCH_MPI_PLOT_TITLE="$title"
 
 raw=$(mktemp)
 floor=$(mktemp)
-trap 'rm -f "$raw" "$floor"' EXIT
+trap 'rm -f "$raw" "$floor" ${rankfile:+"$rankfile"}' EXIT
 if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
     : >"$floor"
 else
