@@ -26,7 +26,8 @@
 # namespace cluster, tests/cluster/): with BENCH_MPI_HOSTS=h1,h2,
 # BENCH_MPI_AGENT (mpirun's plm_rsh_agent) and BENCH_MPI_IF (the interface
 # tcp and UCX are told to use; shardx is given nothing), one rank runs on
-# each host and the raw-UDP floor, a local measurement, is left out.
+# each host, on a core of its own, and the raw-UDP floor, a local
+# measurement, is left out.
 #
 # The raw-UDP floor of the same machine (sx_bench floor: one send() per
 # 8-byte datagram, busy-polled recv(), no MPI, no reliability) runs first,

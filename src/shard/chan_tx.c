@@ -406,12 +406,14 @@ void sx_chan_pkt_materialize_locked(sx_chan_t *c, sx_txpkt_t *pkt)
  * at staging and ends after posting covers every use of them.
  *
  * A pinned chunk costs six to eight atomic operations on the region's
- * counters (pin, unpin, the post's read, the checksum's), more than copying
- * 1,472 bytes: across two namespace hosts at MTU 1500 an MPI 1 MiB
- * ping-pong moved 1,219-1,369 MB/s with every chunk pinned against
- * 1,379-1,402 copied, three rounds interleaved; at MTU 9000 (8,900-byte
- * chunks) 2,282-2,662 against 2,053-2,356, and on loopback (65,000) see
- * docs/tuning.md, "Copies". */
+ * counters (pin, unpin, the post's read, the checksum's), about what
+ * copying 1,472 bytes costs: across two namespace hosts at MTU 1500 an MPI
+ * 1 MiB ping-pong moved 1,219-1,369 MB/s with every chunk pinned against
+ * 1,379-1,402 copied, three rounds interleaved, with both hosts' ranks on
+ * one core; each on a core of its own (2026-12-04, three jobs of three
+ * rounds) 1,317-1,673 against 1,409-1,626, and at 16 MiB 1,144-1,314
+ * against 990-1,309. At MTU 9000 (8,900-byte chunks) 2,282-2,662 against
+ * 2,053-2,356, and on loopback (65,000) see docs/tuning.md, "Copies". */
 #define SX_ZC_REGION_MIN 4096u
 
 static bool chan_region_zero_copy(sx_chan_t *c, unsigned n, uint32_t len)
