@@ -74,6 +74,10 @@ declare -A dgram_too=([pingpong]=1 [coll]=1)
 tests=("pingpong" "rate" "mt 1" "mt 2" "mt 2 200 4096" "mt 2 200 8192" "mtrate 1" "mtrate 2")
 where=(-np 2)
 title="two ranks, one machine"
+raw=$(mktemp)
+floor=$(mktemp)
+rankfile=
+trap 'rm -f "$raw" "$floor" ${rankfile:+"$rankfile"}' EXIT
 if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
     : "${BENCH_MPI_AGENT:?BENCH_MPI_AGENT: the launcher agent for the hosts}"
     : "${BENCH_MPI_IF:?BENCH_MPI_IF: the interface between the hosts}"
@@ -82,14 +86,15 @@ if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
     # the namespace cluster is the same core of the same machine for both,
     # so the "two hosts" shared one core and the other stayed idle (every
     # transport's ranks; perf, 2026-12-04: 47 % of the samples of a 16 MiB
-    # ping-pong over shardx were the idle core's). Hosts of their own have cores of
-    # their own: the rankfile puts rank i on host i and core i mod the
-    # machine's CPUs. mpi_yield_when_idle as in the cluster's other MPI
+    # ping-pong over shardx were the idle core's). Hosts of their own have
+    # cores of their own: the rankfile puts rank i on host i and core i mod
+    # the machine's CPUs. mpi_yield_when_idle as in the cluster's other MPI
     # jobs (tests/cluster/README.md): orted and mpirun share those cores.
-    rankfile=$(mktemp)
     IFS=, read -ra hosts <<<"$BENCH_MPI_HOSTS"
     ((${#hosts[@]} == 2)) || { echo "bench_mpi: BENCH_MPI_HOSTS=$BENCH_MPI_HOSTS: want two hosts" >&2; exit 2; }
-    for i in "${!hosts[@]}"; do echo "rank $i=${hosts[i]} slot=$((i % $(nproc)))"; done >"$rankfile"
+    ncpu=$(nproc)
+    rankfile=$(mktemp)
+    for i in "${!hosts[@]}"; do echo "rank $i=${hosts[i]} slot=$((i % ncpu))"; done >"$rankfile"
     where=(-np 2 -H "$BENCH_MPI_HOSTS" --rankfile "$rankfile" --mca plm_rsh_agent "$BENCH_MPI_AGENT"
         --mca oob_tcp_if_include "$BENCH_MPI_IF" --mca mpi_yield_when_idle 1)
     args[tcp]+=" --mca btl_tcp_if_include $BENCH_MPI_IF"
@@ -98,9 +103,6 @@ if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
 fi
 export BENCH_MPI_PLOT_TITLE="$title"
 
-raw=$(mktemp)
-floor=$(mktemp)
-trap 'rm -f "$raw" "$floor" ${rankfile:+"$rankfile"}' EXIT
 if [[ -n ${BENCH_MPI_HOSTS:-} ]]; then
     : >"$floor"
 else
