@@ -13,7 +13,10 @@
  * Sender modes: `batch` (sendmmsg of 64 datagrams of --seg bytes) and
  * `gso` (sendmsg of one buffer of up to 44 segments with a UDP_SEGMENT
  * control message: the kernel cuts it into datagrams, as late as the
- * device allows). Receiver modes: `batch` (recvmmsg, 32 datagrams a call)
+ * device allows); `gsoiov` and `gsoadj` send the same message as 44
+ * iovecs of one segment each, in buffers of their own (as packets are
+ * malloc'd) or end to end in one buffer: what the kernel's copy pays per
+ * iovec (src/shard/chan_pkt.c, Arenas). Receiver modes: `batch` (recvmmsg, 32 datagrams a call)
  * and `gro` (UDP_GRO on the socket: the kernel may hand up several
  * datagrams of one flow coalesced in one read, with their size in a
  * control message; recvmmsg of 64 KiB buffers). The receiver counts
@@ -64,7 +67,8 @@ static void die(const char *what)
     exit(1);
 }
 
-static int run_sender(const char *dest, int port, size_t seg, size_t mb, bool gso)
+static int run_sender(const char *dest, int port, size_t seg, size_t mb, bool gso, bool per_iov,
+                      bool adjacent)
 {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -77,6 +81,16 @@ static int run_sender(const char *dest, int port, size_t seg, size_t mb, bool gs
     uint8_t *buf = calloc(GSO_MAX > BATCH_TX ? GSO_MAX : BATCH_TX, seg);
     if (buf == NULL)
         die("calloc");
+    /* gsoiov: each segment a buffer of its own, as a packet is. */
+    struct iovec piov[GSO_MAX];
+    for (unsigned i = 0; i < GSO_MAX; i++) {
+        piov[i] = (struct iovec){.iov_base = adjacent  ? buf + i * seg
+                                             : per_iov ? calloc(1, seg + 64)
+                                                       : NULL,
+                                 .iov_len = seg};
+        if (per_iov && piov[i].iov_base == NULL)
+            die("calloc");
+    }
     size_t total = mb << 20, sent = 0;
     unsigned long calls = 0;
     double t0 = now_s();
@@ -86,8 +100,8 @@ static int run_sender(const char *dest, int port, size_t seg, size_t mb, bool gs
             size_t segs = GSO_MAX;
             struct iovec iov = {.iov_base = buf, .iov_len = segs * seg};
             char ctrl[CMSG_SPACE(sizeof(uint16_t))] = {0};
-            struct msghdr m = {.msg_iov = &iov,
-                               .msg_iovlen = 1,
+            struct msghdr m = {.msg_iov = per_iov ? piov : &iov,
+                               .msg_iovlen = per_iov ? GSO_MAX : 1,
                                .msg_control = ctrl,
                                .msg_controllen = sizeof(ctrl)};
             struct cmsghdr *c = CMSG_FIRSTHDR(&m);
@@ -120,7 +134,11 @@ static int run_sender(const char *dest, int port, size_t seg, size_t mb, bool gs
         (void)send(fd, &end, 1, 0);
     printf("{\"side\": \"send\", \"mode\": \"%s\", \"bytes\": %zu, \"seconds\": %.4f, "
            "\"calls\": %lu, \"MBps\": %.1f}\n",
-           gso ? "gso" : "batch", sent, t, calls, (double)sent / t / 1e6);
+           adjacent  ? "gsoadj"
+           : per_iov ? "gsoiov"
+           : gso     ? "gso"
+                     : "batch",
+           sent, t, calls, (double)sent / t / 1e6);
     return 0;
 }
 
@@ -208,7 +226,7 @@ int main(int argc, char **argv)
             mode = argv[++i];
         else {
             fprintf(stderr, "usage: gso_bench --listen|--dest A.B.C.D [--port P] [--seg N] "
-                            "[--mb N] [--mode batch|gso|gro]\n");
+                            "[--mb N] [--mode batch|gso|gsoiov|gsoadj|gro]\n");
             return 2;
         }
     }
@@ -222,5 +240,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gso_bench: --dest or --listen\n");
         return 2;
     }
-    return run_sender(dest, port, seg, mb, strcmp(mode, "gso") == 0);
+    bool adjacent = strcmp(mode, "gsoadj") == 0;
+    bool per_iov = adjacent || strcmp(mode, "gsoiov") == 0;
+    return run_sender(dest, port, seg, mb, per_iov || strcmp(mode, "gso") == 0, per_iov, adjacent);
 }

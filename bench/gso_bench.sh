@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Runs gso_bench (bench/gso_bench.c) between two hosts of the namespace
 # cluster (tests/cluster/) at MTU 1500: each sender mode (batch: sendmmsg,
-# gso: UDP_SEGMENT) against each receiver mode (batch: recvmmsg, gro:
+# gso: UDP_SEGMENT from one buffer, gsoiov and gsoadj: the same as an
+# iovec per datagram) against each receiver mode (batch: recvmmsg, gro:
 # UDP_GRO), REPS times in alternation, one JSON line per side and run.
 #
 #   bench/gso_bench.sh [BUILD_DIR [REPS]]     (needs root: namespaces)
@@ -19,7 +20,7 @@ IFS=, read -ra h <<<"$CLUSTER_HOSTS"
 dest=$("$CLUSTER_AGENT" "${h[1]}" ip -4 -o addr show dev "$CLUSTER_IF" | sed -n "s/.* inet \([0-9.]*\)\/.*/\1/p")
 port=47000
 for r in $(seq "$reps"); do
-  for tx in batch gso; do
+  for tx in batch gso gsoiov gsoadj; do
     for rx in batch gro; do
       port=$((port + 1))
       out=$(mktemp)
