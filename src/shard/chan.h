@@ -127,6 +127,9 @@ typedef struct sx_txpkt {
                          * sx_mem_pin_read_begin; let go when the packet is freed */
     uint32_t cap;       /* bytes data[] holds; a large or a full-size packet goes
                          * back to its shard's pool (chan_tx.c, chan_pkt_pooled) */
+    /* data[] and this record lie in it (chan_pkt.c, Arenas); NULL: malloc'd,
+     * data[] right after the record */
+    struct sx_pkt_arena *arena;
     uint64_t first_sent_ns;
     uint64_t last_sent_ns;
     uint64_t deadline_ns; /* when its hotel room evicts it (a retransmission) */
@@ -137,7 +140,7 @@ typedef struct sx_txpkt {
     bool unstamped;            /* new, staged: its send time and hotel room come
                                 * after the system call (sx_chan_stamp_locked) */
     struct sx_txpkt *rtx_next; /* also the link in the shard's pool */
-    uint8_t data[];            /* header + payload */
+    uint8_t *data;             /* header + payload: after the record, or in its arena */
 } sx_txpkt_t;
 
 /* A packet that arrived ahead of a gap. */
@@ -493,6 +496,10 @@ void sx_chan_tx_refused_locked(sx_chan_t *chan, struct sx_txpkt *pkt, bool full)
  *  (retransmission timer) at @p now, or waits as a retransmission where
  *  the hotel has none. Called once per packet with `unstamped` set. */
 void sx_chan_stamp_locked(struct sx_txpkt *pkt, uint64_t sent_ns, uint64_t now);
+
+/** Frees @p shard's packet arenas (chan_pkt.c, Arenas) when it is destroyed,
+ *  after every packet. */
+void sx_chan_pkt_arenas_free(sx_shard_t *shard);
 
 /** Whether an operation queued now would have to wait (operations ahead of
  *  it, retransmissions, a full window or byte budget): sx_sendi's test. */

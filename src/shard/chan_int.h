@@ -63,10 +63,17 @@ static inline bool sx_chan_rwnd_open(const sx_chan_t *c)
  *  op, no completion; and marks the channel ready. */
 void sx_chan_queue_resp_locked(sx_chan_t *c, sx_op_t *op);
 
+/* chan_pkt.c */
+
+/** A data packet with room for @p need bytes (header and payload), its
+ *  record zeroed; NULL when out of memory. */
+sx_txpkt_t *sx_chan_pkt_alloc_locked(sx_chan_t *c, size_t need);
+/** Frees a data packet, or keeps it in the shard's pool of large ones or
+ *  its arena's place. */
+void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt);
+
 /* chan_tx.c */
 
-/** Frees a data packet, or keeps it in the shard's pool of large ones. */
-void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 /* Copies a zero-copy packet's payload into the packet (data[] has room for
  * it) and leaves it self-contained: for the paths that cut a packet into
  * fragments. */

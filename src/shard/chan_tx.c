@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Channels, transmit: cutting queued operations into packets (framing,
- * aggregation of small messages, chunking of large ones), the packet
- * pool, and the flush that hands what the window allows to the shard's
- * batch (chan.h).
+ * aggregation of small messages, chunking of large ones) and the flush
+ * that hands what the window allows to the shard's batch (chan.h). The
+ * packets' memory: chan_pkt.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,120 +18,6 @@
 #include "shard/conn.h"
 #include "shard/mem.h"
 #include "shard/peer.h"
-
-/*
- * Data packets are malloc'd per packet. A burst of large ones (a 1 MiB
- * GET answer is 17 packets of 64 KiB) freed together on its ACK left
- * malloc a free heap top larger than its trim threshold, so glibc gave
- * the pages back to the kernel and the next burst faulted them in again,
- * zero-filled: perf put 86 % of an MPI 1 MiB ping-pong's page faults in
- * chan_build_packet's copy, and the transfer took 1.1-1.6 ms (0.35 ms
- * with the pool). So packets from SX_TXPKT_POOL_MIN bytes up are made as
- * large as the channel's datagram and kept for the next one, up to one
- * channel's SX_MAX_INFLIGHT bytes per shard: what a single channel may
- * have in flight anyway. On a 1500-byte path a bulk packet is 1,472
- * bytes, and 713 of them make a MiB: there a packet of half the channel's
- * datagram or more is pooled too (SX_TXPKT_POOL_SMALL up), which took the
- * page faults and malloc out of a 1 MiB ping-pong across two namespace
- * hosts (docs/tuning.md, "UDP GSO and GRO"). Token holder only, like
- * everything in a shard.
- */
-#define SX_TXPKT_POOL_MIN   (16u * 1024u)
-#define SX_TXPKT_POOL_SMALL 1024u
-
-/*
- * A smaller packet is malloc'd, its size rounded up to SX_TXPKT_SPARE_ROUND,
- * and the shard keeps one of them, the last freed, for the next small
- * packet that fits (shard->pkt_spare). One is what a ping-pong needs: a
- * reply's packet is freed by the ACK the next message carries, just
- * before that message's answer is built. Without it each small message
- * made a free and a malloc: two pages of libc's code, two of its data and
- * the PLT's on every message (valgrind lackey, docs/tuning.md), each a
- * TLB miss where the kernel flushes the TLB at every system call
- * (common/hot.h, docs/tuning.md "Pages counted"). A free list of 128 was
- * tried once and made sx_bench mt's injection-only run slower at 8 and 16
- * threads on a 16-core machine (54cfa20 reverted it); one spare keeps
- * malloc's footprint for a stream of packets in flight and changes
- * nothing there but a branch.
- */
-#define SX_TXPKT_SPARE_ROUND 64u
-
-/* Whether a packet of @p need bytes on @p c comes from, and goes back to,
- * the pool. */
-static bool chan_pkt_pooled(const sx_chan_t *c, size_t need)
-{
-    return need >= SX_TXPKT_POOL_MIN || (need >= SX_TXPKT_POOL_SMALL && 2 * need >= c->dgram_max);
-}
-
-/* Under ASan a pooled packet's bytes stay poisoned until it is reused, so
- * a stale pointer into one is still reported as it was when it was freed. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define SX_POOL_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
-#define SX_POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define SX_POOL_POISON(p, n)   ((void)(p), (void)(n))
-#define SX_POOL_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
-static sx_txpkt_t *chan_pkt_alloc(sx_chan_t *c, size_t need)
-{
-    sx_shard_t *s = c->shard;
-    size_t cap = need;
-    sx_txpkt_t *pkt = NULL;
-
-    if (chan_pkt_pooled(c, need)) {
-        if (c->dgram_max > cap)
-            cap = c->dgram_max;
-        if (s->pkt_pool != NULL && s->pkt_pool->cap >= need) {
-            pkt = s->pkt_pool;
-            s->pkt_pool = pkt->rtx_next;
-            s->pkt_pool_bytes -= pkt->cap;
-            cap = pkt->cap;
-            SX_POOL_UNPOISON(pkt->data, cap);
-        }
-    } else {
-        if (s->pkt_spare != NULL && s->pkt_spare->cap >= need) {
-            pkt = s->pkt_spare;
-            s->pkt_spare = NULL;
-            cap = pkt->cap;
-            SX_POOL_UNPOISON(pkt->data, cap);
-        } else {
-            size_t round = (need + SX_TXPKT_SPARE_ROUND - 1) & ~(size_t)(SX_TXPKT_SPARE_ROUND - 1);
-            if (!chan_pkt_pooled(c, round))
-                cap = round; /* else it would go to the pool when freed */
-        }
-    }
-    if (pkt == NULL && (pkt = malloc(sizeof(*pkt) + cap)) == NULL)
-        return NULL;
-    sx_zero_small(pkt, sizeof(*pkt));
-    pkt->cap = (uint32_t)cap;
-    return pkt;
-}
-
-SX_HOT void sx_chan_pkt_free_locked(sx_chan_t *c, sx_txpkt_t *pkt)
-{
-    sx_shard_t *s = c->shard;
-
-    if (pkt->pin != NULL) {
-        sx_mem_unpin(pkt->pin);
-        c->pinned_out--;
-    }
-
-    if (chan_pkt_pooled(c, pkt->cap) && s->pkt_pool_bytes + pkt->cap <= s->env->conf.max_inflight) {
-        pkt->rtx_next = s->pkt_pool;
-        s->pkt_pool = pkt;
-        s->pkt_pool_bytes += pkt->cap;
-        SX_POOL_POISON(pkt->data, pkt->cap);
-        return;
-    }
-    if (s->pkt_spare == NULL && !chan_pkt_pooled(c, pkt->cap)) {
-        s->pkt_spare = pkt;
-        SX_POOL_POISON(pkt->data, pkt->cap);
-        return;
-    }
-    free(pkt);
-}
 
 /* Copies @p n bytes of @p op's message from its cursor to @p dst. */
 static void op_copy(sx_op_t *op, uint8_t *dst, size_t n)
@@ -431,7 +317,7 @@ SX_HOT static sx_txpkt_t *chan_build_packet(sx_chan_t *c)
 
     if (n == 0)
         return NULL;
-    sx_txpkt_t *pkt = chan_pkt_alloc(c, SX_WIRE_HDR_LEN + bytes);
+    sx_txpkt_t *pkt = sx_chan_pkt_alloc_locked(c, SX_WIRE_HDR_LEN + bytes);
     if (pkt == NULL)
         return NULL;
     uint8_t *p = pkt->data + SX_WIRE_HDR_LEN;

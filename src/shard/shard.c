@@ -218,6 +218,7 @@ void sx_shard_destroy(sx_shard_t *shard)
         free(pkt);
     }
     free(shard->pkt_spare);
+    sx_chan_pkt_arenas_free(shard);
     for (unsigned i = 0; i < SX_SHARD_TL_COUNT; i++) {
         if (shard->ifaces[i] != NULL)
             shard->ifaces[i]->ops->close(shard->ifaces[i]);
@@ -683,6 +684,7 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
     sx_stat_set(&shard->stats.tl_tx_ack_path, iface->stats.tx_ack_path);
     sx_stat_set(&shard->stats.tl_rx_ack_socket, iface->stats.rx_ack_socket);
     sx_stat_set(&shard->stats.tl_tx_gso, iface->stats.tx_gso);
+    sx_stat_set(&shard->stats.tl_tx_gso_joined, iface->stats.tx_gso_joined);
     sx_stat_set(&shard->stats.tl_rx_gro, iface->stats.rx_gro);
     sx_stat_set(&shard->stats.tl_rx_hot, iface->stats.rx_hot);
     sx_stat_set(&shard->stats.tl_hot_connects, iface->stats.hot_connects);

@@ -14,7 +14,7 @@
  *   inbox                     | producers: any thread    | wfcqueue, see inbox.h
  *   wheel, hotel, txq,        | the token holder         | plain accesses
  *   ready list, pkt_pool,     |                          |
- *   pkt_spare                 |                          |
+ *   pkt_spare, pkt_arena      |                          |
  *   stats                     | the token holder         | sx_stat_add (no RMW);
  *                             |                          | readable from any thread
  *   index, core, cpuset, ...  | sx_shard_create only     | read-only afterwards
@@ -120,6 +120,7 @@ struct sx_shard_guest {
     X(tl_tx_ack_path, "ACKs sent through the udp ACK socket (ours or the peer's)")               \
     X(tl_rx_ack_socket, "datagrams received on the udp ACK socket")                              \
     X(tl_tx_gso, "udp sends that carried several datagrams at once (UDP GSO)")                   \
+    X(tl_tx_gso_joined, "datagrams of those that followed the one before in memory (one iovec)") \
     X(tl_rx_gro, "udp reads that returned several datagrams at once (UDP GRO)")                  \
     X(tl_rx_hot, "datagrams received on the udp hot socket (SX_UDP_HOT)")                        \
     X(tl_hot_connects, "times the udp hot socket was connected to a destination (SX_UDP_HOT)")   \
@@ -258,9 +259,13 @@ struct sx_shard {
      * (sx_shard_land_release_locked). NULL between polls. */
     sx_tl_event_t *land_ev;
     int land_ev_n, land_ev_next;
-    /* Large data packets kept for reuse (chan.c, chan_pkt_alloc). */
+    /* Large data packets kept for reuse (chan_pkt.c). */
     struct sx_txpkt *pkt_pool;
     size_t pkt_pool_bytes;
+    /* The arena new full-size packets of small datagrams are carved from,
+     * and emptied ones kept for the next (chan_pkt.c, Arenas). */
+    struct sx_pkt_arena *pkt_arena, *pkt_arena_spare;
+    unsigned pkt_arena_spares;
     unsigned tx_inflight[SX_SHARD_TL_COUNT]; /* posted, no SEND_DONE yet (async transports) */
     bool tx_again; /* this flush, an interface refused datagrams for want of room or credits */
     /* Progress thread (SX_PROGRESS=thread): it publishes that it sleeps and
@@ -305,7 +310,7 @@ struct sx_shard {
     struct sx_chan *rx_chan;
     unsigned rx_chan_removals;
     /* The last small data packet freed, kept for the next (chan_tx.c,
-     * chan_pkt_alloc); NULL: none. Beside rx_chan, on a page a message's
+     * chan_pkt.c); NULL: none. Beside rx_chan, on a page a message's
      * way touches anyway. The token holder's. */
     struct sx_txpkt *pkt_spare;
     /* When the datagrams now being handled were read: their arrival

@@ -791,6 +791,7 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     f->base.stats.tx_ack_path = in->tx_ack_path;
     f->base.stats.rx_ack_socket = in->rx_ack_socket;
     f->base.stats.tx_gso = in->tx_gso;
+    f->base.stats.tx_gso_joined = in->tx_gso_joined;
     f->base.stats.rx_gro = in->rx_gro;
     f->base.stats.rx_hot = in->rx_hot;
     f->base.stats.hot_connects = in->hot_connects;

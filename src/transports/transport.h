@@ -175,6 +175,8 @@ typedef struct sx_tl_stats {
     uint64_t rx_ack_socket;   /* udp: datagrams received on the ACK socket (counted in
                                * rx_datagrams too) */
     uint64_t tx_gso;          /* udp: sends that carried several datagrams (UDP GSO) */
+    uint64_t tx_gso_joined;   /* udp: datagrams of those sends that followed the one before
+                               * in memory and went in its iovec */
     uint64_t rx_gro;          /* udp: reads that returned several datagrams (UDP GRO) */
     uint64_t rx_hot;          /* udp: datagrams received on the hot socket (counted in
                                * rx_datagrams too) */

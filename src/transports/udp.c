@@ -810,11 +810,12 @@ SX_HOT static int udp_sendmmsg(udp_iface_t *u, int fd, bool connected, struct mm
  * out[] (their iovecs into iov[], which has room for iov_cap, control into
  * cm[]), how many txs each carries to per[], and returns how many
  * messages. A merged message takes two datagrams at least, so cm[] needs
- * room for n / 2.
+ * room for n / 2. Adds to *joined the datagrams whose bytes followed the
+ * previous one's in memory and so went into its iovec.
  */
 static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsigned n,
                               struct mmsghdr *out, unsigned *per, struct iovec *iov,
-                              unsigned iov_cap, udp_gso_cmsg_t *cm)
+                              unsigned iov_cap, udp_gso_cmsg_t *cm, uint64_t *joined)
 {
     unsigned m = 0, used = 0, nc = 0;
 
@@ -845,11 +846,24 @@ static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsi
             i++;
             continue;
         }
+        /* A datagram whose bytes follow the last iovec's in memory extends
+         * it: the kernel's copy pays per iovec (chan_pkt.c, Arenas). */
         struct iovec *dst = iov + used;
         for (unsigned k = i; k < j; k++) {
-            memcpy(iov + used, msgs[k].msg_hdr.msg_iov,
-                   msgs[k].msg_hdr.msg_iovlen * sizeof(struct iovec));
-            used += (unsigned)msgs[k].msg_hdr.msg_iovlen;
+            const struct msghdr *mk = &msgs[k].msg_hdr;
+            for (size_t q = 0; q < mk->msg_iovlen; q++) {
+                const struct iovec *v = &mk->msg_iov[q];
+                if (iov + used > dst) {
+                    struct iovec *last = iov + used - 1;
+                    if ((const uint8_t *)last->iov_base + last->iov_len ==
+                        (const uint8_t *)v->iov_base) {
+                        last->iov_len += v->iov_len;
+                        *joined += q == 0;
+                        continue;
+                    }
+                }
+                iov[used++] = *v;
+            }
         }
         udp_gso_cmsg_t *c = &cm[nc++];
         memset(c, 0, sizeof(*c));
@@ -862,7 +876,7 @@ static unsigned udp_gso_merge(const struct mmsghdr *msgs, const bool *ctrl, unsi
         out[m] = (struct mmsghdr){.msg_hdr = {.msg_name = h->msg_name,
                                               .msg_namelen = h->msg_namelen,
                                               .msg_iov = dst,
-                                              .msg_iovlen = iovs,
+                                              .msg_iovlen = (size_t)(iov + used - dst),
                                               .msg_control = c->buf,
                                               .msg_controllen = sizeof(c->buf)}};
         per[m++] = j - i;
@@ -911,8 +925,8 @@ SX_HOT static int udp_post_batches(udp_iface_t *u, const sx_tl_tx_t *tx, unsigne
         }
         if (n > 0 && u->gso && n > 1) {
             /* At most one GSO message per two datagrams: cm[] has room. */
-            unsigned m =
-                udp_gso_merge(msgs, ctrl, n, a->merged, per, a->iov, a->cap * SX_TL_IOV_MAX, a->cm);
+            unsigned m = udp_gso_merge(msgs, ctrl, n, a->merged, per, a->iov,
+                                       a->cap * SX_TL_IOV_MAX, a->cm, &u->base.stats.tx_gso_joined);
             unsigned msent = 0;
             int err = 0;
             status = udp_sendmmsg(u, fd, udp_fd_connected(u, fd), a->merged, m, &msent, &err);

@@ -4,7 +4,7 @@
  * the namespace cluster, every byte checked (ctest cluster_rma_mtu*).
  * Started by sx_run across two hosts (sxrun_job.sh):
  *
- *   rma_check [ROUNDS] [--expect-landed]
+ *   rma_check [ROUNDS] [--expect-landed] [--expect-joined]
  *
  * Rank 1 registers a region of REGION bytes and tells rank 0 where it is
  * (an active message). Each round rank 0 fills its source with a pattern
@@ -18,8 +18,12 @@
  * destination) have their CRC checked over the pieces. With
  * --expect-landed, both ranks must have landed bytes (rank 1 the PUTs',
  * rank 0 the GET answers'); at MTU 1500 nothing lands (SX_LAND_MIN).
- * Each rank prints rx_landed_bytes, rx_land_missed, drop_landed and
- * drop_payload_crc, and exits 0 when every byte matched.
+ * With --expect-joined, rank 1 must have sent GET answers whose datagrams
+ * went to the kernel joined (tl_tx_gso_joined: at MTU 1500 the answers'
+ * packets lie end to end in the shard's arena, src/shard/chan_pkt.c).
+ * Each rank prints rx_landed_bytes, rx_land_missed, drop_landed,
+ * drop_payload_crc and tl_tx_gso_joined, and exits 0 when every byte
+ * matched.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -219,10 +223,12 @@ static bool run_target(sx_engine_h e, sx_peer_h peer, state_t *st)
 int main(int argc, char **argv)
 {
     unsigned rounds = 4;
-    bool expect_landed = false;
+    bool expect_landed = false, expect_joined = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--expect-landed") == 0)
             expect_landed = true;
+        else if (strcmp(argv[i], "--expect-joined") == 0)
+            expect_joined = true;
         else
             rounds = (unsigned)strtoul(argv[i], NULL, 10);
     }
@@ -252,20 +258,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "rma_check: sx_job_barrier: %s\n", sx_strerror(rc));
         ok = false;
     }
-    uint64_t landed = 0, missed = 0, dropped = 0, crc_bad = 0, crc_sent = 0;
+    uint64_t landed = 0, missed = 0, dropped = 0, crc_bad = 0, crc_sent = 0, joined = 0;
     sx_stats_value(e, "rx_landed_bytes", &landed);
     sx_stats_value(e, "rx_land_missed", &missed);
     sx_stats_value(e, "drop_landed", &dropped);
     sx_stats_value(e, "drop_payload_crc", &crc_bad);
     sx_stats_value(e, "crc_sent", &crc_sent);
+    sx_stats_value(e, "tl_tx_gso_joined", &joined);
     if (ok && expect_landed && landed == 0) {
         fprintf(stderr, "rma_check: rank %u: nothing landed\n", job.rank);
         ok = false;
     }
+    if (ok && expect_joined && job.rank == 1 && joined == 0) {
+        fprintf(stderr, "rma_check: rank 1: no GET answer went joined (tl_tx_gso_joined 0)\n");
+        ok = false;
+    }
     printf("rma_check: rank %u: %u rounds of %u MiB; rx_landed_bytes=%" PRIu64
            " rx_land_missed=%" PRIu64 " drop_landed=%" PRIu64 " drop_payload_crc=%" PRIu64
-           " crc_sent=%" PRIu64 ": %s\n",
-           job.rank, rounds, REGION >> 20, landed, missed, dropped, crc_bad, crc_sent,
+           " crc_sent=%" PRIu64 " tl_tx_gso_joined=%" PRIu64 ": %s\n",
+           job.rank, rounds, REGION >> 20, landed, missed, dropped, crc_bad, crc_sent, joined,
            ok ? "ok" : "FAILED");
     sx_engine_destroy(e);
     return ok ? 0 : 1;
