@@ -16,13 +16,14 @@
  * device allows); `gsoiov` and `gsoadj` send the same message as 44
  * iovecs of one segment each, in buffers of their own (as packets are
  * malloc'd) or end to end in one buffer: what the kernel's copy pays per
- * iovec (src/shard/chan_pkt.c, Arenas). Receiver modes: `batch` (recvmmsg, 32 datagrams a call)
- * and `gro` (UDP_GRO on the socket: the kernel may hand up several
- * datagrams of one flow coalesced in one read, with their size in a
- * control message; recvmmsg of 64 KiB buffers). The receiver counts
- * datagrams and bytes and prints them with its time and its system calls;
- * the sender prints its time and calls. Both run until --mb MiB passed
- * (the receiver stops at a 1-byte end marker, sent 20 times).
+ * iovec (src/shard/chan_pkt.c, Arenas). Receiver modes: `batch`
+ * (recvmmsg, 32 datagrams a call) and `gro` (UDP_GRO on the socket: the
+ * kernel may hand up several datagrams of one flow coalesced in one read,
+ * with their size in a control message; recvmmsg of 64 KiB buffers). The
+ * receiver counts datagrams and bytes and prints them with its time and
+ * its system calls; the sender prints its time and calls. Both run until
+ * --mb MiB passed (the receiver stops at a 1-byte end marker, sent 20
+ * times).
  *
  * The namespace cluster (tests/cluster/) gives a 1500-byte veth path
  * between two hosts; bench/gso_bench.sh runs the four combinations there.

@@ -126,7 +126,7 @@ typedef struct sx_txpkt {
     struct sx_mem *pin; /* a GET answer's: ext lies in this region, read through
                          * sx_mem_pin_read_begin; let go when the packet is freed */
     uint32_t cap;       /* bytes data[] holds; a large or a full-size packet goes
-                         * back to its shard's pool (chan_tx.c, chan_pkt_pooled) */
+                         * back to its shard's pool (chan_pkt.c, chan_pkt_pooled) */
     /* data[] and this record lie in it (chan_pkt.c, Arenas); NULL: malloc'd,
      * data[] right after the record */
     struct sx_pkt_arena *arena;
