@@ -833,11 +833,14 @@ static const rl_case_t rl_cases[] = {
      * the change. */
     {"path MTU shrinks to 1000", "path_mtu=1000,path_mtu_after=50", NULL, NULL, 300, 16, 0, 0,
      false, EXP_PMTU, NULL},
-    /* The same to a 1500-byte path, and 5% of the datagrams lost: from
-     * then on the full-size packets come from the shard's arenas
-     * (chan_pkt.c, Arenas), freed out of order as the losses are resent. */
+    /* A 1500-byte path and 5% of the datagrams lost: the full-size
+     * packets come from the shard's arenas (chan_pkt.c, Arenas), freed out
+     * of order as the losses are resent. Over loopback udp finds the
+     * smaller MTU first, as above; ofi's udp provider and the cluster's
+     * 1500-byte link have datagrams that small from the start, so no
+     * black hole is required. */
     {"path MTU 1500, loss 5%", "path_mtu=1500,path_mtu_after=50,loss=0.05,seed=21",
-     "loss=0.05,seed=22", NULL, 300, 16, 0, 0, false, EXP_RTX | EXP_PMTU, NULL},
+     "loss=0.05,seed=22", NULL, 300, 16, 0, 0, false, EXP_RTX, NULL},
     /* Both directions at once from 296 below 2^32, clean and lossy. */
     {"sequence wrap", NULL, NULL, "4294967000", 200, 8, 0, 800, true, 0, NULL},
     {"sequence wrap, lossy", "loss=0.02,reorder=0.05,seed=19", "loss=0.02,reorder=0.05,seed=20",
