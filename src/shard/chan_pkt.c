@@ -162,6 +162,13 @@ static sx_txpkt_t *chan_pkt_arena_alloc(sx_shard_t *s, size_t need)
     return pkt;
 }
 
+/* Gives an arena's memory back, whatever ASan was told of its parts. */
+static void chan_arena_release(sx_pkt_arena_t *a)
+{
+    SX_POOL_UNPOISON(a, SX_PKT_ARENA_BYTES);
+    free(a);
+}
+
 static void chan_pkt_arena_free(sx_shard_t *s, sx_txpkt_t *pkt)
 {
     sx_pkt_arena_t *a = pkt->arena;
@@ -176,8 +183,7 @@ static void chan_pkt_arena_free(sx_shard_t *s, sx_txpkt_t *pkt)
         s->pkt_arena_spares++;
         return;
     }
-    SX_POOL_UNPOISON(a, SX_PKT_ARENA_BYTES);
-    free(a);
+    chan_arena_release(a);
 }
 
 void sx_chan_pkt_arenas_free(sx_shard_t *s)
@@ -185,15 +191,12 @@ void sx_chan_pkt_arenas_free(sx_shard_t *s)
     while (s->pkt_arena_spare != NULL) {
         sx_pkt_arena_t *a = s->pkt_arena_spare;
         s->pkt_arena_spare = a->next;
-        SX_POOL_UNPOISON(a, SX_PKT_ARENA_BYTES);
-        free(a);
+        chan_arena_release(a);
     }
     s->pkt_arena_spares = 0;
-    if (s->pkt_arena != NULL) {
-        SX_POOL_UNPOISON(s->pkt_arena, SX_PKT_ARENA_BYTES);
-        free(s->pkt_arena);
-        s->pkt_arena = NULL;
-    }
+    if (s->pkt_arena != NULL)
+        chan_arena_release(s->pkt_arena);
+    s->pkt_arena = NULL;
 }
 
 SX_HOT sx_txpkt_t *sx_chan_pkt_alloc_locked(sx_chan_t *c, size_t need)
