@@ -40,6 +40,18 @@ static inline bool sx_chan_wants_crc(const sx_chan_t *c)
             !iface->ops->dest_local((sx_tl_iface_t *)iface, c->dest));
 }
 
+/* A channel of datagrams under SX_CHAN_SMALL_DGRAM bytes (a 1500-byte
+ * path): its full packets lie end to end in the shard's arenas, and udp
+ * hands the kernel each run of them as one iovec (chan_pkt.c); a
+ * message's or PUT's bytes are copied into them, not sent from the
+ * caller's memory (chan_tx.c, chan_zero_copy). */
+#define SX_CHAN_SMALL_DGRAM 4096u
+
+static inline bool sx_chan_small_dgrams(const sx_chan_t *c)
+{
+    return c->dgram_max < SX_CHAN_SMALL_DGRAM;
+}
+
 static inline void sx_op_append(sx_op_t **head, sx_op_t **tail, sx_op_t *op)
 {
     op->next = NULL;

@@ -71,7 +71,7 @@ static bool chan_pkt_pooled(const sx_chan_t *c, size_t need)
 #endif
 
 /*
- * Arenas. On a path of datagrams under SX_PKT_ARENA_DGRAM_MAX bytes a bulk
+ * Arenas. On a path of datagrams under SX_CHAN_SMALL_DGRAM bytes a bulk
  * flush sends runs of full packets to one peer, which udp hands the kernel
  * as one GSO message (udp.c, udp_gso_merge), and the kernel's copy into
  * the socket pays per iovec as well as per byte: gso_bench between two
@@ -96,8 +96,7 @@ static bool chan_pkt_pooled(const sx_chan_t *c, size_t need)
  * ping-pong went from 3,550-4,340 MB/s to 2,690-2,980 when they came from
  * arenas. Token holder only.
  */
-#define SX_PKT_ARENA_BYTES     (256u * 1024u)
-#define SX_PKT_ARENA_DGRAM_MAX 4096u
+#define SX_PKT_ARENA_BYTES (256u * 1024u)
 
 typedef struct sx_pkt_arena {
     struct sx_pkt_arena *next; /* among the shard's spares */
@@ -114,7 +113,7 @@ typedef struct sx_pkt_arena {
 /* Whether a packet of @p need bytes on @p c comes from an arena. */
 static bool chan_pkt_in_arena(const sx_chan_t *c, size_t need)
 {
-    return c->dgram_max < SX_PKT_ARENA_DGRAM_MAX && chan_pkt_pooled(c, need);
+    return sx_chan_small_dgrams(c) && chan_pkt_pooled(c, need);
 }
 
 /* The 8-byte granules wholly inside [p, p + n): ASan's poison never

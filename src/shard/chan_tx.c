@@ -242,15 +242,28 @@ static void chan_op_sent(sx_chan_t *c, sx_op_t *op)
  * the same way, under a pin, since the region may be deregistered before
  * the answer is acknowledged (shard/mem.h, Pins; chan_region_zero_copy).
  * Not under SX_AUTH: libsodium's SipHash has no streaming form, so a tag
- * over two pieces joins them first (auth.c), a copy anyway. Returns where
- * the bytes are, or NULL.
+ * over two pieces joins them first (auth.c), a copy anyway.
+ *
+ * Nor on a channel of small datagrams (sx_chan_small_dgrams: a 1500-byte
+ * path). There each datagram would be two iovecs, header and payload,
+ * and the kernel's copy into the socket pays per iovec as well as per
+ * byte (chan_pkt.c, Arenas); copied, the packets of a run lie end to end
+ * in an arena and go as one iovec. Across two namespace hosts at MTU
+ * 1500 (2026-12-05, each rank on a core of its own, six rounds
+ * alternating with the build that pointed at the caller's bytes),
+ * `sx_bench bw` moved 1 MiB messages at 3,544-3,668 MB/s copied against
+ * 2,438-2,578 pointed at, PUTs of 1 MiB at 3,206-3,531 against
+ * 2,355-2,479 (docs/tuning.md, "Copied, not pointed at"). ofi's udp
+ * provider, whose datagrams are that small too and which joins nothing,
+ * ran at 0.98-1.01 times its rate either way. Returns where the bytes
+ * are, or NULL.
  */
 #define SX_ZC_MIN 1024u
 
 static const uint8_t *chan_zero_copy(const sx_chan_t *c, const sx_op_t *op, const frame_plan_t *f)
 {
     if ((op->kind != SX_OP_AM && op->kind != SX_OP_PUT) || f->len < SX_ZC_MIN ||
-        op->cur_iov >= op->iovcnt || c->tag_len != 0)
+        op->cur_iov >= op->iovcnt || c->tag_len != 0 || sx_chan_small_dgrams(c))
         return NULL;
     const struct iovec *v = &op->iov[op->cur_iov];
     if (v->iov_len - op->cur_off < f->len)

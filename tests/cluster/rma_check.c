@@ -18,12 +18,15 @@
  * destination) have their CRC checked over the pieces. With
  * --expect-landed, both ranks must have landed bytes (rank 1 the PUTs',
  * rank 0 the GET answers'); at MTU 1500 nothing lands (SX_LAND_MIN).
- * With --expect-joined, rank 1 must have sent GET answers whose datagrams
- * went to the kernel joined (tl_tx_gso_joined: at MTU 1500 the answers'
- * packets lie end to end in the shard's arena, src/shard/chan_pkt.c).
- * Each rank prints rx_landed_bytes, rx_land_missed, drop_landed,
- * drop_payload_crc and tl_tx_gso_joined, and exits 0 when every byte
- * matched.
+ * With --expect-joined, both ranks must have sent datagrams that went to
+ * the kernel joined (tl_tx_gso_joined: at MTU 1500 the packets lie end to
+ * end in the shard's arena, src/shard/chan_pkt.c), rank 1 its GET
+ * answers, rank 0 its PUTs, whose bytes it must have copied into those
+ * packets, every one of them (copy_tx_bytes; on a path of small datagrams
+ * a PUT is not sent from the caller's memory: src/shard/chan_tx.c,
+ * chan_zero_copy). Each rank prints rx_landed_bytes, rx_land_missed,
+ * drop_landed, drop_payload_crc, tl_tx_gso_joined and copy_tx_bytes, and
+ * exits 0 when every byte matched.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -259,25 +262,35 @@ int main(int argc, char **argv)
         ok = false;
     }
     uint64_t landed = 0, missed = 0, dropped = 0, crc_bad = 0, crc_sent = 0, joined = 0;
+    uint64_t copied = 0;
     sx_stats_value(e, "rx_landed_bytes", &landed);
     sx_stats_value(e, "rx_land_missed", &missed);
     sx_stats_value(e, "drop_landed", &dropped);
     sx_stats_value(e, "drop_payload_crc", &crc_bad);
     sx_stats_value(e, "crc_sent", &crc_sent);
     sx_stats_value(e, "tl_tx_gso_joined", &joined);
+    sx_stats_value(e, "copy_tx_bytes", &copied);
     if (ok && expect_landed && landed == 0) {
         fprintf(stderr, "rma_check: rank %u: nothing landed\n", job.rank);
         ok = false;
     }
-    if (ok && expect_joined && job.rank == 1 && joined == 0) {
-        fprintf(stderr, "rma_check: rank 1: no GET answer went joined (tl_tx_gso_joined 0)\n");
+    if (ok && expect_joined && joined == 0) {
+        fprintf(stderr, "rma_check: rank %u: no %s went joined (tl_tx_gso_joined 0)\n", job.rank,
+                job.rank == 1 ? "GET answer" : "PUT");
+        ok = false;
+    }
+    if (ok && expect_joined && job.rank == 0 && copied < (uint64_t)rounds * REGION) {
+        fprintf(stderr,
+                "rma_check: rank 0: copied %" PRIu64 " bytes into packets, want the PUTs' %" PRIu64
+                " or more\n",
+                copied, (uint64_t)rounds * REGION);
         ok = false;
     }
     printf("rma_check: rank %u: %u rounds of %u MiB; rx_landed_bytes=%" PRIu64
            " rx_land_missed=%" PRIu64 " drop_landed=%" PRIu64 " drop_payload_crc=%" PRIu64
-           " crc_sent=%" PRIu64 " tl_tx_gso_joined=%" PRIu64 ": %s\n",
+           " crc_sent=%" PRIu64 " tl_tx_gso_joined=%" PRIu64 " copy_tx_bytes=%" PRIu64 ": %s\n",
            job.rank, rounds, REGION >> 20, landed, missed, dropped, crc_bad, crc_sent, joined,
-           ok ? "ok" : "FAILED");
+           copied, ok ? "ok" : "FAILED");
     sx_engine_destroy(e);
     return ok ? 0 : 1;
 }
