@@ -329,8 +329,21 @@ uint64_t sx_wheel_take_added_min(sx_wheel_t *wheel)
     return min;
 }
 
-int sx_wheel_rearm(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_ns)
+SX_HOT int sx_wheel_rearm(sx_wheel_t *wheel, sx_timer_t *timer, uint64_t deadline_ns)
 {
+    /* A deadline in the tick the timer already waits for fires at the same
+     * moment, from the same slot: only the deadline it reports changes.
+     * Most rearms are such: an ACK restarts the retransmission timer of
+     * the oldest packet still out (RFC 6298, 5.3), which in a ping-pong is
+     * the reply sent a microsecond before the ACK was taken: in sx_bench
+     * latency --size 8, 11,433 of a rank's 11,668 rearms stayed in their
+     * tick (10 us), each a cancel and an add before. */
+    if (timer->loc < wheel->levels && deadline_tick(wheel, deadline_ns) == timer->tick) {
+        timer->deadline_ns = deadline_ns;
+        if (deadline_ns < wheel->added_min)
+            wheel->added_min = deadline_ns;
+        return SX_OK;
+    }
     (void)sx_wheel_cancel(wheel, timer); /* an idle timer is fine too */
     return sx_wheel_add(wheel, timer, deadline_ns);
 }

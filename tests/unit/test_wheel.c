@@ -183,14 +183,35 @@ static void test_cancel(void **state)
     assert_int_equal(sx_wheel_expire(w, 10000505), 1);
     assert_int_equal(ts[0].fired, 1);
 
+    /* Rearmed within the tick it waits for (10000515 .. 10000524 round
+     * up to 10000525), a timer stays where it is, reports its new
+     * deadline and fires once, at that tick; one tick on, it moves. */
+    assert_int_equal(sx_wheel_add(w, &ts[0].timer, 10000516), SX_OK);
+    assert_int_equal(sx_wheel_rearm(w, &ts[0].timer, 10000524), SX_OK);
+    assert_int_equal(sx_timer_deadline(&ts[0].timer), 10000524);
+    assert_int_equal(sx_wheel_rearm(w, &ts[0].timer, 10000520), SX_OK);
+    assert_int_equal(sx_timer_deadline(&ts[0].timer), 10000520);
+    assert_int_equal(sx_wheel_pending(w), 1);
+    assert_int_equal(sx_wheel_expire(w, 10000524), 0);
+    assert_int_equal(sx_wheel_expire(w, 10000525), 1);
+    assert_int_equal(ts[0].fired, 2);
+    assert_false(sx_timer_is_pending(&ts[0].timer));
+    assert_int_equal(sx_wheel_add(w, &ts[0].timer, 10000530), SX_OK);
+    assert_int_equal(sx_wheel_rearm(w, &ts[0].timer, 10000536), SX_OK);
+    assert_int_equal(sx_wheel_expire(w, 10000535), 0);
+    assert_int_equal(ts[0].fired, 2);
+    assert_int_equal(sx_wheel_expire(w, 10000545), 1);
+    assert_int_equal(ts[0].fired, 3);
+
     /* Finalising with timers pending leaves them idle and unfired. */
+    int fired = ts[0].fired + ts[1].fired + ts[2].fired;
     sx_wheel_add(w, &ts[0].timer, 0);
     sx_wheel_add(w, &ts[1].timer, 10100000);
     sx_wheel_add(w, &ts[2].timer, UINT64_C(1) << 60);
     sx_wheel_fini(w);
     for (int i = 0; i < 3; i++)
         assert_false(sx_timer_is_pending(&ts[i].timer));
-    assert_int_equal(ts[0].fired + ts[1].fired + ts[2].fired, 3); /* as before */
+    assert_int_equal(ts[0].fired + ts[1].fired + ts[2].fired, fired); /* as before */
 }
 
 /* Many timers, expired in uneven steps: each fires once, never before its
