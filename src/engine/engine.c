@@ -521,6 +521,7 @@ SX_API int sx_engine_create(const sx_engine_params_t *params, sx_engine_h *engin
         goto fail;
     e->nshards = sx_engine_shard_target(e);
     sx_yield_init(&e->yield, e->cfg.yield, (unsigned)hwloc_bitmap_weight(e->topo.process_set));
+    e->yield.one_shard = e->nshards == 1;
     e->yield_ready = true;
 
     rc = sx_rlock_init(&e->global_lock);

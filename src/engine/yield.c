@@ -21,13 +21,15 @@ static _Thread_local unsigned sx_yield_streak;
 static _Thread_local unsigned sx_yield_slot; /* slot + 1; 0: none yet */
 static _Thread_local uint64_t sx_yield_marked_ns;
 static atomic_uint sx_yield_next_slot;
-/* A bound caller whose runtime yields (yield.h, "Bound callers"): whether
- * this thread may run on one CPU only (0: not looked yet, 1: yes, 2: no),
- * when it last returned 0 for the runtime to yield on (0: its last call
- * did not), until when it waits instead, and how long the next such
- * verdict lasts. */
+/* A bound or single-shard caller whose runtime yields (yield.h, "Bound or
+ * single-shard callers"): whether this thread may run on one CPU only (0:
+ * not looked yet, 1: yes, 2: no), when it last returned 0 for the runtime
+ * to yield on (0: its last call did not), whether the last such gap it
+ * measured was slow, until when it waits instead, and how long the next
+ * such verdict lasts. */
 static _Thread_local unsigned char sx_yield_bound;
 static _Thread_local uint64_t sx_yield_rt_at;
+static _Thread_local bool sx_yield_rt_slow;
 static _Thread_local uint64_t sx_yield_rt_wait_until;
 static _Thread_local uint64_t sx_yield_rt_backoff;
 /* The calling thread's scheduling policy as last looked up, and when;
@@ -61,6 +63,25 @@ static bool sx_yield_truthy(const char *v)
     return false;
 }
 
+/* How many of the job's processes the launcher started on this node:
+ * Open MPI's, shardx's sx_run's and MPICH's Hydra's word for it; 0 where
+ * none says (yield.h, "Bound or single-shard callers"). */
+static unsigned sx_yield_local_tasks(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SX_RUN_LOCAL_SIZE",
+                                       "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        if (v == NULL || *v == '\0')
+            continue;
+        unsigned long n = strtoul(v, &end, 10);
+        if (*end == '\0' && n > 0 && n <= 65536)
+            return (unsigned)n;
+    }
+    return 0;
+}
+
 void sx_yield_init(sx_yield_t *y, int mode, unsigned cpus)
 {
     sx_yield_init_at(y, mode, cpus, "/proc/loadavg", "/proc/pressure/cpu");
@@ -79,6 +100,7 @@ void sx_yield_init_at(sx_yield_t *y, int mode, unsigned cpus, const char *loadav
     /* mpirun exports it to every rank when it places more ranks than a
      * node has slots (Open MPI's rmaps; also settable by the user). */
     y->hint = sx_yield_truthy(getenv("OMPI_MCA_mpi_yield_when_idle"));
+    y->local_tasks = sx_yield_local_tasks();
     y->loadavg_fd = -1;
     y->pressure_fd = -1;
     atomic_init(&y->stall_us, 0);
@@ -103,6 +125,7 @@ void sx_yield_init_at(sx_yield_t *y, int mode, unsigned cpus, const char *loadav
         atomic_store_explicit(&y->stall_ns, sx_time_ns(), memory_order_relaxed);
     }
     atomic_init(&y->over, false);
+    atomic_init(&y->foreign, 0);
     atomic_init(&y->caller_yields, false);
     atomic_init(&y->wakeups, 0);
     atomic_init(&y->checked_ns, 0);
@@ -203,7 +226,13 @@ bool sx_yield_verdict(sx_yield_t *y, uint64_t now_ns)
     /* Read the pressure at every verdict, so that the next one's interval
      * starts here even when this one needs no pressure. */
     bool stalled = sx_yield_stalled(y, now_ns);
-    bool over = callers > y->cpus || (sx_yield_runnable(y) > y->online && stalled);
+    unsigned runnable = sx_yield_runnable(y);
+    bool over = callers > y->cpus || (runnable > y->online && stalled);
+    /* Tasks beyond the job's own (yield.h, "Bound or single-shard
+     * callers"): one verdict more in a row, or none. */
+    unsigned foreign = atomic_load_explicit(&y->foreign, memory_order_relaxed);
+    bool beyond = y->local_tasks > 0 && runnable >= y->local_tasks + SX_YIELD_FOREIGN;
+    atomic_store_explicit(&y->foreign, beyond ? foreign + 1 : 0, memory_order_relaxed);
     if (over || y->hint)
         atomic_fetch_add_explicit(&y->over_checks, 1, memory_order_relaxed);
     atomic_store_explicit(&y->over, over, memory_order_relaxed);
@@ -227,29 +256,41 @@ static bool sx_yield_measured(sx_yield_t *y, uint64_t now)
  * For a caller that yields itself on 0 (caller_yields) and found nothing,
  * while threads outnumber cores: whether to return 0 and let the
  * runtime's sched_yield hand the core over, rather than wait for a
- * datagram. Only a thread bound to one CPU does, and only while those
- * yields come back within SX_YIELD_SLOW_NS (yield.h, "Bound callers").
+ * datagram. Only a thread bound to one CPU, or a caller of an engine with
+ * one shard in a job whose launcher said how many of its processes share
+ * the node, does, and only while no task that does not yield back shares
+ * the CPUs (yield.h, "Bound or single-shard callers").
  */
-static bool sx_yield_bound_runtime_yields(void)
+static bool sx_yield_runtime_yields(const sx_yield_t *y)
 {
     if (sx_yield_bound == 0) {
         cpu_set_t set;
         sx_yield_bound =
             (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1) ? 1 : 2;
     }
-    if (sx_yield_bound != 1)
+    if (sx_yield_bound != 1 && (!y->one_shard || y->local_tasks == 0))
         return false;
     uint64_t now = sx_time_ns();
     uint64_t at = sx_yield_rt_at;
     sx_yield_rt_at = 0;
     if (at != 0 && now - at > SX_YIELD_SLOW_NS) {
         /* The runtime's last yield kept this thread off its CPU that
-         * long: a task that does not give the CPU back shares it. Wait
-         * for datagrams for a while, longer each time it happens again. */
-        sx_yield_back_off(now, &sx_yield_rt_backoff, &sx_yield_rt_wait_until);
-    } else if (at != 0 && now >= sx_yield_rt_wait_until) {
-        sx_yield_rt_backoff = 0; /* a yield came back in time */
+         * long: a task that does not give the CPU back shares it. Or the
+         * caller computed between two calls (the gap is all this can
+         * time), which a quick yield after it shows. So at the second
+         * slow gap with no quick one between, wait for datagrams for a
+         * while, longer each time it happens again. */
+        if (sx_yield_rt_slow)
+            sx_yield_back_off(now, &sx_yield_rt_backoff, &sx_yield_rt_wait_until);
+        sx_yield_rt_slow = true;
+    } else if (at != 0) {
+        sx_yield_rt_slow = false;
+        if (now >= sx_yield_rt_wait_until)
+            sx_yield_rt_backoff = 0; /* a yield came back in time */
     }
+    if (now >= sx_yield_rt_wait_until &&
+        atomic_load_explicit(&y->foreign, memory_order_relaxed) >= SX_YIELD_FOREIGN_VERDICTS)
+        sx_yield_back_off(now, &sx_yield_rt_backoff, &sx_yield_rt_wait_until);
     if (now < sx_yield_rt_wait_until)
         return false;
     sx_yield_rt_at = now;
@@ -293,7 +334,7 @@ SX_HOT_PASS sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
     }
     if (!give_up)
         return SX_YIELD_SPIN;
-    if (caller_yields && sx_yield_bound_runtime_yields())
+    if (caller_yields && sx_yield_runtime_yields(y))
         return SX_YIELD_SPIN; /* the runtime's sched_yield gives the core up */
     atomic_fetch_add_explicit(&y->yields, 1, memory_order_relaxed);
     if (caller_yields)

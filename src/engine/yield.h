@@ -90,6 +90,14 @@ typedef struct sx_yield {
     unsigned cpus;   /* CPUs in the creating thread's cpuset */
     unsigned online; /* online CPUs of the machine */
     bool hint;       /* the launcher said the node is oversubscribed */
+    /* The engine has one shard: a caller's pass sees every datagram
+     * ("Bound or single-shard callers" below). Set once by the engine
+     * before any caller, read only after. */
+    bool one_shard;
+    /* This job's processes on this node, as the launcher said
+     * (OMPI_COMM_WORLD_LOCAL_SIZE, SX_RUN_LOCAL_SIZE, MPI_LOCALNRANKS);
+     * 0: not said. */
+    unsigned local_tasks;
     /* sx_engine_caller_yields: the caller gives its core up whenever
      * sx_progress returns 0 (Open MPI's opal_progress under
      * mpi_yield_when_idle). Any thread writes it, any reads it. */
@@ -100,6 +108,9 @@ typedef struct sx_yield {
      * the thread that makes a check. */
     atomic_uint_fast64_t stall_us, stall_ns;
     atomic_bool over;
+    /* Verdicts in a row that saw SX_YIELD_FOREIGN or more runnable tasks
+     * beyond local_tasks ("Bound or single-shard callers"). */
+    atomic_uint foreign;
     atomic_uint_fast64_t checked_ns;
     atomic_uint_fast64_t seen_ns[SX_YIELD_CALLERS]; /* a caller slot's last spin */
     /* Multi-writer counters (any caller), read by sx_stats_get. */
@@ -142,11 +153,18 @@ typedef enum sx_yield_action {
  * whose callers all wait fire up to this late. */
 #define SX_YIELD_WAIT_NS (500ull * 1000ull)
 
-/* Bound callers (below): a runtime yield that keeps the caller off its
- * CPU longer than this was taken by a task that does not yield back; the
- * caller then waits for datagrams for SX_YIELD_SLOW_WAIT_MIN_NS, doubling
- * up to SX_YIELD_SLOW_WAIT_MAX_NS while it happens again. A busy loop's
- * turn after a yield lasts a scheduler slice (milliseconds); a
+/* Bound or single-shard callers (below): runnable tasks beyond the job's
+ * own on this node, in SX_YIELD_FOREIGN_VERDICTS verdicts in a row, that
+ * send them back to waiting. */
+#define SX_YIELD_FOREIGN          2u
+#define SX_YIELD_FOREIGN_VERDICTS 2u
+
+/* Bound or single-shard callers (below): a runtime yield that keeps the
+ * caller off its CPU longer than this, twice in a row, was taken by a task
+ * that does not yield back; the caller then waits for datagrams for
+ * SX_YIELD_SLOW_WAIT_MIN_NS, doubling up to SX_YIELD_SLOW_WAIT_MAX_NS
+ * while it happens again. A busy loop's turn after a yield lasted a
+ * scheduler slice (milliseconds) on the kernels this was made on; a
  * cooperating rank's, the work it found (an MPI reduction over 1 MiB,
  * about 0.1 ms here). */
 #define SX_YIELD_SLOW_NS          (1000ull * 1000ull)
@@ -175,18 +193,48 @@ typedef enum sx_yield_action {
  * so nobody else watches their shards. Measured: docs/tuning.md, "Open
  * MPI BTL: callers that yield when idle".
  *
- * Bound callers. Such a caller whose thread may run on one CPU only (looked
- * up once per thread: sched_getaffinity) returns 0 instead, and lets the
- * runtime's sched_yield hand that CPU over, for as long as each of those
- * yields gives the CPU back within SX_YIELD_SLOW_NS; after one that does
- * not, it waits as above, for a while. A bound thread cannot be moved, so
- * the wait's costs are pure loss: every message then costs a sleep and a
- * wake-up where a yield costs a switch (four ranks bound two to a core,
- * exchanging 256 KiB in pairs: 21 context switches a round against 9), and a
- * core whose two ranks both sleep halts, which a VM pays for on every
- * wake-up. An unbound caller keeps waiting: there the scheduler moves the
- * ranks that yield, and the same exchange measured 127-134 us in one run and
- * 366-501 in others, against 229-307 with the wait.
+ * Bound or single-shard callers. Such a caller whose thread may run on one
+ * CPU only (looked up once per thread: sched_getaffinity), or whose engine
+ * has one shard in a job whose launcher said how many of its processes
+ * share the node (local_tasks), returns 0 instead and lets the runtime's
+ * sched_yield hand the CPU over, until a sign below says that a task which
+ * does not yield back shares the CPUs; it then waits as above for
+ * SX_YIELD_SLOW_WAIT_MIN_NS, doubling up to SX_YIELD_SLOW_WAIT_MAX_NS
+ * while a sign comes again.
+ *
+ * Why. A bound thread cannot be moved, so the wait's costs are pure loss:
+ * every message then costs a sleep and a wake-up where a yield costs a
+ * switch (four ranks bound two to a core, exchanging 256 KiB in pairs: 21
+ * context switches a round against 9), and a core whose two ranks both
+ * sleep halts, which a VM pays for on every wake-up. An unbound caller
+ * pays the same, and with one shard its pass reads every socket the
+ * engine has, so a yield misses nothing a wait would have caught: four
+ * unbound ranks of one shard each on two cores (2026-12-05, 2-core VM,
+ * the build before and tcp alternated) ran an 8-byte MPI_Barrier in 36 us
+ * against 88 waiting with two shards a rank (tcp 68), and a 1 MiB
+ * MPI_Allreduce at 0.88 of tcp's time against 1.12 (medians of eight
+ * rounds). With several shards it keeps waiting: its pass reads its home
+ * shard and visits another only every SX_PROGRESS_VISIT_EVERY passes
+ * (engine.c), so a datagram on another shard waited out several yields,
+ * where a wait watches every shard; that allreduce with two shards a rank
+ * and yields took 1.19 of tcp's time, and the 256 KiB exchange above, in
+ * pairs of such ranks, 127-134 us in one run and 366-501 in others,
+ * against 229-307 with the wait.
+ *
+ * The signs. Two runtime yields in a row that kept the caller away over
+ * SX_YIELD_SLOW_NS (one alone may be the caller's own work between two
+ * calls, which is all the gap can time). And, where local_tasks is known,
+ * SX_YIELD_FOREIGN_VERDICTS verdicts in a row that counted SX_YIELD_FOREIGN
+ * or more runnable tasks beyond the job's own: ranks that yield stay
+ * runnable, so what the count shows over local_tasks others add. The
+ * second is what this VM's kernel needs: beside busy loops its yields
+ * come back within 20-100 us (EEVDF lets the yielder back in at its next
+ * deadline, not after the loop's slice), so no yield is slow, yet each
+ * hands the loop that much; with the first sign alone `mpi_bench ring`
+ * over four such ranks beside two busy loops took 0.81-0.96 s against
+ * 0.59-0.76 waiting, with both 0.65-0.69 against 0.67-0.72 (tcp
+ * 1.20-1.45). An unbound caller whose launcher said nothing keeps waiting
+ * (docs/tuning.md, "Ranks bound to a core, or of one shard").
  */
 
 /*

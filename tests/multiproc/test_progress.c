@@ -7,8 +7,9 @@
  * is due and when the engine's service kept a completion; the engine's
  * service waits out a callback that holds a shard for long; a caller that
  * yields when idle (sx_engine_caller_yields) waits at once, on every
- * shard, unless its thread is bound to one CPU: then it leaves the CPU to
- * the caller's own yield, until a yield keeps it away for long; a
+ * shard, unless its thread is bound to one CPU or its engine has one
+ * shard: then it leaves the CPU to the caller's own yield, until a yield
+ * keeps it away for long; a
  * SCHED_BATCH caller whose wait came back late waits as SCHED_OTHER, and
  * leaves every call with its own policy; the service, asleep while a
  * caller computes, wakes for a retransmission timer that caller's send
@@ -430,10 +431,11 @@ static void test_service_meets_a_callback_that_computes(void **state)
 }
 
 /* sx_engine_caller_yields: a caller that gives its core up whenever
- * sx_progress returns 0 waits at its first empty call (progress_yields
- * counts each), not after SX_YIELD's 32 spins; SX_YIELD=never still
- * spins. SX_YIELD=always, so the test does not depend on how busy the
- * machine is (auto waits only while it is oversubscribed). */
+ * sx_progress returns 0, of an engine with several shards, waits at its
+ * first empty call (progress_yields counts each), not after SX_YIELD's
+ * spins; SX_YIELD=never still spins. SX_YIELD=always, so the test does
+ * not depend on how busy the machine is (auto waits only while it is
+ * oversubscribed). */
 static void test_caller_yields_waits_at_once(void **state)
 {
     (void)state;
@@ -473,13 +475,15 @@ static void test_caller_yields_waits_at_once(void **state)
 
 typedef struct bound_run {
     sx_engine_h engine;
-    uint64_t waits_fast; /* progress_yields over calls whose yields came back */
-    uint64_t waits_slow; /* ... over the empty call after a yield that did not */
-    unsigned empty;      /* empty calls among the first ones */
-    bool all_quick;      /* every gap between those calls was under 1 ms */
-    bool slow_seen;      /* an empty call came after the long yield */
-    int affinity;        /* pthread_setaffinity_np's result */
-    int stats;           /* SX_OK, or what reading progress_yields returned */
+    uint64_t waits_fast;     /* progress_yields over calls whose yields came back */
+    uint64_t waits_one_slow; /* ... over the empty call after one yield that did not */
+    uint64_t waits_slow;     /* ... over the one after a second such yield in a row */
+    unsigned empty;          /* empty calls among the first ones */
+    bool all_quick;          /* every gap between those calls was under 1 ms */
+    bool slow_seen;          /* an empty call came after the long yield */
+    int affinity;            /* pthread_setaffinity_np's result */
+    int stats;               /* SX_OK, or what reading progress_yields returned */
+    bool unbound;            /* leave the thread's affinity as it is */
 } bound_run_t;
 
 /* progress_yields; a failed read leaves *rc set (no cmocka assertion
@@ -493,11 +497,17 @@ static uint64_t yields_of(sx_engine_h e, int *rc)
     return v;
 }
 
-/* The caller's side of test_bound_caller_yields_through_its_runtime, on a
- * thread bound to one CPU from its start. */
-static void *bound_caller(void *arg)
+/* Keeps the calling thread away 20 ms, as a task that took its CPU would. */
+static void away_20ms(void)
 {
-    bound_run_t *r = arg;
+    struct timespec away = {.tv_nsec = 20 * 1000 * 1000};
+    while (nanosleep(&away, &away) != 0)
+        ;
+}
+
+/* Binds the calling thread to the first CPU it may run on. */
+static int bind_to_one_cpu(void)
+{
     cpu_set_t mine, one;
 
     CPU_ZERO(&one);
@@ -509,7 +519,17 @@ static void *bound_caller(void *arg)
             }
         }
     }
-    r->affinity = pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    return pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+}
+
+/* The caller's side of test_bound_caller_yields_through_its_runtime, on a
+ * thread bound to one CPU from its start (unless r->unbound: that of
+ * test_single_shard_caller_yields_through_its_runtime). */
+static void *bound_caller(void *arg)
+{
+    bound_run_t *r = arg;
+
+    r->affinity = r->unbound ? 0 : bind_to_one_cpu();
     if (r->affinity != 0)
         return NULL;
     /* Each empty call returns 0 for the caller's own yield (here there is
@@ -526,27 +546,49 @@ static void *bound_caller(void *arg)
         prev = now;
     }
     r->waits_fast = yields_of(r->engine, &r->stats) - y0;
-    /* A "yield" that keeps the caller away 20 ms: something that does not
-     * give the CPU back has it. The next empty call waits instead. */
+    /* A "yield" that keeps the caller away 20 ms may be the caller's own
+     * work between two calls: the next empty call still yields. A second
+     * in a row: something that does not give the CPU back has it, and the
+     * next empty call waits instead. */
     for (int attempt = 0; attempt < 10 && !r->slow_seen; attempt++) {
         while (sx_progress(r->engine) != 0)
             ; /* a 0 for the runtime to yield on */
-        struct timespec away = {.tv_nsec = 20 * 1000 * 1000};
-        while (nanosleep(&away, &away) != 0)
-            ;
+        away_20ms();
         uint64_t y1 = yields_of(r->engine, &r->stats);
-        r->slow_seen = sx_progress(r->engine) == 0;
-        r->waits_slow = yields_of(r->engine, &r->stats) - y1;
+        bool first = sx_progress(r->engine) == 0;
+        uint64_t y2 = yields_of(r->engine, &r->stats);
+        away_20ms();
+        r->slow_seen = first && sx_progress(r->engine) == 0;
+        r->waits_one_slow = y2 - y1;
+        r->waits_slow = yields_of(r->engine, &r->stats) - y2;
     }
     return NULL;
 }
 
+/* What bound_caller saw: no wait while the yields came back, none after
+ * one long one, one after a second in a row. */
+static void report_and_check_runtime_yields(const bound_run_t *r)
+{
+    print_message("    waits: %llu over %u empty calls (gaps %s 1 ms), %llu after one long "
+                  "yield, %llu after two in a row\n",
+                  (unsigned long long)r->waits_fast, r->empty,
+                  r->all_quick ? "under" : "not all under", (unsigned long long)r->waits_one_slow,
+                  (unsigned long long)r->waits_slow);
+    assert_true(r->empty >= 1);
+    if (r->all_quick)
+        assert_int_equal(r->waits_fast, 0);
+    assert_true(r->slow_seen);
+    assert_int_equal(r->waits_one_slow, 0);
+    assert_int_equal(r->waits_slow, 1);
+}
+
 /* A caller that yields when idle and whose thread is bound to one CPU
- * leaves that CPU to its runtime's yield (yield.h, "Bound callers"): a
- * wait would cost a sleep and a wake-up per message, and the halted core
- * a VM's wake-up, with nothing gained, since the thread cannot move. It
- * waits again once a yield kept it away for long (a busy loop shares the
- * CPU). SX_YIELD=always, so the verdict does not depend on the load. */
+ * leaves that CPU to its runtime's yield (yield.h, "Bound or single-shard
+ * callers"): a wait would cost a sleep and a wake-up per message, and the
+ * halted core a VM's wake-up, with nothing gained, since the thread cannot
+ * move. It waits again once two yields in a row kept it away for long (a
+ * busy loop shares the CPU). SX_YIELD=always, so the verdict does not
+ * depend on the load. */
 static void test_bound_caller_yields_through_its_runtime(void **state)
 {
     (void)state;
@@ -559,15 +601,46 @@ static void test_bound_caller_yields_through_its_runtime(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(r.affinity, 0);
     assert_int_equal(r.stats, SX_OK);
-    print_message("    waits: %llu over %u empty calls (gaps %s 1 ms), %llu after the long "
-                  "yield\n",
-                  (unsigned long long)r.waits_fast, r.empty,
-                  r.all_quick ? "under" : "not all under", (unsigned long long)r.waits_slow);
-    assert_true(r.empty >= 1);
-    if (r.all_quick)
-        assert_int_equal(r.waits_fast, 0);
-    assert_true(r.slow_seen);
-    assert_int_equal(r.waits_slow, 1);
+    report_and_check_runtime_yields(&r);
+    sx_engine_destroy(r.engine);
+}
+
+/* The same for a caller whose engine has one shard, on a thread that may
+ * run anywhere, in a job whose launcher said how many of its processes
+ * share the node (yield.h, "Bound or single-shard callers"): its pass
+ * reads every socket the engine has, so a yield misses nothing a wait
+ * would catch. Where the launcher said nothing it waits at its first
+ * empty call, as one with two shards does (test_caller_yields_waits_at_
+ * once). */
+static void test_single_shard_caller_yields_through_its_runtime(void **state)
+{
+    (void)state;
+    const sx_config_kv_t kv[] = {{"SHARDS", "1"}, {"YIELD", "always"}};
+    uint64_t y0 = 0, y1 = 0;
+    pthread_t t;
+
+    /* Nothing from a launcher this test may run under. */
+    assert_int_equal(unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE"), 0);
+    assert_int_equal(unsetenv("MPI_LOCALNRANKS"), 0);
+    assert_int_equal(unsetenv("SX_RUN_LOCAL_SIZE"), 0);
+    sx_engine_h told_nothing = am_engine(kv, 2);
+    assert_int_equal(sx_engine_caller_yields(told_nothing, 1), SX_OK);
+    assert_int_equal(sx_stats_value(told_nothing, "progress_yields", &y0), SX_OK);
+    unsigned empty = sx_progress(told_nothing) == 0; /* no peer: waits 500 us */
+    assert_int_equal(sx_stats_value(told_nothing, "progress_yields", &y1), SX_OK);
+    assert_int_equal(y1 - y0, empty);
+    sx_engine_destroy(told_nothing);
+
+    /* What sx_run and mpirun say (SX_RUN_LOCAL_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE). */
+    assert_int_equal(setenv("SX_RUN_LOCAL_SIZE", "2", 1), 0);
+    bound_run_t r = {.engine = am_engine(kv, 2), .stats = SX_OK, .unbound = true};
+    assert_int_equal(unsetenv("SX_RUN_LOCAL_SIZE"), 0);
+
+    assert_int_equal(sx_engine_caller_yields(r.engine, 1), SX_OK);
+    assert_int_equal(pthread_create(&t, NULL, bound_caller, &r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(r.stats, SX_OK);
+    report_and_check_runtime_yields(&r);
     sx_engine_destroy(r.engine);
 }
 
@@ -938,6 +1011,7 @@ int main(void)
         cmocka_unit_test(test_caller_yields_wakes_for_any_shard),
         cmocka_unit_test(test_busy_callers_leave_sockets_unwatched),
         cmocka_unit_test(test_bound_caller_yields_through_its_runtime),
+        cmocka_unit_test(test_single_shard_caller_yields_through_its_runtime),
         cmocka_unit_test(test_batch_caller_waits_as_other_after_a_late_wait),
         cmocka_unit_test(test_service_wakes_for_a_callers_timer),
         cmocka_unit_test(test_lost_packet_of_a_computing_sender),

@@ -11,13 +11,22 @@
  * task that woke for a moment beside two spinning ranks) is not
  * oversubscription; the same count while tasks waited for a tenth of the
  * interval or more is.
+ *
+ * Also the count of runnable tasks beyond the job's own on the node
+ * (the launcher's local size), and what a caller that yields to its
+ * runtime does with it: an unbound caller of a one-shard engine lets the
+ * runtime yield while none are seen, waits once two verdicts in a row saw
+ * them, and always waits where the launcher gave no local size.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,12 +217,118 @@ static void test_callers_outnumber_cpus(void **state)
     sx_yield_fini(&y);
 }
 
+/* Verdicts count the runnable tasks beyond the launcher's local size,
+ * SX_YIELD_FOREIGN or more, in a row; a verdict below resets the count,
+ * and without a local size nothing is counted. */
+static void test_foreign_tasks_counted_in_a_row(void **state)
+{
+    const files_t *fs = *state;
+    sx_yield_t y;
+    uint64_t t;
+
+    init_2cpu(&y, fs, 0, &t);
+    y.local_tasks = 4;
+    set_runnable(fs, 4 + SX_YIELD_FOREIGN);
+    (void)sx_yield_verdict(&y, t += 10 * MS);
+    (void)sx_yield_verdict(&y, t += 10 * MS);
+    assert_int_equal(atomic_load(&y.foreign), 2);
+    set_runnable(fs, 4 + SX_YIELD_FOREIGN - 1); /* the job's own and one more */
+    (void)sx_yield_verdict(&y, t += 10 * MS);
+    assert_int_equal(atomic_load(&y.foreign), 0);
+    y.local_tasks = 0;
+    set_runnable(fs, 40);
+    (void)sx_yield_verdict(&y, t += 10 * MS);
+    assert_int_equal(atomic_load(&y.foreign), 0);
+    sx_yield_fini(&y);
+}
+
+/* What an unbound caller that yields to its runtime (caller_yields) does
+ * at an empty call while the machine is oversubscribed: SX_YIELD_SPIN
+ * (return 0: the runtime's sched_yield gives the core up) for a one-shard
+ * engine whose launcher gave a local size, until two verdicts in a row see
+ * foreign tasks; SX_YIELD_WAIT_ANY otherwise. Runs on a thread of its own,
+ * unbound, so that the per-thread state starts afresh. */
+typedef struct after_run {
+    const files_t *fs;
+    sx_yield_action_t quiet, foreign, no_size, two_shards;
+    bool bound;   /* the thread turned out to be bound to one CPU */
+    bool written; /* every loadavg file was written */
+} after_run_t;
+
+/* set_runnable without cmocka's assertions, for after_thread (they may
+ * not fail off the test's own thread); false if the file was not
+ * written. */
+static bool runnable_quiet(const files_t *fs, unsigned running)
+{
+    FILE *f = fopen(fs->loadavg, "w");
+    if (f == NULL)
+        return false;
+    bool ok = fprintf(f, "0.50 0.40 0.30 %u/200 4242\n", running) > 0;
+    return fclose(f) == 0 && ok;
+}
+
+static sx_yield_action_t after_verdict(sx_yield_t *y)
+{
+    /* The next empty call makes a verdict: the last is SX_YIELD_CHECK_NS old. */
+    atomic_store(&y->checked_ns, sx_time_ns() - 2 * SX_YIELD_CHECK_NS);
+    return sx_yield_after(y, 0, false);
+}
+
+static void *after_thread(void *arg)
+{
+    after_run_t *r = arg;
+    sx_yield_t y;
+    cpu_set_t set;
+
+    r->bound = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
+    r->written = runnable_quiet(r->fs, 4);
+    sx_yield_init_at(&y, SX_YIELD_AUTO, 2, r->fs->loadavg, NULL);
+    y.online = 2;
+    y.one_shard = true;
+    y.local_tasks = 4;
+    atomic_store(&y.caller_yields, true);
+    r->quiet = after_verdict(&y); /* 4 runnable on 2 CPUs: the job's own */
+    r->written = runnable_quiet(r->fs, 4 + SX_YIELD_FOREIGN) && r->written;
+    (void)after_verdict(&y); /* one verdict: not yet */
+    r->foreign = after_verdict(&y);
+    r->written = runnable_quiet(r->fs, 4) && r->written;
+    y.local_tasks = 0;
+    atomic_store(&y.foreign, 0);
+    r->no_size = after_verdict(&y);
+    y.local_tasks = 4;
+    y.one_shard = false;
+    r->two_shards = after_verdict(&y);
+    sx_yield_fini(&y);
+    return NULL;
+}
+
+static void test_single_shard_caller_lets_its_runtime_yield(void **state)
+{
+    after_run_t r = {.fs = *state};
+    pthread_t t;
+
+    assert_int_equal(pthread_create(&t, NULL, after_thread, &r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(r.written);
+    if (r.bound) {
+        print_message("    skipped: this runner is bound to one CPU\n");
+        return;
+    }
+    assert_int_equal(r.quiet, SX_YIELD_SPIN);
+    assert_int_equal(r.foreign, SX_YIELD_WAIT_ANY);
+    assert_int_equal(r.no_size, SX_YIELD_WAIT_ANY);
+    assert_int_equal(r.two_shards, SX_YIELD_WAIT_ANY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_runnable_counts_only_under_pressure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_without_pressure_runnable_decides, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_outnumber_cpus, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_tasks_counted_in_a_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_single_shard_caller_lets_its_runtime_yield, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
