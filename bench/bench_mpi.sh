@@ -164,10 +164,10 @@ if [[ -z ${BENCH_MPI_HOSTS:-} ]]; then
             # shellcheck disable=SC2086
             run_bench coll "$t" ", \"round\": $round" -np 4 --oversubscribe ${args[$t]} "$bench" coll
         done
-        # The same with the ranks bound two to a core: shardx's callers
-        # then yield to the rank bound beside them instead of waiting for
-        # a datagram (docs/tuning.md, "Ranks bound to a core"), and its
-        # allreduce lands under tcp's where the unbound one does not.
+        # The same with the ranks bound two to a core, for reference:
+        # shardx's callers yield, bound or not, while no task beyond the
+        # job's shares the CPUs (docs/tuning.md, "Ranks bound to a core, or
+        # of one shard"), and tcp's allreduce is as fast either way.
         for t in $(rotated $((round - 1)) shardx tcp); do
             echo "bench_mpi: round $round of $repeat: $t: coll, 4 ranks bound to cores" >&2
             # shellcheck disable=SC2086

@@ -232,14 +232,32 @@ static bool shardx_fit_limits(mca_btl_base_module_t *b, uint64_t max, int output
     return true;
 }
 
+/*
+ * One shard for a rank whose MPI calls come from one thread at a time
+ * (any thread level below MPI_THREAD_MULTIPLE, which is
+ * what Open MPI's enable_mpi_threads says), unless btl_shardx_shards or
+ * SX_SHARDS says otherwise. shardx's default is a shard per CPU of the
+ * process's cpuset, so that threads calling at once each have their own;
+ * an unbound rank (mpirun binds none when ranks outnumber cores) then had
+ * one per CPU of the machine for its one thread. Peers send to the shard
+ * of their own calling thread's home, so its traffic was spread over
+ * shards it progresses only by visiting one every few passes
+ * (engine.c, SX_PROGRESS_VISIT_EVERY), and a caller that lets Open MPI
+ * yield (src/engine/yield.h, "Bound or single-shard callers") needs one
+ * pass to see every datagram. Four unbound ranks on two cores, 8-byte
+ * MPI_Barrier: 106 us with two shards a rank, 44 with one and the yield
+ * (tcp 78); docs/tuning.md, "Ranks bound to a core, or of one shard".
+ */
+
 /* The engine's settings: every btl_shardx_<name> that is set (and the
  * BTL's own defaults, mca_btl_shardx_params_config), then SX_MODEX=manual,
  * because Open MPI's modex carries the cards and the engine must not open
- * a PMIx connection of its own. */
-static int shardx_engine_create(sx_engine_h *engine_p)
+ * a PMIx connection of its own, and one shard unless threads may call in
+ * at once (above). */
+static int shardx_engine_create(sx_engine_h *engine_p, bool mpi_threads)
 {
     mca_btl_shardx_component_t *c = &mca_btl_shardx_component;
-    size_t max = c->sx_param_count + 1;
+    size_t max = c->sx_param_count + 2;
     sx_config_kv_t *kv = calloc(max, sizeof(*kv));
     char(*texts)[SHARDX_PARAM_TEXT_MAX] = calloc(max, sizeof(*texts));
     size_t n = 0;
@@ -258,6 +276,11 @@ static int shardx_engine_create(sx_engine_h *engine_p)
     kv[n].name = "MODEX";
     kv[n].value = "manual";
     n++;
+    if (!mpi_threads && shardx_setting(kv, n, "SHARDS") == NULL) {
+        kv[n].name = "SHARDS";
+        kv[n].value = "1";
+        n++;
+    }
 
     /* Which address the engine will bind: this BTL's parameter, else the
      * environment, else shardx's default (every interface, loopback for
@@ -313,7 +336,6 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
     mca_btl_shardx_module_t *m = &mca_btl_shardx_module;
     sx_engine_h engine = NULL;
     (void)enable_progress_threads;
-    (void)enable_mpi_threads; /* shardx is thread-safe either way */
 
     *num_btls = 0;
     if (!c->auto_select && !shardx_selected_by_name()) {
@@ -341,7 +363,7 @@ static mca_btl_base_module_t **shardx_component_init(int *num_btls, bool enable_
         (void)mca_base_var_get_value(c->cma_split_var, NULL, &split_source, NULL);
     c->split_fits =
         split_source != MCA_BASE_VAR_SOURCE_DEFAULT || mca_btl_shardx_split_fits(c->output);
-    int rc = shardx_engine_create(&engine);
+    int rc = shardx_engine_create(&engine, enable_mpi_threads);
     if (rc != SX_OK) {
         opal_output(0, "btl shardx: cannot start the shardx engine: %s (%s); the BTL is disabled",
                     sx_strerror(rc), sx_status_name(rc));

@@ -1047,9 +1047,11 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
      * shuts down; with closing set they are only freed. */
     atomic_store_explicit(&m->closing, true, memory_order_release);
     uint64_t wakeups = 0, landed = 0;
+    unsigned shards = 0;
     if (m->count_ops) {
         (void)sx_stats_value(m->engine, "progress_wakeups", &wakeups);
         (void)sx_stats_value(m->engine, "rx_landed_bytes", &landed);
+        (void)sx_engine_shard_count(m->engine, &shards);
     }
     sx_engine_destroy(m->engine);
     m->engine = NULL;
@@ -1060,7 +1062,7 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
             "send_inline=%llu put=%llu get=%llu registrations=%llu batch_threads=%llu "
             "caller_yields=%llu idle_wakeups=%llu landed_kib=%llu cma_put=%llu "
             "cma_get=%llu cma_fallback=%llu cma_split=%llu cma_helped=%llu "
-            "cma_help_failed=%llu cma_help_refused=%llu cma_help_busy=%llu",
+            "cma_help_failed=%llu cma_help_refused=%llu cma_help_busy=%llu shards=%u",
             (unsigned long long)atomic_load(&m->n_sendi),
             (unsigned long long)atomic_load(&m->n_sendi_queued),
             (unsigned long long)atomic_load(&m->n_send),
@@ -1076,7 +1078,7 @@ static int shardx_finalize(mca_btl_base_module_t *btl)
             (unsigned long long)atomic_load(&m->n_cma_helped),
             (unsigned long long)atomic_load(&m->n_cma_help_failed),
             (unsigned long long)atomic_load(&m->n_cma_help_refused),
-            (unsigned long long)atomic_load(&m->n_cma_help_busy));
+            (unsigned long long)atomic_load(&m->n_cma_help_busy), shards);
     uint64_t dropped = atomic_load(&m->dropped_no_handler);
     if (dropped > 0)
         opal_output(0, "btl shardx: %llu messages arrived for tags with no handler",

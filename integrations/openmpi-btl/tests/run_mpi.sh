@@ -16,7 +16,12 @@
 # where the NP ranks outnumber the CPUs this test may use, counted here
 # when it runs (the CPUs its affinity mask allows, which a cgroup cpuset
 # narrows, as hwloc's allowed set does for the BTL), shared where they do
-# not. EXPECT "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with
+# not. "shards_mt" stands for the shards of ranks that run
+# MPI_THREAD_MULTIPLE, which keep shardx's default of one per CPU of
+# their cpuset (a job that does not gets one a rank): more than one a rank
+# where the NP ranks outnumber those CPUs and mpirun binds none, one a
+# rank where there is one CPU, and unchecked otherwise (mpirun's binding
+# decides). EXPECT "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with
 # each REGEX in its output. With SXT_SKIP_WITHOUT_CMA=1 a test that wants
 # single copy exits 77 (skipped) where the host refuses it, rather than
 # checking the datagram fallback (a test of the shared get tests nothing
@@ -26,14 +31,32 @@ mpirun=$1 sysdir=$2 ourdir=$3 np=$4 expect=$5
 shift 5
 [[ ${1:-} == -- ]] && shift
 
+# The CPUs this process may use (its affinity mask), for the conditions
+# that depend on them (see above).
+cpus=$(grep -E '^Cpus_allowed_list:' /proc/self/status | awk '{print $2}' | tr ',' '\n' |
+    awk -F- '{n += (NF == 2 ? $2 - $1 + 1 : 1)} END {print n + 0}')
+if [[ ,$expect, == *,split_default,* || ,$expect, == *,shards_mt,* ]] && [[ $cpus -lt 1 ]]; then
+    echo "run_mpi: FAILED: cannot count the CPUs this process may use" >&2
+    exit 1
+fi
+
+# "shards_mt": the shards of MPI_THREAD_MULTIPLE ranks (see above).
+if [[ ,$expect, == *,shards_mt,* ]]; then
+    if [[ $cpus -eq 1 ]]; then
+        shards="shards=$np"
+    elif [[ $np -gt $cpus ]]; then
+        shards="shards>$np"
+    else
+        shards=""
+    fi
+    expect=$(sed -E "s/(^|,)shards_mt(,|$)/\1$shards\2/; s/,,/,/; s/^,//; s/,$//" <<<"$expect")
+    [[ -n $expect ]] || expect=-
+    echo "run_mpi: $np ranks, $cpus CPUs allowed here: expecting ${shards:-any number of shards}"
+fi
+
 # "split_default": the counters the default's choice leaves (see above).
 if [[ ,$expect, == *,split_default,* ]]; then
-    cpus=$(grep -E '^Cpus_allowed_list:' /proc/self/status | awk '{print $2}' | tr ',' '\n' |
-        awk -F- '{n += (NF == 2 ? $2 - $1 + 1 : 1)} END {print n + 0}')
-    if [[ $cpus -lt 1 ]]; then
-        echo "run_mpi: FAILED: cannot count the CPUs this process may use" >&2
-        exit 1
-    elif [[ $np -gt $cpus ]]; then
+    if [[ $np -gt $cpus ]]; then
         split="cma_split=0,cma_helped=0"
     elif [[ $np -eq 2 ]]; then
         # Two ranks with a CPU each: the owner, waiting in MPI_Send for
