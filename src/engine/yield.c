@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "bootstrap/modex.h"
 #include "common/hot.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -68,7 +69,7 @@ static bool sx_yield_truthy(const char *v)
  * none says (yield.h, "Bound or single-shard callers"). */
 static unsigned sx_yield_local_tasks(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SX_RUN_LOCAL_SIZE",
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", SX_RUN_ENV_LOCAL_SIZE,
                                        "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char *v = getenv(vars[i]);
