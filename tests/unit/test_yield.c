@@ -49,12 +49,21 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
-/* /proc/loadavg with @p running runnable tasks. */
+/* /proc/loadavg with @p running runnable tasks; false if the file was
+ * not written. Without cmocka's assertions, for after_thread (they may
+ * not fail off the test's own thread); set_runnable asserts. */
+static bool runnable_quiet(const files_t *fs, unsigned running)
+{
+    FILE *f = fopen(fs->loadavg, "w");
+    if (f == NULL)
+        return false;
+    bool ok = fprintf(f, "0.50 0.40 0.30 %u/200 4242\n", running) > 0;
+    return fclose(f) == 0 && ok;
+}
+
 static void set_runnable(const files_t *fs, unsigned running)
 {
-    char text[96];
-    snprintf(text, sizeof(text), "0.50 0.40 0.30 %u/200 4242\n", running);
-    write_file(fs->loadavg, text);
+    assert_true(runnable_quiet(fs, running));
 }
 
 /* /proc/pressure/cpu with @p total_us microseconds of "some" stall. */
@@ -254,18 +263,6 @@ typedef struct after_run {
     bool bound;   /* the thread turned out to be bound to one CPU */
     bool written; /* every loadavg file was written */
 } after_run_t;
-
-/* set_runnable without cmocka's assertions, for after_thread (they may
- * not fail off the test's own thread); false if the file was not
- * written. */
-static bool runnable_quiet(const files_t *fs, unsigned running)
-{
-    FILE *f = fopen(fs->loadavg, "w");
-    if (f == NULL)
-        return false;
-    bool ok = fprintf(f, "0.50 0.40 0.30 %u/200 4242\n", running) > 0;
-    return fclose(f) == 0 && ok;
-}
 
 static sx_yield_action_t after_verdict(sx_yield_t *y)
 {
