@@ -109,7 +109,8 @@
       "destination the last run of 32 small datagrams went to: they leave through it, and "    \
       "that peer's datagrams to the data port land in it, where a ping-pong's are read "       \
       "without the sender's address. A socket without a datagram in 1,024 reads is read "      \
-      "every 16th poll while the other is busy. Costs a file descriptor per shard.")           \
+      "every 16th poll while the other is busy, less often the longer it stays quiet (every "  \
+      "128th at most). Costs a file descriptor per shard.")                                    \
     X(CONGESTION, ENUM, cc, "auto", 0, 0, "auto|on|off",                                       \
       "Congestion control: one window in bytes per destination host, shared by the engine's "  \
       "channels to it, paced, halved on loss, its slow start ended when round trips show a "   \

@@ -36,6 +36,7 @@
 
 #include "common/time.h"
 #include "transports/transport.h"
+#include "transports/udp_int.h" /* the quiet socket's schedule */
 
 #define DEADLINE_NS       (10ull * 1000000000ull)
 #define TL_RX_DEADLINE_NS DEADLINE_NS
@@ -1259,9 +1260,9 @@ static void test_hot_socket_connect_fails(void **state)
 
 /*
  * Other peers while one is hot: c's datagrams still arrive, also after b's
- * data socket has gone quiet (read only every 16th poll); a run to c
- * moves b's hot socket there, and a's datagrams then reach b's data
- * socket. A removed hot destination's slot, reused, does not send
+ * data socket has gone quiet (read only every 16th poll, or less often); a
+ * run to c moves b's hot socket there, and a's datagrams then reach b's
+ * data socket. A removed hot destination's slot, reused, does not send
  * through the hot socket.
  */
 static void test_hot_socket_moves(void **state)
@@ -1317,6 +1318,67 @@ static void test_hot_socket_moves(void **state)
     assert_int_not_equal(arrival_port(b, b_to_d, fd, "to d"), 0);
     assert_int_equal(c->ops->poll(c, ev, 2), 0);
     close(fd);
+    a->ops->close(a);
+    b->ops->close(b);
+    c->ops->close(c);
+}
+
+/*
+ * A quiet socket is read less often the longer it stays quiet
+ * (sx_udp_hot_quiet_every: every 16th poll at first, halving to every
+ * 128th), and a datagram that reaches it then is still read within the
+ * longest of those intervals of a busy-polling caller; from then on the
+ * socket is read at every poll.
+ */
+static void test_hot_socket_quiet_backs_off(void **state)
+{
+    (void)state;
+    unsigned last = 1;
+    for (unsigned idle = 0; idle <= UDP_HOT_IDLE_CAP + 1; idle++) {
+        unsigned every = sx_udp_hot_quiet_every(idle);
+        assert_true(every >= last && every <= UDP_HOT_QUIET_MAX);
+        assert_int_equal(every & (every - 1), 0); /* a mask in sx_udp_hot_poll */
+        last = every;
+    }
+    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE - 1), 1);
+    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE), UDP_HOT_QUIET_POLLS);
+    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE + UDP_HOT_QUIET_STEP - 1),
+                     UDP_HOT_QUIET_POLLS);
+    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE + UDP_HOT_QUIET_STEP),
+                     2 * UDP_HOT_QUIET_POLLS);
+    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE_CAP - 1), UDP_HOT_QUIET_MAX / 2);
+    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE_CAP), UDP_HOT_QUIET_MAX);
+    assert_int_equal(sx_udp_hot_quiet_every(UINT32_MAX), UDP_HOT_QUIET_MAX);
+
+    sx_tl_iface_t *a = open_udp_hot(), *b = open_udp_hot(), *c = open_udp_hot();
+    sx_tl_dest_t b_to_a = connect_to(b, a), a_to_b = connect_to(a, b);
+    sx_tl_dest_t c_to_b = connect_to(c, b);
+    sx_tl_event_t ev[2];
+    int got = 0;
+
+    hot_ping_pong(a, a_to_b, b_to_a, b, HOT_RUN);
+    assert_int_equal(b->stats.hot_connects, 1);
+    /* Both of b's sockets quiet past the last halving (read at every poll
+     * while both are), then the hot one busy again: the data socket waits
+     * for its turn, every UDP_HOT_QUIET_MAX-th poll. */
+    for (unsigned i = 0; i <= UDP_HOT_IDLE_CAP; i++)
+        assert_int_equal(b->ops->poll(b, ev, 2), 0);
+    hot_ping_pong(a, a_to_b, b_to_a, b, 1);
+    assert_int_equal(send_one(c, c_to_b, "late", 4), SX_OK);
+    assert_true(tl_wait_readable(b, 10000)); /* queued; no arm, so no read of both */
+    unsigned polls = 0;
+    while (got == 0 && polls < 4 * UDP_HOT_QUIET_MAX) {
+        got = b->ops->poll(b, ev, 2);
+        polls++;
+    }
+    assert_int_equal(got, 1);
+    assert_memory_equal(ev[0].data, "late", 4);
+    assert_in_range(polls, 1, UDP_HOT_QUIET_MAX);
+    /* It had a datagram: read at the next poll. */
+    assert_int_equal(send_one(c, c_to_b, "next", 4), SX_OK);
+    assert_true(tl_wait_readable(b, 10000));
+    assert_int_equal(b->ops->poll(b, ev, 2), 1);
+    assert_memory_equal(ev[0].data, "next", 4);
     a->ops->close(a);
     b->ops->close(b);
     c->ops->close(c);
@@ -1721,6 +1783,7 @@ int main(void)
         cmocka_unit_test(test_hot_socket_port_stays_closed),
         cmocka_unit_test(test_hot_socket_connect_fails),
         cmocka_unit_test(test_hot_socket_moves),
+        cmocka_unit_test(test_hot_socket_quiet_backs_off),
         cmocka_unit_test(test_hot_socket_peer_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
