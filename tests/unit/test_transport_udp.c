@@ -36,7 +36,6 @@
 
 #include "common/time.h"
 #include "transports/transport.h"
-#include "transports/udp_int.h" /* the quiet socket's schedule */
 
 #define DEADLINE_NS       (10ull * 1000000000ull)
 #define TL_RX_DEADLINE_NS DEADLINE_NS
@@ -1323,62 +1322,89 @@ static void test_hot_socket_moves(void **state)
     c->ops->close(c);
 }
 
+/* udp_int.h's schedule of a quiet socket's reads: quiet after HOT_IDLE
+ * reads without a datagram (UDP_HOT_IDLE), then read every 16th poll,
+ * every 32nd after 64 such reads, every 64th after 64 more and every
+ * HOT_QUIET_MAX-th (UDP_HOT_QUIET_MAX) after 64 more: HOT_QUIET_RAMP polls
+ * from the last datagram. */
+#define HOT_IDLE       1024u
+#define HOT_QUIET_MAX  128u
+#define HOT_QUIET_RAMP (HOT_IDLE + 64u * (16u + 32u + 64u))
+
+/* One poll of @p b, which finds @p a's datagram in its hot socket (and
+ * reads the data socket too where it is its turn, finding it empty). */
+static void hot_one(sx_tl_iface_t *a, sx_tl_dest_t a_to_b, sx_tl_iface_t *b)
+{
+    sx_tl_event_t ev[2];
+
+    assert_int_equal(send_one(a, a_to_b, "hot", 3), SX_OK);
+    assert_true(tl_wait_readable(b, 10000)); /* queued; no arm, so no read of both */
+    assert_int_equal(b->ops->poll(b, ev, 2), 1);
+    assert_memory_equal(ev[0].data, "hot", 3);
+}
+
+/* Polls @p b until a datagram @p text queued in its data socket is read;
+ * how many polls that took. @p max stays below HOT_IDLE, so that the hot
+ * socket, busy just before, is not quiet meanwhile. */
+static unsigned polls_until(sx_tl_iface_t *b, const char *text, unsigned max)
+{
+    sx_tl_event_t ev[2];
+
+    assert_true(max < HOT_IDLE);
+    assert_true(tl_wait_readable(b, 10000));
+    for (unsigned polls = 1; polls <= max; polls++) {
+        int got = b->ops->poll(b, ev, 2);
+        if (got == 1) {
+            assert_memory_equal(ev[0].data, text, strlen(text));
+            return polls;
+        }
+        assert_int_equal(got, 0);
+    }
+    fail_msg("%s not read in %u polls", text, max);
+    return 0;
+}
+
 /*
  * A quiet socket is read less often the longer it stays quiet
  * (sx_udp_hot_quiet_every: every 16th poll at first, halving to every
- * 128th), and a datagram that reaches it then is still read within the
- * longest of those intervals of a busy-polling caller; from then on the
- * socket is read at every poll.
+ * 128th): while b's hot socket is busy, c's datagram on b's long-quiet
+ * data socket is read within 128 polls, and at the 128th when it comes
+ * just after a read. It had a datagram: read at the next poll.
  */
 static void test_hot_socket_quiet_backs_off(void **state)
 {
     (void)state;
-    unsigned last = 1;
-    for (unsigned idle = 0; idle <= UDP_HOT_IDLE_CAP + 1; idle++) {
-        unsigned every = sx_udp_hot_quiet_every(idle);
-        assert_true(every >= last && every <= UDP_HOT_QUIET_MAX);
-        assert_int_equal(every & (every - 1), 0); /* a mask in sx_udp_hot_poll */
-        last = every;
-    }
-    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE - 1), 1);
-    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE), UDP_HOT_QUIET_POLLS);
-    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE + UDP_HOT_QUIET_STEP - 1),
-                     UDP_HOT_QUIET_POLLS);
-    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE + UDP_HOT_QUIET_STEP),
-                     2 * UDP_HOT_QUIET_POLLS);
-    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE_CAP - 1), UDP_HOT_QUIET_MAX / 2);
-    assert_int_equal(sx_udp_hot_quiet_every(UDP_HOT_IDLE_CAP), UDP_HOT_QUIET_MAX);
-    assert_int_equal(sx_udp_hot_quiet_every(UINT32_MAX), UDP_HOT_QUIET_MAX);
-
     sx_tl_iface_t *a = open_udp_hot(), *b = open_udp_hot(), *c = open_udp_hot();
     sx_tl_dest_t b_to_a = connect_to(b, a), a_to_b = connect_to(a, b);
     sx_tl_dest_t c_to_b = connect_to(c, b);
     sx_tl_event_t ev[2];
-    int got = 0;
 
     hot_ping_pong(a, a_to_b, b_to_a, b, HOT_RUN);
     assert_int_equal(b->stats.hot_connects, 1);
-    /* Both of b's sockets quiet past the last halving (read at every poll
-     * while both are), then the hot one busy again: the data socket waits
-     * for its turn, every UDP_HOT_QUIET_MAX-th poll. */
-    for (unsigned i = 0; i <= UDP_HOT_IDLE_CAP; i++)
+    /* Both of b's sockets quiet past the ramp (both are read at every
+     * poll while both are quiet), then the hot one busy again: the data
+     * socket waits for its turn, every 128th poll; c's first datagram is
+     * read at one, a poll whose count is a multiple of 128, from which
+     * this test counts b's polls. */
+    for (unsigned i = 0; i < HOT_QUIET_RAMP; i++)
         assert_int_equal(b->ops->poll(b, ev, 2), 0);
-    hot_ping_pong(a, a_to_b, b_to_a, b, 1);
-    assert_int_equal(send_one(c, c_to_b, "late", 4), SX_OK);
-    assert_true(tl_wait_readable(b, 10000)); /* queued; no arm, so no read of both */
-    unsigned polls = 0;
-    while (got == 0 && polls < 4 * UDP_HOT_QUIET_MAX) {
-        got = b->ops->poll(b, ev, 2);
-        polls++;
+    hot_one(a, a_to_b, b);
+    assert_int_equal(send_one(c, c_to_b, "first", 5), SX_OK);
+    assert_in_range(polls_until(b, "first", HOT_QUIET_MAX), 1, HOT_QUIET_MAX);
+    /* Read at every poll again, then back off from the start: after the
+     * ramp, a datagram queued just after a read waits HOT_QUIET_MAX polls. */
+    unsigned done = 0;
+    while (done < HOT_QUIET_RAMP) {
+        if (++done % 256 == 0) {
+            hot_one(a, a_to_b, b);
+            continue;
+        }
+        assert_int_equal(b->ops->poll(b, ev, 2), 0);
     }
-    assert_int_equal(got, 1);
-    assert_memory_equal(ev[0].data, "late", 4);
-    assert_in_range(polls, 1, UDP_HOT_QUIET_MAX);
-    /* It had a datagram: read at the next poll. */
-    assert_int_equal(send_one(c, c_to_b, "next", 4), SX_OK);
-    assert_true(tl_wait_readable(b, 10000));
-    assert_int_equal(b->ops->poll(b, ev, 2), 1);
-    assert_memory_equal(ev[0].data, "next", 4);
+    assert_int_equal(send_one(c, c_to_b, "second", 6), SX_OK);
+    assert_int_equal(polls_until(b, "second", 4 * HOT_QUIET_MAX), HOT_QUIET_MAX);
+    assert_int_equal(send_one(c, c_to_b, "third", 5), SX_OK);
+    assert_int_equal(polls_until(b, "third", 1), 1);
     a->ops->close(a);
     b->ops->close(b);
     c->ops->close(c);
