@@ -262,7 +262,7 @@ typedef struct udp_iface {
     struct udp_tx_batch *txb; /* a full send batch's arrays (udp.c, udp_tx_arrays_t) */
 } udp_iface_t;
 
-/* The idle count a socket's stops at: the one that reads it least often. */
+/* Where a socket's idle count stops: the count that reads it least often. */
 #define UDP_HOT_IDLE_CAP (UDP_HOT_IDLE + 3u * UDP_HOT_QUIET_STEP)
 _Static_assert(UDP_HOT_QUIET_POLLS << 3 == UDP_HOT_QUIET_MAX, "three halvings to the longest");
 
