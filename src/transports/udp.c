@@ -1010,7 +1010,7 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
      * first gets a datagram) counts as empty: that datagram is a CONNECT,
      * resent anyway. So do the data and hot sockets when skipped (their
      * quiet turns come every UDP_HOT_QUIET_POLLS to UDP_HOT_QUIET_MAX
-     * polls, sx_udp_hot_quiet_every). */
+     * polls, udp_hot_quiet_every). */
     u->base.rx_left |= (u->ack_fd >= 0 && u->ack_rx.left);
     /* The IPv6 socket, until it first gets a datagram, only every
      * UDP_V6_QUIET_POLLS calls: a peer on this host or an IPv4 network

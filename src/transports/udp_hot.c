@@ -62,7 +62,7 @@
  * the less often it is read: half as often after each UDP_HOT_QUIET_STEP
  * quiet reads, down to every UDP_HOT_QUIET_MAX-th poll, some 8,000 polls
  * (a few milliseconds of busy polling) into the quiet spell
- * (sx_udp_hot_quiet_every). Each of those reads is an empty system call
+ * (udp_hot_quiet_every). Each of those reads is an empty system call
  * that a datagram arriving on the other socket meanwhile waits out, and on
  * this VM an empty recvfrom now takes 1.2-1.4 us, as long as the poll
  * itself: reading the quiet data socket every 128th poll instead of every
@@ -143,6 +143,23 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
     sx_debug("udp", "hot socket: connected to %s", who);
 }
 
+/* Where a socket's idle count stops: the count that reads it least often. */
+#define UDP_HOT_IDLE_CAP (UDP_HOT_IDLE + 3u * UDP_HOT_QUIET_STEP)
+_Static_assert(UDP_HOT_QUIET_POLLS << 3 == UDP_HOT_QUIET_MAX, "three halvings to the longest");
+
+/* How many polls apart sx_udp_hot_poll reads a socket that has had no
+ * datagram in its last @p idle reads (a power of two): 1 while it is not
+ * quiet, then UDP_HOT_QUIET_POLLS, doubling after every
+ * UDP_HOT_QUIET_STEP quiet reads up to UDP_HOT_QUIET_MAX (the top of the file
+ * says why). */
+static unsigned udp_hot_quiet_every(unsigned idle)
+{
+    if (idle < UDP_HOT_IDLE)
+        return 1;
+    unsigned halvings = (idle - UDP_HOT_IDLE) / UDP_HOT_QUIET_STEP;
+    return halvings >= 3 ? UDP_HOT_QUIET_MAX : UDP_HOT_QUIET_POLLS << halvings;
+}
+
 /* One socket's read for sx_udp_hot_poll: its idle count (a read with no
  * room is none), and its share of rx_left. */
 SX_HOT static int udp_hot_read(udp_iface_t *u, udp_rx_t *rx, unsigned *idle_p,
@@ -179,8 +196,8 @@ SX_HOT_PASS int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events, unsigned 
      * quiet: when both are, both are read. */
     unsigned polls = ++u->polls;
     bool hot_quiet = u->hot_idle >= UDP_HOT_IDLE, data_quiet = u->data_idle >= UDP_HOT_IDLE;
-    bool hot_turn = (polls & (sx_udp_hot_quiet_every(u->hot_idle) - 1)) == 0;
-    bool data_turn = (polls & (sx_udp_hot_quiet_every(u->data_idle) - 1)) == 0;
+    bool hot_turn = (polls & (udp_hot_quiet_every(u->hot_idle) - 1)) == 0;
+    bool data_turn = (polls & (udp_hot_quiet_every(u->data_idle) - 1)) == 0;
     bool read_hot = hot_turn || u->hot_all || data_quiet || u->hot_rx.pend_n != 0;
     bool read_data = data_turn || u->hot_all || hot_quiet || u->rx.pend_n != 0;
     int got = 0;

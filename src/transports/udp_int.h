@@ -37,7 +37,7 @@
 #define UDP_HOT_IDLE        1024u     /* reads without a datagram that make a socket quiet */
 #define UDP_HOT_QUIET_POLLS 16u       /* a socket newly quiet: read every 16th poll, */
 #define UDP_HOT_QUIET_STEP  64u       /* half as often after each 64 quiet reads, */
-#define UDP_HOT_QUIET_MAX   128u      /* down to every 128th poll (sx_udp_hot_quiet_every) */
+#define UDP_HOT_QUIET_MAX   128u      /* down to every 128th poll (udp_hot_quiet_every) */
 #define UDP_HOT_SETTLE_NS   10000000u /* after a connect, addresses are read for 10 ms */
 #define UDP_CTRL_MAX        256       /* longest datagram sent or received on the ACK path */
 #define UDP_ADDRS_MAX       8         /* addresses a card offers for one interface */
@@ -249,7 +249,7 @@ typedef struct udp_iface {
      * on (UINT64_MAX: not connected to a destination now). Each socket is
      * read at every poll while it has had a datagram in its last
      * UDP_HOT_IDLE reads (the idle counts), else every
-     * sx_udp_hot_quiet_every(idle)-th poll (polls) and after arm
+     * udp_hot_quiet_every(idle)-th poll (polls, udp_hot.c) and after arm
      * (hot_all). Token holder, as the rest of the interface. */
     int hot_fd;
     bool hot_all;
@@ -261,23 +261,6 @@ typedef struct udp_iface {
 
     struct udp_tx_batch *txb; /* a full send batch's arrays (udp.c, udp_tx_arrays_t) */
 } udp_iface_t;
-
-/* Where a socket's idle count stops: the count that reads it least often. */
-#define UDP_HOT_IDLE_CAP (UDP_HOT_IDLE + 3u * UDP_HOT_QUIET_STEP)
-_Static_assert(UDP_HOT_QUIET_POLLS << 3 == UDP_HOT_QUIET_MAX, "three halvings to the longest");
-
-/** How many polls apart sx_udp_hot_poll reads a socket that has had no
- *  datagram in its last @p idle reads (a power of two): 1 while it is not
- *  quiet, then UDP_HOT_QUIET_POLLS, doubling after every
- *  UDP_HOT_QUIET_STEP quiet reads up to UDP_HOT_QUIET_MAX (udp_hot.c says
- *  why). */
-static inline unsigned sx_udp_hot_quiet_every(unsigned idle)
-{
-    if (idle < UDP_HOT_IDLE)
-        return 1;
-    unsigned halvings = (idle - UDP_HOT_IDLE) / UDP_HOT_QUIET_STEP;
-    return halvings >= 3 ? UDP_HOT_QUIET_MAX : UDP_HOT_QUIET_POLLS << halvings;
-}
 
 /* ------------------------------------------------------------ udp_sock.c */
 

@@ -1366,7 +1366,7 @@ static unsigned polls_until(sx_tl_iface_t *b, const char *text, unsigned max)
 
 /*
  * A quiet socket is read less often the longer it stays quiet
- * (sx_udp_hot_quiet_every: every 16th poll at first, halving to every
+ * (udp_hot_quiet_every: every 16th poll at first, halving to every
  * 128th): while b's hot socket is busy, c's datagram on b's long-quiet
  * data socket is read within 128 polls, and at the 128th when it comes
  * just after a read. It had a datagram: read at the next poll.
