@@ -142,6 +142,9 @@ enum sx_feature {
     SX_FEATURE_DEBUG = 1u << 4,  /**< lock-ownership assertions */
     SX_FEATURE_ASAN = 1u << 5,   /**< built with AddressSanitizer + UBSan */
     SX_FEATURE_TSAN = 1u << 6,   /**< built with ThreadSanitizer */
+    /** the progress path returns past its poll's system call through an
+     *  indirect jump (CMake SX_RETURN_THUNK; src/common/hot.h) */
+    SX_FEATURE_RET_THUNK = 1u << 7,
 };
 
 /** What sx_build_info() reports. */

@@ -26,9 +26,9 @@ static const struct {
     unsigned bit;
     const char *name;
 } sx_info_features[] = {
-    {SX_FEATURE_OFI, "ofi"},   {SX_FEATURE_VERBS, "verbs"}, {SX_FEATURE_RDMACM, "rdmacm"},
-    {SX_FEATURE_PMIX, "pmix"}, {SX_FEATURE_DEBUG, "debug"}, {SX_FEATURE_ASAN, "asan"},
-    {SX_FEATURE_TSAN, "tsan"},
+    {SX_FEATURE_OFI, "ofi"},   {SX_FEATURE_VERBS, "verbs"},         {SX_FEATURE_RDMACM, "rdmacm"},
+    {SX_FEATURE_PMIX, "pmix"}, {SX_FEATURE_DEBUG, "debug"},         {SX_FEATURE_ASAN, "asan"},
+    {SX_FEATURE_TSAN, "tsan"}, {SX_FEATURE_RET_THUNK, "ret_thunk"},
 };
 #define SX_INFO_NFEATURES (sizeof(sx_info_features) / sizeof(sx_info_features[0]))
 

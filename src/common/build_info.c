@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "build_config.h"
+#include "common/hot.h"
 
 SX_API int sx_build_info(sx_build_info_t *info_p)
 {
@@ -29,6 +30,9 @@ SX_API int sx_build_info(sx_build_info_t *info_p)
 #endif
 #ifdef SX_DEBUG_LOCKS
     features |= SX_FEATURE_DEBUG;
+#endif
+#if SX_RET_THUNK
+    features |= SX_FEATURE_RET_THUNK; /* src/common/ret_thunk.c */
 #endif
     if (strcmp(SX_SANITIZE_NAME, "address") == 0)
         features |= SX_FEATURE_ASAN;

@@ -804,7 +804,7 @@ static unsigned sx_engine_idle(struct sx_engine *e, unsigned home, sx_yield_acti
 #define SX_PROGRESS_VISIT_EVERY   8u
 #define SX_PROGRESS_VISIT_IDLE_NS (1000000ull)
 
-SX_HOT_PASS SX_API int sx_progress(sx_engine_h engine)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL SX_API int sx_progress(sx_engine_h engine)
 {
     int n;
 

@@ -692,7 +692,8 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
 
 /* One progress pass; -1 (and nothing done) if another thread holds the
  * token. */
-SX_HOT_PASS static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *passes_p)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL static int sx_shard_pass(sx_shard_t *shard, bool home,
+                                                          unsigned *passes_p)
 {
     size_t ran = 0;
 
@@ -753,13 +754,13 @@ SX_HOT_PASS static int sx_shard_pass(sx_shard_t *shard, bool home, unsigned *pas
     return (int)ran + polled + (int)fired + deferred;
 }
 
-SX_HOT_PASS int sx_shard_progress(sx_shard_t *shard)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_shard_progress(sx_shard_t *shard)
 {
     int n = sx_shard_pass(shard, false, NULL);
     return n < 0 ? 0 : n;
 }
 
-SX_HOT_PASS int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p)
 {
     return sx_shard_pass(shard, true, passes_p);
 }

@@ -1041,7 +1041,8 @@ static int udp_poll_sockets(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
     return got;
 }
 
-SX_HOT_PASS static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL static int udp_poll(sx_tl_iface_t *iface, sx_tl_event_t *events,
+                                                     unsigned max)
 {
     udp_iface_t *u = (udp_iface_t *)iface;
     int got = udp_poll_sockets(u, events, max);

@@ -187,7 +187,8 @@ SX_HOT static int udp_hot_read(udp_iface_t *u, udp_rx_t *rx, unsigned *idle_p,
  * wait behind a hot peer that keeps the other full (the ACK socket's
  * share in udp_poll_sockets, for the same reason).
  */
-SX_HOT_PASS int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events, unsigned max)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events,
+                                                     unsigned max)
 {
     u->base.rx_left = false;
     if (u->hot_fd < 0)

@@ -364,7 +364,8 @@ SX_HOT_PASS static int udp_rx_lone(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *
     }
 }
 
-SX_HOT_PASS int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx, sx_tl_event_t *events, unsigned max)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_udp_rx_poll(udp_iface_t *u, udp_rx_t *rx,
+                                                    sx_tl_event_t *events, unsigned max)
 {
     unsigned want = max < UDP_RX_BATCH ? max : UDP_RX_BATCH;
     unsigned refused = 0;
