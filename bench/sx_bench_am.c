@@ -439,10 +439,48 @@ SXB_LOOP_FIRST static int sxb_am_pingpong(sxb_am_t *am, const uint8_t *buf, size
     return sxb_am_drain(am);
 }
 
+/*
+ * The ratio of each block alone (shardx's median over the floor's, both
+ * of that block's round trips): a ping-pong's round trip is quantized by
+ * the poll, a datagram that comes just after a read waiting a whole empty
+ * system call more, so half round trips fall into modes half a poll cycle
+ * apart and a median jumps from one to the next between blocks
+ * (docs/tuning.md, "Where a small message's time goes"). The lowest and
+ * highest show how far apart a run's stretches were; the run's ratio is
+ * still the medians of all round trips. Sorts copies: @p scratch holds n.
+ */
+static double sxb_block_ratio(const uint64_t *rtt, const uint64_t *floor_rtt, uint64_t n,
+                              uint64_t *scratch)
+{
+    uint64_t med, fmed, q;
+
+    memcpy(scratch, rtt, n * sizeof(*scratch));
+    sxb_quantiles(scratch, n, 0.99, &med, &q);
+    memcpy(scratch, floor_rtt, n * sizeof(*scratch));
+    sxb_quantiles(scratch, n, 0.99, &fmed, &q);
+    return fmed > 0 ? (double)med / (double)fmed : NAN;
+}
+
+/* The lowest and highest of @p n block ratios (NAN for none). */
+static void sxb_block_range(const double *r, unsigned n, double *lo_p, double *hi_p)
+{
+    double lo = NAN, hi = NAN;
+
+    for (unsigned i = 0; i < n; i++) {
+        if (isnan(r[i]))
+            continue;
+        lo = isnan(lo) || r[i] < lo ? r[i] : lo;
+        hi = isnan(hi) || r[i] > hi ? r[i] : hi;
+    }
+    *lo_p = lo;
+    *hi_p = hi;
+}
+
 /* Rank 0's records and line for one size; @p floor_rtt and @p sh_rtt are
- * NULL where the size has no floor. */
+ * NULL where the size has no floor, and then @p nblk is 0; @p blk holds
+ * the blocks' ratios. */
 static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint64_t *floor_rtt,
-                               uint64_t *sh_rtt, bool human)
+                               uint64_t *sh_rtt, const double *blk, unsigned nblk, bool human)
 {
     uint64_t med, p99, fmed = 0, fp99 = 0, smed = 0, sp99 = 0;
     bool has_floor = floor_rtt != NULL && sh_rtt != NULL;
@@ -457,9 +495,14 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
     sxb_record_t r = sxb_record("latency", NULL, size);
     sxb_metric(&r, "half_rtt_us", (double)med / 2e3);
     sxb_metric(&r, "p99_us", (double)p99 / 2e3);
+    double blk_lo = NAN, blk_hi = NAN;
+    sxb_block_range(blk, nblk, &blk_lo, &blk_hi);
     if (has_floor) {
         sxb_metric(&r, "ratio_to_floor", ratio);
         sxb_metric(&r, "ratio_to_shared_floor", sh_ratio);
+        sxb_metric(&r, "blocks", (double)nblk);
+        sxb_metric(&r, "block_ratio_min", blk_lo);
+        sxb_metric(&r, "block_ratio_max", blk_hi);
     }
     sxb_record_add(&r);
     if (has_floor) {
@@ -473,12 +516,13 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
         sxb_record_add(&r);
     }
     if (human && has_floor)
-        printf("%9zu %7llu %10.2f %10.2f %10.2f %10.2f %7.2f %10.2f %9.2f\n", size,
+        printf("%9zu %7llu %10.2f %10.2f %10.2f %10.2f %7.2f %10.2f %9.2f %5.2f-%4.2f\n", size,
                (unsigned long long)iters, (double)med / 2e3, (double)p99 / 2e3, (double)fmed / 2e3,
-               (double)fp99 / 2e3, ratio, (double)smed / 2e3, sh_ratio);
+               (double)fp99 / 2e3, ratio, (double)smed / 2e3, sh_ratio, blk_lo, blk_hi);
     else if (human)
-        printf("%9zu %7llu %10.2f %10.2f %10s %10s %7s %10s %9s\n", size, (unsigned long long)iters,
-               (double)med / 2e3, (double)p99 / 2e3, "-", "-", "-", "-", "-");
+        printf("%9zu %7llu %10.2f %10.2f %10s %10s %7s %10s %9s %10s\n", size,
+               (unsigned long long)iters, (double)med / 2e3, (double)p99 / 2e3, "-", "-", "-", "-",
+               "-", "-");
     fflush(stdout);
 }
 
@@ -510,10 +554,12 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
                "# alternating in up to %d blocks per size; ratio = shardx median / floor median.\n"
                "# udp_shared: the floor on a socket every peer would send to, as shardx's\n"
                "# is: unconnected, read with the sender's address, which is checked (no early\n"
-               "# demultiplexing: a route lookup per datagram); sh_ratio = shardx / udp_shared\n"
-               "%9s %7s %10s %10s %10s %10s %7s %10s %9s\n",
+               "# demultiplexing: a route lookup per datagram); sh_ratio = shardx / udp_shared;\n"
+               "# blocks: the lowest and highest ratio of one block alone (the round trip is\n"
+               "# quantized by the poll, so medians jump between modes: docs/tuning.md)\n"
+               "%9s %7s %10s %10s %10s %10s %7s %10s %9s %10s\n",
                SXB_LATENCY_BLOCKS, "size", "iters", "sx_median", "sx_p99", "udp_median", "udp_p99",
-               "ratio", "udp_shared", "sh_ratio");
+               "ratio", "udp_shared", "sh_ratio", "blocks");
     bool ok = true;
     for (size_t s = 0; ok && s < nsizes; s++) {
         size_t size = sizes[s];
@@ -528,6 +574,9 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
          * floor's, then the shared-socket floor's; the first carries
          * the whole warm-up, the others a tenth of it. */
         unsigned nb = has_floor ? sxb_latency_blocks(iters) : 1;
+        double blk[SXB_LATENCY_BLOCKS];
+        uint64_t *scratch =
+            has_floor && ctl->rank == 0 ? calloc(iters / nb + 1, sizeof(*scratch)) : NULL;
         for (unsigned b = 0; ok && b < nb; b++) {
             uint64_t lo = iters * b / nb, n = iters * (b + 1) / nb - lo;
             uint64_t w = b == 0 ? warmup : warmup / nb + 10;
@@ -535,10 +584,14 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
                 sxb_am_pingpong(&am, buf, size, w, n, rtt + lo) == 0 &&
                 (!has_floor || (sxb_udp_pingpong(ctl, &u, size, false, w, n, floor_rtt + lo) == 0 &&
                                 sxb_udp_pingpong(ctl, &u, size, true, w, n, sh_rtt + lo) == 0));
+            /* Without the scratch memory the run goes on without them. */
+            blk[b] =
+                ok && scratch != NULL ? sxb_block_ratio(rtt + lo, floor_rtt + lo, n, scratch) : NAN;
         }
         if (ok && ctl->rank == 0)
             sxb_latency_report(size, iters, rtt, has_floor ? floor_rtt : NULL,
-                               has_floor ? sh_rtt : NULL, human);
+                               has_floor ? sh_rtt : NULL, blk, has_floor ? nb : 0, human);
+        free(scratch);
         free(rtt);
         free(floor_rtt);
         free(sh_rtt);

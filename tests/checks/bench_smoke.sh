@@ -33,6 +33,9 @@ check "$tmp/lat.json" '[.results[] | select(.bench == "latency" and .size == 8 a
     "latency: no 8-byte record with a half round trip and a ratio to the floor"
 check "$tmp/lat.json" '([.results[] | select(.bench == "latency" and .size == 8 and .ratio_to_shared_floor > 0)] | length == 1) and ([.results[] | select(.bench == "floor_shared" and .size == 8 and .half_rtt_us > 0)] | length == 1)' \
     "latency: no ratio to the shared-socket floor, or no floor_shared record"
+# 300 round trips are one block: its ratio is the run's.
+check "$tmp/lat.json" '[.results[] | select(.bench == "latency" and .size == 8 and .blocks == 1 and .block_ratio_min == .block_ratio_max and .block_ratio_min == .ratio_to_floor)] | length == 1' \
+    "latency: one block, but its ratio is not the run's"
 check "$tmp/lat.json" '.machine.cores > 0 and (.config.params | has("WINDOW")) and (.counters | length == 2)' \
     "latency: machine, config or counters missing"
 echo "bench_smoke: bw" >&2; "$bench" bw --size 65536 --iters 200 --json >"$tmp/bw.json"
