@@ -31,6 +31,31 @@ static void sx_service_arm(sx_service_t *svc, uint64_t at)
         sx_debug("service", "timerfd_settime: %s", strerror(errno));
 }
 
+/*
+ * A push while the service sleeps serving: its timer now fires at `until`
+ * (sx_service_push), so its published wake-up, which kickers read
+ * (env.svc_asleep_until), comes down to `until` too. Kickers leave the
+ * service alone while `until` is ahead (wake.c); without this a send right
+ * after the push saw the service's own later wake-up (its one-second cap)
+ * and no sign that it would wake at `until` (TSan's test_progress_ofi,
+ * test_service_wakes_for_a_callers_timer, on the first version of the
+ * kickers' rule). The fence pairs with the service's after it publishes a
+ * wake-up (sx_service_main): either this load sees that wake-up and lowers
+ * it, or the service sees the new `until` and does not sleep serving. A
+ * wake-up of 0 (not serving) or UINT64_MAX (mid-pass) stays.
+ */
+static void sx_service_lower_asleep(sx_service_t *svc, uint64_t until)
+{
+    _Atomic uint64_t *asleep = svc->engine->env.svc_asleep_until;
+
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t cur = atomic_load_explicit(asleep, memory_order_acquire);
+    while (cur != 0 && cur != UINT64_MAX && sx_u64_before(until, cur) &&
+           !atomic_compare_exchange_weak_explicit(asleep, &cur, until, memory_order_release,
+                                                  memory_order_acquire))
+        ;
+}
+
 void sx_service_push(void *arg, uint64_t now)
 {
     sx_service_t *svc = arg;
@@ -49,8 +74,10 @@ void sx_service_push(void *arg, uint64_t now)
      * for that shard's caller or a visit (the note on issue 22 says so). */
     if (sx_u64_before(old, until) &&
         atomic_compare_exchange_strong_explicit(&svc->until, &old, until, memory_order_relaxed,
-                                                memory_order_relaxed))
+                                                memory_order_relaxed)) {
         sx_service_arm(svc, until);
+        sx_service_lower_asleep(svc, until);
+    }
 }
 
 /* The earlier of `until` and a flush asked for, for the timer. */
@@ -201,6 +228,15 @@ static void *sx_service_main(void *arg)
             ;
         if (cur < wake)
             wait = cur > now ? cur - now : 0;
+        /* A caller that came back between the look at `until` above and
+         * the publication pushed it without seeing the wake-up (the other
+         * side of sx_service_lower_asleep): callers are active, so the
+         * service does not sleep serving. */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (sx_u64_before(now, atomic_load_explicit(&svc->until, memory_order_relaxed))) {
+            atomic_store_explicit(asleep, 0, memory_order_release);
+            continue;
+        }
         /* A shard whose token another thread holds (a callback that
          * computes, a long send) cannot be served now, and its interfaces
          * stay readable: watching them would spin. Retry on the timer

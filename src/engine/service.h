@@ -41,7 +41,10 @@
  *   timerfd                | callers (push) and the | timerfd_settime, any thread
  *                          | service thread         |
  *   env.svc_asleep_until   | the service thread;    | release stores; kickers
- *                          | kickers lower it       | acquire, CAS it down
+ *                          | kickers and pushes     | and pushes acquire, CAS it
+ *                          | lower it               | down (a push after a seq_cst
+ *                          |                        | fence, as the service's look
+ *                          |                        | at `until` after publishing)
  *   env.svc_kickfd         | kickers (wake.c)       | timerfd_settime, any thread;
  *                          |                        | re-armed earlier after a race
  *   epfd, watching         | the service thread     | epoll_ctl (start: creation)

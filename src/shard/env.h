@@ -83,10 +83,12 @@ typedef struct sx_shard_env {
      * in the service's epoll set, for that time
      * (sx_shard_kick_service_locked, wake.c): the retransmission of a rank
      * that sends and then computes waited up to the service's one-second
-     * cap. Both live as long as the engine, not the service: a thread of
-     * the engine's (OOB, rdmacm) may kick while the service stops. The
-     * service stores with release, kickers load with acquire (kickfd was
-     * set before the service thread started). Never NULL: the engine's. */
+     * cap. Not while *svc_until is ahead: a caller's push then armed the
+     * service's timer for `until` and lowered this to it (service.c).
+     * Both live as long as the engine, not the service: a thread of the
+     * engine's (OOB, rdmacm) may kick while the service stops. The service
+     * stores with release, kickers load with acquire (kickfd was set
+     * before the service thread started). Never NULL: the engine's. */
     _Atomic uint64_t *svc_asleep_until;
     int svc_kickfd; /* -1: no service */
     /* SX_AUTH: the key every network datagram is sealed and checked with

@@ -960,6 +960,63 @@ static void test_service_wakes_for_a_callers_timer(void **state)
 }
 
 /*
+ * The other side of the kick: once A's caller is back (an sx_progress
+ * call pushed the service's `until` ahead), its sends leave the service's
+ * wake-up alone. A service woken then would only see `until` ahead and
+ * sleep again (service.c), and each kick is a timerfd_settime(2); the
+ * build before kicked on every send while the service's wake-up was past
+ * and its thread waited for the CPU its own caller held. So after the
+ * send the wake-up A's service publishes is `until` (the push lowered its
+ * own to it) or later, or 0 (it woke for a datagram and found the caller
+ * back), or UINT64_MAX (it is in a pass), never the send's retransmission
+ * deadline, which SX_RTO_MAX_US keeps within 20 ms of the send, a tenth
+ * of SX_SERVICE_US. Both builds before fail it: the first lowered the
+ * wake-up to that deadline, the second (no kick while `until` is ahead,
+ * but no push that lowers the wake-up) left the one-second cap. A round
+ * is judged only if it ends within half of SX_SERVICE_US of the caller's
+ * progress call: past `until` the service may serve again and publish a
+ * wake-up of its own.
+ */
+static void test_service_left_alone_once_its_caller_is_back(void **state)
+{
+    (void)state;
+    const uint64_t service_ns = 200ull * 1000000ull;
+    const sx_config_kv_t ka[] = {{"SX_SERVICE_US", "200000"}, {"SX_RTO_MAX_US", "20000"}};
+    am_pair_t p = am_pair_new(ka, 2, NULL, 0);
+    counters_t cb = {0}, ca = {0};
+    unsigned judged = 0;
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &cb), SX_OK);
+
+    for (unsigned round = 0; round < 8 && judged < 3; round++) {
+        /* Served, then asleep with nothing due: the one-second cap. */
+        uint64_t far = service_asleep(p.a, 300ull * 1000000ull);
+        assert_int_not_equal(far, 0);
+        uint64_t back = sx_time_ns();
+        (void)sx_progress(p.a); /* the caller is back: `until` moves ahead */
+        struct iovec iov = {.iov_base = "ping", .iov_len = 4};
+        assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &ca), SX_INPROGRESS);
+        uint64_t after = atomic_load(&p.a->svc_asleep_until);
+        uint64_t now = sx_time_ns();
+        if (now - back < service_ns / 2) {
+            judged++;
+            if (after != 0 && after != UINT64_MAX && (after < back + service_ns || after >= far))
+                fail_msg("round %u: the service now wakes %.1f ms after the caller came back, "
+                         "not at its `until` (%.1f ms on) nor 0, nor mid-pass; its own "
+                         "wake-up was %.1f ms on",
+                         round, (double)(after - back) / 1e6, (double)service_ns / 1e6,
+                         (double)(far - back) / 1e6);
+        }
+        assert_true(progress_until(NULL, p.b, &cb.delivered, round + 1));
+        assert_true(progress_until(p.a, p.b, &ca.completed, round + 1));
+    }
+    print_message("    %u rounds judged\n", judged);
+    assert_true(judged > 0);
+    sx_engine_destroy(p.a);
+    sx_engine_destroy(p.b);
+    assert_int_equal(atomic_load(&ca.failed), 0);
+}
+
+/*
  * The same with loss: A sends a message, then computes (no sx_progress)
  * while B waits for it; a third of A's datagrams are lost, so its service
  * resends. Every message arrives exactly once; the longest wait is
@@ -1014,6 +1071,7 @@ int main(void)
         cmocka_unit_test(test_single_shard_caller_yields_through_its_runtime),
         cmocka_unit_test(test_batch_caller_waits_as_other_after_a_late_wait),
         cmocka_unit_test(test_service_wakes_for_a_callers_timer),
+        cmocka_unit_test(test_service_left_alone_once_its_caller_is_back),
         cmocka_unit_test(test_lost_packet_of_a_computing_sender),
         cmocka_unit_test(test_engine_fd_first_calls_meet),
     };
