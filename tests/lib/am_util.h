@@ -9,6 +9,7 @@
 #ifndef SX_TESTS_AM_UTIL_H
 #define SX_TESTS_AM_UTIL_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -139,6 +140,28 @@ static inline bool am_progress_until(sx_engine_h a, sx_engine_h b, const uint64_
             return false;
     }
     return true;
+}
+
+/* sx_sendi, again while it says SX_ERR_AGAIN, until it takes the message
+ * or the limit passes; returns its last status. SX_ERR_AGAIN is part of
+ * its contract: the calling thread's shard is busy (the engine's service
+ * serves it while no thread has called sx_progress for SX_SERVICE_US, which
+ * a loaded machine makes common) or the window is full. Between tries it
+ * progresses @p e, or only yields when @p e is NULL (a test whose point is
+ * that another thread works the shard). */
+static inline int am_sendi(sx_engine_h e, sx_peer_h peer, uint8_t tag, const struct iovec *iov,
+                           int iovcnt)
+{
+    int rc;
+    uint64_t t0 = sx_time_ns();
+    while ((rc = sx_sendi(peer, tag, iov, iovcnt)) == SX_ERR_AGAIN &&
+           sx_time_ns() - t0 < AM_TEST_LIMIT_NS) {
+        if (e != NULL)
+            sx_progress(e);
+        else
+            sched_yield();
+    }
+    return rc;
 }
 
 #endif /* SX_TESTS_AM_UTIL_H */

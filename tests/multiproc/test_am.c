@@ -814,17 +814,6 @@ static void test_send_more(void **state)
  * us and the default 10 ms, TSan on a loaded 2-core machine ran all five
  * attempts of test_sendi_hold past the hold (CI, 2026-11-30).
  */
-/* sx_sendi, again while it says SX_ERR_AGAIN (a shard another thread
- * works), until it takes the message. */
-static void sendi_taken(sx_peer_h peer, uint8_t tag, const struct iovec *iov)
-{
-    int rc;
-    uint64_t t0 = sx_time_ns();
-    while ((rc = sx_sendi(peer, tag, iov, 1)) == SX_ERR_AGAIN &&
-           sx_time_ns() - t0 < AM_TEST_LIMIT_NS)
-        sched_yield();
-    assert_int_equal(rc, SX_OK);
-}
 
 static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p, bool *served_p)
 {
@@ -848,7 +837,7 @@ static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p, bool *served_
         am_fill(buf, sizeof(buf), i);
         /* Held messages do not make sx_sendi refuse the next one; only a
          * shard another thread works does (the service, in a slow run). */
-        sendi_taken(p.a_to_b, 5, &iov);
+        assert_int_equal(am_sendi(NULL, p.a_to_b, 5, &iov, 1), SX_OK);
     }
     *served_p = stat_of(p.a, "svc_passes") != served;
     /* The sender computes: only the receiver is progressed. */
@@ -932,7 +921,7 @@ static void test_sendi_hold_beside_a_busy_shard(void **state)
     uint64_t held = stat_of(p.a, "sendi_held");
     for (uint64_t i = 1; i <= 2; i++) {
         am_fill(buf, sizeof(buf), i);
-        sendi_taken(p.a_to_b, 5, &iov);
+        assert_int_equal(am_sendi(NULL, p.a_to_b, 5, &iov, 1), SX_OK);
     }
     bool was_held = stat_of(p.a, "sendi_held") > held;
     uint64_t start = sx_time_ns();

@@ -474,7 +474,7 @@ static void test_select_default_handshake(void **state)
     uint8_t msg[16];
     am_fill(msg, sizeof(msg), 0);
     struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
-    assert_int_equal(sx_sendi(a->peer[1], TAG, &iov, 1), SX_OK);
+    assert_int_equal(am_sendi(a->e, a->peer[1], TAG, &iov, 1), SX_OK);
     a->next_seq[1] = 1;
     CP_WAIT(b->rx[0].received == 1, "the sx_sendi message");
     cp_exchange(20, 8, 3000);

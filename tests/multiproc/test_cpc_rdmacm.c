@@ -682,7 +682,7 @@ static void test_peer_offer_fallback(void **state)
             uint8_t msg[32];
             am_fill(msg, sizeof(msg), 0);
             struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
-            assert_int_equal(sx_sendi(peer, TAG, &iov, 1), SX_OK);
+            assert_int_equal(am_sendi(a, peer, TAG, &iov, 1), SX_OK);
             assert_true(am_progress_until(a, b, &fb_got, 1));
         }
     }
@@ -739,7 +739,7 @@ static void sw_send(sx_engine_h from, sx_engine_h to, sx_peer_h peer, uint64_t w
     uint8_t msg[64];
     am_fill(msg, sizeof(msg), want);
     struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
-    assert_int_equal(sx_sendi(peer, TAG, &iov, 1), SX_OK);
+    assert_int_equal(am_sendi(from, peer, TAG, &iov, 1), SX_OK);
     assert_true(am_progress_until(from, to, &sw_got, want));
 }
 
@@ -842,7 +842,7 @@ static void test_device_connect(void **state)
         uint8_t msg[64];
         am_fill(msg, sizeof(msg), i);
         struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
-        assert_int_equal(sx_sendi(i % 2 ? pa : pb, TAG, &iov, 1), SX_OK);
+        assert_int_equal(am_sendi(i % 2 ? b : a, i % 2 ? pa : pb, TAG, &iov, 1), SX_OK);
     }
     bool ok = am_progress_until(a, b, &dev_got, 20);
     sx_engine_destroy(a);
