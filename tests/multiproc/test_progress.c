@@ -394,8 +394,10 @@ static void test_service_meets_a_callback_that_computes(void **state)
 {
     (void)state;
     const sx_config_kv_t kv_a[] = {{"PROGRESS", "thread"}, {"SHARDS", "1"}};
-    const sx_config_kv_t kv_b[] = {{"SHARDS", "1"}};
-    sx_engine_h a = am_engine(kv_a, 2), b = am_engine(kv_b, 1);
+    /* The bound below assumes the default SX_SERVICE_US: set here, so
+     * that an SX_SERVICE_US in the environment does not move it. */
+    const sx_config_kv_t kv_b[] = {{"SHARDS", "1"}, {"SERVICE_US", "10000"}};
+    sx_engine_h a = am_engine(kv_a, 2), b = am_engine(kv_b, 2);
     long_handler_t h = {.engine = b};
     counters_t c = {0};
     enum { n = 100, len = 1500 };
