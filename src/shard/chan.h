@@ -298,7 +298,10 @@ typedef struct sx_chan {
     sx_timer_t ack_timer;
     uint64_t ack_owed_ns;
     struct sx_chan_frags *frags; /* packets arriving in fragments (chan_pmtu.c) */
-    uint8_t *asm_buf;            /* reassembly of a chunked message */
+    /* The peer table's removal count when the peer was last seen in it
+     * (chan_rx.c, chan_peer_removed). */
+    unsigned rx_removals_seen;
+    uint8_t *asm_buf; /* reassembly of a chunked message */
     uint64_t asm_total, asm_got;
     uint8_t asm_tag;
     bool asm_drop;      /* the message is being discarded (too large, no memory) */

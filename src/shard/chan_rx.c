@@ -267,6 +267,43 @@ static void chan_abort_assembly(sx_chan_t *c)
 }
 
 /*
+ * Whether the channel's peer was removed (sx_peer_remove): by another
+ * thread, or by the handler that just ran, when frames of its packet or
+ * packets of the backlog follow. Nothing of a removed peer is handed up
+ * after sx_peer_remove returned (its handle is gone), as its next
+ * datagram finds no peer (sx_shard_chan_of). The table's removal count
+ * gates the lookup: one load per frame while no peer goes.
+ */
+SX_HOT static bool chan_peer_removed(sx_chan_t *c)
+{
+    sx_peer_table_t *table = c->shard->env->peers;
+    unsigned removals = atomic_load_explicit(&table->removals, memory_order_acquire);
+
+    if (removals == c->rx_removals_seen)
+        return false;
+    sx_rcu_read_lock();
+    bool gone = sx_peer_lookup_rcu(table, c->peer->epoch) != c->peer;
+    sx_rcu_read_unlock(&table->rcu);
+    if (!gone)
+        c->rx_removals_seen = removals;
+    return gone;
+}
+
+/* Counts the frames from @p off on as from an unknown peer: its channel
+ * closes, and they are not handed up. */
+static void chan_drop_rest(sx_chan_t *c, const uint8_t *payload, size_t len, size_t off)
+{
+    uint64_t n = 0;
+    sx_wire_frame_t f;
+
+    while (sx_wire_next_frame(payload, len, &off, &f) == 1)
+        n++;
+    sx_stat_add(&c->shard->stats.drops[SX_DROP_UNKNOWN_PEER], n);
+    if (c->asm_buf != NULL || c->asm_drop)
+        chan_abort_assembly(c);
+}
+
+/*
  * Delivers the frames of the peer's packet @p seq in order; returns how
  * many it held. Reliability already made this packet exactly-once and in
  * order, so chunks of a message arrive consecutively. @p scanned: the
@@ -281,9 +318,13 @@ SX_HOT static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uin
     sx_wire_frame_t f;
     int r, st;
 
-    while ((r = sx_wire_next_frame(payload, len, &off, &f)) == 1) {
+    for (size_t at = 0; (r = sx_wire_next_frame(payload, len, &off, &f)) == 1; at = off) {
         if (c->failed)
             break; /* a refusal found no memory: nothing more is taken */
+        if (chan_peer_removed(c)) {
+            chan_drop_rest(c, payload, len, at);
+            break;
+        }
         frames++;
         bool assembling = c->asm_buf != NULL || c->asm_drop;
         bool refused = scanned && (f.flags & SX_FRAMEF_REFUSED);
