@@ -438,7 +438,12 @@ SX_API int sx_peer_add_ex(sx_engine_h engine, uint64_t peer_id, const void *card
 
 /**
  * Removes a peer: operations still pending to it complete with
- * SX_ERR_CANCELED; the handle must not be used after this returns. The
+ * SX_ERR_CANCELED; the handle must not be used after this returns. What
+ * of the peer's is not yet handed up is not handed up after it returns,
+ * also what was already received (by the engine's service, or in the
+ * datagram whose handler removes the peer): it counts as from an unknown
+ * peer (drop_unknown_peer); a handler another thread runs at that moment
+ * finishes. The
  * same incarnation of that engine cannot be added again (sx_peer_add
  * answers SX_ERR_EXISTS): its channels' sequence state is gone, and
  * starting over would lose or repeat messages. A restarted process has a
