@@ -443,11 +443,10 @@ SX_API int sx_peer_add_ex(sx_engine_h engine, uint64_t peer_id, const void *card
  * also what was already received (by the engine's service, or in the
  * datagram whose handler removes the peer): it counts as from an unknown
  * peer (drop_unknown_peer); a handler another thread runs at that moment
- * finishes. The
- * same incarnation of that engine cannot be added again (sx_peer_add
- * answers SX_ERR_EXISTS): its channels' sequence state is gone, and
- * starting over would lose or repeat messages. A restarted process has a
- * new epoch and is added normally.
+ * finishes. The same incarnation of that engine cannot be added again
+ * (sx_peer_add answers SX_ERR_EXISTS): its channels' sequence state is
+ * gone, and starting over would lose or repeat messages. A restarted
+ * process has a new epoch and is added normally.
  */
 SX_API int sx_peer_remove(sx_engine_h engine, sx_peer_h peer);
 

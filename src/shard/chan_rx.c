@@ -299,8 +299,7 @@ static void chan_drop_rest(sx_chan_t *c, const uint8_t *payload, size_t len, siz
     while (sx_wire_next_frame(payload, len, &off, &f) == 1)
         n++;
     sx_stat_add(&c->shard->stats.drops[SX_DROP_UNKNOWN_PEER], n);
-    if (c->asm_buf != NULL || c->asm_drop)
-        chan_abort_assembly(c);
+    chan_abort_assembly(c);
 }
 
 /*
