@@ -175,20 +175,24 @@ static uint64_t lv_stat(sx_engine_h e, const char *name)
  */
 static void lv_print_counters(sx_engine_h e, const lv_plan_t *p)
 {
-    sx_counter_t c[256];
-    size_t n = sizeof(c) / sizeof(c[0]);
+    size_t n = 0;
     char line[8192];
-    int k;
 
-    if (!p->counters || sx_stats_get(e, c, &n) != SX_OK)
+    if (!p->counters || sx_stats_get(e, NULL, &n) != SX_ERR_TRUNCATED || n == 0)
         return;
-    k = snprintf(line, sizeof(line), "    %c counters:", (char)p->role);
+    sx_counter_t *c = calloc(n, sizeof(*c));
+    if (c == NULL || sx_stats_get(e, c, &n) != SX_OK) {
+        free(c);
+        return;
+    }
+    int k = snprintf(line, sizeof(line), "    %c counters:", (char)p->role);
     for (size_t i = 0; i < n && k > 0 && (size_t)k < sizeof(line); i++) {
         if (c[i].value != 0)
             k += snprintf(line + k, sizeof(line) - (size_t)k, " %s=%llu", c[i].name,
                           (unsigned long long)c[i].value);
     }
     fprintf(stderr, "%s\n", line);
+    free(c);
 }
 
 /* The application computing: no shardx call for @p ms. */
