@@ -73,7 +73,8 @@ static void die(const char *fmt, ...)
 }
 
 static char term_path[4096];
-static bool term_wait; /* termfile: SIGTERM is blocked and waited for */
+static bool term_wait;    /* termfile: SIGTERM is blocked and waited for */
+static sigset_t term_set; /* { SIGTERM } */
 
 /*
  * termfile takes SIGTERM with sigwaitinfo(), not with a handler. Under
@@ -90,10 +91,7 @@ static bool term_wait; /* termfile: SIGTERM is blocked and waited for */
 static void sleep_forever(void)
 {
     if (term_wait) {
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGTERM);
-        while (sigwaitinfo(&set, NULL) != SIGTERM)
+        while (sigwaitinfo(&term_set, NULL) != SIGTERM)
             ;
         int fd = open(term_path, O_WRONLY | O_CREAT, 0600);
         if (fd >= 0)
@@ -101,7 +99,7 @@ static void sleep_forever(void)
         /* Dies of it, as the remote side expects of a rank. */
         signal(SIGTERM, SIG_DFL);
         raise(SIGTERM);
-        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        sigprocmask(SIG_UNBLOCK, &term_set, NULL);
         die("still alive after SIGTERM");
     }
     for (;;)
@@ -136,11 +134,10 @@ static void hang_setup(const char *dir, const char *how)
     if (gc == 0)
         sleep_forever();
     if (strcmp(how, "termfile") == 0) {
-        sigset_t set;
         snprintf(term_path, sizeof(term_path), "%s/term-%u", dir, child_rank);
-        sigemptyset(&set);
-        sigaddset(&set, SIGTERM);
-        sigprocmask(SIG_BLOCK, &set, NULL); /* after the fork: not the grandchild's */
+        sigemptyset(&term_set);
+        sigaddset(&term_set, SIGTERM);
+        sigprocmask(SIG_BLOCK, &term_set, NULL); /* after the fork: not the grandchild's */
         term_wait = true;
     }
     write_pid_file(dir, "gc", gc);
