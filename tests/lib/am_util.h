@@ -147,10 +147,11 @@ static inline bool am_progress_until(sx_engine_h a, sx_engine_h b, const uint64_
  * its contract: the calling thread's shard is busy (the engine's service
  * serves it while no thread has called sx_progress for SX_SERVICE_US, which
  * a loaded machine makes common) or the window is full. Between tries it
- * progresses @p e, or only yields when @p e is NULL (a test whose point is
- * that another thread works the shard). */
-static inline int am_sendi(sx_engine_h e, sx_peer_h peer, uint8_t tag, const struct iovec *iov,
-                           int iovcnt)
+ * progresses @p e and @p other (the receiver, whose acknowledgements open a
+ * full window; NULL when another thread works it), or only yields when both
+ * are NULL (a test whose point is that another thread works the shard). */
+static inline int am_sendi_pair(sx_engine_h e, sx_engine_h other, sx_peer_h peer, uint8_t tag,
+                                const struct iovec *iov, int iovcnt)
 {
     int rc;
     uint64_t t0 = sx_time_ns();
@@ -158,10 +159,19 @@ static inline int am_sendi(sx_engine_h e, sx_peer_h peer, uint8_t tag, const str
            sx_time_ns() - t0 < AM_TEST_LIMIT_NS) {
         if (e != NULL)
             sx_progress(e);
-        else
+        if (other != NULL)
+            sx_progress(other);
+        if (e == NULL && other == NULL)
             sched_yield();
     }
     return rc;
+}
+
+/* am_sendi_pair with no receiver to progress. */
+static inline int am_sendi(sx_engine_h e, sx_peer_h peer, uint8_t tag, const struct iovec *iov,
+                           int iovcnt)
+{
+    return am_sendi_pair(e, NULL, peer, tag, iov, iovcnt);
 }
 
 #endif /* SX_TESTS_AM_UTIL_H */

@@ -472,12 +472,7 @@ static void test_sendi_refusals_reported(void **state)
             if (i == 2)
                 am_fill(good, sizeof(good), round);
             struct iovec iov = {msgs[i].buf, msgs[i].len};
-            int rc;
-            while ((rc = sx_sendi(p.a_to_b, msgs[i].tag, &iov, 1)) == SX_ERR_AGAIN) {
-                sx_progress(p.a);
-                sx_progress(p.b);
-            }
-            assert_int_equal(rc, SX_OK);
+            assert_int_equal(am_sendi_pair(p.a, p.b, p.a_to_b, msgs[i].tag, &iov, 1), SX_OK);
         }
         if (round == 1) {
             uint64_t start = sx_time_ns();
@@ -618,14 +613,9 @@ static void test_sendi(void **state)
     for (uint64_t i = 0; i < 100; i++) {
         am_fill(buf, sizeof(buf), i);
         struct iovec iov = {buf, sizeof(buf)};
-        int rc;
         /* sendi copies, so the buffer is free at once; AGAIN means the
-         * window is full: progress and retry. */
-        while ((rc = sx_sendi(p.a_to_b, 9, &iov, 1)) == SX_ERR_AGAIN) {
-            sx_progress(p.a);
-            sx_progress(p.b);
-        }
-        assert_int_equal(rc, SX_OK);
+         * window is full (or the shard busy): progress both and retry. */
+        assert_int_equal(am_sendi_pair(p.a, p.b, p.a_to_b, 9, &iov, 1), SX_OK);
         sent++;
     }
     assert_true(am_progress_until(p.a, p.b, &rx.rx.received, sent));
@@ -665,15 +655,10 @@ static void test_sendi_and_send_by_turns(void **state)
     assert_int_equal(sx_am_register(p.b, 6, on_am, &rx), SX_OK);
     for (size_t i = 0; i < N; i++) {
         size_t n = sizes[i], cut = (i % 4 < 2) ? n : n / 3;
-        int rc;
         if (i % 2 == 0) {
             am_fill(buf, n, i);
             struct iovec iov[2] = {{buf, cut}, {buf + cut, n - cut}};
-            while ((rc = sx_sendi(p.a_to_b, 6, iov, cut == n ? 1 : 2)) == SX_ERR_AGAIN) {
-                sx_progress(p.a);
-                sx_progress(p.b);
-            }
-            assert_int_equal(rc, SX_OK);
+            assert_int_equal(am_sendi_pair(p.a, p.b, p.a_to_b, 6, iov, cut == n ? 1 : 2), SX_OK);
             memset(buf, 0xa5, sizeof(buf)); /* sendi copied it */
         } else {
             uint8_t *b = keep[i / 2]; /* sx_send's stays until completion */
