@@ -42,9 +42,10 @@ static void sx_service_arm(sx_service_t *svc, uint64_t at)
  * kickers' rule). The fence pairs with the service's after it publishes a
  * wake-up (sx_service_main): either this load sees that wake-up and lowers
  * it, or the service sees the new `until` and does not sleep serving. A
- * wake-up of 0 (not serving) or UINT64_MAX (mid-pass) stays.
+ * wake-up of 0 (not serving) or UINT64_MAX (mid-pass) stays. Returns
+ * whether the service sleeps serving.
  */
-static void sx_service_lower_asleep(sx_service_t *svc, uint64_t until)
+static bool sx_service_lower_asleep(sx_service_t *svc, uint64_t until)
 {
     _Atomic uint64_t *asleep = svc->engine->env.svc_asleep_until;
 
@@ -54,6 +55,7 @@ static void sx_service_lower_asleep(sx_service_t *svc, uint64_t until)
            !atomic_compare_exchange_weak_explicit(asleep, &cur, until, memory_order_release,
                                                   memory_order_acquire))
         ;
+    return cur != 0 && cur != UINT64_MAX;
 }
 
 void sx_service_push(void *arg, uint64_t now)
@@ -76,7 +78,15 @@ void sx_service_push(void *arg, uint64_t now)
         atomic_compare_exchange_strong_explicit(&svc->until, &old, until, memory_order_relaxed,
                                                 memory_order_relaxed)) {
         sx_service_arm(svc, until);
-        sx_service_lower_asleep(svc, until);
+        /* A service that sleeps serving watches the interfaces, so every
+         * datagram the returned caller reads first wakes it for nothing:
+         * a context switch on the caller's core per datagram, for as
+         * long as that sleep lasts (up to SX_SERVICE_SLEEP_MAX_NS; 224
+         * wake-ups a run of sx_bench latency, whose floor blocks let the
+         * service serve: perf, sched_wakeup). Woken once now, it finds `until`
+         * ahead and takes the interfaces out (sx_service_main). */
+        if (sx_service_lower_asleep(svc, until))
+            sx_service_arm(svc, 0);
     }
 }
 

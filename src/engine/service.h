@@ -19,8 +19,12 @@
  * half of it is left, and the service sleeps on that timer, so it does
  * not wake at all while callers are active. Once it serves, it sleeps in
  * epoll on the shards' interfaces until their earliest timer (at most a
- * second), so an idle engine wakes it only for its timers and traffic,
- * and a caller that comes back sends it back to sleep. A caller that
+ * second), so an idle engine wakes it only for its timers and traffic.
+ * A caller that comes back wakes it once (its push arms the timer to fire
+ * at once), and it takes the interfaces out and sleeps on `until`: left
+ * in, every datagram that the caller reads first woke it for nothing,
+ * on a bound caller's own core (test_progress,
+ * test_service_unwatches_once_its_caller_is_back). A caller that
  * sends without progressing (it computes) arms a timer that pass did not
  * see; its tenure kicks the service for it (shard/env.h,
  * svc_asleep_until, and src/shard/wake.c).
