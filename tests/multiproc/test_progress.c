@@ -1149,10 +1149,11 @@ static void test_service_unwatches_once_its_caller_is_back(void **state)
     pin_to(cpus[0]);
     unsigned long before = 0;
     struct iovec iov = {.iov_base = "ping", .iov_len = 4};
-    /* Ten round trips (the sockets a service watches are the ones there
-     * when it starts to serve: udp's hot socket comes with traffic), a
-     * pause that both services serve and then sleep in, far from their
-     * wake-up (the one-second cap), and the 2,000. */
+    /* Ten round trips, which set the channel up (its handshake is not
+     * what this is about), a pause that both services serve and then
+     * sleep in, far from their wake-up (the one-second cap), and the
+     * 2,000: with 100, the build before switched 0-20 times, the
+     * scheduler letting the service run only now and then. */
     for (unsigned i = 0; i < 10 + n && atomic_load(&echo.status) == SX_OK; i++) {
         if (i == 10) {
             atomic_store(&echo.idle, true);
