@@ -1109,8 +1109,10 @@ static void pin_to(int cpu)
  * bound ranks; both services have served and sleep far from their
  * wake-up; then 2,000 round trips: the two services switch about twice
  * in all, where the build before switched 93-471 times (the more CPU the
- * service got, the more; a loaded runner lowers the count, so it can only
- * hide the old fault, never fail the new code).
+ * service got, the more: a loaded runner can hide the old fault). The new
+ * code's count grows only when the caller is kept off its CPU for the
+ * test's SX_SERVICE_US (200 ms) and the service serves again, a few
+ * switches each time.
  */
 static void test_service_unwatches_once_its_caller_is_back(void **state)
 {
