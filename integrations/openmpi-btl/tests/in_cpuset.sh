@@ -23,45 +23,15 @@ usage() {
 ncpus=$1
 shift 2
 
+# shellcheck source=cpuset_lib.sh # expand, mounted, cgroup_dir
+. "$(dirname "${BASH_SOURCE[0]}")/cpuset_lib.sh"
+
 skip() {
     echo "in_cpuset: skipped: $*" >&2
     exit 77
 }
 
-# "0-3,8,10-11" -> one CPU number per line.
-expand() {
-    local part parts
-    IFS=, read -ra parts <<<"$1"
-    for part in "${parts[@]}"; do
-        if [[ $part == *-* ]]; then
-            seq "${part%-*}" "${part#*-}"
-        elif [[ -n $part ]]; then
-            echo "$part"
-        fi
-    done
-}
-
 [[ $(id -u) -eq 0 ]] || skip "making a cgroup needs root"
-
-# mountinfo: ID PARENT DEV ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE
-# SOURCE SUPEROPTIONS; the optional fields vary in number. ROOT is the
-# directory of the hierarchy mounted there (not "/" inside a container
-# that sees only its own part).
-mounted() { # FSTYPE [SUPEROPTION]: "ROOT MOUNTPOINT" of the first such mount
-    awk -v fs="$1" -v opt="${2:-}" '{
-        for (i = 7; i <= NF && $i != "-"; i++) {}
-        if ($(i + 1) == fs && (opt == "" || $NF ~ ("(^|,)" opt "(,|$)"))) { print $4, $5; exit }
-    }' /proc/self/mountinfo
-}
-# The directory of the cgroup PATH (as /proc/self/cgroup names it) under
-# a mount "ROOT MOUNTPOINT".
-cgroup_dir() {
-    local root=${1%% *} point=${1#* } path=$2
-    [[ $root == / ]] && root=""
-    [[ -z $root || $path == "$root" || $path == "$root"/* ]] || return 1
-    path=${path#"$root"}
-    echo "$point${path%/}"
-}
 
 v1=$(mounted cgroup cpuset)
 v2=$(mounted cgroup2)

@@ -13,10 +13,11 @@
 # run meant for the put pipeline fails if it never put. The condition
 # "split_default" stands for what the BTL's default does with large gets
 # between ranks of this host (mca_btl_shardx_split_fits): none shared
-# where the NP ranks outnumber the CPUs this test may use, counted here
-# when it runs (the CPUs its affinity mask allows, which a cgroup cpuset
-# narrows, as hwloc's allowed set does for the BTL), shared where they do
-# not. "shards_mt" stands for the shards of ranks that run
+# where the NP ranks outnumber the CPUs the job may use, counted here when
+# it runs as the BTL counts them (hwloc's allowed set: the CPUs of this
+# process's cpuset cgroup, cpuset_lib.sh's job_cpus; not its affinity
+# mask, which `taskset -c 0` narrows to one CPU while Open MPI and the BTL
+# still see the machine's), shared where they do not. "shards_mt" stands for the shards of ranks that run
 # MPI_THREAD_MULTIPLE, which keep shardx's default of one per CPU of
 # their cpuset (a job that does not gets one a rank): more than one a rank
 # where the NP ranks outnumber those CPUs and mpirun binds none, one a
@@ -56,7 +57,14 @@ fi
 
 # "split_default": the counters the default's choice leaves (see above).
 if [[ ,$expect, == *,split_default,* ]]; then
-    if [[ $np -gt $cpus ]]; then
+    # shellcheck source=cpuset_lib.sh # job_cpus
+    . "$(dirname "${BASH_SOURCE[0]}")/cpuset_lib.sh"
+    jcpus=$(job_cpus)
+    if [[ ! $jcpus =~ ^[1-9][0-9]*$ ]]; then
+        echo "run_mpi: FAILED: cannot count the CPUs the job may use ($jcpus)" >&2
+        exit 1
+    fi
+    if [[ $np -gt $jcpus ]]; then
         split="cma_split=0,cma_helped=0"
     elif [[ $np -eq 2 ]]; then
         # Two ranks with a CPU each: the owner, waiting in MPI_Send for
@@ -66,7 +74,8 @@ if [[ ,$expect, == *,split_default,* ]]; then
         split="cma_split>0"
     fi
     expect=$(sed -E "s/(^|,)split_default(,|$)/\1$split\2/" <<<"$expect")
-    echo "run_mpi: $np ranks, $cpus CPUs allowed here: expecting $split"
+    echo "run_mpi: $np ranks, $jcpus CPUs in this job's cpuset ($cpus in this process's" \
+        "affinity mask): expecting $split"
 fi
 
 # The component path replaces Open MPI's default: the system's first.
