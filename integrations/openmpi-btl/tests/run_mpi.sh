@@ -17,12 +17,12 @@
 # it runs as the BTL counts them (hwloc's allowed set: the CPUs of this
 # process's cpuset cgroup, cpuset_lib.sh's job_cpus; not its affinity
 # mask, which `taskset -c 0` narrows to one CPU while Open MPI and the BTL
-# still see the machine's), shared where they do not. "shards_mt" stands for the shards of ranks that run
-# MPI_THREAD_MULTIPLE, which keep shardx's default of one per CPU of
-# their cpuset (a job that does not gets one a rank): more than one a rank
-# where the NP ranks outnumber those CPUs and mpirun binds none, one a
-# rank where there is one CPU, and unchecked otherwise (mpirun's binding
-# decides). EXPECT "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with
+# still see the machine's), shared where they do not. "shards_mt" stands
+# for the shards of ranks that run MPI_THREAD_MULTIPLE, which keep
+# shardx's default of one per CPU of their cpuset (a job that does not
+# gets one a rank): more than one a rank where the NP ranks outnumber
+# those CPUs and mpirun binds none, one a rank where there is one CPU, and
+# unchecked otherwise (mpirun's binding decides). EXPECT "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with
 # each REGEX in its output. With SXT_SKIP_WITHOUT_CMA=1 a test that wants
 # single copy exits 77 (skipped) where the host refuses it, rather than
 # checking the datagram fallback (a test of the shared get tests nothing
