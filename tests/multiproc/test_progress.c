@@ -621,7 +621,7 @@ static void test_bound_caller_yields_through_its_runtime(void **state)
  * reads every socket the engine has, so a yield misses nothing a wait
  * would catch. Where the launcher said nothing it waits at its first
  * empty call, as one with two shards does (test_caller_yields_waits_at_
- * once). */
+ * once), unless this process has one CPU: its caller is then bound. */
 static void test_single_shard_caller_yields_through_its_runtime(void **state)
 {
     (void)state;
