@@ -27,6 +27,16 @@ mounted() { # FSTYPE [SUPEROPTION]: "ROOT MOUNTPOINT" of the first such mount
     }' /proc/self/mountinfo
 }
 
+# This process's cgroup (/proc/self/cgroup): in cgroup v1's cpuset
+# hierarchy, or with "v2" in the unified one.
+own_cgroup() {
+    if [[ ${1:-} == v2 ]]; then
+        awk -F: '$1 == "0" {print $3; exit}' /proc/self/cgroup
+    else
+        awk -F: '$2 ~ /(^|,)cpuset(,|$)/ {print $3; exit}' /proc/self/cgroup
+    fi
+}
+
 # The directory of the cgroup PATH (as /proc/self/cgroup names it) under
 # a mount "ROOT MOUNTPOINT".
 cgroup_dir() {
@@ -44,16 +54,14 @@ cgroup_dir() {
 # cpuset cgroup says more. cgroup v1's cpuset hierarchy, or v2's
 # cpuset.cpus.effective where the controller is enabled for this cgroup.
 job_cpus() {
-    local v1 v2 cur dir list=""
+    local v1 v2 dir list=""
     v1=$(mounted cgroup cpuset)
     v2=$(mounted cgroup2)
     if [[ -n $v1 ]]; then
-        cur=$(awk -F: '$2 ~ /(^|,)cpuset(,|$)/ {print $3; exit}' /proc/self/cgroup)
-        dir=$(cgroup_dir "$v1" "$cur") &&
+        dir=$(cgroup_dir "$v1" "$(own_cgroup)") &&
             list=$(cat "$dir/cpuset.effective_cpus" 2>/dev/null || cat "$dir/cpuset.cpus" 2>/dev/null)
     elif [[ -n $v2 ]]; then
-        cur=$(awk -F: '$1 == "0" {print $3; exit}' /proc/self/cgroup)
-        dir=$(cgroup_dir "$v2" "$cur") && list=$(cat "$dir/cpuset.cpus.effective" 2>/dev/null)
+        dir=$(cgroup_dir "$v2" "$(own_cgroup v2)") && list=$(cat "$dir/cpuset.cpus.effective" 2>/dev/null)
     fi
     if [[ -n $list ]]; then
         expand "$list" | wc -l

@@ -23,7 +23,7 @@ usage() {
 ncpus=$1
 shift 2
 
-# shellcheck source=cpuset_lib.sh # expand, mounted, cgroup_dir
+# shellcheck source=cpuset_lib.sh # expand, mounted, own_cgroup, cgroup_dir
 . "$(dirname "${BASH_SOURCE[0]}")/cpuset_lib.sh"
 
 skip() {
@@ -37,12 +37,12 @@ v1=$(mounted cgroup cpuset)
 v2=$(mounted cgroup2)
 enabled_v2=""
 if [[ -n $v1 ]]; then
-    cur=$(awk -F: '$2 ~ /(^|,)cpuset(,|$)/ {print $3; exit}' /proc/self/cgroup)
+    cur=$(own_cgroup)
     parent=$(cgroup_dir "$v1" "$cur") ||
         skip "this process's cpuset cgroup ($cur) is outside the mounted hierarchy ($v1)"
 # cgroup v2 (not tried on the test VM, whose cpuset controller is on v1):
 # the root cgroup may enable the controller for a child it makes.
-elif [[ -n $v2 ]] && [[ $(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup) == / ]]; then
+elif [[ -n $v2 ]] && [[ $(own_cgroup v2) == / ]]; then
     parent=${v2#* }
     grep -qw cpuset "$parent/cgroup.controllers" 2>/dev/null ||
         skip "cgroup v2 at $parent has no cpuset controller"
