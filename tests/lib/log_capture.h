@@ -2,7 +2,8 @@
 /*
  * Capturing shardx's log lines in tests: capture_start() sends them to a
  * fresh temporary file, capture_stop() restores standard error and returns
- * what was logged (the caller frees it); dump_text() is what sx_dump()
+ * what was logged (the caller frees it), capture_abandon() restores it in a
+ * teardown after a failure; dump_text() is what sx_dump()
  * writes, the same way. Include after cmocka.h.
  */
 #ifndef SX_TESTS_LOG_CAPTURE_H
@@ -19,6 +20,7 @@
 #include "common/log.h"
 
 static char log_capture_path[64];
+static bool log_capture_active;
 
 static inline void capture_start(void)
 {
@@ -27,6 +29,7 @@ static inline void capture_start(void)
     assert_true(fd >= 0);
     close(fd);
     assert_int_equal(sx_log_set_file(log_capture_path), 0);
+    log_capture_active = true;
 }
 
 /* What has been logged so far (the caller frees it). */
@@ -54,9 +57,21 @@ static inline bool capture_has(const char *needle)
 static inline char *capture_stop(void)
 {
     assert_int_equal(sx_log_set_file(NULL), 0);
+    log_capture_active = false;
     char *text = capture_read();
     unlink(log_capture_path);
     return text;
+}
+
+/* For a test's teardown: ends a capture that a failed assertion left
+ * running, so that the tests after it log to standard error again. */
+static inline int capture_abandon(void)
+{
+    if (!log_capture_active)
+        return 0;
+    log_capture_active = false;
+    unlink(log_capture_path);
+    return sx_log_set_file(NULL) == 0 ? 0 : -1;
 }
 
 static inline void assert_contains(const char *text, const char *needle)

@@ -121,9 +121,12 @@ static hwloc_bitmap_t shard_set(const sx_shard_info_t *info)
 
 /* ---------------------------------------------------------------- tests */
 
+/* What check_single_cpu restricted, for teardown to put back should an
+ * assertion end the test while the process runs on one CPU. */
+static saved_affinity_t saved;
+
 static void check_single_cpu(int cpu)
 {
-    saved_affinity_t saved;
     cpu_set_t now;
     char expected[16];
 
@@ -160,6 +163,7 @@ static void check_single_cpu(int cpu)
     assert_int_equal(CPU_COUNT(&now), 1);
     assert_true(CPU_ISSET(cpu, &now));
     restore_process(&saved);
+    saved.n = 0;
 }
 
 static void test_single_cpu_cpuset(void **state)
@@ -330,12 +334,26 @@ static int setup(void **state)
     return 0;
 }
 
+/* After each test, passed or not: a test that failed half-way leaves
+ * neither its one-CPU binding, nor SX_SHARDS, nor a log capture to the
+ * tests after it. */
+static int teardown(void **state)
+{
+    (void)state;
+    restore_process(&saved);
+    saved.n = 0;
+    unsetenv("SX_SHARDS");
+    return capture_abandon();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single_cpu_cpuset),   cmocka_unit_test(test_more_shards_than_cores),
-        cmocka_unit_test(test_warning_threshold),   cmocka_unit_test(test_one_shard_on_many_cores),
-        cmocka_unit_test(test_topology_consistent),
+        cmocka_unit_test_teardown(test_single_cpu_cpuset, teardown),
+        cmocka_unit_test_teardown(test_more_shards_than_cores, teardown),
+        cmocka_unit_test_teardown(test_warning_threshold, teardown),
+        cmocka_unit_test_teardown(test_one_shard_on_many_cores, teardown),
+        cmocka_unit_test_teardown(test_topology_consistent, teardown),
     };
     return cmocka_run_group_tests_name("topology", tests, setup, NULL);
 }
