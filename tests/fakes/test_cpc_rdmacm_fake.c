@@ -34,6 +34,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "shard/conn.h"
 #include "cpc/cpc.h"
 #include "cpc/rdmacm.h"
@@ -888,5 +889,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_port_parameter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_threads, setup, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

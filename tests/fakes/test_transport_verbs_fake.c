@@ -29,6 +29,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "fake_verbs.h"
 #include "log_capture.h"
 #include "transports/transport.h"
@@ -613,5 +614,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engines, setup, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

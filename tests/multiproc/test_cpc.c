@@ -34,6 +34,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "card_util.h"
 #include "common/time.h"
 #include "cpc/cpc.h"
@@ -2042,5 +2043,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_restart_same_port, cp_setup, cp_teardown),
         cmocka_unit_test_setup_teardown(test_restart_new_port, cp_setup, cp_teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "card_util.h"
 #include "build_config.h"
 #include "cpc/cpc.h"
@@ -879,5 +880,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_set_dest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_connect, setup, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

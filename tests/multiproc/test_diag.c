@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "common/log.h"
+#include "test_filter.h"
 #include "common/time.h"
 #include "log_capture.h"
 #include "mp_util.h"
@@ -470,5 +471,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_dump_on_signal, teardown),
         cmocka_unit_test_teardown(test_watchdog_abort, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

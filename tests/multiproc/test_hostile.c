@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "shard/auth.h"
 #include "shard/wire.h"
 #include "common/crc32c.h"
@@ -1055,5 +1056,6 @@ int main(void)
         cmocka_unit_test(test_authentication),
         cmocka_unit_test(test_channel_still_works),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

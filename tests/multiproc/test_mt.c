@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 
 #define MT_LIMIT_NS    AM_TEST_LIMIT_NS
 #define MT_MAX_THREADS 8
@@ -956,5 +957,6 @@ int main(void)
         MT_CASE(test_control_plane, sharded_poll),
         MT_CASE(test_control_plane, global_poll),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "build_config.h"
 #include "common/namelist.h"
 #include "engine/engine.h"
@@ -1203,6 +1204,7 @@ int main(void)
         cmocka_unit_test(test_netns_ipv6),
         cmocka_unit_test(test_netns_default_fallback),
     };
+    sx_test_filter_from_env();
     int failed = cmocka_run_group_tests(rule, NULL, NULL);
     failed += cmocka_run_group_tests(netns, netns_setup, netns_teardown);
     return failed;

@@ -31,6 +31,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "mp_util.h"
 
 #define RL_TAG_DATA  21
@@ -1000,5 +1001,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < RL_NCASES; i++)
         tests[i] = (struct CMUnitTest){rl_cases[i].name, test_pair, NULL, rl_teardown,
                                        (void *)&rl_cases[i]};
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

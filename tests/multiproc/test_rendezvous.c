@@ -23,6 +23,7 @@
 #include <shardx.h>
 
 #include "bootstrap/modex.h"
+#include "test_filter.h"
 #include "bootstrap/oob.h"
 #include "bootstrap/rendezvous.h"
 #include "log_capture.h"
@@ -728,5 +729,6 @@ int main(void)
         cmocka_unit_test(test_modex_fini_cancels),
         cmocka_unit_test(test_modex_launcher_gone),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

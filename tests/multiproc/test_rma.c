@@ -15,6 +15,7 @@
 #include <urcu-bp.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 
 typedef struct done {
     uint64_t count;
@@ -897,5 +898,6 @@ int main(void)
         cmocka_unit_test(test_get_lands_overlapping),
         cmocka_unit_test(test_put_lands),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

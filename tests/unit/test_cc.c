@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "shard/cc.h"
+#include "test_filter.h"
 
 #define US  1000ull
 #define MSS 1472u
@@ -576,5 +577,6 @@ int main(void)
         cmocka_unit_test(test_posted_per_flush),
         cmocka_unit_test(test_shared_by_threads),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 #include <shardx.h>
 
 #include "common/config.h"
+#include "test_filter.h"
 #include "common/log.h"
 #include "log_capture.h"
 
@@ -676,5 +677,6 @@ int main(void)
         {"test_invalid_config_load", test_invalid_configuration, NULL, NULL, (void *)&via_load},
         {"test_invalid_engine_create", test_invalid_configuration, NULL, NULL, (void *)&via_engine},
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

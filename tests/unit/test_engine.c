@@ -24,6 +24,7 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "test_filter.h"
 #include "log_capture.h"
 #include "shard/auth.h"
 
@@ -794,5 +795,6 @@ int main(void)
      * of its own, tests/unit/CMakeLists.txt). */
     if (getenv("SXT_ONLY") != NULL)
         cmocka_set_test_filter(getenv("SXT_ONLY"));
+    sx_test_filter_from_env();
     return cmocka_run_group_tests_name("engine", tests, setup, NULL);
 }

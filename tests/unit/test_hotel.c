@@ -17,6 +17,7 @@
 #include <shardx.h>
 
 #include "hotel/hotel.h"
+#include "test_filter.h"
 #include "common/wheel.h"
 
 /* A packet-like guest that remembers its current key and its evictions. */
@@ -475,5 +476,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_from_another_thread, setup, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "shard/inbox.h"
+#include "test_filter.h"
 
 typedef struct test_req {
     sx_inbox_req_t req;
@@ -355,5 +356,6 @@ int main(void)
         cmocka_unit_test(test_many_producers_exactly_once_in_order),
         cmocka_unit_test(test_token_release_race),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include <shardx.h>
 
 #include "locks/fairlock.h"
+#include "test_filter.h"
 #include "locks/rlock.h"
 #include "locks/token.h"
 
@@ -382,5 +383,6 @@ int main(void)
         cmocka_unit_test(test_rlock_mutual_exclusion),
         cmocka_unit_test(test_ownership_assertions),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests_name("locks", tests, NULL, NULL);
 }

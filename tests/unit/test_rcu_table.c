@@ -19,6 +19,7 @@
 #include <shardx.h>
 
 #include "locks/rcu_table.h"
+#include "test_filter.h"
 
 #define CANARY(id) ((id)*0x9e3779b97f4a7c15ull + 1)
 
@@ -203,5 +204,6 @@ int main(void)
         cmocka_unit_test(test_removed_entry_outlives_reader),
         cmocka_unit_test(test_readers_during_add_and_remove),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

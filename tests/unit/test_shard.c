@@ -21,6 +21,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "shard/op_cache.h"
 #include "shard/shard.h"
 
@@ -263,5 +264,6 @@ int main(void)
         cmocka_unit_test(test_threads_submit_and_progress),
         cmocka_unit_test(test_op_cache_inline_room),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,8 @@
 
 #include <shardx.h>
 
+#include "test_filter.h"
+
 typedef struct status_row {
     const char *name;
     int value;
@@ -158,5 +160,6 @@ int main(void)
         cmocka_unit_test(test_messages_distinct), cmocka_unit_test(test_status_name_matches_table),
         cmocka_unit_test(test_unknown_codes),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests_name("status", tests, NULL, NULL);
 }

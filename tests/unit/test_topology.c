@@ -24,6 +24,7 @@
 #include <shardx.h>
 
 #include "common/log.h"
+#include "test_filter.h"
 #include "log_capture.h"
 
 #define MAX_TASKS 64
@@ -355,5 +356,6 @@ int main(void)
         cmocka_unit_test_teardown(test_one_shard_on_many_cores, teardown),
         cmocka_unit_test_teardown(test_topology_consistent, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests_name("topology", tests, setup, NULL);
 }

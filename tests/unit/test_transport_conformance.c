@@ -56,6 +56,7 @@
 #include <shardx.h>
 
 #include "build_config.h"
+#include "test_filter.h"
 #include "common/time.h"
 #include "log_capture.h"
 #include "transports/transport.h"
@@ -892,5 +893,6 @@ int main(int argc, char **argv)
     }
     char group[64];
     snprintf(group, sizeof(group), "transport conformance: %s", tc->name);
+    sx_test_filter_from_env();
     return _cmocka_run_group_tests(group, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
 }

@@ -25,6 +25,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "transports/transport.h"
 #include "tl_util.h"
 
@@ -547,5 +548,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_over_self, setup, teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include <shardx.h>
 
 #include "transports/transport.h"
+#include "test_filter.h"
 
 #define TL_RX_DEADLINE_NS (30ull * 1000000000ull)
 #define ADDR_IN           2 /* FI_SOCKADDR_IN, the format byte of a udp-provider address */
@@ -227,5 +228,6 @@ int main(void)
         cmocka_unit_test(test_addr_check_and_insert),
         cmocka_unit_test(test_devices),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

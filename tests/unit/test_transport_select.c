@@ -20,6 +20,7 @@
 #include <shardx.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "build_config.h"
 #include "transports/transport.h"
 
@@ -372,5 +373,6 @@ int main(void)
         cmocka_unit_test(test_peers_must_agree),
 #endif
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

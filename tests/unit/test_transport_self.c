@@ -24,6 +24,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "transports/transport.h"
 
 #define DEADLINE_NS       (30ull * 1000000000ull)
@@ -242,5 +243,6 @@ int main(void)
         cmocka_unit_test(test_closed_and_full_destinations),
         cmocka_unit_test(test_concurrent_senders),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

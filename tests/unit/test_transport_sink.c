@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "am_util.h"
+#include "test_filter.h"
 #include "shard/wire.h"
 #include "transports/transport.h"
 
@@ -154,5 +155,6 @@ int main(void)
         cmocka_unit_test(test_sends_complete),
         cmocka_unit_test(test_interface),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,6 +35,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "transports/transport.h"
 
 #define DEADLINE_NS       (10ull * 1000000000ull)
@@ -1812,5 +1813,6 @@ int main(void)
         cmocka_unit_test(test_hot_socket_quiet_backs_off),
         cmocka_unit_test(test_hot_socket_peer_gone),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

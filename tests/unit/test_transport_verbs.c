@@ -24,6 +24,7 @@
 #include <shardx.h>
 
 #include "build_config.h"
+#include "test_filter.h"
 #include "log_capture.h"
 #include "transports/transport.h"
 #include "transports/verbs_addr.h"
@@ -912,5 +913,6 @@ int main(void)
         cmocka_unit_test(test_not_built),
 #endif
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

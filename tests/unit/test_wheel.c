@@ -23,6 +23,7 @@
 #include <shardx.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "common/wheel.h"
 
 /* ---- a logging timer ---------------------------------------------------- */
@@ -819,5 +820,6 @@ int main(void)
         cmocka_unit_test(test_random_model),     cmocka_unit_test(test_wait_before_deadline),
         cmocka_unit_test(test_take_added_min),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "shard/wire.h"
+#include "test_filter.h"
 #include "common/copy.h"
 #include "common/crc32c.h"
 #include "common/le.h"
@@ -1015,5 +1016,6 @@ int main(void)
         cmocka_unit_test(test_copy_bulk),
         cmocka_unit_test(test_zero_small),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

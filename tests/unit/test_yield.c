@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "common/time.h"
+#include "test_filter.h"
 #include "engine/yield.h"
 
 #define MS 1000000ull
@@ -327,5 +328,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_single_shard_caller_lets_its_runtime_yield, setup,
                                         teardown),
     };
+    sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
