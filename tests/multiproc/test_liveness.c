@@ -61,11 +61,29 @@
 
 #include "am_util.h"
 #include "common/time.h"
+#include "common/tsan.h"
 #include "log_capture.h"
 #include "mp_util.h"
 #include "test_filter.h"
 
-#define LV_TIMEOUT_MS 800                  /* SX_PEER_TIMEOUT_MS and SX_CONNECT_TIMEOUT_MS */
+/*
+ * Under ThreadSanitizer the timeouts, and every time derived from them, are
+ * three times as long. TSan runs this code several times slower, and a
+ * busy B's first call after its computation hands up in one pass all that
+ * its service kept (60 messages, 1.8 MB of which checked byte by byte),
+ * during which nothing reads B's socket: that pass took 243 ms under TSan
+ * beside two more runs of the test and a busy loop, and in one
+ * SX_SERVICE_US=1 sweep beside a fuzzer it outlasted the 800 ms that A
+ * waits for an answer to its probes, so A declared B unreachable
+ * (test_busy_under_loss, 32 PUT/GET failed). The default peer timeout is
+ * 30 s; only this file's scaled-down one is tight for a sanitizer.
+ */
+#ifdef SX_TSAN_ENABLED
+#define LV_SCALE 3
+#else
+#define LV_SCALE 1
+#endif
+#define LV_TIMEOUT_MS (800 * LV_SCALE)     /* SX_PEER_TIMEOUT_MS and SX_CONNECT_TIMEOUT_MS */
 #define LV_RTO_MAX_US 200000               /* SX_RTO_MAX_US */
 #define LV_BUSY_MS    (10 * LV_TIMEOUT_MS) /* how long a busy rank computes */
 #define LV_WAIT_MS    120000               /* a hang detector, never a timing */
@@ -622,7 +640,10 @@ static void lv_expect_failure(const lv_run_t *r)
  * The fault transport on both sides, and both engines' counters printed
  * when they close: A once declared the busy B unreachable here under TSan
  * on a loaded machine (a CI run, and 1 run in about 250 of
- * test_busy_under_loss beside a busy loop), with nothing else to go on.
+ * test_busy_under_loss beside a busy loop). The counters of the next such
+ * run (2026-12-06) showed why: B had answered all of A's probes while it
+ * computed, and A failed it as its computation ended, when B's first call
+ * handed up the backlog in one long pass (LV_SCALE says more).
  */
 static void lv_busy_loss_kv(lv_run_t *r, const char *fault)
 {
