@@ -641,9 +641,11 @@ static void lv_expect_failure(const lv_run_t *r)
  * when they close: A once declared the busy B unreachable here under TSan
  * on a loaded machine (a CI run, and 1 run in about 250 of
  * test_busy_under_loss beside a busy loop). The counters of the next such
- * run (2026-12-06) showed why: B had answered all of A's probes while it
- * computed, and A failed it as its computation ended, when B's first call
- * handed up the backlog in one long pass (LV_SCALE says more).
+ * run (2026-12-06) point at when: A's 40 probes span B's computation (8 s
+ * at the 200 ms ceiling), all 60 messages arrived, the 32 PUT/GET failed,
+ * and the one packet B sent afterwards met A's failed channel all 8 times
+ * (drop_channel_failed): A gave up as B's computation ended, when B's first
+ * call hands up the backlog in one long pass (LV_SCALE says more).
  */
 static void lv_busy_loss_kv(lv_run_t *r, const char *fault)
 {
