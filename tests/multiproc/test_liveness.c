@@ -73,9 +73,9 @@
  * its service kept (60 messages, 1.8 MB of which checked byte by byte),
  * during which nothing reads B's socket: that pass took 243 ms under TSan
  * beside two more runs of the test and a busy loop, and in one
- * SX_SERVICE_US=1 sweep beside a fuzzer it outlasted the 800 ms that A
- * waits for an answer to its probes, so A declared B unreachable
- * (test_busy_under_loss, 32 PUT/GET failed). The default peer timeout is
+ * SX_SERVICE_US=1 sweep beside a fuzzer it most likely outlasted the
+ * 800 ms that A waits for an answer to its probes, so A declared B
+ * unreachable (test_busy_under_loss, 32 PUT/GET failed). The default peer timeout is
  * 30 s; only this file's scaled-down one is tight for a sanitizer.
  */
 #ifdef SX_TSAN_ENABLED
@@ -644,8 +644,9 @@ static void lv_expect_failure(const lv_run_t *r)
  * run (2026-12-06) point at when: A's 40 probes span B's computation (8 s
  * at the 200 ms ceiling), all 60 messages arrived, the 32 PUT/GET failed,
  * and the one packet B sent afterwards met A's failed channel all 8 times
- * (drop_channel_failed): A gave up as B's computation ended, when B's first
- * call hands up the backlog in one long pass (LV_SCALE says more).
+ * (drop_channel_failed): most likely A gave up as B's computation ended,
+ * when B's first call hands up the backlog in one long pass (LV_SCALE says
+ * more).
  */
 static void lv_busy_loss_kv(lv_run_t *r, const char *fault)
 {

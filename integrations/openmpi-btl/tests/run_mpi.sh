@@ -22,8 +22,9 @@
 # shardx's default of one per CPU of their cpuset (a job that does not
 # gets one a rank): more than one a rank where the NP ranks outnumber
 # those CPUs and mpirun binds none, one a rank where there is one CPU, and
-# unchecked otherwise (mpirun's binding decides). EXPECT "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with
-# each REGEX in its output. With SXT_SKIP_WITHOUT_CMA=1 a test that wants
+# unchecked otherwise (mpirun's binding decides). EXPECT
+# "fail:REGEX[@@REGEX...]" instead wants mpirun to fail with each REGEX in
+# its output. With SXT_SKIP_WITHOUT_CMA=1 a test that wants
 # single copy exits 77 (skipped) where the host refuses it, rather than
 # checking the datagram fallback (a test of the shared get tests nothing
 # there).
