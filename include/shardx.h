@@ -351,7 +351,11 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * a datagram, or calls sched_yield. A wait that a datagram ends is
  * followed by a pass over the shard it came to, whose events are counted
  * in the return value. After sx_engine_caller_yields() it waits at the
- * first empty call.
+ * first empty call. What the engine's service kept while no thread called
+ * in is handed up in slices: each call runs at most 64 frames of it
+ * (messages, or chunks of large ones) and, after the first, none once
+ * 1 ms has passed, so that the call also reads and acknowledges between
+ * slices of a long backlog; call again while it returns more than 0.
  */
 SX_API int sx_progress(sx_engine_h engine);
 
@@ -380,7 +384,8 @@ SX_API int sx_engine_caller_yields(sx_engine_h engine, int yes);
  * A file descriptor that becomes readable when the engine may have work
  * (a datagram arrived), when one of the engine's timers is due
  * (retransmission, delayed ACK, peer timeout: a timerfd per shard) or when
- * the engine's service kept a completion or a delivery for a caller, for
+ * the engine's service kept a completion or a delivery for a caller (also
+ * while a call has left part of such a backlog for the next), for
  * callers with their own event loop: wait on it with no timeout, then call
  * sx_progress() until it returns 0. It may wake once with nothing to do
  * (the first wait, or a timer that was pushed back). Owned by the engine;

@@ -277,6 +277,7 @@ typedef struct sx_chan {
      * window says is left. */
     uint32_t rcv_nxt;   /* next sequence number expected */
     uint32_t rcv_dlv;   /* next sequence number to hand up */
+    uint32_t dlv_off;   /* where in it the next frame starts (0: at its first; sx_handup_t) */
     uint64_t rcv_sack;  /* the SACK view: bit i set, rcv_nxt + 1 + i is kept */
     sx_rxslot_t *ooo;   /* [window], allocated at the first packet kept */
     uint64_t *ooo_bits; /* [window / 64]: which slots hold a packet */
@@ -547,9 +548,11 @@ int sx_chan_set_dest_locked(sx_chan_t *chan, const void *addr, size_t len);
  *  leaves it for the next caller. Token holder of @p shard. */
 void sx_op_complete_locked(sx_shard_t *shard, sx_op_t *op, int status);
 
-/** Hands the channel's backlog up, in order (a caller's progress, never
- *  the service). Returns the packets handed up. */
-unsigned sx_chan_deliver_backlog_locked(sx_chan_t *chan);
+/** Hands the channel's backlog up, in order, as far as @p budget allows
+ *  (a caller's progress, never the service); what is left puts the
+ *  channel back on the shard's backlog list. Returns the frames handed
+ *  up. */
+unsigned sx_chan_deliver_backlog_locked(sx_chan_t *chan, sx_handup_t *budget);
 
 /** Takes the ACK the shard holds (sx_chan_ack_hold_locked), if any: at the
  *  start of each pass, before each datagram is parsed, before a due timer

@@ -308,21 +308,32 @@ static void chan_drop_rest(sx_chan_t *c, const uint8_t *payload, size_t len, siz
  * order, so chunks of a message arrive consecutively. @p scanned: the
  * packet went through chan_scan_kept, which decided its refusals and
  * took its AM_REFUSE frames; else both happen here, as it arrives.
+ * @p budget (a backlog's packet; else NULL): starts at the frame at
+ * c->dlv_off, and takes a frame from it for each frame after the first;
+ * when it runs out, leaves the offset of the frame not yet handed up in
+ * c->dlv_off (never 0 then) and returns.
  */
 SX_HOT static unsigned chan_deliver_packet(sx_chan_t *c, uint32_t seq, const uint8_t *payload,
-                                           size_t len, bool scanned, const sx_landing_t *land)
+                                           size_t len, bool scanned, const sx_landing_t *land,
+                                           sx_handup_t *budget)
 {
     unsigned frames = 0;
-    size_t off = 0;
+    size_t off = budget != NULL ? c->dlv_off : 0;
     sx_wire_frame_t f;
     int r, st;
 
-    for (size_t at = 0; (r = sx_wire_next_frame(payload, len, &off, &f)) == 1; at = off) {
+    if (budget != NULL)
+        c->dlv_off = 0;
+    for (size_t at = off; (r = sx_wire_next_frame(payload, len, &off, &f)) == 1; at = off) {
         if (c->failed)
             break; /* a refusal found no memory: nothing more is taken */
         if (chan_peer_removed(c)) {
             chan_drop_rest(c, payload, len, at);
             break;
+        }
+        if (budget != NULL && frames > 0 && !sx_handup_take(budget)) {
+            c->dlv_off = (uint32_t)at; /* the next pass goes on from here */
+            return frames;
         }
         frames++;
         bool assembling = c->asm_buf != NULL || c->asm_drop;
@@ -581,23 +592,32 @@ static void chan_window_update(sx_chan_t *c)
     }
 }
 
-SX_HOT unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c)
+SX_HOT unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c, sx_handup_t *budget)
 {
     uint32_t mask = sx_chan_window(c) - 1;
     unsigned n = 0;
 
     while (c->rcv_dlv != c->rcv_nxt) {
+        if (!sx_handup_take(budget)) {
+            sx_shard_queue_backlog_locked(c->shard, c); /* the next pass goes on */
+            break;
+        }
+        /* The packet stays in the ring while its frames are handed up: the
+         * budget may run out after any of them. */
         uint32_t i = c->rcv_dlv & mask;
         uint8_t *buf = c->ooo[i].buf;
         uint32_t len = c->ooo[i].len;
+        n += chan_deliver_packet(c, c->rcv_dlv, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, true,
+                                 NULL, budget);
+        if (c->dlv_off != 0) {
+            sx_shard_queue_backlog_locked(c->shard, c);
+            break;
+        }
         c->ooo[i].buf = NULL;
         c->ooo_bits[i / 64] &= ~(1ull << (i % 64));
         c->backlog_bytes -= len;
         c->rcv_dlv++;
-        chan_deliver_packet(c, c->rcv_dlv - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, true,
-                            NULL);
         free(buf);
-        n++;
     }
     if (n > 0 && !c->failed)
         chan_window_update(c);
@@ -619,7 +639,7 @@ static void chan_deliver_kept(sx_chan_t *c)
         c->ooo_bytes -= len;
         c->rcv_nxt++;
         chan_deliver_packet(c, c->rcv_nxt - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, false,
-                            NULL);
+                            NULL, NULL);
         free(buf);
         if (c->failed)
             return;
@@ -690,15 +710,15 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
         if (c->shard->serving)
             sx_shard_defer_backlog_locked(c->shard, c);
         else
-            (void)sx_chan_deliver_backlog_locked(c);
+            sx_shard_queue_backlog_locked(c->shard, c); /* after the poll, budgeted */
     } else if (h->seq == c->rcv_nxt &&
                !chan_refusals_fit(c, data + SX_WIRE_HDR_LEN, h->payload_len)) {
         sx_stat_add(&c->shard->stats.drops[SX_DROP_NO_BUFFER], 1);
         c->ack_now = true; /* taken after its retransmission */
     } else if (h->seq == c->rcv_nxt) {
         c->rcv_nxt++;
-        unsigned frames =
-            chan_deliver_packet(c, h->seq, data + SX_WIRE_HDR_LEN, h->payload_len, false, land);
+        unsigned frames = chan_deliver_packet(c, h->seq, data + SX_WIRE_HDR_LEN, h->payload_len,
+                                              false, land, NULL);
         if (!c->failed)
             chan_deliver_kept(c);
         c->rcv_dlv = c->rcv_nxt;

@@ -6,6 +6,7 @@
  */
 #include "shard/shard.h"
 
+#include "common/time.h"
 #include "shard/chan.h"
 #include "shard/handlers.h"
 #include "shard/peer.h"
@@ -36,8 +37,9 @@ void sx_shard_defer_error_locked(sx_shard_t *shard, struct sx_peer *peer, int st
     sx_stat_add(&shard->stats.svc_deferred, 1);
 }
 
-void sx_shard_defer_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
+void sx_shard_queue_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
 {
+    shard->deferred = true;
     if (chan->on_backlog)
         return;
     chan->on_backlog = true;
@@ -47,7 +49,13 @@ void sx_shard_defer_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
     else
         shard->backlog_head = chan;
     shard->backlog_tail = chan;
-    shard->deferred = true;
+}
+
+void sx_shard_defer_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
+{
+    if (chan->on_backlog)
+        return;
+    sx_shard_queue_backlog_locked(shard, chan);
     sx_stat_add(&shard->stats.svc_deferred, 1);
 }
 
@@ -71,27 +79,59 @@ void sx_shard_unlink_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
     chan->on_backlog = false;
 }
 
+void sx_handup_init(sx_handup_t *budget)
+{
+    budget->left = SX_HANDUP_FRAMES;
+    budget->until_ns = sx_time_ns() + SX_HANDUP_NS;
+}
+
+bool sx_handup_take(sx_handup_t *budget)
+{
+    if (budget->left == 0)
+        return false;
+    if (budget->left < SX_HANDUP_FRAMES && sx_time_ns() >= budget->until_ns) {
+        budget->left = 0;
+        return false;
+    }
+    budget->left--;
+    return true;
+}
+
+/* The first channel of the backlog list, taken off it; NULL if none. */
+static sx_chan_t *backlog_pop(sx_shard_t *shard)
+{
+    sx_chan_t *c = shard->backlog_head;
+
+    if (c == NULL)
+        return NULL;
+    shard->backlog_head = c->backlog_next;
+    if (shard->backlog_head == NULL)
+        shard->backlog_tail = NULL;
+    c->on_backlog = false;
+    c->backlog_next = NULL;
+    return c;
+}
+
 int sx_shard_run_deferred_locked(sx_shard_t *shard)
 {
     int n = 0;
+    sx_handup_t budget;
 
-    /* Detach each list first: a callback may defer nothing (it runs on a
-     * caller's thread) but may queue work that completes at once. */
+    /* One entry at a time off each list, never a detached copy: a handler
+     * may remove a peer, whose channel leaves the list (chan.c). Only the
+     * service and engine threads defer, so nothing is added meanwhile but
+     * a channel the budget cut short, at the end, after which the
+     * loop stops. Backlogs go first, in
+     * the order their packets arrived, then completions, then reports. */
     shard->deferred = false;
-    sx_chan_t *chans = shard->backlog_head;
-    shard->backlog_head = shard->backlog_tail = NULL;
-    while (chans != NULL) {
-        sx_chan_t *c = chans;
-        chans = c->backlog_next;
-        c->on_backlog = false;
-        c->backlog_next = NULL;
-        n += (int)sx_chan_deliver_backlog_locked(c);
-    }
-    sx_op_t *ops = shard->done_head;
-    shard->done_head = shard->done_tail = NULL;
-    while (ops != NULL) {
-        sx_op_t *op = ops;
-        ops = op->next;
+    sx_handup_init(&budget);
+    while (budget.left > 0 && shard->backlog_head != NULL)
+        n += (int)sx_chan_deliver_backlog_locked(backlog_pop(shard), &budget);
+    while (shard->done_head != NULL) {
+        sx_op_t *op = shard->done_head;
+        shard->done_head = op->next;
+        if (shard->done_head == NULL)
+            shard->done_tail = NULL;
         /* A refused message without a completion holds its peer for its
          * report (sx_op_complete_locked). */
         struct sx_peer *held = op->cb == NULL && op->refused ? op->peer : NULL;
@@ -100,16 +140,18 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard)
             sx_peer_put(held);
         n++;
     }
-    struct sx_peer *peers = shard->err_head;
-    shard->err_head = shard->err_tail = NULL;
-    while (peers != NULL) {
-        struct sx_peer *peer = peers;
-        peers = peer->err_next;
+    while (shard->err_head != NULL) {
+        struct sx_peer *peer = shard->err_head;
+        shard->err_head = peer->err_next;
+        if (shard->err_head == NULL)
+            shard->err_tail = NULL;
         const sx_err_handler_t *h = sx_handlers_error(shard->env->handlers);
         if (h != NULL)
             h->cb(h->arg, peer->id, peer->err_status);
         sx_peer_put(peer);
         n++;
     }
+    shard->deferred =
+        shard->backlog_head != NULL || shard->done_head != NULL || shard->err_head != NULL;
     return n;
 }

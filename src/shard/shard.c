@@ -103,11 +103,13 @@ SX_HOT_PASS static void sx_shard_flush_hook(void *owner)
      * timers: wake it if one of ours is due earlier, or if this tenure's
      * poll left datagrams in an interface's buffers. The thread published
      * `sleeping` before it released the token we now hold (acquire/release
-     * through the token), so we cannot miss it. Likewise when an engine
-     * thread deferred callbacks for it (SX_PROGRESS=thread has no
-     * service, but the OOB thread may take the token). */
+     * through the token), so we cannot miss it. Likewise when work waits
+     * on the deferred lists: callbacks an engine thread deferred for it
+     * (SX_PROGRESS=thread has no service, but the OOB thread may take the
+     * token), or a backlog that a caller's pass left to the next one
+     * (sx_handup_t). */
     if (atomic_load_explicit(&shard->sleeping, memory_order_relaxed) &&
-        ((shard->serving && shard->deferred) ||
+        (shard->deferred ||
          (sx_wheel_next_deadline(shard->wheel, &next) == SX_OK &&
           next < atomic_load_explicit(&shard->sleep_until_ns, memory_order_relaxed)) ||
          sx_shard_ifaces_hold_locked(shard)))

@@ -445,9 +445,49 @@ void sx_shard_set_engine_thread(void);
  *  the watchdog) from whatever thread it runs on. */
 void sx_shard_set_deferring(bool on);
 
-/** Runs what the service deferred (completions, peer error reports,
- *  backlogged deliveries); returns how many. Token holder, never the
- *  service; also at destruction. */
+/*
+ * How much of the channels' backlogs one call of
+ * sx_shard_run_deferred_locked hands up: at most SX_HANDUP_FRAMES frames
+ * (a message, a chunk of one, a PUT or GET) and, after the first, none
+ * once SX_HANDUP_NS have passed since it began. The rest waits, the
+ * channels in round-robin order and a packet cut short at its next frame
+ * (sx_chan_t.dlv_off), for the next pass, which polls the sockets first.
+ * So a caller back from a long computation, whose service kept a window's
+ * worth of messages for it, still reads, answers probes and acknowledges
+ * between slices of the handing up. In one pass, its handlers (a 1.8 MB
+ * backlog checked byte by byte took 243 ms under TSan) held every ACK
+ * back and left its peer's probes unanswered for as long
+ * (test_liveness.c, test_slow_handlers_after_computing). Linux bounds a
+ * softirq's receive work the same two ways (netdev_budget, 300 packets,
+ * and netdev_budget_usecs, 2 ms: Documentation/admin-guide/sysctl/
+ * net.rst). Frames, not packets, because one datagram of aggregated small
+ * messages holds dozens of handler calls. 1 ms is half the default
+ * SX_RTO_MIN_US, so the ACKs a pass owes leave before a sender's earliest
+ * retransmission timeout. Completions and peer error reports are not
+ * counted, as NAPI does not count transmit completions: they run in full,
+ * at most one per operation the caller has outstanding.
+ */
+#define SX_HANDUP_FRAMES 64u
+#define SX_HANDUP_NS     1000000ull
+
+/** What one call may still hand up (SX_HANDUP_FRAMES, SX_HANDUP_NS). */
+typedef struct sx_handup {
+    unsigned left;     /* frames */
+    uint64_t until_ns; /* checked from the second frame on */
+} sx_handup_t;
+
+/** A fresh budget, counting from now. */
+void sx_handup_init(sx_handup_t *budget);
+
+/** Takes one frame from @p budget: false, and none left from then on,
+ *  when the frames or the time are spent. The first always succeeds. */
+bool sx_handup_take(sx_handup_t *budget);
+
+/** Runs what the service deferred: every completion and peer error
+ *  report, and the channels' backlogs as far as a fresh sx_handup_t
+ *  allows (`deferred` stays set while any remains). Returns how many it
+ *  ran. Token holder, never the service; at destruction, until
+ *  `deferred` clears. */
 int sx_shard_run_deferred_locked(sx_shard_t *shard);
 
 /** Defers a completion (its status in op->status), a peer's error report
@@ -456,6 +496,13 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard);
 void sx_shard_defer_op_locked(sx_shard_t *shard, struct sx_op *op);
 void sx_shard_defer_error_locked(sx_shard_t *shard, struct sx_peer *peer, int status);
 void sx_shard_defer_backlog_locked(sx_shard_t *shard, struct sx_chan *chan);
+
+/** Puts @p chan, whose backlog a caller is to hand up, at the end of the
+ *  backlog list (if not on it) without counting a deferral: a caller's
+ *  packet that arrived behind the backlog, or a backlog the budget cut
+ *  short (sx_handup_t). The pass hands it up after its poll. Token
+ *  holder. */
+void sx_shard_queue_backlog_locked(sx_shard_t *shard, struct sx_chan *chan);
 
 /** Takes @p chan off the backlog list (a channel being destroyed). */
 void sx_shard_unlink_backlog_locked(sx_shard_t *shard, struct sx_chan *chan);

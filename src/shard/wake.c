@@ -38,7 +38,10 @@ static bool timer_arm_at(const sx_shard_t *shard, int fd, uint64_t at, const cha
  * pass; one per later retransmission deadline, a system call per send).
  * The service may drain the datagram (or read the expiration) that woke
  * the loop, and keep what came for a caller (the deferred lists): then it
- * fires the timer at once (docs/design.md, section 4).
+ * fires the timer at once (docs/design.md, section 4). So does any holder
+ * that leaves the lists non-empty: a caller's pass that handed up only
+ * part of a backlog (sx_handup_t), and a caller's send, whose release read
+ * the expiration the service had fired while the work still waits.
  */
 void sx_shard_fd_timer_locked(sx_shard_t *shard)
 {
@@ -53,7 +56,7 @@ void sx_shard_fd_timer_locked(sx_shard_t *shard)
             sx_debug("shard", "shard %u: timerfd read: %s", shard->index, strerror(errno));
         shard->fd_timer_at = UINT64_MAX;
     }
-    if (shard->serving && shard->deferred)
+    if (shard->deferred)
         next = 0; /* due now: a caller has work waiting */
     else if (sx_wheel_next_deadline(shard->wheel, &next) != SX_OK)
         return;

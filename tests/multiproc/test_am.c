@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -1245,6 +1246,104 @@ static void test_removed_peer_not_delivered(void **state)
         removed_peer_variant(variant);
 }
 
+/* Checks each message, and computes on the first slow_first. */
+typedef struct slicer {
+    ctx_t c;
+    uint64_t slow_first, slow_ns;
+} slicer_t;
+
+static void on_slow_first(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
+{
+    slicer_t *s = arg;
+    uint64_t i = s->c.rx.received;
+    on_am(&s->c, peer_id, tag, data, len);
+    if (i < s->slow_first) {
+        uint64_t until = sx_time_ns() + s->slow_ns;
+        while (sx_time_ns() < until) /* the application's work */
+            ;
+    }
+}
+
+/* B sends @p n messages numbered from @p first; this thread serves A, as
+ * the engine's service does (it hands nothing up), until B has them all
+ * acknowledged: A holds them all. */
+static void serve_until_kept(sx_engine_h a, sx_engine_h b, sx_peer_h to_a, uint8_t (*bufs)[64],
+                             unsigned first, unsigned n)
+{
+    tally_t sent = {0};
+    for (unsigned i = first; i < first + n; i++) {
+        am_fill(bufs[i], 64, i);
+        struct iovec iov = {bufs[i], 64};
+        assert_int_equal(sx_send(to_a, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
+    }
+    uint64_t start = sx_time_ns();
+    while (sent.ok + sent.failed < n) {
+        assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+        sx_shard_set_service_thread(true);
+        sx_progress(a);
+        sx_shard_set_service_thread(false);
+        sx_progress(b);
+    }
+    assert_int_equal(sent.failed, 0);
+}
+
+/*
+ * What the service kept is handed up in slices (shard.h, sx_handup_t):
+ * A's service keeps 200 messages; each of A's next eight calls runs one
+ * handler, which computes for twice the slice's time, and each later call
+ * at most SX_HANDUP_FRAMES, all in order, every byte checked. While some
+ * remain, A's sx_engine_fd is readable, so a caller that waits on it comes
+ * back for them (the pass read the expiration the service had fired).
+ * Then A's service keeps 200 more and A is destroyed without another
+ * call: destruction hands all of them up, as before the budget.
+ */
+static void test_backlog_handed_up_in_slices(void **state)
+{
+    (void)state;
+    enum { N = 200, SLOW = 8 };
+    static uint8_t bufs[2 * N][64];
+    const sx_config_kv_t kv[] = {{"SERVICE_US", "0"}, {"SHARDS", "1"}};
+    sx_engine_h a = am_engine(kv, 2), b = am_engine(kv, 2);
+    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    (void)am_connect(a, b, 7);
+    sx_peer_h to_a = am_connect(b, a, 41);
+    slicer_t s = {.slow_first = SLOW, .slow_ns = 2 * SX_HANDUP_NS};
+    assert_int_equal(sx_am_register(a, 5, on_slow_first, &s), SX_OK);
+    int fd = -1;
+    assert_int_equal(sx_engine_fd(a, &fd), SX_OK);
+
+    serve_until_kept(a, b, to_a, bufs, 0, N);
+    assert_int_equal(s.c.rx.received, 0);
+    unsigned calls = 0;
+    uint64_t start = sx_time_ns();
+    while (s.c.rx.received < N) {
+        assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+        uint64_t before = s.c.rx.received;
+        sx_progress(a);
+        calls++;
+        uint64_t got = s.c.rx.received - before;
+        if (before < SLOW)
+            assert_int_equal(got, 1);
+        else
+            assert_true(got <= SX_HANDUP_FRAMES);
+        if (s.c.rx.received < N) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            assert_int_equal(poll(&pfd, 1, 10000), 1);
+        }
+    }
+    print_message("[ slices ] %u messages in %u calls\n", (unsigned)N, calls);
+    assert_true(calls >= SLOW + (N - SLOW + SX_HANDUP_FRAMES - 1) / SX_HANDUP_FRAMES);
+    assert_int_equal(s.c.rx.errors, 0);
+
+    serve_until_kept(a, b, to_a, bufs, N, N);
+    assert_int_equal(s.c.rx.received, N);
+    sx_engine_destroy(a);
+    assert_int_equal(s.c.rx.received, 2 * N);
+    assert_int_equal(s.c.rx.errors, 0);
+    sx_engine_destroy(b);
+}
+
 /*
  * sx_peer_remove while a datagram of the peer's channel waits in the
  * shard's batch. Window and path MTU probes and a reset's challenge are
@@ -1633,6 +1732,7 @@ int main(void)
         cmocka_unit_test(test_handler_replies_on_peer),
         cmocka_unit_test(test_reply_ack_taken_next_call),
         cmocka_unit_test(test_removed_peer_not_delivered),
+        cmocka_unit_test(test_backlog_handed_up_in_slices),
         cmocka_unit_test(test_remove_with_staged_datagram),
         cmocka_unit_test(test_batch_send_time_before_call),
         cmocka_unit_test(test_lone_send_time_before_call),

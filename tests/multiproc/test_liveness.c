@@ -18,6 +18,9 @@
  *   never consumes              B makes no call at all: A's window
  *                               closes, A waits and probes, nothing fails;
  *                               then B consumes and everything arrives
+ *   slow handlers after         the same, and B's handler computes on the
+ *   computing                   first 32 messages, which its service
+ *                               kept: B still answers A's probes
  *   kill -9                     B killed while it progresses, while it
  *                               computes, while A waits on its window: A
  *                               reports it within the timeout plus a
@@ -130,6 +133,8 @@ typedef struct lv_plan {
     uint32_t busy_at;        /* after this many messages ... */
     uint32_t busy_mid_ms;    /* ... it computes this long */
     uint32_t hold;           /* makes no call until MSG_GO */
+    uint32_t slow_first;     /* the handler computes for the first this many ... */
+    uint32_t slow_ms;        /* ... messages this long each */
     /* Both: prints the engine's non-zero counters on one line at the end
      * (lv_print_counters). */
     uint32_t counters;
@@ -153,6 +158,7 @@ typedef struct lv_result {
 /* B's report. */
 typedef struct lv_bresult {
     uint32_t delivered, out_of_order, bad_bytes, bad_put;
+    uint32_t slow_per_call; /* most slow messages one sx_progress handed up */
     uint64_t svc_wakeups, svc_rx_packets, svc_deferred, drop_no_buffer, chan_failures;
     char why[160];
 } lv_bresult_t;
@@ -404,6 +410,7 @@ static int lv_run_a(int in, int out, const lv_plan_t *p)
 typedef struct lv_b {
     const lv_plan_t *plan;
     lv_bresult_t res;
+    uint32_t slow_this_call;
 } lv_b_t;
 
 static void lv_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
@@ -416,6 +423,10 @@ static void lv_on_am(void *arg, uint64_t peer_id, uint8_t tag, const void *data,
         b->res.out_of_order++;
     else if (!mp_msg_verify(data, len, b->plan->seed, i))
         b->res.bad_bytes++;
+    if (i < b->plan->slow_first) {
+        b->slow_this_call++;
+        lv_compute(b->plan->slow_ms);
+    }
 }
 
 static int lv_run_b(int in, int out, const lv_plan_t *p)
@@ -448,7 +459,10 @@ static int lv_run_b(int in, int out, const lv_plan_t *p)
     bool verify = false;
     uint64_t deadline = 0;
     for (;;) {
+        b.slow_this_call = 0;
         sx_progress(e);
+        if (b.slow_this_call > b.res.slow_per_call)
+            b.res.slow_per_call = b.slow_this_call;
         if (!mid_done && b.res.delivered >= p->busy_at) {
             mid_done = true;
             lv_compute(p->busy_mid_ms);
@@ -727,6 +741,43 @@ static void test_receiver_never_consumes(void **state)
     /* A stalled on B's window and probed it; nothing failed meanwhile. */
     assert_true(r.ra.rwnd_stalls > 0);
     assert_true(r.ra.peer_probes > 0);
+}
+
+/*
+ * B's handler computes for an eighth of the peer timeout on each of the
+ * first 32 messages, which its service kept while B made no call (a
+ * window of 64 packets, a datagram per message: A stalls on it and
+ * probes). Handed up in one pass, as before the budget of shard.h's
+ * sx_handup_t, those 32 held B's every read and ACK back for four peer
+ * timeouts, and A declared B unreachable (all 48 messages still queued
+ * failed). Now each pass hands up one of them and leaves: B reads A's
+ * probes and answers between two. The budget itself: no sx_progress of
+ * B's ran more than one slow handler.
+ */
+static void test_slow_handlers_after_computing(void **state)
+{
+    (void)state;
+    lv_run_t r;
+    lv_init(&r, 14);
+    lv_both_kv(&r, "WINDOW", "64");
+    r.pa.nmsgs = r.pb.nmsgs = 80;
+    r.pa.big_every = r.pb.big_every = 0; /* up to 2 KiB each */
+    r.pa.nput = r.pb.nput = r.pa.nget = r.pb.nget = 0;
+    r.pb.hold = 1;
+    r.pb.slow_first = 32;
+    r.pb.slow_ms = LV_TIMEOUT_MS / 8;
+    r.pa.counters = r.pb.counters = 1;
+    lv_start(&r);
+    lv_wait_a(&r, MSG_STARTED);
+    struct timespec ts = {.tv_sec = LV_TIMEOUT_MS / 1000,
+                          .tv_nsec = (long)(LV_TIMEOUT_MS % 1000) * 1000000};
+    nanosleep(&ts, NULL); /* the scenario: B computes, its service keeps */
+    assert_true(mp_write_msg(r.b.to_fd, MSG_GO, NULL, 0));
+    lv_finish(&r);
+    lv_expect_all(&r);
+    assert_true(r.ra.rwnd_stalls > 0);
+    assert_true(r.ra.peer_probes > 0);
+    assert_int_equal(r.rb.slow_per_call, 1);
 }
 
 /*
@@ -1118,6 +1169,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_busy_before_first_call, lv_teardown),
         cmocka_unit_test_teardown(test_busy_mid_stream, lv_teardown),
         cmocka_unit_test_teardown(test_receiver_never_consumes, lv_teardown),
+        cmocka_unit_test_teardown(test_slow_handlers_after_computing, lv_teardown),
         cmocka_unit_test_teardown(test_kill_matrix, lv_teardown),
         cmocka_unit_test_teardown(test_hotel_full, lv_teardown),
         cmocka_unit_test_teardown(test_stop_longer_than_timeout, lv_teardown),
