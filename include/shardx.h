@@ -352,7 +352,7 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * followed by a pass over the shard it came to, whose events are counted
  * in the return value. After sx_engine_caller_yields() it waits at the
  * first empty call. What the engine's service kept while no thread called
- * in is handed up in slices: each call runs at most 64 frames of it
+ * in is handed up in slices: each call runs at most 256 frames of it
  * (messages, or chunks of large ones) and, after the first, none once
  * 1 ms has passed, so that the call also reads and acknowledges between
  * slices of a long backlog; call again while it returns more than 0.

@@ -1289,18 +1289,18 @@ static void serve_until_kept(sx_engine_h a, sx_engine_h b, sx_peer_h to_a, uint8
 
 /*
  * What the service kept is handed up in slices (shard.h, sx_handup_t):
- * A's service keeps 200 messages; each of A's next eight calls runs one
+ * A's service keeps 600 messages; each of A's next eight calls runs one
  * handler, which computes for twice the slice's time, and each later call
  * at most SX_HANDUP_FRAMES, all in order, every byte checked. While some
  * remain, A's sx_engine_fd is readable, so a caller that waits on it comes
  * back for them (the pass read the expiration the service had fired).
- * Then A's service keeps 200 more and A is destroyed without another
+ * Then A's service keeps 600 more and A is destroyed without another
  * call: destruction hands all of them up, as before the budget.
  */
 static void test_backlog_handed_up_in_slices(void **state)
 {
     (void)state;
-    enum { N = 200, SLOW = 8 };
+    enum { N = 600, SLOW = 8 };
     static uint8_t bufs[2 * N][64];
     const sx_config_kv_t kv[] = {{"SERVICE_US", "0"}, {"SHARDS", "1"}};
     sx_engine_h a = am_engine(kv, 2), b = am_engine(kv, 2);
