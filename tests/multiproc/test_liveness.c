@@ -71,15 +71,18 @@
 
 /*
  * Under ThreadSanitizer the timeouts, and every time derived from them, are
- * three times as long. TSan runs this code several times slower, and a
- * busy B's first call after its computation hands up in one pass all that
- * its service kept (60 messages, 1.8 MB of which checked byte by byte),
- * during which nothing reads B's socket: that pass took 243 ms under TSan
- * beside two more runs of the test and a busy loop, and in one
- * SX_SERVICE_US=1 sweep beside a fuzzer it most likely outlasted the
- * 800 ms that A waits for an answer to its probes, so A declared B
- * unreachable (test_busy_under_loss, 32 PUT/GET failed). The default peer timeout is
- * 30 s; only this file's scaled-down one is tight for a sanitizer.
+ * three times as long: TSan runs this code several times slower, and this
+ * file's scaled-down peer timeout (the default is 30 s) is tight for a
+ * sanitizer. It was set when a busy B's first call after its computation
+ * handed up in one pass all that its service kept (60 messages, 1.8 MB of
+ * which checked byte by byte: 243 ms under TSan beside two more runs of
+ * the test and a busy loop), reading no socket meanwhile; in one
+ * SX_SERVICE_US=1 sweep beside a fuzzer that pass most likely outlasted
+ * the 800 ms that A waits for an answer to its probes, and A declared B
+ * unreachable (test_busy_under_loss, 32 PUT/GET failed). A pass now hands
+ * up a slice and polls before the next (shard.h, sx_handup_t;
+ * test_slow_handlers_after_computing); the scale stays as the sanitizer's
+ * margin.
  */
 #ifdef SX_TSAN_ENABLED
 #define LV_SCALE 3
@@ -659,8 +662,8 @@ static void lv_expect_failure(const lv_run_t *r)
  * at the 200 ms ceiling), all 60 messages arrived, the 32 PUT/GET failed,
  * and the one packet B sent afterwards met A's failed channel all 8 times
  * (drop_channel_failed): most likely A gave up as B's computation ended,
- * when B's first call hands up the backlog in one long pass (LV_SCALE says
- * more).
+ * when B's first call handed up the backlog in one long pass, as a call
+ * no longer does (LV_SCALE says more).
  */
 static void lv_busy_loss_kv(lv_run_t *r, const char *fault)
 {
