@@ -120,9 +120,9 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard)
     /* One entry at a time off each list, never a detached copy: a handler
      * may remove a peer, whose channel leaves the list (chan.c). Only the
      * service and engine threads defer, so nothing is added meanwhile but
-     * a channel the budget cut short, at the end, after which the
-     * loop stops. Backlogs go first, in
-     * the order their packets arrived, then completions, then reports. */
+     * a channel the budget cut short, at the end, after which the loop
+     * stops. Backlogs go first, in the order their channels were queued,
+     * then completions, then reports. */
     shard->deferred = false;
     sx_handup_init(&budget);
     while (budget.left > 0 && shard->backlog_head != NULL)

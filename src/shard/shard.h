@@ -461,16 +461,16 @@ void sx_shard_set_deferring(bool on);
  * softirq's receive work the same two ways (netdev_budget, 300 packets,
  * and netdev_budget_usecs, 2 ms: Documentation/admin-guide/sysctl/
  * net.rst). Frames, not packets, because one datagram of aggregated small
- * messages holds dozens of handler calls. The time bounds slow handlers;
- * the count bounds fast ones and is set high, near netdev_budget: while a
- * channel has a backlog, what arrives in order is kept behind it (copied
- * aside), and a slice much smaller than what one poll reads (32 datagrams
- * a socket) would keep a streaming channel in that state, one copy per
- * datagram more. 1 ms is half the default
- * SX_RTO_MIN_US, so the ACKs a pass owes leave before a sender's earliest
- * retransmission timeout. Completions and peer error reports are not
- * counted, as NAPI does not count transmit completions: they run in full,
- * at most one per operation the caller has outstanding.
+ * messages holds dozens of handler calls. The time bounds slow handlers,
+ * and 1 ms is half the default SX_RTO_MIN_US, so the ACKs a pass owes
+ * leave before a sender's earliest retransmission timeout. The count
+ * bounds fast ones and is set high, near netdev_budget: while a channel
+ * has a backlog, what arrives in order is kept behind it (copied aside),
+ * and a slice much smaller than what one poll reads (32 datagrams a
+ * socket) would keep a streaming channel in that state, one copy per
+ * datagram more. Completions and peer error reports are not counted, as
+ * NAPI does not count transmit completions: they run in full, at most one
+ * per operation the caller has outstanding.
  */
 #define SX_HANDUP_FRAMES 256u
 #define SX_HANDUP_NS     1000000ull
