@@ -74,7 +74,8 @@ static const char *const rl_ctr_names[] = {
     "rtx_timeout",      "rtx_sack",      "rtx_dupack",      "drop_duplicate", "drop_hdr_csum",
     "drop_payload_crc", "drop_version",  "rx_out_of_order", "data_sent",      "tl_rx_kernel_drops",
     "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket",
-    "pmtu_blackholes",  "frags_sent",    "frags_assembled", "rtx_unneeded"};
+    "pmtu_blackholes",  "frags_sent",    "frags_assembled", "rtx_unneeded",   "peer_probes",
+    "rwnd_stalls"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -863,9 +864,14 @@ static void test_pair(void **state)
 
 /* ------------------------------------------------------------ peer death */
 
+/* The sender noticed by its retransmission timeouts, or by its probes when
+ * the peer's receive window had it stalled as the peer died: under TSan
+ * with SX_SERVICE_US=1, where the receiver's service keeps what its caller
+ * has yet to hand up, test_peer_killed_by_parent's sender once failed the
+ * channel with no timeout at all (probes and window stalls are printed). */
 static void rl_expect_death_counters(const rl_result_t *res)
 {
-    assert_true(ctr(res, "rtx_timeout") > 0);
+    assert_true(ctr(res, "rtx_timeout") + ctr(res, "peer_probes") > 0);
     assert_true(ctr(res, "chan_failures") >= 1);
 }
 
