@@ -54,8 +54,13 @@ typedef struct mp_child {
 
 /* Every child started and not yet reaped, so that a test that fails in an
  * assertion (cmocka longjmps out of it) still kills and reaps them in its
- * teardown. */
-static mp_child_t *mp_live[MP_MAX_CHILDREN];
+ * teardown. Copies, not pointers to the test's mp_child_t: most tests keep
+ * those on their stack, which the longjmp leaves to the teardown's own
+ * frames, and a kill of whatever pid a stale pointer then read could be
+ * kill(-1, SIGKILL), every process a root runner may signal (a TSan sweep
+ * took its ctest and the shell that started it with it, twice). A child
+ * not yet reaped keeps its pid, so the copy names no one else. */
+static mp_child_t mp_live[MP_MAX_CHILDREN];
 
 static inline bool mp_write_msg(int fd, uint32_t type, const void *data, uint32_t len)
 {
@@ -322,8 +327,8 @@ static inline bool mp_spawn(mp_child_t *c)
     c->from_fd = up[0];
     c->status = 0;
     for (int i = 0; i < MP_MAX_CHILDREN; i++) {
-        if (mp_live[i] == NULL) {
-            mp_live[i] = c;
+        if (mp_live[i].pid == 0) {
+            mp_live[i] = *c;
             break;
         }
     }
@@ -333,8 +338,8 @@ static inline bool mp_spawn(mp_child_t *c)
 static inline void mp_forget(mp_child_t *c)
 {
     for (int i = 0; i < MP_MAX_CHILDREN; i++) {
-        if (mp_live[i] == c)
-            mp_live[i] = NULL;
+        if (c->pid > 0 && mp_live[i].pid == c->pid)
+            mp_live[i].pid = 0;
     }
     close(c->to_fd);
     close(c->from_fd);
@@ -381,13 +386,13 @@ static inline bool mp_reap(mp_child_t *c, int timeout_ms)
 static inline void mp_kill_all(void)
 {
     for (int i = 0; i < MP_MAX_CHILDREN; i++) {
-        mp_child_t *c = mp_live[i];
-        if (c == NULL)
+        mp_child_t c = mp_live[i];
+        if (c.pid <= 0)
             continue;
-        kill(c->pid, SIGKILL);
-        while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR)
+        kill(c.pid, SIGKILL);
+        while (waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR)
             ;
-        mp_forget(c);
+        mp_forget(&c);
     }
 }
 
