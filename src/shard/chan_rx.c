@@ -447,10 +447,17 @@ static inline void chan_owe_ack(sx_chan_t *c, unsigned frames)
     }
 }
 
+/* Whether the ring holds @p seq. Its slots are for rcv_dlv .. rcv_dlv +
+ * window - 1 only (chan_keep); a SACK looks 64 past rcv_nxt, and beyond
+ * the ring a slot belongs to a packet a window earlier (the backlog's, or
+ * one ahead of the gap), which the SACK reported as this one: the sender
+ * then gave up its copy and never resent it (test_am,
+ * test_sack_stays_within_the_ring). */
 static inline bool ooo_has(const sx_chan_t *c, uint32_t seq)
 {
-    uint32_t i = seq & (sx_chan_window(c) - 1);
-    return c->ooo_bits != NULL && (c->ooo_bits[i / 64] & (1ull << (i % 64))) != 0;
+    uint32_t w = sx_chan_window(c), i = seq & (w - 1);
+    return c->ooo_bits != NULL && (uint32_t)(seq - c->rcv_dlv) < w &&
+           (c->ooo_bits[i / 64] & (1ull << (i % 64))) != 0;
 }
 
 /* The header's view of what is kept: packets rcv_nxt + 1 .. + 64. */

@@ -1344,6 +1344,105 @@ static void test_backlog_handed_up_in_slices(void **state)
     sx_engine_destroy(b);
 }
 
+/* Serves @p b (this thread plays its service, and A is left alone: its
+ * datagrams are all out) until its channel @p c has received up to @p nxt
+ * in order and keeps @p ooo packets ahead of a gap. */
+static void serve_until(sx_engine_h b, const sx_chan_t *c, uint32_t nxt, unsigned ooo)
+{
+    uint64_t start = sx_time_ns();
+    while (c->rcv_nxt != nxt || c->ooo_count != ooo) {
+        assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
+        sx_shard_set_service_thread(true);
+        sx_progress(b);
+        sx_shard_set_service_thread(false);
+    }
+}
+
+/*
+ * A receiver's SACK reports only what its ring holds. The ring has a slot
+ * for each of rcv_dlv .. rcv_dlv + window - 1, and a SACK looks 64
+ * packets past rcv_nxt: with a window of 16 (or 64 and a backlog), the
+ * look ran past the ring and read the slots of the backlog and of packets
+ * ahead of the gap as those of sequence numbers a window later, and
+ * reported them received. A sender takes a SACKed packet's room in the
+ * hotel away and never resends it; one whose window probe (a packet just
+ * past the window) was reported so stopped for good, its oldest packet
+ * neither timed nor queued (test_liveness_ofi's test_hotel_full, TSan with
+ * SX_SERVICE_US=1: the kept backlog). Here B's service keeps 5 packets in
+ * order, then A's 1,200-byte message is lost (a 1,000-byte path MTU on
+ * A's side drops it) and B keeps the 3 after it: B's SACK must name those
+ * 3 and nothing else.
+ */
+/* One run of test_sack_stays_within_the_ring with A's datagrams after its
+ * first @p pass dropped when over 1,000 bytes; returns A's datagram count
+ * before the 1,200-byte message, and B's SACK view once B keeps the three
+ * after it (@p sack_p, when @p pass is not UINT32_MAX). */
+static uint64_t sack_run(uint32_t pass, uint64_t *sack_p)
+{
+    char fault[64];
+    snprintf(fault, sizeof(fault), "path_mtu=1000,path_mtu_after=%u", pass);
+    const sx_config_kv_t kv_a[] = {
+        {"SERVICE_US", "0"},         {"SHARDS", "1"}, {"WINDOW", "16"}, {"RTO_MIN_US", "60000000"},
+        {"RTO_INIT_US", "60000000"}, {"FAULT", fault}};
+    const sx_config_kv_t kv_b[] = {{"SERVICE_US", "0"}, {"SHARDS", "1"}, {"WINDOW", "16"}};
+    sx_engine_h a = am_engine(kv_a, 6), b = am_engine(kv_b, 3);
+    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
+    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
+    sx_peer_h to_b = am_connect(a, b, 7);
+    sx_peer_h to_a = am_connect(b, a, 41);
+    ctx_t rx = {0};
+    assert_int_equal(sx_am_register(b, 5, on_am, &rx), SX_OK);
+    static uint8_t small[10][64], big[1200];
+    tally_t sent = {0};
+
+    /* The channel up, with the callers there. */
+    am_fill(small[0], 64, 0);
+    struct iovec iov = {small[0], 64};
+    assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
+    assert_true(am_progress_until(a, b, &rx.rx.received, 1));
+    const sx_chan_t *c = sx_peer_chan(to_a, 0, 0);
+    uint32_t base = c->rcv_nxt;
+    /* Each message in a datagram of its own (each send's leave flushes). */
+    for (unsigned i = 1; i <= 5; i++) {
+        am_fill(small[i], 64, i);
+        iov = (struct iovec){small[i], 64};
+        assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
+    }
+    serve_until(b, c, base + 5, 0);
+    uint64_t before_big = stat_of(a, "tl_tx_datagrams");
+    am_fill(big, sizeof(big), 6);
+    iov = (struct iovec){big, sizeof(big)};
+    assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
+    for (unsigned i = 7; i <= 9 && pass != UINT32_MAX; i++) {
+        am_fill(small[i], 64, i);
+        iov = (struct iovec){small[i], 64};
+        assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
+    }
+    if (pass != UINT32_MAX) {
+        serve_until(b, c, base + 5, 3);
+        assert_int_equal(c->rcv_nxt - c->rcv_dlv, 5); /* the backlog */
+        *sack_p = c->rcv_sack;
+        assert_int_equal(rx.rx.received, 1);
+    }
+    sx_engine_destroy(a);
+    sx_engine_destroy(b);
+    return before_big;
+}
+
+static void test_sack_stays_within_the_ring(void **state)
+{
+    (void)state;
+    /* A's datagrams up to the large message: the handshake, the path MTU
+     * probe (65,000 bytes) and the first six messages. A sends nothing
+     * else (its timeouts are a minute), so the count is the same in the
+     * run that drops what comes after them. */
+    uint64_t pass = sack_run(UINT32_MAX, NULL), sack = 0;
+    assert_int_equal(sack_run((uint32_t)pass, &sack), pass);
+    print_message("[ sack ] %llu datagrams passed; B's SACK %#llx\n", (unsigned long long)pass,
+                  (unsigned long long)sack);
+    assert_int_equal(sack, 0x7); /* base + 6 .. + 8 (bit i: base + 6 + i) */
+}
+
 /*
  * sx_peer_remove while a datagram of the peer's channel waits in the
  * shard's batch. Window and path MTU probes and a reset's challenge are
@@ -1733,6 +1832,7 @@ int main(void)
         cmocka_unit_test(test_reply_ack_taken_next_call),
         cmocka_unit_test(test_removed_peer_not_delivered),
         cmocka_unit_test(test_backlog_handed_up_in_slices),
+        cmocka_unit_test(test_sack_stays_within_the_ring),
         cmocka_unit_test(test_remove_with_staged_datagram),
         cmocka_unit_test(test_batch_send_time_before_call),
         cmocka_unit_test(test_lone_send_time_before_call),
