@@ -1303,11 +1303,9 @@ static void test_backlog_handed_up_in_slices(void **state)
     enum { N = 600, SLOW = 8 };
     static uint8_t bufs[2 * N][64];
     const sx_config_kv_t kv[] = {{"SERVICE_US", "0"}, {"SHARDS", "1"}};
-    sx_engine_h a = am_engine(kv, 2), b = am_engine(kv, 2);
-    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
-    (void)am_connect(a, b, 7);
-    sx_peer_h to_a = am_connect(b, a, 41);
+    pair_t p = pair_new_cfg(kv, 2);
+    sx_engine_h a = p.a, b = p.b;
+    sx_peer_h to_a = p.b_to_a;
     slicer_t s = {.slow_first = SLOW, .slow_ns = 2 * SX_HANDUP_NS};
     assert_int_equal(sx_am_register(a, 5, on_slow_first, &s), SX_OK);
     int fd = -1;
@@ -1385,11 +1383,9 @@ static uint64_t sack_run(uint32_t pass, uint64_t *sack_p)
         {"SERVICE_US", "0"},         {"SHARDS", "1"}, {"WINDOW", "16"}, {"RTO_MIN_US", "60000000"},
         {"RTO_INIT_US", "60000000"}, {"FAULT", fault}};
     const sx_config_kv_t kv_b[] = {{"SERVICE_US", "0"}, {"SHARDS", "1"}, {"WINDOW", "16"}};
-    sx_engine_h a = am_engine(kv_a, 6), b = am_engine(kv_b, 3);
-    assert_int_equal(sx_thread_bind(a, 0), SX_OK);
-    assert_int_equal(sx_thread_bind(b, 0), SX_OK);
-    sx_peer_h to_b = am_connect(a, b, 7);
-    sx_peer_h to_a = am_connect(b, a, 41);
+    pair_t p = am_pair_new(kv_a, 6, kv_b, 3);
+    sx_engine_h a = p.a, b = p.b;
+    sx_peer_h to_b = p.a_to_b, to_a = p.b_to_a;
     ctx_t rx = {0};
     assert_int_equal(sx_am_register(b, 5, on_am, &rx), SX_OK);
     static uint8_t small[10][64], big[1200];
