@@ -56,10 +56,9 @@ typedef struct mp_child {
  * assertion (cmocka longjmps out of it) still kills and reaps them in its
  * teardown. Copies, not pointers to the test's mp_child_t: most tests keep
  * those on their stack, which the longjmp leaves to the teardown's own
- * frames, and a kill of whatever pid a stale pointer then read could be
- * kill(-1, SIGKILL), every process a root runner may signal (a TSan sweep
- * took its ctest and the shell that started it with it, twice). A child
- * not yet reaped keeps its pid, so the copy names no one else. */
+ * frames, so the pid a stale pointer read there could be anything, -1
+ * included: kill(-1, SIGKILL) is every process a root runner may signal.
+ * A child not yet reaped keeps its pid, so the copy names no one else. */
 static mp_child_t mp_live[MP_MAX_CHILDREN];
 
 static inline bool mp_write_msg(int fd, uint32_t type, const void *data, uint32_t len)
