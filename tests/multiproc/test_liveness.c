@@ -749,11 +749,11 @@ static void test_receiver_never_consumes(void **state)
 /*
  * B's handler computes for an eighth of the peer timeout on each of the
  * first 32 messages, which its service kept while B made no call (a
- * window of 64 packets, a datagram per message: A stalls on it and
- * probes). Handed up in one pass, as before the budget of shard.h's
- * sx_handup_t, those 32 held B's every read and ACK back for four peer
- * timeouts, and A declared B unreachable (all 48 messages still queued
- * failed). Now each pass hands up one of them and leaves: B reads A's
+ * window of 64 packets: A stalls on it and probes). Handed up in one
+ * pass, as before the budget of shard.h's sx_handup_t, those 32 held
+ * B's every read and ACK back for four peer timeouts, and A declared B
+ * unreachable ("no acknowledgement for 800 ms", with the budget taken
+ * out). Now each pass hands up one of them and leaves: B reads A's
  * probes and answers between two. The budget itself: no sx_progress of
  * B's ran more than one slow handler.
  */
