@@ -1356,21 +1356,6 @@ static void serve_until(sx_engine_h b, const sx_chan_t *c, uint32_t nxt, unsigne
     }
 }
 
-/*
- * A receiver's SACK reports only what its ring holds. The ring has a slot
- * for each of rcv_dlv .. rcv_dlv + window - 1, and a SACK looks 64
- * packets past rcv_nxt: with a window of 16 (or 64 and a backlog), the
- * look ran past the ring and read the slots of the backlog and of packets
- * ahead of the gap as those of sequence numbers a window later, and
- * reported them received. A sender takes a SACKed packet's room in the
- * hotel away and never resends it; one whose window probe (a packet just
- * past the window) was reported so stopped for good, its oldest packet
- * neither timed nor queued (test_liveness_ofi's test_hotel_full, TSan with
- * SX_SERVICE_US=1: the kept backlog). Here B's service keeps 5 packets in
- * order, then A's 1,200-byte message is lost (a 1,000-byte path MTU on
- * A's side drops it) and B keeps the 3 after it: B's SACK must name those
- * 3 and nothing else.
- */
 /* One run of test_sack_stays_within_the_ring with A's datagrams after its
  * first @p pass dropped when over 1,000 bytes; returns A's datagram count
  * before the 1,200-byte message, and B's SACK view once B keeps the three
@@ -1425,6 +1410,21 @@ static uint64_t sack_run(uint32_t pass, uint64_t *sack_p)
     return before_big;
 }
 
+/*
+ * A receiver's SACK reports only what its ring holds. The ring has a slot
+ * for each of rcv_dlv .. rcv_dlv + window - 1, and a SACK looks 64
+ * packets past rcv_nxt: with a window of 16 (or 64 and a backlog), the
+ * look ran past the ring and read the slots of the backlog and of packets
+ * ahead of the gap as those of sequence numbers a window later, and
+ * reported them received. A sender takes a SACKed packet's room in the
+ * hotel away and never resends it: most likely how test_liveness's and
+ * test_liveness_ofi's test_hotel_full stopped for good under TSan with
+ * SX_SERVICE_US=1 (the kept backlog), A's oldest packet neither timed nor
+ * queued. Here B's service keeps 5 packets in
+ * order, then A's 1,200-byte message is lost (a 1,000-byte path MTU on
+ * A's side drops it) and B keeps the 3 after it: B's SACK must name those
+ * 3 and nothing else.
+ */
 static void test_sack_stays_within_the_ring(void **state)
 {
     (void)state;
