@@ -1428,10 +1428,13 @@ static uint64_t sack_run(uint32_t pass, uint64_t *sack_p)
 static void test_sack_stays_within_the_ring(void **state)
 {
     (void)state;
-    /* A's datagrams up to the large message: the handshake, the path MTU
-     * probe (65,000 bytes) and the first six messages. A sends nothing
-     * else (its timeouts are a minute), so the count is the same in the
-     * run that drops what comes after them. */
+    /* A's datagram count as its last pass left it before the large
+     * message (a pass mirrors the counter; the sends after it ran none):
+     * the handshake with its path MTU probe of 65,000 bytes, and the first
+     * message. Past that many, only datagrams over 1,000 bytes are
+     * dropped, and the large message is the only one. A sends nothing
+     * else (its timeouts are a minute), so the count is the same in both
+     * runs. */
     uint64_t pass = sack_run(UINT32_MAX, NULL), sack = 0;
     assert_int_equal(sack_run((uint32_t)pass, &sack), pass);
     print_message("[ sack ] %llu datagrams passed; B's SACK %#llx\n", (unsigned long long)pass,
