@@ -12,8 +12,10 @@
 # pair talks across the cluster's network with every shardx default: the
 # addresses each card offers, the route's MTU, the handshake's probe.
 # The job passes when the suite passes and at least MIN_MB megabytes
-# crossed host 1's interface (what its children sent it and it sent
-# them), which a suite whose children stayed on host 1 could not do.
+# left the hosts' interfaces (the bytes every host sent on its sx0, so
+# that a suite whose children talk to each other, both off host 1,
+# counts too), which a suite whose children stayed on host 1 could not
+# do.
 set -euo pipefail
 
 min_mb=$1
@@ -33,14 +35,22 @@ prefixes=
 for h in "${hosts[@]:1}"; do
     prefixes+=${prefixes:+;}"$CLUSTER_TOOL exec $CLUSTER_NAME $h"
 done
-stats=/sys/class/net/$CLUSTER_IF/statistics
-bytes() { echo $(($(<"$stats/tx_bytes") + $(<"$stats/rx_bytes"))); }
+# Each host's own sysfs (cluster.sh exec mounts one per command) shows
+# its own sx0.
+bytes() {
+    local h sum=0
+    for h in "${hosts[@]}"; do
+        sum=$((sum + $("$CLUSTER_TOOL" exec "$CLUSTER_NAME" "$h" \
+            cat "/sys/class/net/$CLUSTER_IF/statistics/tx_bytes")))
+    done
+    echo "$sum"
+}
 
 before=$(bytes)
 rc=0
 MP_CHILD_EXEC=$prefixes "$@" || rc=$?
 crossed=$((($(bytes) - before) / 1000000))
-echo "suite_job: ${crossed} MB crossed $(hostname)'s $CLUSTER_IF (children on ${hosts[*]:1})"
+echo "suite_job: ${crossed} MB sent on the hosts' $CLUSTER_IF (parent on $(hostname), children on ${hosts[*]:1})"
 if ((rc != 0)); then
     echo "suite_job: FAILED: ${1##*/} exited with status $rc" >&2
     exit 1
