@@ -77,16 +77,18 @@ void sx_service_push(void *arg, uint64_t now)
     if (sx_u64_before(old, until) &&
         atomic_compare_exchange_strong_explicit(&svc->until, &old, until, memory_order_relaxed,
                                                 memory_order_relaxed)) {
-        sx_service_arm(svc, until);
         /* A service that sleeps serving watches the interfaces, so every
          * datagram the returned caller reads first wakes it for nothing:
          * a context switch on the caller's core per datagram, for as
          * long as that sleep lasts (up to SX_SERVICE_SLEEP_MAX_NS; 224
          * wake-ups a run of sx_bench latency, whose floor blocks let the
          * service serve: perf, sched_wakeup). Woken once now, it finds `until`
-         * ahead and takes the interfaces out (sx_service_main). */
-        if (sx_service_lower_asleep(svc, until))
-            sx_service_arm(svc, 0);
+         * ahead, takes the interfaces out and arms its timer for `until`
+         * itself (sx_service_main), so that wake-up is the one arm this
+         * push needs. A service that does not sleep serving (asleep on
+         * an earlier `until`, mid-pass, or about to publish a wake-up,
+         * which then sees this `until`) gets the timer moved to it. */
+        sx_service_arm(svc, sx_service_lower_asleep(svc, until) ? 0 : until);
     }
 }
 
