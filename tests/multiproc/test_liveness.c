@@ -747,25 +747,6 @@ static void test_receiver_never_consumes(void **state)
 }
 
 /*
- * A sends B 80 messages of up to 2 KiB, a datagram each at least, so that
- * they fill B's window of 64 packets (packed, they took 58 datagrams over
- * the cluster's 1500-byte path, and A never stalled); B's handler
- * computes for an eighth of the peer timeout on each of the first 32.
- */
-static void lv_slow_handlers(lv_run_t *r, uint64_t seed)
-{
-    lv_init(r, seed);
-    lv_both_kv(r, "WINDOW", "64");
-    lv_both_kv(r, "AGGREGATE", "no");
-    r->pa.nmsgs = r->pb.nmsgs = 80;
-    r->pa.big_every = r->pb.big_every = 0;
-    r->pa.nput = r->pb.nput = r->pa.nget = r->pb.nget = 0;
-    r->pb.slow_first = 32;
-    r->pb.slow_ms = LV_TIMEOUT_MS / 8;
-    r->pa.counters = r->pb.counters = 1;
-}
-
-/*
  * B's handler computes for an eighth of the peer timeout on each of the
  * first 32 messages, which its service kept while B made no call (a
  * window of 64 packets: A stalls on it and probes). Handed up in one
@@ -780,8 +761,19 @@ static void test_slow_handlers_after_computing(void **state)
 {
     (void)state;
     lv_run_t r;
-    lv_slow_handlers(&r, 14);
+    lv_init(&r, 14);
+    lv_both_kv(&r, "WINDOW", "64");
+    /* A datagram per message at least, so that 80 fill the window: packed,
+     * they took 58 datagrams over the cluster's 1500-byte path, and A
+     * never stalled. */
+    lv_both_kv(&r, "AGGREGATE", "no");
+    r.pa.nmsgs = r.pb.nmsgs = 80;
+    r.pa.big_every = r.pb.big_every = 0; /* up to 2 KiB each */
+    r.pa.nput = r.pb.nput = r.pa.nget = r.pb.nget = 0;
     r.pb.hold = 1;
+    r.pb.slow_first = 32;
+    r.pb.slow_ms = LV_TIMEOUT_MS / 8;
+    r.pa.counters = r.pb.counters = 1;
     lv_start(&r);
     lv_wait_a(&r, MSG_STARTED);
     struct timespec ts = {.tv_sec = LV_TIMEOUT_MS / 1000,
@@ -810,7 +802,15 @@ static void test_slow_handlers_in_order(void **state)
 {
     (void)state;
     lv_run_t r;
-    lv_slow_handlers(&r, 15);
+    lv_init(&r, 15);
+    lv_both_kv(&r, "WINDOW", "64");
+    lv_both_kv(&r, "AGGREGATE", "no");
+    r.pa.nmsgs = r.pb.nmsgs = 80;
+    r.pa.big_every = r.pb.big_every = 0; /* up to 2 KiB each */
+    r.pa.nput = r.pb.nput = r.pa.nget = r.pb.nget = 0;
+    r.pb.slow_first = 32;
+    r.pb.slow_ms = LV_TIMEOUT_MS / 8;
+    r.pa.counters = r.pb.counters = 1;
     lv_start(&r);
     lv_finish(&r);
     lv_expect_all(&r);
