@@ -355,9 +355,8 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * engine's service kept while no thread called in until 256 frames
  * (messages, or chunks of large ones; a datagram read in order counts as
  * one, however many messages it packs) are handed up or, after the first,
- * its time is up: 10 ms from its start for what it reads, 1 ms for what
- * was kept. What is left is acknowledged and waits for the next calls, so
- * that slow handlers do not hold back the call's reads and
+ * 1 ms has passed. What is left is acknowledged and waits for the next
+ * calls, so that slow handlers do not hold back the call's reads and
  * acknowledgements for long; call again while it returns more than 0.
  */
 SX_API int sx_progress(sx_engine_h engine);

@@ -422,7 +422,7 @@ static void sx_engine_free(struct sx_engine *e)
             continue;
         e->shards[i]->serving = false;
         while (e->shards[i]->deferred) { /* a slice of the backlogs at a time */
-            sx_handup_init(&e->shards[i]->handup, sx_time_ns(), SX_HANDUP_NS);
+            sx_handup_init(&e->shards[i]->handup, sx_time_ns());
             (void)sx_shard_run_deferred_locked(e->shards[i]);
         }
     }

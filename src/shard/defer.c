@@ -79,10 +79,10 @@ void sx_shard_unlink_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
     chan->on_backlog = false;
 }
 
-void sx_handup_init(sx_handup_t *budget, uint64_t now, uint64_t span_ns)
+void sx_handup_init(sx_handup_t *budget, uint64_t now)
 {
     budget->left = SX_HANDUP_FRAMES;
-    budget->until_ns = now + span_ns;
+    budget->until_ns = now + SX_HANDUP_NS;
 }
 
 bool sx_handup_take(sx_handup_t *budget)
@@ -125,14 +125,13 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard)
      * then completions, then reports. */
     shard->deferred = false;
     /* The pass's budget, if packets read in order took from it (shard.h):
-     * a slow handler there leaves the backlogs for the next pass. Its
-     * time counts from the pass's start, SX_HANDUP_READ_NS; backlogs get
-     * SX_HANDUP_NS from here at most. */
-    uint64_t now = sx_time_ns();
+     * a slow handler there leaves the backlogs for the next pass. Else
+     * the time counts from here, not from the pass's start: what the
+     * poll did meanwhile (copying arrivals aside behind a backlog) is not
+     * handing up, and counted, it would leave a streaming channel's
+     * backlog a frame or so a pass, fewer than arrive. */
     if (budget->left == SX_HANDUP_FRAMES)
-        sx_handup_init(budget, now, SX_HANDUP_NS);
-    else if (sx_u64_before(now + SX_HANDUP_NS, budget->until_ns))
-        budget->until_ns = now + SX_HANDUP_NS;
+        sx_handup_init(budget, sx_time_ns());
     while (budget->left > 0 && shard->backlog_head != NULL)
         n += (int)sx_chan_deliver_backlog_locked(backlog_pop(shard), budget);
     while (shard->done_head != NULL) {

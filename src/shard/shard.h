@@ -209,61 +209,49 @@ typedef struct sx_land_span {
 #define SX_SHARD_POLL_BATCH 32
 
 /*
- * How much one progress pass hands up (sx_handup_t, shard.handup): at most
- * SX_HANDUP_FRAMES frames (a message, a chunk of one, a PUT or GET; an
- * in-order packet handed up as it is read counts as one) and, after the
- * first, none once its time is up. Both paths take from it: packets read
- * in order, handed up as they are read (chan_rx.c), within
- * SX_HANDUP_READ_NS of the pass's start, and the channels' backlogs,
- * which sx_shard_run_deferred_locked hands up after the poll, within
- * SX_HANDUP_NS of the poll's end (and none at all if the packets read
- * used up the pass's time). What the budget leaves is kept and
- * acknowledged, as the service keeps what it reads, and waits, the
- * channels in round-robin order and a packet cut short at its next frame
- * (sx_chan_t.dlv_off), for the next pass, which polls the sockets first.
- *
+ * How much one progress pass hands up (sx_handup_t, shard.handup, set at
+ * the pass's start): at most SX_HANDUP_FRAMES frames (a message, a chunk
+ * of one, a PUT or GET; an in-order packet handed up as it is read counts
+ * as one) and, after the first, none once SX_HANDUP_NS have passed since
+ * the pass began. Both paths take from it: packets read in order, handed
+ * up as they are read (chan_rx.c), and the channels' backlogs, which
+ * sx_shard_run_deferred_locked hands up after the poll (with the time
+ * counted afresh from there when the poll handed nothing up). What the budget
+ * leaves is kept and acknowledged, as the service keeps what it reads,
+ * and waits, the channels in round-robin order and a packet cut short at
+ * its next frame (sx_chan_t.dlv_off), for the next pass, which polls the
+ * sockets first.
  * So a caller back from a long computation, whose service kept a window's
  * worth of messages for it, still reads, answers probes and acknowledges
  * between slices of the handing up. In one pass, its handlers (a 1.8 MB
  * backlog checked byte by byte took 243 ms under TSan) held every ACK
  * back and left its peer's probes unanswered for as long
  * (test_liveness.c, test_slow_handlers_after_computing). A caller that
- * never left is bounded too: a poll reads up to SX_SHARD_POLL_BATCH
- * datagrams a socket, and a filled gap puts a window of kept packets in
- * order at once; with slow handlers, handed up as read, they held the
- * pass's ACKs back for as long as they all ran
- * (test_slow_handlers_in_order). The first packet of a pass takes no
+ * never left is bounded the same way: a poll reads up to
+ * SX_SHARD_POLL_BATCH datagrams a socket, and a filled gap makes a
+ * window of kept packets in order at once; with slow handlers, handed up
+ * as read, they too held the pass's ACKs back for as long as they all
+ * ran (test_slow_handlers_in_order). The first packet of a pass takes no
  * clock read, so a ping-pong, one datagram a pass, pays nothing.
- *
- * Linux bounds a softirq's receive work the same two ways (netdev_budget,
- * 300 packets, and netdev_budget_usecs, 2 ms: Documentation/admin-guide/
- * sysctl/net.rst). Frames, not packets, because one datagram of
- * aggregated small messages holds dozens of handler calls. The time
- * bounds slow handlers. For backlogs, 1 ms is half the default
- * SX_RTO_MIN_US, so the ACKs a pass owes leave before a sender's earliest
- * retransmission timeout. Packets read are bounded more loosely, 10 ms:
- * unlike NAPI, which leaves what it has no budget for in the ring, a pass
- * has read them already, and keeps them by copying them aside, as it
- * then does with every packet of that channel until its backlog is
- * handed up. With 1 ms here too, `sx_bench bw --size 1m` (a poll reads
- * up to 32 datagrams of 64 KB) copied 1.07 and 1.15 bytes per byte
- * delivered in two runs of five on a 2-core VM, against 1.00-1.01 in the
- * five runs without this budget between them, and the 1.15 run delivered
- * 1,479 MB/s. With 10 ms, about 75 packets a run are copied aside after
- * one long pass near the start, and ten runs each showed no difference
- * in bandwidth (medians 9,608 MB/s with it and 8,965 without). The count
- * bounds fast handlers and is set high, near netdev_budget, for the same
- * reason: a slice much smaller than what one poll reads would keep a
- * streaming channel in the copying state.
- * Completions and peer error reports are not counted, as NAPI does not
- * count transmit completions: they run in full, at most one per operation
- * the caller has outstanding. A landed packet (its data already in the
- * PUT's region or the GET's destination: chan.h, Landing) is not counted
- * either, since keeping it would throw the landing away.
+ * Linux bounds a
+ * softirq's receive work the same two ways (netdev_budget, 300 packets,
+ * and netdev_budget_usecs, 2 ms: Documentation/admin-guide/sysctl/
+ * net.rst). Frames, not packets, because one datagram of aggregated small
+ * messages holds dozens of handler calls. The time bounds slow handlers,
+ * and 1 ms is half the default SX_RTO_MIN_US, so the ACKs a pass owes
+ * leave before a sender's earliest retransmission timeout. The count
+ * bounds fast ones and is set high, near netdev_budget: while a channel
+ * has a backlog, what arrives in order is kept behind it (copied aside),
+ * and a slice much smaller than what one poll reads (32 datagrams a
+ * socket) would keep a streaming channel in that state, one copy per
+ * datagram more. Completions and peer error reports are not counted, as
+ * NAPI does not count transmit completions: they run in full, at most one
+ * per operation the caller has outstanding. A landed packet (its data
+ * already in the PUT's region or the GET's destination: chan.h, Landing)
+ * is not counted either, since keeping it would throw the landing away.
  */
-#define SX_HANDUP_FRAMES  256u
-#define SX_HANDUP_NS      1000000ull
-#define SX_HANDUP_READ_NS 10000000ull
+#define SX_HANDUP_FRAMES 256u
+#define SX_HANDUP_NS     1000000ull
 
 /** What a pass may still hand up (SX_HANDUP_FRAMES, SX_HANDUP_NS). */
 typedef struct sx_handup {
@@ -271,8 +259,8 @@ typedef struct sx_handup {
     uint64_t until_ns; /* checked from the second frame on */
 } sx_handup_t;
 
-/** A fresh budget of @p span_ns from @p now (sx_time_ns). */
-void sx_handup_init(sx_handup_t *budget, uint64_t now, uint64_t span_ns);
+/** A fresh budget, counting from @p now (sx_time_ns). */
+void sx_handup_init(sx_handup_t *budget, uint64_t now);
 
 /** Takes one frame from @p budget: false, and none left from then on,
  *  when the frames or the time are spent. The first always succeeds. */
