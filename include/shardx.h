@@ -351,13 +351,11 @@ SX_API int sx_thread_home_shard(sx_engine_h engine, unsigned *shard_p);
  * a datagram, or calls sched_yield. A wait that a datagram ends is
  * followed by a pass over the shard it came to, whose events are counted
  * in the return value. After sx_engine_caller_yields() it waits at the
- * first empty call. Each call hands up what it reads and what the
- * engine's service kept while no thread called in until 256 frames
- * (messages, or chunks of large ones; a datagram read in order counts as
- * one, however many messages it packs) are handed up or, after the first,
- * 1 ms has passed. What is left is acknowledged and waits for the next
- * calls, so that slow handlers do not hold back the call's reads and
- * acknowledgements for long; call again while it returns more than 0.
+ * first empty call. What the engine's service kept while no thread called
+ * in is handed up in slices: each call runs at most 256 frames of it
+ * (messages, or chunks of large ones) and, after the first, none once
+ * 1 ms has passed, so that the call also reads and acknowledges between
+ * slices of a long backlog; call again while it returns more than 0.
  */
 SX_API int sx_progress(sx_engine_h engine);
 

@@ -115,7 +115,7 @@ static sx_chan_t *backlog_pop(sx_shard_t *shard)
 int sx_shard_run_deferred_locked(sx_shard_t *shard)
 {
     int n = 0;
-    sx_handup_t *budget = &shard->handup;
+    sx_handup_t *budget = &shard->handup; /* the pass's: packets read in order took from it */
 
     /* One entry at a time off each list, never a detached copy: a handler
      * may remove a peer, whose channel leaves the list (chan.c). Only the
@@ -124,14 +124,6 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard)
      * stops. Backlogs go first, in the order their channels were queued,
      * then completions, then reports. */
     shard->deferred = false;
-    /* The pass's budget, if packets read in order took from it (shard.h):
-     * a slow handler there leaves the backlogs for the next pass. Else
-     * the time counts from here, not from the pass's start: what the
-     * poll did meanwhile (copying arrivals aside behind a backlog) is not
-     * handing up, and counted, it would leave a streaming channel's
-     * backlog a frame or so a pass, fewer than arrive. */
-    if (budget->left == SX_HANDUP_FRAMES)
-        sx_handup_init(budget, sx_time_ns());
     while (budget->left > 0 && shard->backlog_head != NULL)
         n += (int)sx_chan_deliver_backlog_locked(backlog_pop(shard), budget);
     while (shard->done_head != NULL) {

@@ -215,8 +215,7 @@ typedef struct sx_land_span {
  * as one) and, after the first, none once SX_HANDUP_NS have passed since
  * the pass began. Both paths take from it: packets read in order, handed
  * up as they are read (chan_rx.c), and the channels' backlogs, which
- * sx_shard_run_deferred_locked hands up after the poll (with the time
- * counted afresh from there when the poll handed nothing up). What the budget
+ * sx_shard_run_deferred_locked hands up after the poll. What the budget
  * leaves is kept and acknowledged, as the service keeps what it reads,
  * and waits, the channels in round-robin order and a packet cut short at
  * its next frame (sx_chan_t.dlv_off), for the next pass, which polls the

@@ -875,34 +875,6 @@ static void rl_expect_death_counters(const rl_result_t *res)
     assert_true(ctr(res, "chan_failures") >= 1);
 }
 
-/*
- * A receiver that kills itself at message RL_KILL_AT of @p from's stream
- * to it: ok_max bounds the sends that complete SX_OK by what its library
- * acknowledged, the messages its application took and those it kept for
- * a later pass. An acknowledgement means that the library holds the
- * message (shardx.h, sx_complete_cb_t), and a process killed while it
- * holds some loses them, as a killed TCP receiver loses its socket
- * buffer. It keeps what the engine's service receives (SX_SERVICE_US; off
- * here: test_liveness covers that case) and what a progress pass has no
- * budget left to hand up (shard.h, sx_handup_t: a pass that verifies a
- * few large messages spends it), at most a receive window of packets
- * (RL_KILL_WINDOW), each one message or a piece of one (no aggregation).
- */
-#define RL_KILL_AT     60
-#define RL_KILL_WINDOW 16
-static void rl_dies_at(rl_plan_t *sender, rl_flow_plan_t *from, rl_plan_t *receiver,
-                       rl_flow_plan_t *to)
-{
-    rl_kv(sender, "AGGREGATE", "no");
-    rl_kv(receiver, "SERVICE_US", "0");
-    char window[16];
-    snprintf(window, sizeof(window), "%u", RL_KILL_WINDOW);
-    rl_kv(receiver, "WINDOW", window);
-    from->peer_dies = 1;
-    to->kill_self_at = RL_KILL_AT;
-    from->ok_max = RL_KILL_AT + RL_KILL_WINDOW;
-}
-
 /* The receiver kills itself at message 60 of a stream sent all at once. */
 static void test_peer_killed_self(void **state)
 {
@@ -911,8 +883,16 @@ static void test_peer_killed_self(void **state)
     rl_flow_plan_t *s = &r->me.plan.flow[0], *d = &r->child_plan[0].flow[0];
 
     rl_kv(&r->me.plan, "PEER_TIMEOUT_MS", "2000");
+    /* ok_max bounds the sends that complete SX_OK by what the receiver's
+     * application took, which holds while its library answers only when
+     * the application calls in: with the engine's service (SX_SERVICE_US)
+     * an acknowledgement means the library holds the message, and a
+     * process killed while it holds some loses them, as a killed TCP
+     * receiver loses its socket buffer. test_liveness covers that case. */
+    rl_kv(&r->child_plan[0], "SERVICE_US", "0");
     rl_stream(s, d, 200, 41, 200);
-    rl_dies_at(&r->me.plan, s, &r->child_plan[0], d);
+    s->peer_dies = 1;
+    s->ok_max = d->kill_self_at = 60;
     rl_execute(r);
     print_message("[ killed self  ] %.2f s\n", r->secs);
     rl_print("sender", &r->my_res);
@@ -954,7 +934,9 @@ static void test_two_peers_one_dies(void **state)
     pa->hold_for = 1;
     pa->tx_hold = 100;
     rl_stream(pb, b, 200, 53, 200);
-    rl_dies_at(&r->me.plan, pb, &r->child_plan[1], b);
+    rl_kv(&r->child_plan[1], "SERVICE_US", "0"); /* as in test_peer_killed_self */
+    pb->peer_dies = 1;
+    pb->ok_max = b->kill_self_at = 60;
     rl_execute(r);
     print_message("[ one of two   ] %.2f s\n", r->secs);
     rl_print("parent", &r->my_res);
