@@ -421,10 +421,8 @@ static void sx_engine_free(struct sx_engine *e)
         if (e->shards[i] == NULL)
             continue;
         e->shards[i]->serving = false;
-        while (e->shards[i]->deferred) { /* a slice of the backlogs at a time */
-            sx_handup_init(&e->shards[i]->handup, sx_time_ns());
+        while (e->shards[i]->deferred) /* a slice of the backlogs at a time */
             (void)sx_shard_run_deferred_locked(e->shards[i]);
-        }
     }
     /* Channels first (their operations complete with SX_ERR_SHUTDOWN), then
      * the shards, whose inboxes may still hold peer-close requests. */

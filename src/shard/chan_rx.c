@@ -631,18 +631,10 @@ SX_HOT unsigned sx_chan_deliver_backlog_locked(sx_chan_t *c, sx_handup_t *budget
     return n;
 }
 
-/* Delivers kept packets that are now in order (a filled gap makes up to
- * a window of them), as far as the pass's budget allows (sx_handup_t;
- * outside a pass, all); the rest join the backlog, for a later pass. */
+/* Delivers kept packets that are now in order. */
 static void chan_deliver_kept(sx_chan_t *c)
 {
     while (c->ooo_count > 0 && ooo_has(c, c->rcv_nxt)) {
-        if (c->shard->pass_tenure && !sx_handup_take(&c->shard->handup)) {
-            chan_absorb_kept(c);
-            if (!c->failed && c->rcv_dlv != c->rcv_nxt)
-                sx_shard_queue_backlog_locked(c->shard, c);
-            return;
-        }
         uint32_t i = c->rcv_nxt & (sx_chan_window(c) - 1);
         if (!chan_kept_fits(c, i))
             return;
@@ -655,7 +647,6 @@ static void chan_deliver_kept(sx_chan_t *c)
         c->rcv_nxt++;
         chan_deliver_packet(c, c->rcv_nxt - 1, buf + SX_WIRE_HDR_LEN, len - SX_WIRE_HDR_LEN, false,
                             NULL, NULL);
-        c->rcv_dlv = c->rcv_nxt;
         free(buf);
         if (c->failed)
             return;
@@ -687,14 +678,6 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
     if (h->flags & SX_PKTF_PROBE)
         c->ack_now = true;
     bool in_order = h->seq == c->rcv_nxt && !c->shard->serving && c->rcv_dlv == c->rcv_nxt;
-    /* The pass's hand-up budget (shard.h, sx_handup_t): once it is spent,
-     * a data packet in order is kept and acknowledged, as one behind a
-     * backlog is, and handed up by a later pass. Not a landed packet
-     * (keeping it would throw its landing away), nor outside a progress
-     * pass (a connection thread's tenure hands up as it reads). */
-    if (in_order && h->type == SX_PKT_DATA && land == NULL && c->shard->pass_tenure &&
-        !sx_handup_take(&c->shard->handup))
-        in_order = false;
     if (h->flags & SX_PKTF_ACK) {
         uint64_t now = c->shard->rx_ns; /* when it was read: shard.h */
         if (!(in_order && h->type == SX_PKT_DATA && sx_chan_ack_hold_locked(c, h, now)))
@@ -716,11 +699,10 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
         sx_landing_undo_locked(c->shard, data, land);
         land = NULL;
     }
-    if (h->seq == c->rcv_nxt && !in_order) {
+    if (h->seq == c->rcv_nxt && (c->shard->serving || c->rcv_dlv != c->rcv_nxt)) {
         /* The service hands nothing up (no callback runs on its thread),
-         * a packet behind a backlog waits its turn, and so does one the
-         * pass's budget has no room for: keep it, acknowledge it, and let
-         * a caller's pass deliver. */
+         * and a packet behind a backlog waits its turn: keep it,
+         * acknowledge it, and let the next caller deliver. */
         sx_drop_reason_t why = chan_keep(c, h->seq, data, len);
         if (why != SX_DROP_NONE) {
             sx_stat_add(&c->shard->stats.drops[why], 1);
@@ -744,9 +726,9 @@ SX_HOT void sx_chan_recv_locked(sx_chan_t *c, const sx_wire_hdr_t *h, const uint
         c->rcv_nxt++;
         unsigned frames = chan_deliver_packet(c, h->seq, data + SX_WIRE_HDR_LEN, h->payload_len,
                                               false, land, NULL);
-        c->rcv_dlv = c->rcv_nxt;
         if (!c->failed)
             chan_deliver_kept(c);
+        c->rcv_dlv = c->rcv_nxt;
         chan_owe_ack(c, frames);
         if (c->ooo_count != 0)
             c->ack_now = true; /* still a gap: keep the sender informed */

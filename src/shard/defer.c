@@ -79,10 +79,10 @@ void sx_shard_unlink_backlog_locked(sx_shard_t *shard, struct sx_chan *chan)
     chan->on_backlog = false;
 }
 
-void sx_handup_init(sx_handup_t *budget, uint64_t now)
+void sx_handup_init(sx_handup_t *budget)
 {
     budget->left = SX_HANDUP_FRAMES;
-    budget->until_ns = now + SX_HANDUP_NS;
+    budget->until_ns = sx_time_ns() + SX_HANDUP_NS;
 }
 
 bool sx_handup_take(sx_handup_t *budget)
@@ -115,7 +115,7 @@ static sx_chan_t *backlog_pop(sx_shard_t *shard)
 int sx_shard_run_deferred_locked(sx_shard_t *shard)
 {
     int n = 0;
-    sx_handup_t *budget = &shard->handup; /* the pass's: packets read in order took from it */
+    sx_handup_t budget;
 
     /* One entry at a time off each list, never a detached copy: a handler
      * may remove a peer, whose channel leaves the list (chan.c). Only the
@@ -124,8 +124,9 @@ int sx_shard_run_deferred_locked(sx_shard_t *shard)
      * stops. Backlogs go first, in the order their channels were queued,
      * then completions, then reports. */
     shard->deferred = false;
-    while (budget->left > 0 && shard->backlog_head != NULL)
-        n += (int)sx_chan_deliver_backlog_locked(backlog_pop(shard), budget);
+    sx_handup_init(&budget);
+    while (budget.left > 0 && shard->backlog_head != NULL)
+        n += (int)sx_chan_deliver_backlog_locked(backlog_pop(shard), &budget);
     while (shard->done_head != NULL) {
         sx_op_t *op = shard->done_head;
         shard->done_head = op->next;

@@ -718,8 +718,7 @@ SX_HOT_PASS SX_RET_AFTER_SYSCALL static int sx_shard_pass(sx_shard_t *shard, boo
     if (!shard->serving && env != NULL && env->svc_until != NULL &&
         now + env->svc_half_ns > atomic_load_explicit(env->svc_until, memory_order_relaxed))
         env->svc_push(env->svc_arg, now);
-    shard->rx_ns = now;                  /* what the poll reads arrived by its end: shard.h */
-    sx_handup_init(&shard->handup, now); /* the pass's hand-up: shard.h */
+    shard->rx_ns = now; /* what the poll reads arrived by its end: shard.h */
     if (shard->ack_held_chan != NULL) {
         ran += (size_t)sx_chan_ack_release_locked(shard);
         shard->rx_ns = sx_time_ns(); /* completions ran, which take their time */

@@ -208,63 +208,6 @@ typedef struct sx_land_span {
 /* Events one poll of one interface hands up at most. */
 #define SX_SHARD_POLL_BATCH 32
 
-/*
- * How much one progress pass hands up (sx_handup_t, shard.handup, set at
- * the pass's start): at most SX_HANDUP_FRAMES frames (a message, a chunk
- * of one, a PUT or GET; an in-order packet handed up as it is read counts
- * as one) and, after the first, none once SX_HANDUP_NS have passed since
- * the pass began. Both paths take from it: packets read in order, handed
- * up as they are read (chan_rx.c), and the channels' backlogs, which
- * sx_shard_run_deferred_locked hands up after the poll. What the budget
- * leaves is kept and acknowledged, as the service keeps what it reads,
- * and waits, the channels in round-robin order and a packet cut short at
- * its next frame (sx_chan_t.dlv_off), for the next pass, which polls the
- * sockets first.
- * So a caller back from a long computation, whose service kept a window's
- * worth of messages for it, still reads, answers probes and acknowledges
- * between slices of the handing up. In one pass, its handlers (a 1.8 MB
- * backlog checked byte by byte took 243 ms under TSan) held every ACK
- * back and left its peer's probes unanswered for as long
- * (test_liveness.c, test_slow_handlers_after_computing). A caller that
- * never left is bounded the same way: a poll reads up to
- * SX_SHARD_POLL_BATCH datagrams a socket, and a filled gap makes a
- * window of kept packets in order at once; with slow handlers, handed up
- * as read, they too held the pass's ACKs back for as long as they all
- * ran (test_slow_handlers_in_order). The first packet of a pass takes no
- * clock read, so a ping-pong, one datagram a pass, pays nothing.
- * Linux bounds a
- * softirq's receive work the same two ways (netdev_budget, 300 packets,
- * and netdev_budget_usecs, 2 ms: Documentation/admin-guide/sysctl/
- * net.rst). Frames, not packets, because one datagram of aggregated small
- * messages holds dozens of handler calls. The time bounds slow handlers,
- * and 1 ms is half the default SX_RTO_MIN_US, so the ACKs a pass owes
- * leave before a sender's earliest retransmission timeout. The count
- * bounds fast ones and is set high, near netdev_budget: while a channel
- * has a backlog, what arrives in order is kept behind it (copied aside),
- * and a slice much smaller than what one poll reads (32 datagrams a
- * socket) would keep a streaming channel in that state, one copy per
- * datagram more. Completions and peer error reports are not counted, as
- * NAPI does not count transmit completions: they run in full, at most one
- * per operation the caller has outstanding. A landed packet (its data
- * already in the PUT's region or the GET's destination: chan.h, Landing)
- * is not counted either, since keeping it would throw the landing away.
- */
-#define SX_HANDUP_FRAMES 256u
-#define SX_HANDUP_NS     1000000ull
-
-/** What a pass may still hand up (SX_HANDUP_FRAMES, SX_HANDUP_NS). */
-typedef struct sx_handup {
-    unsigned left;     /* frames */
-    uint64_t until_ns; /* checked from the second frame on */
-} sx_handup_t;
-
-/** A fresh budget, counting from @p now (sx_time_ns). */
-void sx_handup_init(sx_handup_t *budget, uint64_t now);
-
-/** Takes one frame from @p budget: false, and none left from then on,
- *  when the frames or the time are spent. The first always succeeds. */
-bool sx_handup_take(sx_handup_t *budget);
-
 struct sx_shard {
     sx_token_t token __attribute__((aligned(64)));
     sx_inbox_t inbox;
@@ -347,8 +290,7 @@ struct sx_shard {
      * peer error reports, and channels holding data received and
      * acknowledged but not yet handed to a handler (their backlog). */
     bool serving;
-    bool deferred;      /* any of the three lists is non-empty */
-    sx_handup_t handup; /* this pass's (sx_handup_t) */
+    bool deferred; /* any of the three lists is non-empty */
     struct sx_op *done_head, *done_tail;
     struct sx_peer *err_head, *err_tail;
     struct sx_chan *backlog_head, *backlog_tail;
@@ -503,12 +445,54 @@ void sx_shard_set_engine_thread(void);
  *  the watchdog) from whatever thread it runs on. */
 void sx_shard_set_deferring(bool on);
 
+/*
+ * How much of the channels' backlogs one call of
+ * sx_shard_run_deferred_locked hands up: at most SX_HANDUP_FRAMES frames
+ * (a message, a chunk of one, a PUT or GET) and, after the first, none
+ * once SX_HANDUP_NS have passed since it began. The rest waits, the
+ * channels in round-robin order and a packet cut short at its next frame
+ * (sx_chan_t.dlv_off), for the next pass, which polls the sockets first.
+ * So a caller back from a long computation, whose service kept a window's
+ * worth of messages for it, still reads, answers probes and acknowledges
+ * between slices of the handing up. In one pass, its handlers (a 1.8 MB
+ * backlog checked byte by byte took 243 ms under TSan) held every ACK
+ * back and left its peer's probes unanswered for as long
+ * (test_liveness.c, test_slow_handlers_after_computing). Linux bounds a
+ * softirq's receive work the same two ways (netdev_budget, 300 packets,
+ * and netdev_budget_usecs, 2 ms: Documentation/admin-guide/sysctl/
+ * net.rst). Frames, not packets, because one datagram of aggregated small
+ * messages holds dozens of handler calls. The time bounds slow handlers,
+ * and 1 ms is half the default SX_RTO_MIN_US, so the ACKs a pass owes
+ * leave before a sender's earliest retransmission timeout. The count
+ * bounds fast ones and is set high, near netdev_budget: while a channel
+ * has a backlog, what arrives in order is kept behind it (copied aside),
+ * and a slice much smaller than what one poll reads (32 datagrams a
+ * socket) would keep a streaming channel in that state, one copy per
+ * datagram more. Completions and peer error reports are not counted, as
+ * NAPI does not count transmit completions: they run in full, at most one
+ * per operation the caller has outstanding.
+ */
+#define SX_HANDUP_FRAMES 256u
+#define SX_HANDUP_NS     1000000ull
+
+/** What one call may still hand up (SX_HANDUP_FRAMES, SX_HANDUP_NS). */
+typedef struct sx_handup {
+    unsigned left;     /* frames */
+    uint64_t until_ns; /* checked from the second frame on */
+} sx_handup_t;
+
+/** A fresh budget, counting from now. */
+void sx_handup_init(sx_handup_t *budget);
+
+/** Takes one frame from @p budget: false, and none left from then on,
+ *  when the frames or the time are spent. The first always succeeds. */
+bool sx_handup_take(sx_handup_t *budget);
+
 /** Runs what the service deferred: every completion and peer error
- *  report, and the channels' backlogs as far as the pass's budget
- *  (shard->handup, sx_handup_t) allows (`deferred` stays set while any
- *  remains). Returns how many it ran. Token holder, never the service;
- *  at destruction, until `deferred` clears, with a fresh budget each
- *  time. */
+ *  report, and the channels' backlogs as far as a fresh sx_handup_t
+ *  allows (`deferred` stays set while any remains). Returns how many it
+ *  ran. Token holder, never the service; at destruction, until
+ *  `deferred` clears. */
 int sx_shard_run_deferred_locked(sx_shard_t *shard);
 
 /** Defers a completion (its status in op->status), a peer's error report

@@ -788,36 +788,6 @@ static void test_slow_handlers_after_computing(void **state)
 }
 
 /*
- * The same slow handlers in a receiver that never left: B calls in from
- * the start, so nothing is kept for it, but while its first slow handler
- * computes, A's window (64 packets, a datagram per message) arrives, and
- * B's next poll reads 32 datagrams at once. Handed up as read, their 31
- * slow handlers held B's every read and ACK back for four peer timeouts
- * (the budget taken out of the in-order path: "no acknowledgement for
- * 800 ms", and the test failed). Now the pass's budget (shard.h,
- * sx_handup_t) keeps what it has no room for, acknowledges it, and hands
- * it up in later passes, one slow handler each.
- */
-static void test_slow_handlers_in_order(void **state)
-{
-    (void)state;
-    lv_run_t r;
-    lv_init(&r, 15);
-    lv_both_kv(&r, "WINDOW", "64");
-    lv_both_kv(&r, "AGGREGATE", "no");
-    r.pa.nmsgs = r.pb.nmsgs = 80;
-    r.pa.big_every = r.pb.big_every = 0; /* up to 2 KiB each */
-    r.pa.nput = r.pb.nput = r.pa.nget = r.pb.nget = 0;
-    r.pb.slow_first = 32;
-    r.pb.slow_ms = LV_TIMEOUT_MS / 8;
-    r.pa.counters = r.pb.counters = 1;
-    lv_start(&r);
-    lv_finish(&r);
-    lv_expect_all(&r);
-    assert_int_equal(r.rb.slow_per_call, 1);
-}
-
-/*
  * More packets outstanding than A's shard has hotel rooms (16 rooms, a
  * window of 64, a datagram per message, 64 sends outstanding) under 5 %
  * loss. A packet that finds no room is queued to be sent when one frees;
@@ -1207,7 +1177,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_busy_mid_stream, lv_teardown),
         cmocka_unit_test_teardown(test_receiver_never_consumes, lv_teardown),
         cmocka_unit_test_teardown(test_slow_handlers_after_computing, lv_teardown),
-        cmocka_unit_test_teardown(test_slow_handlers_in_order, lv_teardown),
         cmocka_unit_test_teardown(test_kill_matrix, lv_teardown),
         cmocka_unit_test_teardown(test_hotel_full, lv_teardown),
         cmocka_unit_test_teardown(test_stop_longer_than_timeout, lv_teardown),
