@@ -187,7 +187,7 @@ void sx_engine_bootstrap_fini(struct sx_engine *engine);
 /** Closes every channel and frees every peer; at destruction. */
 void sx_engine_peers_fini(struct sx_engine *engine);
 
-/** Prints every counter to @p out, as text or one JSON object. */
+/** Prints every counter to @p out, as text or one JSON object, in one write. */
 void sx_engine_stats_print(struct sx_engine *engine, FILE *out, bool json);
 
 /** Adds @p fd (EPOLLIN) to @p epfd, and every interface wait fd of

@@ -5,6 +5,7 @@
  * atomic), which is what lets a runtime poll them as MPI_T variables.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -135,13 +136,9 @@ SX_API int sx_stats_value(sx_engine_h e, const char *name, uint64_t *value_p)
     return SX_ERR_NOT_FOUND;
 }
 
-void sx_engine_stats_print(struct sx_engine *e, FILE *out, bool json)
+/* The report itself, written to @p out (a memory stream). */
+static void stats_report(struct sx_engine *e, const sx_counter_t *c, size_t n, FILE *out, bool json)
 {
-    sx_counter_t c[SX_NCOUNTERS];
-    size_t n = SX_NCOUNTERS;
-
-    if (sx_stats_get(e, c, &n) != SX_OK)
-        return;
     uint64_t frames = 0, packets = 0;
     for (size_t i = 0; i < n; i++) {
         if (strcmp(c[i].name, "frames_sent") == 0)
@@ -165,4 +162,33 @@ void sx_engine_stats_print(struct sx_engine *e, FILE *out, bool json)
                     c[i].description);
     }
     fprintf(out, "  %-22s %12.3f  frames per data packet\n", "messages_per_datagram", per);
+}
+
+/*
+ * The report goes out in one write: stderr is unbuffered, so a report
+ * printed line by line (a field at a time in JSON) interleaved with the
+ * other ranks' when their engines ended together on one terminal or file,
+ * as sx_bench's two ranks do, and no line could be told apart by rank.
+ */
+void sx_engine_stats_print(struct sx_engine *e, FILE *out, bool json)
+{
+    sx_counter_t c[SX_NCOUNTERS];
+    size_t n = SX_NCOUNTERS;
+    char *text = NULL;
+    size_t len = 0;
+
+    if (sx_stats_get(e, c, &n) != SX_OK)
+        return;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL) {
+        stats_report(e, c, n, out, json); /* no memory: line by line */
+        return;
+    }
+    stats_report(e, c, n, mem, json);
+    if (fclose(mem) == 0)
+        (void)fwrite(text, 1, len, out);
+    else
+        stats_report(e, c, n, out, json);
+    fflush(out);
+    free(text);
 }
