@@ -28,8 +28,9 @@
  * still reaches the data socket, and ours reach its data socket when its
  * hot socket is connected elsewhere: nothing changes on the wire but a
  * source port, which receivers never read (udp_src_matches compares
- * addresses). sx_udp_hot_track runs in post_send, which so makes two
- * connect(2) calls when a run moves the socket.
+ * addresses). sx_udp_hot_track runs in post_send, which so makes a
+ * connect(2) call when a run moves the socket, or two where the new
+ * route needs another local address (sx_udp_hot_connect says why).
  *
  * Once the socket has settled, its lone reads take no address (vouched,
  * udp_rx.c): those read with recvfrom, that is a ping-pong's, on a socket
@@ -37,8 +38,8 @@
  * ECN: the address costs little beside those). After a connect, until it
  * has been found empty at least UDP_HOT_SETTLE_NS later, reads take
  * addresses, since datagrams queued before the connect (or in the moment
- * between the disconnect and the connect, when it is an unconnected
- * socket on the port) may be anyone's. The 10 ms are for a datagram the
+ * between a disconnect and the connect, when it is an unconnected socket
+ * on the port) may be anyone's. The 10 ms are for a datagram the
  * kernel matched to the socket just before the connect and queues just
  * after it, one pass of its receive path: microseconds, and a bet, not a
  * bound, on a CPU that stalls in between.
@@ -81,6 +82,8 @@
 #include "transports/udp_int.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -110,6 +113,20 @@ static int udp_hot_connect_fd(int fd, const struct sockaddr *sa, socklen_t len)
 #endif
 }
 
+/* Whether the hot socket's local address is the one the kernel chose for
+ * @p d's route: that of @p d's connected send socket (without one, the
+ * route is not known here and the answer is no). */
+static bool udp_hot_same_source(udp_iface_t *u, const udp_dest_t *d)
+{
+    udp_sa_t have, want;
+    socklen_t have_len = sizeof(have), want_len = sizeof(want);
+
+    return d->tx_fd >= 0 && getsockname(u->hot_fd, &have.sa, &have_len) == 0 &&
+           getsockname(d->tx_fd, &want.sa, &want_len) == 0 && have.sa.sa_family == AF_INET &&
+           want.sa.sa_family == AF_INET && have.in4.sin_addr.s_addr != htonl(INADDR_ANY) &&
+           have.in4.sin_addr.s_addr == want.in4.sin_addr.s_addr;
+}
+
 /* Connects the hot socket to destination @p dest's data port; its
  * datagrams leave through it from now on (sx_udp_hot_track). */
 void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
@@ -119,16 +136,27 @@ void sx_udp_hot_connect(udp_iface_t *u, sx_tl_dest_t dest)
     char who[80];
 
     sx_udp_sa_str(&d->sa, who, sizeof(who));
-    /* Disconnected first, so that the kernel picks the local address anew
-     * for this route (connect keeps one it set before). In between, and
-     * for good if the connect fails, it is an unconnected socket that
-     * comes first in the kernel's list for the port: it gets every
-     * datagram the data socket would, which it reads with their senders'
-     * addresses (hot_settle_ns stays UINT64_MAX until a connect works). */
+    /* Disconnected first where the route needs another local address than
+     * the socket has, so that the kernel picks it anew (connect keeps one
+     * it set before). In between, and for good if the connect then fails,
+     * it is an unconnected socket that comes first in the kernel's list
+     * for the port: it gets every datagram the data socket would, which it
+     * reads with their senders' addresses (hot_settle_ns stays UINT64_MAX
+     * until a connect works). A stream's datagrams that arrive in that
+     * moment are read ahead of those the data socket queued before it: in
+     * sx_bench bw at 1 MiB, where the receiver's hot socket moves to the
+     * sender once its ACKs make a run, half the runs found 2-4 there, kept
+     * 19-31 packets aside out of order, retransmitted spuriously and
+     * delivered half the bandwidth (docs/tuning.md, "Hot socket"). So
+     * where the local address stays (this host's peers, those one local
+     * address reaches), the socket moves in one connect and is never
+     * unconnected; a connect that fails then leaves it on the last
+     * destination, read with addresses. */
     u->hot_rx.vouched = NULL;
     u->hot_settle_ns = UINT64_MAX;
     u->hot_dest = u->hot_conn = SX_TL_DEST_NONE;
-    (void)udp_hot_connect_fd(u->hot_fd, &none.sa, sizeof(none.sa));
+    if (!udp_hot_same_source(u, d))
+        (void)udp_hot_connect_fd(u->hot_fd, &none.sa, sizeof(none.sa));
     int err = udp_hot_connect_fd(u->hot_fd, &d->sa.sa, udp_sa_len(&d->sa));
     if (err != 0) {
         sx_debug("udp", "hot socket: connecting to %s: %s; reading it with senders' addresses", who,
