@@ -66,8 +66,9 @@
       "(\"eth0,10.1.0.0/16,fd00::/8\"), all preceded by ^ to exclude them (\"^docker0\"): "    \
       "those addresses only. One IPv4 address, with an "                                       \
       "optional :port: that address alone (127.0.0.1 keeps a job on this host). ofi over a "   \
-      "sockets provider binds this address, else 127.0.0.1; the OOB this address, else the "   \
-      "one towards sx_run's rendezvous, else the first interface's.")                          \
+      "sockets provider binds this address, else its first interface's that is not "           \
+      "loopback; the OOB this address, else the one towards sx_run's rendezvous, else the "    \
+      "first interface's.")                                                                    \
     X(NET_DEVICES, STRING, net_devices, "", 0, 0, NULL,                                        \
       "Devices the network transport may use, as a comma-separated list of names: verbs "      \
       "devices (\"mlx5_0,mlx5_1\") or network interfaces (\"eth0,eth1\"); for udp also IPv4 "  \

@@ -9,9 +9,18 @@
  * Provider: config->ofi_provider (SX_OFI_PROVIDER), or the first that
  * fi_getinfo lists for these hints, which is libfabric's order of
  * preference (NIC providers before the socket emulations). Of its entries
- * the one whose source address is config->bind_addr (SX_BIND_ADDR, default
- * 127.0.0.1; a port there is bound too) is used when the provider speaks
- * sockaddr_in (udp, sockets); other providers take their first entry.
+ * the one whose source address is config->bind_addr (SX_BIND_ADDR; a port
+ * there is bound too) is used when the provider speaks sockaddr_in (udp,
+ * sockets); other providers take their first entry. Without SX_BIND_ADDR
+ * a sockaddr provider takes its first entry that is not loopback, in
+ * libfabric's order, and loopback's only when there is no other: peers
+ * on this host reach that address as well as loopback, and peers on
+ * other hosts reach only it. (The default used to be 127.0.0.1, with
+ * which a job across hosts over the defaults could not connect: "no
+ * answer from peer ... at ofi/udp 127.0.0.1:...".) An endpoint has one
+ * address, so unlike udp's card, which offers every interface's and lets
+ * each peer pick, a host whose first interface does not reach the other
+ * hosts needs SX_BIND_ADDR or SX_NET_DEVICES.
  * Devices (SX_NET_DEVICES, config->net_devices): when the list is set,
  * ofi's devices are the named domains (fi_getinfo's domain_attr->name) of
  * that provider with an entry open could use, in the list's order: the
@@ -22,7 +31,7 @@
  * a sockaddr provider then binds to that entry's own source address, with
  * a kernel-chosen port, instead of SX_BIND_ADDR. The query fails with
  * SX_ERR_NO_DEVICE when a name is no such domain here. Without the list
- * there are no devices and SX_BIND_ADDR rules, as before.
+ * there are no devices and SX_BIND_ADDR (or its default) rules.
  * What is not implemented: providers that need FI_MSG_PREFIX (verbs, efa
  * and usnic datagrams) or local memory registration (FI_MR_LOCAL) are not
  * asked for, so fi_getinfo leaves them out. FI_CONTEXT and FI_CONTEXT2 are
@@ -400,18 +409,18 @@ static int ofi_scan_devices(const sx_tl_config_t *config, char (*names)[SX_TL_DE
 int sx_ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why, size_t cap)
 {
     const char *bind =
-        config->bind_addr != NULL && config->bind_addr[0] != '\0' ? config->bind_addr : "127.0.0.1";
+        config->bind_addr != NULL && config->bind_addr[0] != '\0' ? config->bind_addr : NULL;
     const char *device =
         config->device != NULL && config->device[0] != '\0' ? config->device : NULL;
     struct fi_info *list = NULL, *chosen = NULL;
     const char *prov = NULL;
-    struct in_addr ip;
+    struct in_addr ip = {0};
     uint16_t port = 0;
     int rc = ofi_lib_get(why, cap);
 
     if (rc != SX_OK)
         return rc;
-    if (device == NULL) {
+    if (device == NULL && bind != NULL) {
         rc = ofi_parse_bind(bind, &ip, &port, why, cap);
         if (rc != SX_OK)
             return rc;
@@ -433,9 +442,12 @@ int sx_ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why
         }
     }
 
-    /* Without a device: the entry bound where SX_BIND_ADDR says, for
-     * providers on IPv4 sockets; the first otherwise. */
+    /* Without a device: for providers on IPv4 sockets, the entry bound
+     * where SX_BIND_ADDR says, or without it the first whose address is
+     * not loopback, in libfabric's order (loopback's when there is no
+     * other); the first entry for other providers. */
     bool sockets = false;
+    struct fi_info *lo = NULL;
     char seen[96] = "";
     size_t seen_len = 0;
     for (struct fi_info *fi = list; fi != NULL && chosen == NULL; fi = fi->next) {
@@ -448,8 +460,11 @@ int sx_ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why
             continue;
         }
         sockets = true;
-        if (sin->sin_addr.s_addr == ip.s_addr) {
+        bool loopback = (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+        if (bind != NULL ? sin->sin_addr.s_addr == ip.s_addr : !loopback) {
             chosen = fi;
+        } else if (bind == NULL && lo == NULL) {
+            lo = fi;
         } else if (seen_len < sizeof(seen)) {
             char a[INET_ADDRSTRLEN];
             inet_ntop(AF_INET, &sin->sin_addr, a, sizeof(a));
@@ -457,9 +472,12 @@ int sx_ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why
                                          seen_len ? ", " : "", a);
         }
     }
+    if (chosen == NULL && lo != NULL)
+        chosen = lo;
     if (chosen == NULL) {
         snprintf(why, cap, "provider %s has no endpoint on SX_BIND_ADDR %s (it has: %s)", prov,
-                 bind, seen_len ? seen : "no IPv4 address");
+                 bind != NULL ? bind : "(empty: any IPv4 address)",
+                 seen_len ? seen : "no IPv4 address");
         sx_ofi_lib.freeinfo(list);
         return SX_ERR_INVALID_PARAM;
     }
