@@ -1407,6 +1407,64 @@ static void test_hot_socket_moves_under_a_stream(void **state)
     c->ops->close(c);
 }
 
+/*
+ * A peer's datagrams that move to the hot socket when it becomes our hot
+ * destination, while the data socket reads in batches as under a stream:
+ * those it sent before, left in the data socket, are read first, then the
+ * newer ones in the hot socket. (Read hot first, the new ones came ahead
+ * of the old, and a channel kept them aside out of order: udp_hot.c,
+ * sx_udp_hot_poll.) A datagram the kernel takes in after the connect
+ * lands in the hot socket, ahead of the new ones, in order too.
+ */
+static void test_hot_socket_reads_older_first(void **state)
+{
+    (void)state;
+    sx_tl_iface_t *b = open_udp_hot();
+    uint8_t pa[8];
+    sx_tl_dest_t da;
+    struct sockaddr_in to = loopback_of(b);
+    char text[32], got[16][32];
+    unsigned n = 0;
+
+    int fa = raw_peer(pa);
+    assert_int_equal(b->ops->addr_insert(b, pa, 8, &da), SX_OK);
+    /* A lone read that finds a datagram puts the socket in batch mode. */
+    assert_int_equal(sendto(fa, "warm", 4, 0, (struct sockaddr *)&to, sizeof(to)), 4);
+    hot_expect(b, "warm");
+    for (unsigned i = 0; i < 8; i++) {
+        int len = snprintf(text, sizeof(text), "old %u", i);
+        assert_int_equal(sendto(fa, text, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+    }
+    for (unsigned i = 0; i < HOT_RUN; i++) {
+        snprintf(text, sizeof(text), "run %u", i);
+        (void)arrival_port(b, da, fa, text);
+    }
+    assert_int_equal(b->stats.hot_connects, 1);
+    for (unsigned i = 0; i < 8; i++) {
+        int len = snprintf(text, sizeof(text), "new %u", i);
+        assert_int_equal(sendto(fa, text, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to)), len);
+    }
+    uint64_t deadline = sx_time_ns() + DEADLINE_NS;
+    while (n < 16) {
+        sx_tl_event_t ev[32];
+        int k = b->ops->poll(b, ev, 32);
+        assert_true(k >= 0 && n + (unsigned)k <= 16);
+        for (int i = 0; i < k; i++, n++) {
+            assert_true(ev[i].len < sizeof(got[n]));
+            memcpy(got[n], ev[i].data, ev[i].len);
+            got[n][ev[i].len] = '\0';
+        }
+        assert_true(n == 16 || sx_time_ns() < deadline);
+    }
+    assert_true(b->stats.rx_hot >= 8);
+    for (unsigned i = 0; i < 16; i++) {
+        snprintf(text, sizeof(text), "%s %u", i < 8 ? "old" : "new", i % 8);
+        assert_string_equal(got[i], text);
+    }
+    close(fa);
+    b->ops->close(b);
+}
+
 /* udp_int.h's schedule of a quiet socket's reads: quiet after HOT_IDLE
  * reads without a datagram (UDP_HOT_IDLE), then read every 16th poll,
  * every 32nd after 64 such reads, every 64th after 64 more and every
@@ -1895,6 +1953,7 @@ int main(void)
         cmocka_unit_test(test_hot_socket_connect_fails),
         cmocka_unit_test(test_hot_socket_moves),
         cmocka_unit_test(test_hot_socket_moves_under_a_stream),
+        cmocka_unit_test(test_hot_socket_reads_older_first),
         cmocka_unit_test(test_hot_socket_quiet_backs_off),
         cmocka_unit_test(test_hot_socket_peer_gone),
     };
