@@ -53,7 +53,9 @@
  * ~5.1 GB/s, set by how often the receiver's delayed ACK fires, and with
  * bulk through them 4 runs of 20 were in the fast one against 9 of 20
  * without (alternated); with this rule, 9 of 20 against 11, the same
- * within each mode.
+ * within each mode. (On 2026-12-06 the slow runs at 1 MiB were those in
+ * which the receiver's hot socket, moving to the sender, took some of the
+ * stream in the moment it stood unconnected: sx_udp_hot_connect.)
  *
  * Reading both sockets at every poll costs a second system call a pass, so
  * a socket that has had no datagram in its last UDP_HOT_IDLE reads is read
@@ -211,9 +213,9 @@ SX_HOT static int udp_hot_read(udp_iface_t *u, udp_rx_t *rx, unsigned *idle_p,
  * caller that then sleeps arms first, and the poll after an arm reads
  * both (hot_all), so a sleeper woken for a skipped socket's datagram
  * reads it at once. While both are read, the one read first (the hot
- * socket, unless the data socket had a datagram more recently) leaves a
- * quarter of the room to the other, which would otherwise wait behind a
- * peer that keeps the first full (the ACK socket's share in
+ * socket, unless the data socket had a datagram at least as recently)
+ * leaves a quarter of the room to the other, which would otherwise wait
+ * behind a peer that keeps the first full (the ACK socket's share in
  * udp_poll_sockets, for the same reason).
  */
 SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_udp_hot_poll(udp_iface_t *u, sx_tl_event_t *events,
