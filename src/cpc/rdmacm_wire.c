@@ -14,6 +14,7 @@
 
 #include <shardx.h>
 
+#include "common/inaddr.h"
 #include "common/le.h"
 #include "cpc/rdmacm.h"
 #include "transports/verbs_addr.h"
@@ -63,7 +64,7 @@ int sx_rdmacm_blob_parse(const uint8_t *in, size_t len, struct sockaddr_storage 
         uint32_t a = ntohl(sin.sin_addr.s_addr);
         if (a == INADDR_ANY)
             why = "unspecified address (0.0.0.0)";
-        else if ((a >> 24) == 127)
+        else if (sx_in4_loopback(sin.sin_addr))
             why = "loopback address";
         else if (IN_MULTICAST(a))
             why = "multicast address";

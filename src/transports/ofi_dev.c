@@ -65,6 +65,7 @@
 
 #include <shardx.h>
 
+#include "common/inaddr.h"
 #include "common/log.h"
 #include "common/namelist.h"
 
@@ -460,8 +461,7 @@ int sx_ofi_pick(const sx_tl_config_t *config, struct fi_info **info_p, char *why
             continue;
         }
         sockets = true;
-        bool loopback = (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
-        if (bind != NULL ? sin->sin_addr.s_addr == ip.s_addr : !loopback) {
+        if (bind != NULL ? sin->sin_addr.s_addr == ip.s_addr : !sx_in4_loopback(sin->sin_addr)) {
             chosen = fi;
         } else if (bind == NULL && lo == NULL) {
             lo = fi;

@@ -99,6 +99,7 @@
 #include <shardx.h>
 
 #include "common/hot.h"
+#include "common/inaddr.h"
 #include "common/log.h"
 
 #define UDP_MTU_WILDCARD 65000 /* receive buffers: the largest route's (loopback) */
@@ -535,7 +536,7 @@ SX_HOT static bool udp_dest_local(sx_tl_iface_t *iface, sx_tl_dest_t dest)
         return false;
     const udp_sa_t *sa = &u->dests[dest].sa;
     if (sa->sa.sa_family == AF_INET)
-        return (ntohl(sa->in4.sin_addr.s_addr) >> 24) == 127; /* 127/8 (RFC 1122 3.2.1.3) */
+        return sx_in4_loopback(sa->in4.sin_addr);
     return sa->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&sa->in6.sin6_addr);
 }
 

@@ -52,6 +52,7 @@
 
 #include <shardx.h>
 
+#include "common/inaddr.h"
 #include "common/log.h"
 
 #define UDP_HEADERS  28                     /* IPv4 and UDP headers */
@@ -221,7 +222,7 @@ static bool udp_offerable(const struct sockaddr *sa, udp_ip_t *ip)
     if (sa->sa_family == AF_INET) {
         ip->family = AF_INET;
         ip->v4 = ((const struct sockaddr_in *)(const void *)sa)->sin_addr;
-        return (ntohl(ip->v4.s_addr) >> 24) != 127 && ip->v4.s_addr != htonl(INADDR_ANY);
+        return !sx_in4_loopback(ip->v4) && ip->v4.s_addr != htonl(INADDR_ANY);
     }
     if (sa->sa_family != AF_INET6)
         return false;

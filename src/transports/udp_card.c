@@ -54,6 +54,8 @@
 
 #include <shardx.h>
 
+#include "common/inaddr.h"
+
 #define UDP_ADDR_LEN     8
 #define UDP_ADDR_LEN_ACK 10 /* with the ACK socket's port */
 #define UDP_ADDR_IPV4    4
@@ -163,8 +165,7 @@ const char *sx_udp_card_decode(const void *addr, size_t len, udp_peer_addr_t *pa
             ip->family = AF_INET;
             memcpy(&ip->v4.s_addr, e, 4);
             pa->prefix[i] = e[4];
-            uint32_t h = ntohl(ip->v4.s_addr);
-            if (h == INADDR_ANY || (h >> 24) == 127)
+            if (ip->v4.s_addr == htonl(INADDR_ANY) || sx_in4_loopback(ip->v4))
                 return "a listed address is 0.0.0.0 or loopback";
             if (pa->prefix[i] > 32)
                 return "a prefix length over 32";

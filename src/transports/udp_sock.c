@@ -52,6 +52,7 @@
 
 #include <shardx.h>
 
+#include "common/inaddr.h"
 #include "common/log.h"
 #include "common/namelist.h"
 
@@ -143,8 +144,7 @@ static size_t udp_ifmtu(int fd, const struct in_addr *addr)
 
 size_t sx_udp_pick_mtu(int fd, const struct sockaddr_in *local)
 {
-    /* All of 127.0.0.0/8 is loopback (RFC 1122 section 3.2.1.3). */
-    if ((ntohl(local->sin_addr.s_addr) >> 24) == 127)
+    if (sx_in4_loopback(local->sin_addr))
         return UDP_MTU_LOOPBACK;
     size_t mtu = udp_ifmtu(fd, &local->sin_addr);
     if (mtu == 0)
