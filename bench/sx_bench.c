@@ -114,10 +114,11 @@ static sxb_counters_t *g_counters;
 static size_t g_ncounters, g_cap_counters;
 
 const char *const sxb_counter_names[] = {
-    "data_sent",          "frames_sent", "acks_sent",          "rx_packets",      "rtx_timeout",
-    "rtx_dupack",         "rtx_sack",    "window_stalls",      "hotel_full",      "drop_duplicate",
-    "drop_out_of_window", "tl_tx_again", "tl_rx_kernel_drops", "chan_failures",   "svc_wakeups",
-    "svc_rx_packets",     "rwnd_stalls", "peer_probes",        "progress_yields", "rtt_waited",
+    "data_sent",      "frames_sent",        "acks_sent",   "rx_packets",         "rtx_timeout",
+    "rtx_dupack",     "rtx_sack",           "rtx_probe",   "window_stalls",      "hotel_full",
+    "drop_duplicate", "drop_out_of_window", "tl_tx_again", "tl_rx_kernel_drops", "chan_failures",
+    "svc_wakeups",    "svc_rx_packets",     "rwnd_stalls", "peer_probes",        "progress_yields",
+    "rtt_waited",
 };
 
 /* Effective settings shown in the report. */

@@ -149,7 +149,7 @@ void sxb_metric(sxb_record_t *r, const char *key, double value);
 void sxb_record_add(const sxb_record_t *r);
 
 /* Engine counters read at the end of an engine session, both ranks. */
-enum { SXB_NCOUNTERS = 20 };
+enum { SXB_NCOUNTERS = 21 };
 
 /* Their names, as sx_stats_value() knows them; defined in sx_bench.c with
  * exactly SXB_NCOUNTERS entries (the compiler checks the two agree). */

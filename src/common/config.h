@@ -141,6 +141,13 @@
       "Ceiling of the retransmission timeout after exponential back-off.")                     \
     X(RTO_INIT_US, UINT, rto_init_us, "10000", 10, 60000000, NULL,                             \
       "Retransmission timeout before the first round-trip sample.")                            \
+    X(TLP, BOOL, tlp, "yes", 0, 0, NULL,                                                       \
+      "Tail loss probes (RACK-TLP, RFC 8985 section 7): with packets in flight and neither "   \
+      "an ACK nor a new packet for two smoothed round trips plus the larger of "               \
+      "SX_ACK_DELAY_US and four RTT deviations, send the newest packet not known to have "     \
+      "arrived again, so that a loss at the end of a burst is repaired by its ACK (and "       \
+      "RACK) in a few round trips instead of a retransmission timeout. no: such losses wait "  \
+      "for the timeout.")                                                                      \
     X(PEER_TIMEOUT_MS, UINT, peer_timeout_ms, "30000", 10, 86400000, NULL,                     \
       "A peer that answers none of the retransmissions and probes sent to it for this long "   \
       "fails: its operations complete with SX_ERR_PEER_UNREACHABLE and the error callback "    \
@@ -265,6 +272,7 @@ typedef struct sx_config {
     uint64_t rto_min_us;
     uint64_t rto_max_us;
     uint64_t rto_init_us;
+    bool tlp;
     uint64_t peer_timeout_ms;
     bool checksum;
     bool check_source;

@@ -125,6 +125,7 @@ static void sx_engine_init_env(struct sx_engine *e)
     p->rto_init_ns = c->rto_init_us * 1000u;
     if (p->rto_max_ns < p->rto_min_ns)
         p->rto_max_ns = p->rto_min_ns;
+    p->tlp = c->tlp;
     p->peer_timeout_ns = c->peer_timeout_ms * 1000000u;
     p->connect_timeout_ns = c->connect_timeout_ms * 1000000u;
     p->checksum = c->checksum;

@@ -144,6 +144,7 @@ SX_HOT sx_chan_t *sx_chan_get_locked(sx_shard_t *shard, struct sx_peer *peer, un
     c->peer_rwnd_bytes = (uint32_t)p->max_inflight; /* at most 1 GiB */
     sx_timer_init(&c->ack_timer, sx_chan_ack_timer, c);
     sx_timer_init(&c->persist_timer, sx_chan_persist_timer, c);
+    sx_timer_init(&c->tlp_timer, sx_chan_tlp_timer, c);
     sx_chan_cc_attach_locked(c);
     /* sx_peer_add chose the peer's method before publishing it. */
     c->conn_method = peer->conn_method;
@@ -258,6 +259,7 @@ void sx_chan_fail_why_locked(sx_chan_t *c, int status, const char *why)
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
     sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
     sx_wheel_cancel(c->shard->wheel, &c->cc_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->tlp_timer);
     if (c->conn_method->ops->ep_finalize_locked != NULL)
         c->conn_method->ops->ep_finalize_locked(c->conn_method, c);
     chan_free_window(c);
@@ -315,6 +317,7 @@ void sx_chan_destroy_locked(sx_chan_t *c, int status)
     sx_wheel_cancel(c->shard->wheel, &c->ack_timer);
     sx_wheel_cancel(c->shard->wheel, &c->persist_timer);
     sx_wheel_cancel(c->shard->wheel, &c->cc_timer);
+    sx_wheel_cancel(c->shard->wheel, &c->tlp_timer);
     sx_wheel_cancel(c->shard->wheel, &c->conn_timer);
     sx_chan_iface(c)->ops->addr_remove(sx_chan_iface(c), c->dest);
     free(c->win);

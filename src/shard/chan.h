@@ -214,6 +214,20 @@ typedef struct sx_chan {
     uint64_t srtt_ns, rttvar_ns, rto_ns;
     uint64_t min_rtt_ns; /* the smallest RTT sample (0: none yet); RACK */
     unsigned backoff;
+    /* Tail loss probes (chan_tlp.c, SX_TLP): tlp_timer fires a probe
+     * timeout after tlp_mark_ns, the latest new packet sent or ACK that
+     * moved snd_una. The probe out (tlp_out: packet tlp_seq sent again at
+     * tlp_sent_ns, when snd_nxt was tlp_end) ends as a repaired loss when
+     * the cumulative ACK passes tlp_end, or as none when the peer reports
+     * the copy as a duplicate; each such report doubles the probe timeout
+     * once more (tlp_slow, down again by a repair or a timeout). */
+    sx_timer_t tlp_timer;
+    uint64_t tlp_mark_ns;
+    uint64_t tlp_sent_ns; /* 0: no probe yet */
+    uint32_t tlp_seq;
+    uint32_t tlp_end;
+    bool tlp_out;
+    uint8_t tlp_slow;
     /* Flow control (RFC 9293 section 3.8.6): the peer's receive window
      * from its latest ACK (the ack it came with, and the packets and bytes
      * it allows from there). New packets go out while snd_nxt is before

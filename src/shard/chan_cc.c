@@ -126,7 +126,14 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint
     if (c->cc == NULL)
         return;
     sx_chan_cc_out_locked(c, pkt);
-    int cut = sx_cc_lost(c->cc, pkt->last_sent_ns, persistent, now);
+    sx_chan_cc_cut_locked(c, pkt->last_sent_ns, persistent, now);
+}
+
+void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, bool persistent, uint64_t now)
+{
+    if (c->cc == NULL)
+        return;
+    int cut = sx_cc_lost(c->cc, sent_ns, persistent, now);
     if (cut == 1) {
         sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
     } else if (cut == 2) {

@@ -130,6 +130,36 @@ void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, bool pure_
  *  sx_chan_ack_release_locked takes it (false: it must be taken now). */
 bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now);
 
+/* chan_tlp.c */
+
+/** The tail loss probe's timer (RFC 8985 section 7): with packets in
+ *  flight and no new packet or ACK for a probe timeout, sends the newest
+ *  packet not known to have arrived again. */
+void sx_chan_tlp_timer(sx_timer_t *timer, void *arg);
+
+/** Arms tlp_timer a probe timeout after @p now (none before the first
+ *  RTT sample, with SX_TLP=no, or where the timeout comes first). */
+void sx_chan_tlp_arm_locked(sx_chan_t *c, uint64_t now);
+
+/** A new packet went, or an ACK moved snd_una with packets still in
+ *  flight, at @p now: the probe timeout counts from here. One store, and
+ *  the timer armed only when it is not (it looks at the mark when it
+ *  fires). */
+static inline void sx_chan_tlp_mark_locked(sx_chan_t *c, uint64_t now)
+{
+    c->tlp_mark_ns = now;
+    if (!sx_timer_is_pending(&c->tlp_timer))
+        sx_chan_tlp_arm_locked(c, now);
+}
+
+/** With a probe out, an ACK from the peer: a cumulative ACK past what was
+ *  out at the probe ends it as a repaired loss (a cut of the window). */
+void sx_chan_tlp_ack_locked(sx_chan_t *c, uint64_t now);
+
+/** The peer reported the probe's packet as a duplicate: the probe (if
+ *  still out) ends with nothing lost, and the probe timeout doubles. */
+void sx_chan_tlp_dsack_locked(sx_chan_t *c);
+
 /* chan_cc.c */
 
 /** Gives a new channel its destination host's congestion controller, as
@@ -175,6 +205,9 @@ void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
  *  count the window's cuts in the shard's stats. A lost packet leaves
  *  the pipe. */
 void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now);
+/** The same signal for a loss of a packet sent at @p sent_ns that is no
+ *  longer in the pipe (a tail loss probe repaired it). */
+void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, bool persistent, uint64_t now);
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
 
 /** F-RTO found this channel's timeout recovery spurious: a collapse of

@@ -222,6 +222,11 @@ void sx_chan_on_timeout(sx_shard_t *shard, sx_shard_guest_t *guest)
             sx_chan_queue_rtx_locked(c, pkt); /* no room: let the flush retry it */
         return;
     }
+    /* A probe that was out failed, or none went (the timeout came
+     * first): the timeout leads, and the next probe may come sooner. */
+    c->tlp_out = false;
+    if (c->tlp_slow > 0)
+        c->tlp_slow--;
     /* Exponential back-off (RFC 6298 section 5.5). */
     c->rto_ns = c->rto_ns * 2 > p->rto_max_ns ? p->rto_max_ns : c->rto_ns * 2;
     c->backoff++;
@@ -552,8 +557,14 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
     }
     if (c->dsack_round_open && !sx_u32_before(c->snd_una, c->dsack_round))
         c->dsack_round_open = false;
-    if (pure_ack && (h->flags & SX_PKTF_DSACK))
-        chan_dsack(c, h->seq);
+    /* A duplicate of our tail loss probe says its ACK was late, not that
+     * the path reorders (chan_tlp.c). */
+    if (pure_ack && (h->flags & SX_PKTF_DSACK)) {
+        if (c->tlp_sent_ns != 0 && h->seq == c->tlp_seq)
+            sx_chan_tlp_dsack_locked(c);
+        else
+            chan_dsack(c, h->seq);
+    }
     if (sx_u32_before(c->snd_una, h->ack)) {
         uint64_t sample = 0, sample_sent = 0;
         size_t acked = 0;
@@ -610,6 +621,8 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
         c->backoff = 0;
         c->dupacks = 0;
         c->last_ack = h->ack;
+        if (c->snd_una != c->snd_nxt)
+            sx_chan_tlp_mark_locked(c, now);
         if (c->in_recovery && !sx_u32_before(c->snd_una, c->recover))
             c->in_recovery = false;
         /* F-RTO's test (RFC 5682): an original transmission from before
@@ -736,5 +749,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             }
         }
     }
+    if (c->tlp_out)
+        sx_chan_tlp_ack_locked(c, now);
     sx_chan_cc_ecn_ack_locked(c, h, now);
 }

@@ -463,6 +463,7 @@ SX_HOT void sx_chan_stamp_locked(sx_txpkt_t *pkt, uint64_t sent_ns, uint64_t now
         c->alive_ns = now;
         c->probes = 0;
     }
+    sx_chan_tlp_mark_locked(c, now);
     if (sx_chan_arm_locked(c, pkt, now) != SX_OK) {
         /* No room to time it: it goes again as a retransmission, which
          * takes a room then (before, it waited unsent). */

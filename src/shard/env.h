@@ -45,6 +45,7 @@ typedef struct sx_chan_conf {
     uint64_t rto_min_ns;
     uint64_t rto_max_ns;
     uint64_t rto_init_ns;
+    bool tlp; /* SX_TLP: tail loss probes (chan_tlp.c) */
     uint64_t peer_timeout_ns;
     uint64_t connect_timeout_ns;
     bool checksum;

@@ -75,7 +75,7 @@ static const char *const rl_ctr_names[] = {
     "drop_payload_crc", "drop_version",  "rx_out_of_order", "data_sent",      "tl_rx_kernel_drops",
     "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket",
     "pmtu_blackholes",  "frags_sent",    "frags_assembled", "rtx_unneeded",   "peer_probes",
-    "rwnd_stalls"};
+    "rwnd_stalls",      "rtx_probe",     "tlp_repairs",     "tlp_unneeded"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -717,6 +717,7 @@ enum {
     EXP_CREDITS = 32, /* the sender held datagrams back for want of send credits */
     EXP_PMTU = 64,    /* the sender found a black hole and resent in fragments */
     EXP_ONCE = 128,   /* no packet reached the receiver twice: each hole resent once */
+    EXP_PROBE = 256,  /* tail losses repaired by probes, hardly ever by a timeout */
 };
 
 typedef struct rl_case {
@@ -748,10 +749,13 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
         rl_kv(tx, "CONGESTION", "off");
     /* A timeout on a loaded machine resends what was only late (F-RTO's
      * spurious timeouts); with the floor at 1 s, the only timeouts are
-     * for a lost tail, and every copy the receiver gets twice was sent
-     * twice by fast recovery. */
-    if (c->expect & EXP_ONCE)
+     * for a lost tail. Without tail loss probes, which may find an ACK
+     * only late, every copy the receiver gets twice was then sent twice
+     * by fast recovery. */
+    if (c->expect & (EXP_ONCE | EXP_PROBE))
         rl_kv(tx, "RTO_MIN_US", "1000000");
+    if (c->expect & EXP_ONCE)
+        rl_kv(tx, "TLP", "no");
     for (int dir = 0; dir < (c->both_send ? 2 : 1); dir++) {
         rl_flow_plan_t *s = dir == 0 ? &tx->flow[0] : &rx->flow[0];
         rl_flow_plan_t *d = dir == 0 ? &rx->flow[0] : &tx->flow[0];
@@ -783,6 +787,14 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
     if (c->expect & EXP_ONCE) {
         assert_int_equal(ctr(rr, "drop_duplicate"), 0);
         assert_int_equal(ctr(sr, "rtx_unneeded"), 0);
+    }
+    /* A timeout only where a probe was lost too (one probe at a time,
+     * RFC 8985 section 7.3): 0-2 a direction in 20 runs over udp and
+     * libfabric, with 10-20 probes each; with SX_TLP=no, 10, one for
+     * every tail lost. */
+    if (c->expect & EXP_PROBE) {
+        assert_true(ctr(sr, "rtx_timeout") <= 4);
+        assert_true(ctr(sr, "rtx_probe") > 0);
     }
     if (c->expect & EXP_CREDITS)
         assert_true(ctr(sr, "tx_no_credits") > 0);
@@ -818,6 +830,12 @@ static const rl_case_t rl_cases[] = {
     {"loss 5%", "loss=0.05,seed=11", "loss=0.05,ctrl_loss=0.1,seed=12", NULL, 250, 32, 0, 0, false,
      EXP_RTX, NULL},
     {"loss 30%", "loss=0.3,seed=13", NULL, NULL, 150, 32, 0, 0, false, EXP_RTX, NULL},
+    /* One message at a time, each the tail of what is in flight: what is
+     * lost of its last packets has nothing sent after it whose ACK would
+     * tell, and waits for a tail loss probe (chan_tlp.c) instead of the
+     * timeout (made 1 s here, so that the timeouts are counted). */
+    {"loss 2%, one message at a time", "loss=0.02,seed=24", NULL, NULL, 300, 1, 0, 0, false,
+     EXP_PROBE, NULL},
     /* Data lost, ACKs not: RACK resends a hole at the first SACK past
      * its reordering allowance, and the third duplicate ACK that follows
      * must not send it again (chan_retransmit.c). */

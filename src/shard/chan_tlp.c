@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Channels, tail loss probes (chan.h; RACK-TLP, RFC 8985 section 7).
+ *
+ * Why: duplicate ACKs and RACK (chan_retransmit.c) find a lost packet by
+ * the ACKs of packets sent after it. A loss at the end of a burst has
+ * none: the last packet of a message or of a window, a hole whose
+ * successors were sent within RACK's reordering allowance of it, or a
+ * retransmission with nothing sent after it. Each waited for the
+ * retransmission timeout, at least SX_RTO_MIN_US (2 ms; a round trip on
+ * loopback is some 50 us). sx_bench loss timed out 1-4 times a run at 5
+ * and 10 % loss, and its debug log showed where: the oldest packet, with
+ * 2-9 packets in flight at the end of the stream, or with a window of
+ * them behind a retransmission that was lost again.
+ *
+ * What: while packets are in flight, a probe timeout (PTO, chan_pto)
+ * after the latest new packet or ACK that moved snd_una sends the newest
+ * packet not known to have arrived again. Its ACK is the one the tail
+ * lacked: it SACKs the probe, so RACK finds the holes before it, or
+ * completes the cumulative ACK where the probe was the hole. The RFC
+ * sends new data as the probe where some waits; here that only waits
+ * behind a closed window, which the probe cannot open. One probe is out
+ * at a time, none in the recovery after a timeout (its own ACKs resend),
+ * and none where the timeout would come first.
+ *
+ * Whether the probe repaired a loss (RFC 8985 section 7.4): the peer
+ * reports a copy it already had (D-SACK), and then nothing was lost and
+ * the probe cost a datagram; otherwise, once the cumulative ACK passes
+ * the packets that were out at the probe (tlp_end) without such a
+ * report, the original was lost and the window is cut as for a loss
+ * found otherwise (tlp_repairs). The cumulative ACK that only reaches
+ * tlp_end decides nothing: it is what a delayed ACK of the original
+ * looks like, and the report of the copy comes after it (Linux's
+ * tcp_process_tlp_ack decides the same way). Until one or the other, or
+ * a timeout, no other probe goes.
+ *
+ * The timer is lazy: a new packet or ACK only moves tlp_mark_ns (a store
+ * on the send path), and the timer, armed when it is not, looks at the
+ * mark when it fires and waits again if the mark moved. Token holder only.
+ */
+#include "common/hot.h"
+#include "common/log.h"
+#include "shard/chan.h"
+#include "shard/chan_int.h"
+#include "shard/conn.h"
+#include "shard/peer.h"
+
+/*
+ * The probe timeout: 2 SRTT (RFC 8985 section 7.2) plus the larger of the
+ * peer's delayed ACK, which holds the ACK of fewer than SX_ACK_EVERY
+ * frames, and 4 RTTVAR; doubled tlp_slow times; at least two ticks of the
+ * wheel. 0 before the first RTT sample (the RFC's 1 s is the initial
+ * RTO's business here) and where the retransmission timeout is no later.
+ *
+ * Why 4 RTTVAR: an RTT sample is the newest packet an ACK covers, but a
+ * burst's last packet is acknowledged only when the peer has read (and
+ * copied) the whole burst. With 2 SRTT plus the ACK delay alone, sx_bench
+ * loss probed twice at the start of every session, in slow start's first
+ * bursts of 16 and 32 datagrams of 32 KiB, 220-290 us after the burst
+ * with an SRTT of 80-120 us, and the peer reported every probe as a
+ * duplicate (debug log). 4 RTTVAR is the margin RFC 6298 gives the RTO
+ * (SRTT + 4 RTTVAR) before its floor, SX_RTO_MIN_US, which is for a peer
+ * that stops for a while: a probe sent too soon costs one datagram, not
+ * the window.
+ *
+ * Why tlp_slow: a peer's ACK also waits for what its handlers do with
+ * the data, which no RTT sample of ours shows. Over libfabric's udp
+ * provider, test_reliability's stream at 5 % loss (SRTT 20-35 us, PTO
+ * 100-220 us) sent 27 probes, and the peer reported 23 of them as
+ * duplicates. A probe found early so waits twice as long next time, up to
+ * 2^SX_TLP_SLOW_MAX times (beyond the timeout, on most paths: no probes),
+ * and a probe that repaired a loss, or a timeout, halves it again: the
+ * same give and take as RACK's reordering allowance.
+ */
+#define SX_TLP_SLOW_MAX 4
+
+static uint64_t chan_pto(const sx_chan_t *c)
+{
+    const sx_chan_conf_t *p = &c->shard->env->conf;
+    uint64_t tick = sx_wheel_tick_ns(c->shard->wheel);
+
+    if (!p->tlp || c->srtt_ns == 0)
+        return 0;
+    uint64_t var = 4 * c->rttvar_ns;
+    uint64_t pto = (2 * c->srtt_ns + (var > p->ack_delay_ns ? var : p->ack_delay_ns))
+                   << c->tlp_slow;
+    if (pto < 2 * tick)
+        pto = 2 * tick;
+    return pto < c->rto_ns ? pto : 0;
+}
+
+void sx_chan_tlp_arm_locked(sx_chan_t *c, uint64_t now)
+{
+    uint64_t pto = chan_pto(c);
+
+    if (pto != 0)
+        sx_wheel_add(c->shard->wheel, &c->tlp_timer, now + pto);
+}
+
+/* The packet to send again: the newest one neither SACKed nor already
+ * waiting to go again. */
+static sx_txpkt_t *chan_tlp_pick(sx_chan_t *c)
+{
+    uint32_t mask = sx_chan_window(c) - 1;
+
+    for (uint32_t s = c->snd_nxt; s != c->snd_una;) {
+        sx_txpkt_t *pkt = c->win[--s & mask];
+        if (pkt != NULL && !pkt->sacked && !pkt->queued && !pkt->unstamped)
+            return pkt;
+    }
+    return NULL;
+}
+
+void sx_chan_tlp_timer(sx_timer_t *timer, void *arg)
+{
+    sx_chan_t *c = arg;
+    sx_shard_t *shard = c->shard;
+    uint64_t now = sx_wheel_now(shard->wheel);
+
+    (void)timer;
+    if (c->failed || c->conn != SX_CONN_UP || c->snd_una == c->snd_nxt || c->tlp_out)
+        return; /* the next new packet arms it again */
+    uint64_t pto = chan_pto(c);
+    if (pto == 0)
+        return;
+    if (sx_u64_before(now, c->tlp_mark_ns + pto)) {
+        sx_wheel_add(shard->wheel, &c->tlp_timer, c->tlp_mark_ns + pto);
+        return;
+    }
+    /* A packet queued to go again probes already, and the recovery after
+     * a timeout resends as its ACKs come. Fast recovery is probed (the
+     * RFC and Linux do not): a retransmission lost again with nothing
+     * sent after it has no ACK that would show RACK the loss, and
+     * test_reliability's one-message-at-a-time stream over libfabric
+     * (1472-byte datagrams, 2 % loss) timed out 2-3 times a direction
+     * there, after the probes had repaired every tail outside it. */
+    if (c->in_rto_recovery || c->rtx != NULL)
+        return;
+    sx_txpkt_t *pkt = chan_tlp_pick(c);
+    if (pkt == NULL)
+        return;
+    c->tlp_out = true;
+    c->tlp_seq = pkt->seq;
+    c->tlp_end = c->snd_nxt;
+    c->tlp_sent_ns = now;
+    sx_stat_add(&shard->stats.rtx_probe, 1);
+    sx_debug("chan",
+             "%s: tail loss probe, seq %u of una %u nxt %u, %llu us after the last send or ACK "
+             "(srtt %llu rttvar %llu us)",
+             c->peer->name, pkt->seq, c->snd_una, c->snd_nxt,
+             (unsigned long long)((now - c->tlp_mark_ns) / 1000),
+             (unsigned long long)(c->srtt_ns / 1000), (unsigned long long)(c->rttvar_ns / 1000));
+    sx_chan_queue_rtx_locked(c, pkt);
+}
+
+void sx_chan_tlp_ack_locked(sx_chan_t *c, uint64_t now)
+{
+    if (!sx_u32_before(c->tlp_end, c->snd_una))
+        return;
+    c->tlp_out = false;
+    if (c->tlp_slow > 0)
+        c->tlp_slow--;
+    sx_stat_add(&c->shard->stats.tlp_repairs, 1);
+    sx_chan_cc_cut_locked(c, c->tlp_sent_ns, false, now);
+}
+
+void sx_chan_tlp_dsack_locked(sx_chan_t *c)
+{
+    sx_stat_add(&c->shard->stats.tlp_unneeded, 1);
+    c->tlp_out = false; /* both copies arrived: nothing was lost */
+    if (c->tlp_slow < SX_TLP_SLOW_MAX)
+        c->tlp_slow++;
+}
