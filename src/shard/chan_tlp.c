@@ -128,12 +128,13 @@ void sx_chan_tlp_timer(sx_timer_t *timer, void *arg)
         return;
     }
     /* A packet queued to go again probes already, and the recovery after
-     * a timeout resends as its ACKs come. Fast recovery is probed (the
-     * RFC and Linux do not): a retransmission lost again with nothing
-     * sent after it has no ACK that would show RACK the loss, and
-     * test_reliability's one-message-at-a-time stream over libfabric
-     * (1472-byte datagrams, 2 % loss) timed out 2-3 times a direction
-     * there, after the probes had repaired every tail outside it. */
+     * a timeout resends as its ACKs come. Fast recovery is probed, where
+     * RFC 8985 (section 7.2) arms the probe outside recovery alone: a
+     * retransmission lost again with nothing sent after it has no ACK
+     * that would show RACK the loss, and test_reliability's
+     * one-message-at-a-time stream over libfabric (1472-byte datagrams,
+     * 2 % loss) timed out 2-3 times a direction there, after the probes
+     * had repaired every tail outside it. */
     if (c->in_rto_recovery || c->rtx != NULL)
         return;
     sx_txpkt_t *pkt = chan_tlp_pick(c);
