@@ -621,8 +621,12 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
         c->backoff = 0;
         c->dupacks = 0;
         c->last_ack = h->ack;
+        /* Everything acknowledged: no probe is due, and a sleeping
+         * service or progress thread must not wake for one. */
         if (c->snd_una != c->snd_nxt)
             sx_chan_tlp_mark_locked(c, now);
+        else if (sx_timer_is_pending(&c->tlp_timer))
+            sx_wheel_cancel(c->shard->wheel, &c->tlp_timer);
         if (c->in_recovery && !sx_u32_before(c->snd_una, c->recover))
             c->in_recovery = false;
         /* F-RTO's test (RFC 5682): an original transmission from before

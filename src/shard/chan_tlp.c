@@ -36,7 +36,9 @@
  *
  * The timer is lazy: a new packet or ACK only moves tlp_mark_ns (a store
  * on the send path), and the timer, armed when it is not, looks at the
- * mark when it fires and waits again if the mark moved. Token holder only.
+ * mark when it fires and waits again if the mark moved. The ACK that
+ * leaves nothing in flight cancels it, so that an idle channel's timer
+ * wakes no one. Token holder only.
  */
 #include "common/hot.h"
 #include "common/log.h"
