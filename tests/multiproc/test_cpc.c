@@ -826,7 +826,7 @@ static void test_handshake_loss(void **state)
         uint64_t rtx = 0;
         for (unsigned i = 0; i < 2; i++)
             rtx += cp_stat(fx.side[i].e, "rtx_timeout") + cp_stat(fx.side[i].e, "rtx_sack") +
-                   cp_stat(fx.side[i].e, "rtx_dupack");
+                   cp_stat(fx.side[i].e, "rtx_dupack") + cp_stat(fx.side[i].e, "rtx_probe");
         assert_true(rtx > 0); /* the loss did happen */
         assert_int_equal(cp_stat(a->e, "chan_failures") + cp_stat(b->e, "chan_failures"), 0);
         print_message("[ seed %-6u ] ctrl sent %llu + %llu, retransmissions %llu\n", seeds[k],

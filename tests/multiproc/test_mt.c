@@ -120,7 +120,8 @@ static uint64_t mt_stat(sx_engine_h e, const char *name)
 
 static unsigned long long mt_rtx(sx_engine_h e)
 {
-    return mt_stat(e, "rtx_timeout") + mt_stat(e, "rtx_sack") + mt_stat(e, "rtx_dupack");
+    return mt_stat(e, "rtx_timeout") + mt_stat(e, "rtx_sack") + mt_stat(e, "rtx_dupack") +
+           mt_stat(e, "rtx_probe");
 }
 
 static double mt_since(uint64_t start)

@@ -774,7 +774,9 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
     rl_print(c->both_send ? "parent" : "sender", sr);
     rl_print(c->both_send ? "child" : "receiver", rr);
     if (c->expect & EXP_RTX)
-        assert_true(ctr(sr, "rtx_timeout") + ctr(sr, "rtx_sack") + ctr(sr, "rtx_dupack") > 0);
+        assert_true(ctr(sr, "rtx_timeout") + ctr(sr, "rtx_sack") + ctr(sr, "rtx_dupack") +
+                        ctr(sr, "rtx_probe") >
+                    0);
     if (c->expect & EXP_TIMEOUT)
         assert_true(ctr(sr, "rtx_timeout") > 0);
     /* ... and reported them (SX_PKTF_DSACK), which the sender took. */
@@ -1020,7 +1022,9 @@ static void test_ack_socket_mixed(void **state)
     assert_true(ctr(cr, "tl_tx_ack_path") > 0 && ctr(cr, "tl_tx_ack_path") <= ctr(cr, "acks_sent"));
     assert_true(ctr(pr, "tl_rx_ack_socket") > 0);
     assert_int_equal(ctr(cr, "tl_rx_ack_socket"), 0); /* it has none */
-    assert_true(ctr(pr, "rtx_timeout") + ctr(pr, "rtx_sack") + ctr(pr, "rtx_dupack") > 0);
+    assert_true(ctr(pr, "rtx_timeout") + ctr(pr, "rtx_sack") + ctr(pr, "rtx_dupack") +
+                    ctr(pr, "rtx_probe") >
+                0);
     assert_int_equal(ctr(pr, "chan_failures") + ctr(cr, "chan_failures"), 0);
 }
 
