@@ -683,12 +683,12 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             if (pkt != NULL) {
                 c->in_recovery = true;
                 c->recover = c->snd_nxt;
-            }
-            if (pkt != NULL && pkt->transmissions <= 1) {
-                chan_loss_episode(c, pkt, now);
-                sx_stat_add(&c->shard->stats.rtx_dupack, 1);
-                sx_chan_cc_lost_locked(c, pkt, false, now);
-                sx_chan_queue_rtx_locked(c, pkt);
+                if (pkt->transmissions <= 1) {
+                    chan_loss_episode(c, pkt, now);
+                    sx_stat_add(&c->shard->stats.rtx_dupack, 1);
+                    sx_chan_cc_lost_locked(c, pkt, false, now);
+                    sx_chan_queue_rtx_locked(c, pkt);
+                }
             }
         }
     }

@@ -792,8 +792,8 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
     }
     /* A timeout only where a probe was lost too (one probe at a time,
      * RFC 8985 section 7.3): 0-2 a direction in 20 runs over udp and
-     * libfabric, with 10-20 probes each; with SX_TLP=no, 10, one for
-     * every tail lost. */
+     * libfabric (alone, under ASan and TSan), with 10-26 probes each;
+     * with SX_TLP=no, 10 over udp, one for every tail lost. */
     if (c->expect & EXP_PROBE) {
         assert_true(ctr(sr, "rtx_timeout") <= 4);
         assert_true(ctr(sr, "rtx_probe") > 0);
