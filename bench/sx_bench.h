@@ -235,6 +235,7 @@ typedef struct sxb_udp {
      * send to it); tfd, connected to the other rank's sfd, sends. */
     int sfd, tfd;
     struct sockaddr_in tpeer; /* the other rank's tfd: where its datagrams come from */
+    uint32_t seq;             /* rank 0: the last ping's number (sxb_udp_pingpong) */
 } sxb_udp_t;
 
 /* Opens a nonblocking socket on 127.0.0.1 and connects it to the other
@@ -242,17 +243,21 @@ typedef struct sxb_udp {
 int sxb_udp_open(const sxb_ctl_t *ctl, sxb_udp_t *u);
 void sxb_udp_close(sxb_udp_t *u);
 
-/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). The
- * plain floor sends and reads on connected sockets (send(2), recv(2)).
- * With @p shared, the kernel path of a transport whose one socket serves
- * every peer, as shardx's udp transport's does: datagrams arrive at an
- * unconnected socket, read with recvfrom(2) and the sender's address,
- * which is checked (SX_CHECK_SOURCE), and leave from a socket connected
- * to the peer's (SX_UDP_CONNECT). An unconnected socket gets no early
+/* Ping-pong of @p size bytes; on rank 0 fills @p rtt_ns[0..iters). A
+ * round trip that loses a datagram (no answer within SXB_UDP_RESEND_NS,
+ * or ten times the fastest round trip if longer) is run again with a new
+ * ping and counted in @p *lost_p (rank 0; may be NULL): the floor is what
+ * the network does when it loses nothing. Pings of 1 byte or more carry
+ * up to 4 bytes of their number, so a late answer is told from the one
+ * awaited; a 0-byte ping cannot, and is never resent. The plain floor sends and reads on connected
+ * sockets (send(2), recv(2)). With @p shared, the kernel path of a transport whose one socket
+ * serves every peer, as shardx's udp transport's does: datagrams arrive at an unconnected socket,
+ * read with recvfrom(2) and the sender's address, which is checked (SX_CHECK_SOURCE), and leave
+ * from a socket connected to the peer's (SX_UDP_CONNECT). An unconnected socket gets no early
  * demultiplexing: the kernel looks the route up for each datagram it
  * receives, on loopback inside the sender's sendto(2). */
 int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool shared, uint64_t warmup,
-                     uint64_t iters, uint64_t *rtt_ns);
+                     uint64_t iters, uint64_t *rtt_ns, uint64_t *lost_p);
 
 /* One-way stream of @p count datagrams of @p size bytes, rank 0 to rank 1,
  * one send() each; rank 0 gets the rates (received / first-to-last receive

@@ -478,9 +478,11 @@ static void sxb_block_range(const double *r, unsigned n, double *lo_p, double *h
 
 /* Rank 0's records and line for one size; @p floor_rtt and @p sh_rtt are
  * NULL where the size has no floor, and then @p nblk is 0; @p blk holds
- * the blocks' ratios. */
+ * the blocks' ratios; @p floor_lost counts the floors' round trips that
+ * lost a datagram and were run again (sxb_udp_pingpong). */
 static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint64_t *floor_rtt,
-                               uint64_t *sh_rtt, const double *blk, unsigned nblk, bool human)
+                               uint64_t *sh_rtt, const double *blk, unsigned nblk,
+                               uint64_t floor_lost, bool human)
 {
     uint64_t med, p99, fmed = 0, fp99 = 0, smed = 0, sp99 = 0;
     bool has_floor = floor_rtt != NULL && sh_rtt != NULL;
@@ -509,6 +511,7 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
         r = sxb_record("floor", "raw", size);
         sxb_metric(&r, "half_rtt_us", (double)fmed / 2e3);
         sxb_metric(&r, "p99_us", (double)fp99 / 2e3);
+        sxb_metric(&r, "lost_round_trips", (double)floor_lost);
         sxb_record_add(&r);
         r = sxb_record("floor_shared", "raw", size);
         sxb_metric(&r, "half_rtt_us", (double)smed / 2e3);
@@ -523,6 +526,9 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
         printf("%9zu %7llu %10.2f %10.2f %10s %10s %7s %10s %9s %10s\n", size,
                (unsigned long long)iters, (double)med / 2e3, (double)p99 / 2e3, "-", "-", "-", "-",
                "-", "-");
+    if (human && floor_lost > 0)
+        printf("#   the floors lost %llu round trips (no answer in 10 ms) and ran them again\n",
+               (unsigned long long)floor_lost);
     fflush(stdout);
 }
 
@@ -569,6 +575,7 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         uint64_t *floor_rtt = calloc(iters, sizeof(*floor_rtt));
         uint64_t *sh_rtt = calloc(iters, sizeof(*sh_rtt));
         bool has_floor = size <= SXB_UDP_MAX;
+        uint64_t floor_lost = 0;
         ok = rtt != NULL && floor_rtt != NULL && sh_rtt != NULL;
         /* Each block: shardx's share of the round trips, then the
          * floor's, then the shared-socket floor's; the first carries
@@ -580,17 +587,18 @@ int sxb_bench_latency(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         for (unsigned b = 0; ok && b < nb; b++) {
             uint64_t lo = iters * b / nb, n = iters * (b + 1) / nb - lo;
             uint64_t w = b == 0 ? warmup : warmup / nb + 10;
-            ok =
-                sxb_am_pingpong(&am, buf, size, w, n, rtt + lo) == 0 &&
-                (!has_floor || (sxb_udp_pingpong(ctl, &u, size, false, w, n, floor_rtt + lo) == 0 &&
-                                sxb_udp_pingpong(ctl, &u, size, true, w, n, sh_rtt + lo) == 0));
+            ok = sxb_am_pingpong(&am, buf, size, w, n, rtt + lo) == 0 &&
+                 (!has_floor ||
+                  (sxb_udp_pingpong(ctl, &u, size, false, w, n, floor_rtt + lo, &floor_lost) == 0 &&
+                   sxb_udp_pingpong(ctl, &u, size, true, w, n, sh_rtt + lo, &floor_lost) == 0));
             /* Without the scratch memory the run goes on without them. */
             blk[b] =
                 ok && scratch != NULL ? sxb_block_ratio(rtt + lo, floor_rtt + lo, n, scratch) : NAN;
         }
         if (ok && ctl->rank == 0)
             sxb_latency_report(size, iters, rtt, has_floor ? floor_rtt : NULL,
-                               has_floor ? sh_rtt : NULL, blk, has_floor ? nb : 0, human);
+                               has_floor ? sh_rtt : NULL, blk, has_floor ? nb : 0, floor_lost,
+                               human);
         free(scratch);
         free(rtt);
         free(floor_rtt);

@@ -26,6 +26,10 @@
  * nothing arrived for this long: datagrams still queued are drained first. */
 #define SXB_UDP_QUIET_NS 20000000ull
 
+/* The ping-pong floor's resend timer (sxb_udp_ping): about a thousand
+ * loopback round trips, a hundred across a switch. */
+#define SXB_UDP_RESEND_NS 10000000ull
+
 static void sxb_udp_bufsize(int fd, int force_opt, int opt, int bytes)
 {
     /* SO_*BUFFORCE passes rmem_max/wmem_max when we may (CAP_NET_ADMIN). */
@@ -154,10 +158,14 @@ SXB_LOOP static int sxb_udp_send(const sxb_ctl_t *ctl, sxb_udp_t *u, int fd, siz
     }
 }
 
-/* Busy-polls for one datagram; returns its length or -1. With @p shared
- * it reads the shared pair's receiving socket, with the sender's address,
- * and checks that (sxb_udp_pingpong). */
-SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool shared)
+/* Busy-polls for one datagram; returns its length, -1 after printing why,
+ * or -2 once @p until_ns (0: no limit) has passed or, with @p watch_ctl,
+ * once the control channel has something to read. The clock and the
+ * channel are looked at only every 1024 empty reads: a round trip is a few
+ * microseconds. With @p shared it reads the shared pair's receiving
+ * socket, with the sender's address, and checks that (sxb_udp_pingpong). */
+SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool shared,
+                                     uint64_t until_ns, bool watch_ctl)
 {
     uint64_t deadline = 0;
     unsigned spins = 0;
@@ -181,45 +189,113 @@ SXB_LOOP static ssize_t sxb_udp_recv(const sxb_ctl_t *ctl, sxb_udp_t *u, bool sh
             sxb_fail("raw UDP recv: %s", strerror(errno));
             return -1;
         }
-        /* The clock is read only once the wait is long; a ping-pong
-         * round trip is a few microseconds. */
-        if ((++spins & 4095) == 0) {
-            if (deadline == 0)
-                deadline = sxb_now_ns() + SXB_WAIT_LIMIT_NS;
-            else if (sxb_check(ctl, deadline, "a raw UDP datagram (lost?)") != 0)
+        if ((++spins & 1023) != 0)
+            continue;
+        uint64_t now = sxb_now_ns();
+        if (until_ns != 0 && now >= until_ns)
+            return -2;
+        if (watch_ctl && sxb_ctl_readable(ctl))
+            return -2;
+        if (deadline == 0)
+            deadline = now + SXB_WAIT_LIMIT_NS;
+        else if (sxb_check(ctl, deadline, "a raw UDP datagram") != 0)
+            return -1;
+    }
+}
+
+/* A ping's number, in its first bytes (up to 4, little-endian). */
+static void sxb_udp_put_seq(uint8_t *buf, size_t size, uint32_t seq)
+{
+    for (size_t i = 0; i < size && i < 4; i++)
+        buf[i] = (uint8_t)(seq >> (8 * i));
+}
+
+static bool sxb_udp_has_seq(const uint8_t *buf, size_t size, uint32_t seq)
+{
+    for (size_t i = 0; i < size && i < 4; i++)
+        if (buf[i] != (uint8_t)(seq >> (8 * i)))
+            return false;
+    return true;
+}
+
+/* Rank 0's round trip: a ping, and its own answer. Answers to earlier
+ * pings (resent, or from an earlier call on the same sockets) are read and
+ * dropped. A ping unanswered for ten times the fastest round trip so far
+ * (@p *min_rtt_p, 0 before the first), and at least SXB_UDP_RESEND_NS, is
+ * taken as lost: the round trip starts again
+ * with a new number and counts in @p *lost_p. A 0-byte ping has no number,
+ * so it waits for its answer as long as any wait here. */
+SXB_LOOP static int sxb_udp_ping(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool shared,
+                                 uint64_t *rtt_p, uint64_t *min_rtt_p, uint64_t *lost_p)
+{
+    int fd = shared ? u->tfd : u->fd;
+    uint64_t give_up = 0;
+
+    for (;;) {
+        uint32_t seq = ++u->seq;
+        sxb_udp_put_seq(u->buf, size, seq);
+        uint64_t t0 = sxb_now_ns();
+        if (sxb_udp_send(ctl, u, fd, size) != 0)
+            return -1;
+        uint64_t wait = *min_rtt_p * 10 > SXB_UDP_RESEND_NS ? *min_rtt_p * 10 : SXB_UDP_RESEND_NS;
+        uint64_t until = size > 0 ? t0 + wait : 0;
+        for (;;) {
+            ssize_t n = sxb_udp_recv(ctl, u, shared, until, false);
+            uint64_t t1 = sxb_now_ns();
+            if (n == -1)
                 return -1;
+            if (n == -2)
+                break;
+            if ((size_t)n == size && sxb_udp_has_seq(u->buf, size, seq)) {
+                *rtt_p = t1 - t0;
+                if (*min_rtt_p == 0 || *rtt_p < *min_rtt_p)
+                    *min_rtt_p = *rtt_p;
+                return 0;
+            }
+            if (size == 0)
+                return sxb_fail("raw UDP pong of %zd bytes, expected %zu", n, size);
         }
+        (*lost_p)++;
+        if (give_up == 0)
+            give_up = t0 + SXB_WAIT_LIMIT_NS;
+        else if (sxb_check(ctl, give_up, "a raw UDP pong (every ping resent since)") != 0)
+            return -1;
     }
 }
 
 SXB_LOOP int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool shared,
-                              uint64_t warmup, uint64_t iters, uint64_t *rtt_ns)
+                              uint64_t warmup, uint64_t iters, uint64_t *rtt_ns, uint64_t *lost_p)
 {
     if (size > SXB_UDP_MAX)
         return sxb_fail("raw UDP ping-pong of %zu bytes: above %u", size, SXB_UDP_MAX);
     if (sxb_ctl_barrier(ctl, NULL, NULL) != 0)
         return -1;
-    int fd = shared ? u->tfd : u->fd;
-    for (uint64_t i = 0; i < warmup + iters; i++) {
-        if (ctl->rank == 0) {
-            uint64_t t0 = sxb_now_ns();
-            if (sxb_udp_send(ctl, u, fd, size) != 0)
+    if (ctl->rank == 0) {
+        uint64_t min_rtt = 0, lost = 0; /* 0: none yet */
+        for (uint64_t i = 0; i < warmup + iters; i++) {
+            uint64_t rtt = 0;
+            if (sxb_udp_ping(ctl, u, size, shared, &rtt, &min_rtt, &lost) != 0)
                 return -1;
-            ssize_t n = sxb_udp_recv(ctl, u, shared);
-            uint64_t t1 = sxb_now_ns();
-            if (n < 0)
-                return -1;
-            if ((size_t)n != size)
-                return sxb_fail("raw UDP pong of %zd bytes, expected %zu", n, size);
             if (i >= warmup)
-                rtt_ns[i - warmup] = t1 - t0;
-        } else {
-            ssize_t n = sxb_udp_recv(ctl, u, shared);
-            if (n < 0 || sxb_udp_send(ctl, u, fd, (size_t)n) != 0)
+                rtt_ns[i - warmup] = rtt;
+        }
+        if (lost_p != NULL)
+            *lost_p += lost;
+    } else {
+        /* Echo everything, resent pings too, until rank 0 has its last
+         * answer and says so on the control channel. */
+        int fd = shared ? u->tfd : u->fd;
+        for (;;) {
+            ssize_t n = sxb_udp_recv(ctl, u, shared, 0, true);
+            if (n == -1)
+                return -1;
+            if (n == -2)
+                break;
+            if (sxb_udp_send(ctl, u, fd, (size_t)n) != 0)
                 return -1;
         }
     }
-    return 0;
+    return sxb_ctl_barrier(ctl, NULL, NULL);
 }
 
 /* What rank 1 saw of a one-way stream. */
@@ -332,7 +408,8 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             sxb_fail("out of memory");
             goto out;
         }
-        if (sxb_udp_pingpong(ctl, &u, sizes[s], false, iters / 10 + 10, iters, rtt) != 0) {
+        uint64_t lost = 0;
+        if (sxb_udp_pingpong(ctl, &u, sizes[s], false, iters / 10 + 10, iters, rtt, &lost) != 0) {
             free(rtt);
             goto out;
         }
@@ -342,10 +419,15 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             sxb_record_t r = sxb_record("floor", "raw", sizes[s]);
             sxb_metric(&r, "half_rtt_us", (double)med / 2e3);
             sxb_metric(&r, "p99_us", (double)p99 / 2e3);
+            sxb_metric(&r, "lost_round_trips", (double)lost);
             sxb_record_add(&r);
             if (human)
                 printf("%9zu %8llu %12.2f %10.2f\n", sizes[s], (unsigned long long)iters,
                        (double)med / 2e3, (double)p99 / 2e3);
+            if (human && lost > 0)
+                printf("#   %llu round trips lost a datagram (no answer in 10 ms) and ran "
+                       "again\n",
+                       (unsigned long long)lost);
         }
         free(rtt);
     }

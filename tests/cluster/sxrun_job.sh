@@ -15,7 +15,9 @@
 # SXRUN_JOB_IPV6 set, host 1 sent IPv6 datagrams; with SXRUN_JOB_CRC set,
 # the ranks' engines, which print their counters, sent data packets with
 # a payload CRC32C: the hosts' paths leave the host in shardx's eyes,
-# unlike loopback, where SX_CHECKSUM leaves it out).
+# unlike loopback, where SX_CHECKSUM leaves it out; with SXRUN_JOB_EXPECT
+# set to an extended regular expression, a line of the job's output
+# matched it).
 set -euo pipefail
 
 sx_run=$1 np=$2
@@ -78,5 +80,9 @@ if [[ -n ${SXRUN_JOB_CRC:-} ]]; then
         exit 1
     fi
     echo "sxrun_job: $crc data packets carried a payload CRC32C"
+fi
+if [[ -n ${SXRUN_JOB_EXPECT:-} ]] && ! grep -Eq "$SXRUN_JOB_EXPECT" "$out"; then
+    echo "sxrun_job: FAILED: no line of the job's output matched '$SXRUN_JOB_EXPECT'" >&2
+    exit 1
 fi
 echo "sxrun_job: OK: $np ranks on $CLUSTER_HOSTS, MTU ${CLUSTER_MTU:-?}"
