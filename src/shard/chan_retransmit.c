@@ -575,7 +575,14 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             if (pkt != NULL) {
                 chan_pmtu_acked(c, pkt);
                 chan_rack_advance(c, pkt, arrived_ns);
-                if (pkt->transmissions == 1 && pkt->first_sent_ns <= c->rto_at_ns)
+                /* F-RTO's evidence (RFC 5682 section 3, with SACK): an
+                 * original from before the timeout that no ACK had
+                 * reported. One SACKed before, or beyond what the last
+                 * ACK could report, may have arrived before the timeout:
+                 * the cumulative ACK that follows a lost tail's resend
+                 * covers those, and the timeout was real. */
+                if (pkt->transmissions == 1 && !pkt->sacked && pkt->first_sent_ns <= c->rto_at_ns &&
+                    !sx_u32_before(reportable, c->snd_una))
                     original_acked = true;
                 /* Karn's algorithm: only packets sent once give samples.
                  * The newest packet an ACK covers is the one whose arrival

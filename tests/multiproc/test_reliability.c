@@ -75,7 +75,7 @@ static const char *const rl_ctr_names[] = {
     "drop_payload_crc", "drop_version",  "rx_out_of_order", "data_sent",      "tl_rx_kernel_drops",
     "chan_failures",    "tx_no_credits", "acks_sent",       "tl_tx_ack_path", "tl_rx_ack_socket",
     "pmtu_blackholes",  "frags_sent",    "frags_assembled", "rtx_unneeded",   "peer_probes",
-    "rwnd_stalls",      "rtx_probe",     "tlp_repairs",     "tlp_unneeded"};
+    "rwnd_stalls",      "rtx_probe",     "tlp_repairs",     "tlp_unneeded",   "rto_spurious"};
 #define RL_NCTR (sizeof(rl_ctr_names) / sizeof(rl_ctr_names[0]))
 
 typedef struct rl_result {
@@ -800,6 +800,10 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
     if (c->expect & EXP_ONCE) {
         assert_int_equal(ctr(rr, "drop_duplicate"), 0);
         assert_int_equal(ctr(sr, "rtx_unneeded"), 0);
+        /* Every timeout here is for a lost tail, whose successors the
+         * peer had SACKed: their cumulative ACK after the resend is no
+         * sign that the timeout was spurious (F-RTO, chan_retransmit.c). */
+        assert_int_equal(ctr(sr, "rto_spurious"), 0);
     }
     /* A timeout only where a probe was lost too (one probe at a time,
      * RFC 8985 section 7.3): 0-2 a direction in 20 runs over udp and
