@@ -137,8 +137,9 @@ bool sx_chan_ack_hold_locked(sx_chan_t *c, const sx_wire_hdr_t *h, uint64_t now)
  *  packet not known to have arrived again. */
 void sx_chan_tlp_timer(sx_timer_t *timer, void *arg);
 
-/** Arms tlp_timer a probe timeout after @p now (none before the first
- *  RTT sample, with SX_TLP=no, or where the timeout comes first). */
+/** Arms tlp_timer a probe timeout after @p now, or just before the
+ *  oldest packet's retransmission timeout if that comes first (none
+ *  before the first RTT sample, or with SX_TLP=no). */
 void sx_chan_tlp_arm_locked(sx_chan_t *c, uint64_t now);
 
 /** A new packet went, or an ACK moved snd_una with packets still in

@@ -709,15 +709,16 @@ static int rl_teardown(void **state)
 /* ------------------------------------------------------------ two processes */
 
 enum {
-    EXP_RTX = 1,      /* the sender retransmitted */
-    EXP_TIMEOUT = 2,  /* ... after a timeout */
-    EXP_DUP = 4,      /* the receiver dropped duplicates */
-    EXP_OOO = 8,      /* the receiver kept packets aside ahead of a gap */
-    EXP_CSUM = 16,    /* the receiver caught corruption */
-    EXP_CREDITS = 32, /* the sender held datagrams back for want of send credits */
-    EXP_PMTU = 64,    /* the sender found a black hole and resent in fragments */
-    EXP_ONCE = 128,   /* no packet reached the receiver twice: each hole resent once */
-    EXP_PROBE = 256,  /* tail losses repaired by probes, hardly ever by a timeout */
+    EXP_RTX = 1,         /* the sender retransmitted */
+    EXP_TIMEOUT = 2,     /* ... after a timeout */
+    EXP_DUP = 4,         /* the receiver dropped duplicates */
+    EXP_OOO = 8,         /* the receiver kept packets aside ahead of a gap */
+    EXP_CSUM = 16,       /* the receiver caught corruption */
+    EXP_CREDITS = 32,    /* the sender held datagrams back for want of send credits */
+    EXP_PMTU = 64,       /* the sender found a black hole and resent in fragments */
+    EXP_ONCE = 128,      /* no packet reached the receiver twice: each hole resent once */
+    EXP_PROBE = 256,     /* tail losses repaired by probes, hardly ever by a timeout */
+    EXP_PROBE_CAP = 512, /* probes go before the timeout though it is shorter than their own */
 };
 
 typedef struct rl_case {
@@ -762,6 +763,10 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
      * order now and then. Beside a CPU hog, with the ACK socket, 1 run in
      * 10 had 3-8 copies of packets whose SACK came after a later one's;
      * 0 in 30 without the hot socket. */
+    /* A timeout floor far below any probe timeout (2 SRTT and more):
+     * the retransmission timeout (SRTT + 4 RTTVAR) comes first. */
+    if (c->expect & EXP_PROBE_CAP)
+        rl_kv(tx, "RTO_MIN_US", "10");
     if (c->expect & EXP_ONCE) {
         rl_kv(tx, "TLP", "no");
         rl_kv(tx, "UDP_HOT", "no");
@@ -813,6 +818,10 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
         assert_true(ctr(sr, "rtx_timeout") <= 4);
         assert_true(ctr(sr, "rtx_probe") > 0);
     }
+    /* The probe goes just before the timeout then (RFC 8985 section 7.2,
+     * chan_tlp.c); before, none went at all, whatever was lost. */
+    if (c->expect & EXP_PROBE_CAP)
+        assert_true(ctr(sr, "rtx_probe") > 0);
     if (c->expect & EXP_CREDITS)
         assert_true(ctr(sr, "tx_no_credits") > 0);
     if (c->expect & EXP_PMTU) {
@@ -853,6 +862,8 @@ static const rl_case_t rl_cases[] = {
      * timeout (made 1 s here, so that the timeouts are counted). */
     {"loss 2%, one message at a time", "loss=0.02,seed=24", NULL, NULL, 300, 1, 0, 0, false,
      EXP_PROBE, NULL},
+    {"loss 2%, one at a time, timeout first", "loss=0.02,seed=25", NULL, NULL, 300, 1, 0, 0, false,
+     EXP_RTX | EXP_PROBE_CAP, NULL},
     /* Data lost, ACKs not: RACK resends a hole at the first SACK past
      * its reordering allowance, and the third duplicate ACK that follows
      * must not send it again (chan_retransmit.c). */
