@@ -261,7 +261,8 @@ int sxb_udp_pingpong(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool share
 
 /* One-way stream of @p count datagrams of @p size bytes, rank 0 to rank 1,
  * one send() each; rank 0 gets the rates (received / first-to-last receive
- * time, sent / send time) and the fraction lost. Pointers may be NULL. */
+ * time, NAN where fewer than two arrived; sent / send time) and the
+ * fraction lost. Pointers may be NULL. */
 int sxb_udp_rate(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t count, double *rx_rate_p,
                  double *tx_rate_p, double *loss_p);
 

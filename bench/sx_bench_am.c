@@ -895,9 +895,9 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         printf("\n# unidirectional bandwidth: %s, window %u; MB/s = 10^6 payload "
                "bytes/s\n# from %s; udp: raw-UDP one-way stream of "
                "the same datagrams\n# (above 65,000 B: each message as the fewest equal "
-               "datagrams; lost ones not counted); ratio = shardx / udp; copies/B: "
-               "payload bytes both engines\n# copied in user space per byte delivered (the "
-               "kernel adds two)\n"
+               "datagrams; lost ones not counted; -: fewer than\n# two arrived); ratio = shardx / "
+               "udp; copies/B: payload bytes both engines copied in user space\n# per byte "
+               "delivered (the kernel adds two)\n"
                "%9s %8s %10s %12s %10s %7s %9s\n",
                what[opts->op], opts->window, timed[opts->op], "size",
                opts->op == SXB_OP_AM ? "messages" : "ops", "MB_per_s",

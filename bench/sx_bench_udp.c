@@ -10,6 +10,7 @@
  * in protocol work only, not in kernel settings.
  */
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,8 +377,12 @@ int sxb_udp_rate(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, uint64_t count
         sxb_ctl_read(ctl, &rep, sizeof(rep), NULL, NULL) != 0)
         return -1;
     double rx_s = (double)(rep.last_ns - rep.first_ns) / 1e9;
+    /* Fewer than two datagrams arrived (a lossy path drops the reassembly
+     * of every datagram above its MTU once its fragments fill the
+     * kernel's reassembly memory): no rate, rather than a floor of 0
+     * that made every ratio to it infinite. */
     if (rx_rate_p != NULL)
-        *rx_rate_p = rx_s > 0 ? (double)rep.received / rx_s : 0;
+        *rx_rate_p = rep.received >= 2 && rx_s > 0 ? (double)rep.received / rx_s : NAN;
     if (tx_rate_p != NULL)
         *tx_rate_p = (double)count / ((double)tx_ns / 1e9);
     if (loss_p != NULL)
