@@ -223,9 +223,9 @@ static bool sxb_udp_has_seq(const uint8_t *buf, size_t size, uint32_t seq)
  * pings (resent, or from an earlier call on the same sockets) are read and
  * dropped. A ping unanswered for ten times the fastest round trip so far
  * (@p *min_rtt_p, 0 before the first), and at least SXB_UDP_RESEND_NS, is
- * taken as lost: the round trip starts again
- * with a new number and counts in @p *lost_p. A 0-byte ping has no number,
- * so it waits for its answer as long as any wait here. */
+ * taken as lost: the round trip starts again with a new number and counts
+ * in @p *lost_p. A 0-byte ping has no number, so it waits for its answer
+ * as long as any wait here. */
 SXB_LOOP static int sxb_udp_ping(const sxb_ctl_t *ctl, sxb_udp_t *u, size_t size, bool shared,
                                  uint64_t *rtt_p, uint64_t *min_rtt_p, uint64_t *lost_p)
 {
