@@ -83,9 +83,9 @@
  * 100-220 us) sent 27 probes, and the peer reported 23 of them as
  * duplicates. A probe found early so waits twice as long next time, up to
  * 2^SX_TLP_SLOW_MAX times (beyond the timeout, on most paths: a probe
- * only just before a timeout),
- * and a probe that repaired a loss, or a timeout, halves it again: the
- * same give and take as RACK's reordering allowance.
+ * only just before a timeout), and a probe that repaired a loss, or a
+ * timeout, halves it again: the same give and take as RACK's reordering
+ * allowance.
  */
 #define SX_TLP_SLOW_MAX 4
 
