@@ -527,7 +527,8 @@ static void sxb_latency_report(size_t size, uint64_t iters, uint64_t *rtt, uint6
                (unsigned long long)iters, (double)med / 2e3, (double)p99 / 2e3, "-", "-", "-", "-",
                "-", "-");
     if (human && floor_lost > 0)
-        printf("#   the floors lost %llu round trips (no answer in 10 ms) and ran them again\n",
+        printf("#   the floors lost %llu round trips (no answer in 10 ms, or in ten times the "
+               "fastest round trip where that is longer) and ran them again\n",
                (unsigned long long)floor_lost);
     fflush(stdout);
 }
@@ -665,15 +666,19 @@ int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             return -1;
         }
     }
-    if (human)
+    if (human) {
+        char fl[48] = "none: larger than a datagram, or lost";
+        if (!isnan(floor_rate))
+            snprintf(fl, sizeof(fl), "%.0f msgs/s", floor_rate);
         printf("\n# message rate: %zu-byte sx_send, %llu messages after a warm-up; rx: first to "
                "last delivery\n# at rank 1; tx: first send to last completion at rank 0; "
                "aggregation on: SX_AGGREGATE=yes\n# and SX_SEND_MORE on each window refill but "
                "its last send; off: one message per datagram;\n# udp: raw-UDP one-way floor, one "
-               "send() per datagram (%.0f msgs/s); ratio = rx / udp\n"
+               "send() per datagram (%s); ratio = rx / udp\n"
                "%9s %7s %5s %14s %14s %10s %7s\n",
-               size, (unsigned long long)count, floor_rate, "size", "window", "agg",
-               "rx_msgs_per_s", "tx_msgs_per_s", "msgs/dgram", "ratio");
+               size, (unsigned long long)count, fl, "size", "window", "agg", "rx_msgs_per_s",
+               "tx_msgs_per_s", "msgs/dgram", "ratio");
+    }
     for (unsigned w = 0; w < nwindows; w++) {
         for (int agg = 1; agg >= 0; agg--) {
             sxb_rx_report_t rep;
@@ -699,11 +704,13 @@ int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             if (!isnan(floor_rate))
                 sxb_metric(&r, "ratio_to_floor", rx_rate / floor_rate);
             sxb_record_add(&r);
-            if (human) {
+            if (human && !isnan(floor_rate))
                 printf("%9zu %7u %5s %14.0f %14.0f %10.1f %7.3f\n", size, windows[w],
                        agg ? "on" : "off", rx_rate, tx_rate, per_dgram, rx_rate / floor_rate);
-                fflush(stdout);
-            }
+            else if (human) /* no floor: larger than a datagram, or too few arrived */
+                printf("%9zu %7u %5s %14.0f %14.0f %10.1f %7s\n", size, windows[w],
+                       agg ? "on" : "off", rx_rate, tx_rate, per_dgram, "-");
+            fflush(stdout);
         }
     }
     free(buf);

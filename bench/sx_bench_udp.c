@@ -430,8 +430,8 @@ int sxb_bench_floor(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
                 printf("%9zu %8llu %12.2f %10.2f\n", sizes[s], (unsigned long long)iters,
                        (double)med / 2e3, (double)p99 / 2e3);
             if (human && lost > 0)
-                printf("#   %llu round trips lost a datagram (no answer in 10 ms) and ran "
-                       "again\n",
+                printf("#   %llu round trips lost a datagram (no answer in 10 ms, or in ten "
+                       "times the fastest round trip where that is longer) and ran again\n",
                        (unsigned long long)lost);
         }
         free(rtt);
