@@ -93,6 +93,7 @@ struct sx_shard_guest {
     X(window_stalls, "flushes stopped by a full window or byte budget")                          \
     X(data_bytes, "bytes of data packets sent for the first time")                               \
     X(rtx_bytes, "bytes of data packets sent again")                                             \
+    X(rtx_packets, "data packets sent again, for any cause (the rtx_ counters above say which)") \
     X(cc_window_stalls, "flushes stopped by the congestion window of the destination host")      \
     X(cc_pace_waits, "flushes stopped by the pacing clock of the destination host")              \
     X(cc_loss_cuts, "congestion window halvings after a loss (once per round trip)")             \
