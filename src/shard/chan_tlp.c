@@ -43,7 +43,9 @@
  * tlp_end decides nothing: it is what a delayed ACK of the original
  * looks like, and the report of the copy comes after it (Linux's
  * tcp_process_tlp_ack decides the same way). Until one or the other, or
- * a timeout, no other probe goes.
+ * a timeout, no other probe goes; where the cumulative ACK stopped at
+ * tlp_end (a pure tail), the next probe's time decides for a repair
+ * (chan_tlp_settle).
  *
  * The timer is lazy: a new packet or ACK only moves tlp_mark_ns (a store
  * on the send path), and the timer, armed when it is not, looks at the
@@ -150,6 +152,40 @@ static sx_txpkt_t *chan_tlp_pick(sx_chan_t *c)
     return NULL;
 }
 
+/* The probe repaired a loss (section 7.4.2): the window is cut as for a
+ * loss found otherwise, and the next probe may come sooner. */
+static void chan_tlp_repaired(sx_chan_t *c, uint64_t now)
+{
+    c->tlp_out = false;
+    if (c->tlp_slow > 0)
+        c->tlp_slow--;
+    sx_stat_add(&c->shard->stats.tlp_repairs, 1);
+    sx_chan_cc_cut_locked(c, c->tlp_sent_ns, false, now);
+}
+
+/*
+ * An episode the cumulative ACK reached but did not pass, decided when
+ * the next probe is due. A pure tail leaves it so: the ACK of tlp_end is
+ * what the original's ACK or the probe's looks like, and no later packet
+ * of that burst comes to pass it. It stayed open until an ACK passed the
+ * next burst, and so held back that burst's probe: a tail lost right
+ * after a repaired one waited for the timeout. The peer reports a
+ * duplicate in the flush that follows its read (chan_rx.c,
+ * chan_owe_dsack), so its D-SACK comes about a round trip after the
+ * probe; the next probe is due a probe timeout (2 SRTT and more) after a
+ * packet sent once tlp_end was acknowledged, and a report that has not
+ * come by then is taken not to exist: the probe repaired a loss. A lost
+ * report so costs one window cut too many, which the RFC's rule (an ACK
+ * past tlp_end) costs as well where the report is lost.
+ */
+static void chan_tlp_settle(sx_chan_t *c, uint64_t now)
+{
+    sx_debug("chan", "%s: tail loss probe of seq %u taken for a repair: no duplicate reported",
+             c->peer->name, c->tlp_seq);
+    sx_stat_add(&c->shard->stats.tlp_settled, 1);
+    chan_tlp_repaired(c, now);
+}
+
 void sx_chan_tlp_timer(sx_timer_t *timer, void *arg)
 {
     sx_chan_t *c = arg;
@@ -157,8 +193,12 @@ void sx_chan_tlp_timer(sx_timer_t *timer, void *arg)
     uint64_t now = sx_wheel_now(shard->wheel);
 
     (void)timer;
-    if (c->failed || c->conn != SX_CONN_UP || c->snd_una == c->snd_nxt || c->tlp_out)
+    if (c->failed || c->conn != SX_CONN_UP || c->snd_una == c->snd_nxt)
         return; /* the next new packet arms it again */
+    /* One episode at a time (section 7.4): its packets are not all
+     * acknowledged yet. */
+    if (c->tlp_out && c->snd_una != c->tlp_end)
+        return;
     uint64_t pto = chan_pto(c);
     if (pto == 0)
         return;
@@ -177,6 +217,8 @@ void sx_chan_tlp_timer(sx_timer_t *timer, void *arg)
      * had repaired every tail outside it. */
     if (c->in_rto_recovery || c->rtx != NULL)
         return;
+    if (c->tlp_out)
+        chan_tlp_settle(c, now);
     sx_txpkt_t *pkt = chan_tlp_pick(c);
     if (pkt == NULL)
         return;
@@ -201,13 +243,8 @@ void sx_chan_tlp_timer(sx_timer_t *timer, void *arg)
 
 void sx_chan_tlp_ack_locked(sx_chan_t *c, uint64_t now)
 {
-    if (!sx_u32_before(c->tlp_end, c->snd_una))
-        return;
-    c->tlp_out = false;
-    if (c->tlp_slow > 0)
-        c->tlp_slow--;
-    sx_stat_add(&c->shard->stats.tlp_repairs, 1);
-    sx_chan_cc_cut_locked(c, c->tlp_sent_ns, false, now);
+    if (sx_u32_before(c->tlp_end, c->snd_una))
+        chan_tlp_repaired(c, now);
 }
 
 void sx_chan_tlp_dsack_locked(sx_chan_t *c)

@@ -84,6 +84,7 @@ struct sx_shard_guest {
     X(rtx_sack, "fast retransmissions of SACK holes")                                            \
     X(rtx_probe, "tail loss probes: the newest packet sent again when ACKs stopped (SX_TLP)")    \
     X(tlp_repairs, "tail loss probes that repaired a loss (no duplicate reported): window cut")  \
+    X(tlp_settled, "of those, decided at the next probe: no duplicate came (a lone tail)")       \
     X(tlp_unneeded, "tail loss probes the peer reported as duplicates: its timeout doubles")     \
     X(rto_spurious, "timeouts found spurious (an original transmission was acknowledged)")       \
     X(rtx_unneeded, "duplicates the peer reported (D-SACK): RACK's reordering allowance widens") \
