@@ -704,13 +704,14 @@ int sxb_bench_rate(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
             if (!isnan(floor_rate))
                 sxb_metric(&r, "ratio_to_floor", rx_rate / floor_rate);
             sxb_record_add(&r);
-            if (human && !isnan(floor_rate))
-                printf("%9zu %7u %5s %14.0f %14.0f %10.1f %7.3f\n", size, windows[w],
-                       agg ? "on" : "off", rx_rate, tx_rate, per_dgram, rx_rate / floor_rate);
-            else if (human) /* no floor: larger than a datagram, or too few arrived */
+            if (human) {
+                char ratio[24] = "-"; /* no floor: larger than a datagram, or too few arrived */
+                if (!isnan(floor_rate))
+                    snprintf(ratio, sizeof(ratio), "%.3f", rx_rate / floor_rate);
                 printf("%9zu %7u %5s %14.0f %14.0f %10.1f %7s\n", size, windows[w],
-                       agg ? "on" : "off", rx_rate, tx_rate, per_dgram, "-");
-            fflush(stdout);
+                       agg ? "on" : "off", rx_rate, tx_rate, per_dgram, ratio);
+                fflush(stdout);
+            }
         }
     }
     free(buf);

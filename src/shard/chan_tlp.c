@@ -172,11 +172,12 @@ static void chan_tlp_repaired(sx_chan_t *c, uint64_t now)
  * after a repaired one waited for the timeout. The peer reports a
  * duplicate in the flush that follows its read (chan_rx.c,
  * chan_owe_dsack), so its D-SACK comes about a round trip after the
- * probe; the next probe is due a probe timeout (2 SRTT and more) after a
- * packet sent once tlp_end was acknowledged, and a report that has not
- * come by then is taken not to exist: the probe repaired a loss. A lost
- * report so costs one window cut too many, which the RFC's rule (an ACK
- * past tlp_end) costs as well where the report is lost.
+ * probe; the next probe is due a probe timeout (2 SRTT and more) after
+ * the ACK that reached tlp_end, or after a packet sent later (each moves
+ * tlp_mark_ns), and a report that has not come by then is taken not to
+ * exist: the probe repaired a loss. A lost report so costs one window
+ * cut too many, which the RFC's rule (an ACK past tlp_end) costs as well
+ * where the report is lost.
  */
 static void chan_tlp_settle(sx_chan_t *c, uint64_t now)
 {
