@@ -828,8 +828,8 @@ static void rl_pair(const rl_case_t *c, bool parent_sends)
      * probe goes (chan_tlp_settle). Before, it stayed open, no probe
      * went, and the tail waited for the timeout: 44-46 timeouts a
      * direction in 3 runs, against 26-31 after, with 17-21 settled (the
-     * rest are probes lost too). The loss is seeded, and none settled
-     * would take some 20 such tails all missing. */
+     * timeouts left are probes lost too). The loss is seeded, and none
+     * settled would take some 20 such tails all missing. */
     if (c->expect & EXP_SETTLE)
         assert_true(ctr(sr, "tlp_settled") > 0);
     if (c->expect & EXP_CREDITS)
