@@ -219,9 +219,10 @@ typedef struct sx_chan {
      * moved snd_una, or just before the oldest packet's timeout. The
      * probe out (tlp_out: packet tlp_seq sent again at tlp_sent_ns, when
      * snd_nxt was tlp_end) ends as a repaired loss when the cumulative
-     * ACK passes tlp_end, or as none when the peer reports the copy as a
-     * duplicate; each such report doubles the probe timeout once more
-     * (tlp_slow, down again by a repair or a timeout). */
+     * ACK passes tlp_end, or reached it and the next probe is due with no
+     * report (chan_tlp_settle), or as none when the peer reports the copy
+     * as a duplicate; each such report doubles the probe timeout once
+     * more (tlp_slow, down again by a repair or a timeout). */
     sx_timer_t tlp_timer;
     uint64_t tlp_mark_ns;
     uint64_t tlp_sent_ns; /* 0: no probe yet */
