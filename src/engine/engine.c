@@ -827,7 +827,9 @@ SX_HOT_PASS SX_RET_AFTER_SYSCALL SX_API int sx_progress(sx_engine_h engine)
     }
     unsigned home = sx_engine_home_shard(engine);
     unsigned passes = 1;
-    int mine = sx_shard_progress_home(engine->shards[home], &passes);
+    int mine =
+        sx_shard_progress_home(engine->shards[home], &passes,
+                               sx_yield_repoll(&engine->yield, (unsigned)engine->cfg.repoll));
     n = mine < 0 ? 0 : mine;
     /*
      * Peers send to shard (their home % our shard count), which no thread
@@ -859,7 +861,7 @@ SX_HOT_PASS SX_RET_AFTER_SYSCALL SX_API int sx_progress(sx_engine_h engine)
     unsigned woken =
         sx_engine_idle(engine, home, sx_yield_after(&engine->yield, n, mine < 0), ready);
     for (unsigned i = 0; i < woken; i++) {
-        int k = ready[i] == home ? sx_shard_progress_home(engine->shards[home], &passes)
+        int k = ready[i] == home ? sx_shard_progress_home(engine->shards[home], &passes, 0)
                                  : sx_shard_progress(engine->shards[ready[i]]);
         n += k > 0 ? k : 0;
     }

@@ -343,6 +343,17 @@ SX_HOT_PASS sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy)
     return busy ? SX_YIELD_SCHED : SX_YIELD_WAIT;
 }
 
+SX_HOT_PASS unsigned sx_yield_repoll(const sx_yield_t *y, unsigned repoll)
+{
+    if (repoll == 0 || y->mode == SX_YIELD_ALWAYS ||
+        atomic_load_explicit(&y->caller_yields, memory_order_relaxed))
+        return 0;
+    if (y->mode == SX_YIELD_AUTO &&
+        (y->hint || atomic_load_explicit(&y->over, memory_order_relaxed)))
+        return 0;
+    return repoll;
+}
+
 int sx_yield_wait_begin(uint64_t *start_p)
 {
     uint64_t now = sx_time_ns();

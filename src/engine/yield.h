@@ -274,4 +274,14 @@ void sx_yield_wait_end(int saved, uint64_t start);
  */
 sx_yield_action_t sx_yield_after(sx_yield_t *y, int n, bool busy);
 
+/**
+ * How many reads an empty home pass may make again (SX_REPOLL, @p repoll;
+ * shard.c): none while a caller that finds nothing would give its core
+ * up, or could be told to (always; auto while the machine was last found
+ * oversubscribed or the launcher said so; a caller that yields itself),
+ * since reading on would keep the core from whoever waits for it. Any
+ * thread.
+ */
+unsigned sx_yield_repoll(const sx_yield_t *y, unsigned repoll);
+
 #endif /* SX_ENGINE_YIELD_H */

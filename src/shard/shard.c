@@ -519,6 +519,62 @@ SX_HOT_PASS static int sx_shard_poll_locked(sx_shard_t *shard, bool *drained_p)
     return total;
 }
 
+/*
+ * SX_REPOLL: a caller that spins on sx_progress waiting for a datagram
+ * sees one only at the moment a read looks at the socket. One that comes
+ * just after waits for the next read, and between two reads a pass also
+ * runs its timers, its flush, its leave, sx_progress's tail and the
+ * caller's loop, then the next pass's clock, service mark and landing
+ * offer. Here an empty read takes 1.0-1.4 us and that work 0.2-0.3 us,
+ * so a datagram waits for the next read on average half a cycle that is
+ * a fifth longer than the raw-UDP floor's, whose loop is its read. So a
+ * home pass whose read found nothing, when its caller is spinning, reads
+ * again up to SX_REPOLL times with only the clock between two reads, then
+ * finishes as before. Spinning: the last home pass found nothing and its
+ * caller came back within SX_REPOLL_GAP_READS empty reads' time of its
+ * end (the read's time, measured here, scales it to the machine and to a
+ * sanitizer's build), or it found something. A caller that computes
+ * between its calls is not kept: its calls stay one read long, but for
+ * the first after one that found work.
+ * Nor while another thread waits on the inbox, something is ready to
+ * flush, or callbacks were deferred: those go at the pass's end, as
+ * before. sx_progress passes 0 while its caller would give the core up
+ * (SX_YIELD, engine/yield.c). Linux's busy polling (SO_BUSY_POLL, reads
+ * that spin a while on an empty queue) is the same trade on one socket.
+ * Measured in docs/tuning.md, "Reading again in an empty pass": a few
+ * hundredths off sx_bench latency's ratio to the floor where this VM is
+ * fast, none where it is slow; more reads gained nothing.
+ */
+#define SX_REPOLL_GAP_READS 3u
+
+/* Reads again in an empty home pass (above): the events it found, and
+ * the start of its last read in *read_at_p (the pass's read's on entry). */
+SX_HOT_PASS static int sx_shard_repoll_locked(sx_shard_t *shard, unsigned repoll,
+                                              uint64_t *read_at_p, bool *drained_p)
+{
+    uint64_t at = *read_at_p, end = shard->repoll_idle_end_ns, cost = shard->repoll_read_ns;
+    int polled = 0;
+
+    /* Not spinning (the read's time is measured by reading again once). */
+    if ((end != 0 && cost != 0 && (at < end || at - end > SX_REPOLL_GAP_READS * cost)) ||
+        shard->deferred || shard->ready_head != NULL)
+        return 0;
+    for (unsigned i = 0; i < repoll && polled == 0 && *drained_p && sx_inbox_empty(&shard->inbox);
+         i++) {
+        uint64_t now = sx_time_ns();
+        shard->repoll_read_ns = now - at; /* the read before, which found nothing */
+        /* What this read finds came after that read began (shard.h). */
+        shard->rx_since_ns = shard->rx_drained_ns = at;
+        shard->rx_ns = at = now;
+        sx_stat_add(&shard->stats.repolls, 1);
+        polled = sx_shard_poll_locked(shard, drained_p);
+    }
+    if (polled > 0)
+        sx_stat_add(&shard->stats.repoll_found, 1);
+    *read_at_p = at;
+    return polled;
+}
+
 /* The interface's counters are plain fields only the token holder may
  * read; publish a copy that any thread may read. */
 static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
@@ -545,7 +601,7 @@ static void sx_shard_mirror_tl_stats(sx_shard_t *shard)
 /* One progress pass; -1 (and nothing done) if another thread holds the
  * token. */
 SX_HOT_PASS SX_RET_AFTER_SYSCALL static int sx_shard_pass(sx_shard_t *shard, bool home,
-                                                          unsigned *passes_p)
+                                                          unsigned *passes_p, unsigned repoll)
 {
     size_t ran = 0;
 
@@ -578,6 +634,8 @@ SX_HOT_PASS SX_RET_AFTER_SYSCALL static int sx_shard_pass(sx_shard_t *shard, boo
     uint64_t poll_at = shard->rx_ns;
     bool drained;
     int polled = sx_shard_poll_locked(shard, &drained);
+    if (polled == 0 && drained && repoll != 0 && !shard->serving)
+        polled = sx_shard_repoll_locked(shard, repoll, &poll_at, &drained);
     if (drained)
         shard->rx_drained_ns = poll_at;
     shard->home_pass = false;
@@ -602,19 +660,26 @@ SX_HOT_PASS SX_RET_AFTER_SYSCALL static int sx_shard_pass(sx_shard_t *shard, boo
     /* Leaving flushes the channels (the inbox's flush hook), also what
      * sends with SX_SEND_MORE held back. */
     shard->hold_flush = false;
+    /* Where this home pass found nothing, when it ended, for the next one's
+     * SX_REPOLL (above); 0 where it found work. Before the leave: the
+     * token holder's. */
+    if (home && repoll != 0)
+        shard->repoll_idle_end_ns =
+            ran == 0 && polled == 0 && fired == 0 && deferred == 0 ? sx_time_ns() : 0;
     ran += sx_delegate_leave_locked(&shard->token, &shard->inbox, shard);
     return (int)ran + polled + (int)fired + deferred;
 }
 
 SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_shard_progress(sx_shard_t *shard)
 {
-    int n = sx_shard_pass(shard, false, NULL);
+    int n = sx_shard_pass(shard, false, NULL, 0);
     return n < 0 ? 0 : n;
 }
 
-SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p)
+SX_HOT_PASS SX_RET_AFTER_SYSCALL int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p,
+                                                            unsigned repoll)
 {
-    return sx_shard_pass(shard, true, passes_p);
+    return sx_shard_pass(shard, true, passes_p, repoll);
 }
 
 int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
@@ -623,7 +688,7 @@ int sx_shard_serve(sx_shard_t *shard, uint64_t *next_ns_p)
      * tenure as serving, and the flush hook notes the next timer there
      * (svc_next_ns is the token holder's, like every shard field). */
     *next_ns_p = UINT64_MAX;
-    int n = sx_shard_pass(shard, false, NULL);
+    int n = sx_shard_pass(shard, false, NULL, 0);
     if (n >= 0)
         *next_ns_p = shard->svc_next_ns;
     return n;

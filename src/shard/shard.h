@@ -71,6 +71,8 @@ struct sx_shard_guest {
 /* Per-shard counters; summed over shards by the engine. */
 #define SX_SHARD_STATS_TABLE(X)                                                                  \
     X(progress_calls, "progress passes that held the token")                                     \
+    X(repolls, "reads made again in a spinning caller's empty pass (SX_REPOLL)")                 \
+    X(repoll_found, "passes whose read made again found a datagram (SX_REPOLL)")                 \
     X(timers_fired, "timer callbacks, evictions included")                                       \
     X(data_sent, "data packets sent for the first time")                                         \
     X(frames_sent, "message frames put into data packets")                                       \
@@ -349,6 +351,12 @@ struct sx_shard {
      * before began: how long this shard was not progressed, which is
      * pacing time its senders could not use (shard/cc.h). */
     uint64_t pass_ns, pass_gap_ns;
+    /* A home pass's reads again (SX_REPOLL, sx_shard_repoll_locked): when
+     * the last home pass ended, if it found nothing (0: it found work, or
+     * reads again are off), and how long the last empty read took, from
+     * one clock read before it to the next (0: not measured yet). The
+     * token holder's. */
+    uint64_t repoll_idle_end_ns, repoll_read_ns;
     /* Passes by a thread whose home this shard is (sx_progress visits
      * other shards every few of them). */
     unsigned home_passes;
@@ -416,8 +424,12 @@ int sx_shard_progress(sx_shard_t *shard);
 /** sx_shard_progress by a thread whose home the shard is: notes the time
  *  (home_seen_ns), counts the pass into *passes_p (home_passes, this one
  *  included) and tells a busy token apart: -1 if another thread holds it
- *  (sx_progress yields on that when oversubscribed), *passes_p untouched. */
-int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p);
+ *  (sx_progress yields on that when oversubscribed), *passes_p untouched.
+ *  When its read finds nothing and the caller is spinning on sx_progress
+ *  (it came back within SX_REPOLL_GAP_READS reads of its last one), it
+ *  reads up to @p repoll more times before it finishes (SX_REPOLL,
+ *  shard.c says why); 0: one read. */
+int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p, unsigned repoll);
 
 /**
  * The engine's service (DESIGN.md section 3, "liveness without the

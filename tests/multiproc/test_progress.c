@@ -1284,6 +1284,107 @@ static void test_lost_packet_of_a_computing_sender(void **state)
     assert_int_equal(atomic_load(&ca.failed), 0);
 }
 
+/* Computes (a busy loop, not a sleep) for @p ns. */
+static void compute_for(uint64_t ns)
+{
+    uint64_t start = sx_time_ns();
+    while (sx_time_ns() - start < ns)
+        ;
+}
+
+static uint64_t stat_of(sx_engine_h e, const char *name)
+{
+    uint64_t v = 0;
+    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
+    return v;
+}
+
+/* SX_REPOLL: a caller that spins on sx_progress has its empty passes read
+ * again, at most SX_REPOLL times each (repolls); one that computes
+ * between its calls does not, beyond the pass that measures a read after
+ * a preempted one; nor one that would give its core up (SX_YIELD=always)
+ * or one with SX_REPOLL=0. YIELD=never elsewhere, so that a busy machine
+ * (auto: oversubscribed) does not turn it off. */
+static void test_spinning_caller_reads_again(void **state)
+{
+    (void)state;
+    const sx_config_kv_t spin[] = {{"SHARDS", "1"}, {"YIELD", "never"}};
+    const sx_config_kv_t off[] = {{"SHARDS", "1"}, {"YIELD", "never"}, {"REPOLL", "0"}};
+    const sx_config_kv_t always[] = {{"SHARDS", "1"}, {"YIELD", "always"}};
+    const unsigned calls = 400, computing = 50;
+    sx_engine_h e = am_engine(spin, 2);
+
+    for (unsigned i = 0; i < calls; i++)
+        (void)sx_progress(e);
+    uint64_t spun = stat_of(e, "repolls");
+    print_message("spinning: %llu reads again in %u calls\n", (unsigned long long)spun, calls);
+    assert_true(spun > 0);
+    assert_true(spun <= 2ull * calls);
+    assert_int_equal(stat_of(e, "repoll_found"), 0); /* no peer, nothing to find */
+    /* 200 us of work between calls, against a read of a few us. */
+    for (unsigned i = 0; i < computing; i++) {
+        compute_for(200ull * 1000ull);
+        (void)sx_progress(e);
+    }
+    uint64_t computed = stat_of(e, "repolls") - spun;
+    print_message("computing: %llu reads again in %u calls\n", (unsigned long long)computed,
+                  computing);
+    assert_true(computed <= 2ull * computing / 5);
+    sx_engine_destroy(e);
+
+    sx_engine_h o = am_engine(off, 3), a = am_engine(always, 2);
+    for (unsigned i = 0; i < calls; i++)
+        (void)sx_progress(o);
+    for (unsigned i = 0; i < 40; i++)
+        (void)sx_progress(a);
+    assert_int_equal(stat_of(o, "repolls"), 0);
+    assert_int_equal(stat_of(a, "repolls"), 0);
+    sx_engine_destroy(o);
+    sx_engine_destroy(a);
+}
+
+/* A message that comes while a spinning receiver reads again is handed up
+ * in that pass (repoll_found), and every message arrives once: b's
+ * thread spins on sx_progress while a sends 300 messages, a few
+ * microseconds of work apart. */
+static void test_message_found_by_reading_again(void **state)
+{
+    (void)state;
+    const sx_config_kv_t spin[] = {{"SHARDS", "1"}, {"YIELD", "never"}};
+    am_pair_t p = am_pair_new(spin, 2, spin, 2);
+    counters_t cb = {0}, ca = {0};
+    b_loop_t loop = {.b = p.b};
+    pthread_t tid;
+    const unsigned n = 300;
+
+    assert_int_equal(sx_am_register(p.b, 7, on_am, &cb), SX_OK);
+    atomic_init(&loop.stop, false);
+    assert_int_equal(pthread_create(&tid, NULL, progress_b, &loop), 0);
+    for (unsigned i = 0; i < n; i++) {
+        struct iovec iov = {.iov_base = "ping", .iov_len = 4};
+        assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &ca), SX_INPROGRESS);
+        uint64_t start = sx_time_ns();
+        while (atomic_load(&cb.delivered) < i + 1 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+            (void)sx_progress(p.a);
+        assert_int_equal(atomic_load(&cb.delivered), i + 1);
+        compute_for(20ull * 1000ull);
+    }
+    uint64_t start = sx_time_ns();
+    while (atomic_load(&ca.completed) < n && sx_time_ns() - start < AM_TEST_LIMIT_NS)
+        (void)sx_progress(p.a);
+    atomic_store(&loop.stop, true);
+    pthread_join(tid, NULL);
+    uint64_t found = stat_of(p.b, "repoll_found"), reads = stat_of(p.b, "repolls");
+    print_message("b read again %llu times, found a message %llu times in %u\n",
+                  (unsigned long long)reads, (unsigned long long)found, n);
+    assert_int_equal(atomic_load(&ca.completed), n);
+    assert_int_equal(atomic_load(&ca.failed), 0);
+    assert_int_equal(atomic_load(&cb.delivered), n);
+    assert_true(found > 0);
+    sx_engine_destroy(p.a);
+    sx_engine_destroy(p.b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1306,6 +1407,8 @@ int main(void)
                                   main_thread_unpinned),
         cmocka_unit_test(test_lost_packet_of_a_computing_sender),
         cmocka_unit_test(test_engine_fd_first_calls_meet),
+        cmocka_unit_test(test_spinning_caller_reads_again),
+        cmocka_unit_test(test_message_found_by_reading_again),
     };
     sx_test_filter_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
