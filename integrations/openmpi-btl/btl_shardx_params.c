@@ -51,6 +51,7 @@ static const struct {
     {"RCVBUF", OPAL_INFO_LVL_4},
     {"SNDBUF", OPAL_INFO_LVL_4},
     {"SENDI_HOLD_US", OPAL_INFO_LVL_4},
+    {"REPOLL", OPAL_INFO_LVL_4},
     {"SPIN_US", OPAL_INFO_LVL_4},
     {"SERVICE_US", OPAL_INFO_LVL_4},
     {"FAULT", OPAL_INFO_LVL_9},

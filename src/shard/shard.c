@@ -535,15 +535,15 @@ SX_HOT_PASS static int sx_shard_poll_locked(sx_shard_t *shard, bool *drained_p)
  * end (the read's time, measured here, scales it to the machine and to a
  * sanitizer's build), or it found something. A caller that computes
  * between its calls is not kept: its calls stay one read long, but for
- * the first after one that found work.
- * Nor while another thread waits on the inbox, something is ready to
- * flush, or callbacks were deferred: those go at the pass's end, as
- * before. sx_progress passes 0 while its caller would give the core up
- * (SX_YIELD, engine/yield.c). Linux's busy polling (SO_BUSY_POLL, reads
- * that spin a while on an empty queue) is the same trade on one socket.
- * Measured in docs/tuning.md, "Reading again in an empty pass": a few
- * hundredths off sx_bench latency's ratio to the floor where this VM is
- * fast, none where it is slow; more reads gained nothing.
+ * the first after one that found work. Nor while another thread waits on
+ * the inbox, something is ready to flush (SX_SEND_MORE, sx_sendi's hold),
+ * or callbacks were deferred: those go at the pass's end, as before.
+ * sx_progress passes 0 while its caller would give the core up (SX_YIELD,
+ * engine/yield.c). Linux's busy polling (SO_BUSY_POLL, reads that spin a
+ * while on an empty queue) is the same trade on one socket. Measured in
+ * docs/tuning.md, "Reading again in an empty pass": a few hundredths off
+ * sx_bench latency's ratio to the floor where this VM is fast, none where
+ * it is slow; more reads gained nothing.
  */
 #define SX_REPOLL_GAP_READS 3u
 
