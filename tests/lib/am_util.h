@@ -23,6 +23,18 @@
 /* Only a hang detector: tests never rely on finishing within it. */
 #define AM_TEST_LIMIT_NS (120ull * 1000000000ull)
 
+/* Counter @p name of @p e (sx_stats_value); a name the engine does not
+ * have is the test's mistake: it aborts. */
+static inline uint64_t am_stat(sx_engine_h e, const char *name)
+{
+    uint64_t v = 0;
+    if (sx_stats_value(e, name, &v) != SX_OK) {
+        fprintf(stderr, "am_stat: no counter %s\n", name);
+        abort();
+    }
+    return v;
+}
+
 static inline sx_engine_h am_engine(const sx_config_kv_t *kv, size_t n)
 {
     sx_engine_params_t params = {

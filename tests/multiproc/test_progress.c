@@ -75,6 +75,14 @@ static bool wait_for(atomic_ulong *v, unsigned long target)
     return true;
 }
 
+/* Computes (a busy loop, not a sleep) for @p ns. */
+static void compute_for(uint64_t ns)
+{
+    uint64_t start = sx_time_ns();
+    while (sx_time_ns() - start < ns)
+        ;
+}
+
 static void test_threads_move_messages_and_wake_up(void **state)
 {
     (void)state;
@@ -377,7 +385,6 @@ typedef struct long_handler {
 static void on_compute(void *arg, uint64_t peer_id, uint8_t tag, const void *data, size_t len)
 {
     long_handler_t *h = arg;
-    volatile uint64_t x = 0;
 
     (void)peer_id;
     (void)tag;
@@ -385,8 +392,7 @@ static void on_compute(void *arg, uint64_t peer_id, uint8_t tag, const void *dat
     (void)len;
     assert_int_equal(sx_stats_value(h->engine, "svc_wakeups", &h->wakeups_before), SX_OK);
     /* The scenario: the application computes inside a callback. */
-    for (uint64_t start = sx_time_ns(); sx_time_ns() - start < 1000000000ull;)
-        x += 1;
+    compute_for(1000000000ull);
     assert_int_equal(sx_stats_value(h->engine, "svc_wakeups", &h->wakeups_after), SX_OK);
 }
 
@@ -1284,21 +1290,6 @@ static void test_lost_packet_of_a_computing_sender(void **state)
     assert_int_equal(atomic_load(&ca.failed), 0);
 }
 
-/* Computes (a busy loop, not a sleep) for @p ns. */
-static void compute_for(uint64_t ns)
-{
-    uint64_t start = sx_time_ns();
-    while (sx_time_ns() - start < ns)
-        ;
-}
-
-static uint64_t stat_of(sx_engine_h e, const char *name)
-{
-    uint64_t v = 0;
-    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
-    return v;
-}
-
 /* SX_REPOLL: a caller that spins on sx_progress has its empty passes read
  * again, at most SX_REPOLL times each (repolls); one that computes
  * between its calls does not, beyond the pass that measures a read after
@@ -1316,17 +1307,17 @@ static void test_spinning_caller_reads_again(void **state)
 
     for (unsigned i = 0; i < calls; i++)
         (void)sx_progress(e);
-    uint64_t spun = stat_of(e, "repolls");
+    uint64_t spun = am_stat(e, "repolls");
     print_message("spinning: %llu reads again in %u calls\n", (unsigned long long)spun, calls);
     assert_true(spun > 0);
     assert_true(spun <= 2ull * calls);
-    assert_int_equal(stat_of(e, "repoll_found"), 0); /* no peer, nothing to find */
+    assert_int_equal(am_stat(e, "repoll_found"), 0); /* no peer, nothing to find */
     /* 200 us of work between calls, against a read of a few us. */
     for (unsigned i = 0; i < computing; i++) {
         compute_for(200ull * 1000ull);
         (void)sx_progress(e);
     }
-    uint64_t computed = stat_of(e, "repolls") - spun;
+    uint64_t computed = am_stat(e, "repolls") - spun;
     print_message("computing: %llu reads again in %u calls\n", (unsigned long long)computed,
                   computing);
     assert_true(computed <= 2ull * computing / 5);
@@ -1337,8 +1328,8 @@ static void test_spinning_caller_reads_again(void **state)
         (void)sx_progress(o);
     for (unsigned i = 0; i < 40; i++)
         (void)sx_progress(a);
-    assert_int_equal(stat_of(o, "repolls"), 0);
-    assert_int_equal(stat_of(a, "repolls"), 0);
+    assert_int_equal(am_stat(o, "repolls"), 0);
+    assert_int_equal(am_stat(a, "repolls"), 0);
     sx_engine_destroy(o);
     sx_engine_destroy(a);
 }
@@ -1374,7 +1365,7 @@ static void test_message_found_by_reading_again(void **state)
         (void)sx_progress(p.a);
     atomic_store(&loop.stop, true);
     pthread_join(tid, NULL);
-    uint64_t found = stat_of(p.b, "repoll_found"), reads = stat_of(p.b, "repolls");
+    uint64_t found = am_stat(p.b, "repoll_found"), reads = am_stat(p.b, "repolls");
     print_message("b read again %llu times, found a message %llu times in %u\n",
                   (unsigned long long)reads, (unsigned long long)found, n);
     assert_int_equal(atomic_load(&ca.completed), n);
