@@ -217,13 +217,6 @@ static void test_maximum_size(void **state)
     pair_free(&p);
 }
 
-static uint64_t stat_of(sx_engine_h e, const char *name)
-{
-    uint64_t v = 0;
-    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
-    return v;
-}
-
 /*
  * Refusals are never silent (issue 25, item 3): B takes messages up to
  * 4096 bytes (SX_MAX_MSG_SIZE) and has a handler for tag 7 only. A sends
@@ -296,12 +289,12 @@ static void refusals_with(const char *fault)
     }
     assert_int_equal(rx.rx.received, ngood);
     assert_int_equal(rx.rx.errors, 0);
-    assert_int_equal(stat_of(p.b, "am_refused"), refused);
-    assert_int_equal(stat_of(p.a, "am_refused_by_peer"), refused);
-    assert_int_equal(stat_of(p.a, "chan_failures") + stat_of(p.b, "chan_failures"), 0);
+    assert_int_equal(am_stat(p.b, "am_refused"), refused);
+    assert_int_equal(am_stat(p.a, "am_refused_by_peer"), refused);
+    assert_int_equal(am_stat(p.a, "chan_failures") + am_stat(p.b, "chan_failures"), 0);
     print_message("[ refusals ] %s: %llu refused, %zu delivered; B's drop_duplicate %llu\n",
                   fault != NULL ? fault : "no loss", (unsigned long long)refused, ngood,
-                  (unsigned long long)stat_of(p.b, "drop_duplicate"));
+                  (unsigned long long)am_stat(p.b, "drop_duplicate"));
     (void)done;
     free(buf);
     pair_free(&p);
@@ -391,13 +384,13 @@ static void refusal_flood_with(const char *fault)
     }
     assert_int_equal(rx.rx.received, ROUNDS);
     assert_int_equal(rx.rx.errors, 0);
-    assert_int_equal(stat_of(p.a, "chan_failures") + stat_of(p.b, "chan_failures"), 0);
-    assert_int_equal(stat_of(p.b, "am_refused"), refused);
-    assert_int_equal(stat_of(p.a, "am_refused_by_peer"), refused);
+    assert_int_equal(am_stat(p.a, "chan_failures") + am_stat(p.b, "chan_failures"), 0);
+    assert_int_equal(am_stat(p.b, "am_refused"), refused);
+    assert_int_equal(am_stat(p.a, "am_refused_by_peer"), refused);
     print_message("[ refusal flood ] %s: %u refused; B took %llu packets later (drop_no_buffer); "
                   "drained in %.1f s\n",
                   fault != NULL ? fault : "no loss", refused,
-                  (unsigned long long)stat_of(p.b, "drop_no_buffer"), drained_s);
+                  (unsigned long long)am_stat(p.b, "drop_no_buffer"), drained_s);
     free(ops);
     free(good);
     pair_free(&p);
@@ -513,7 +506,7 @@ static void test_sendi_refusals_reported(void **state)
     }
     assert_int_equal(rx.rx.received, 2);
     assert_int_equal(rx.rx.errors, 0);
-    assert_int_equal(stat_of(p.a, "am_refused_by_peer"), 4);
+    assert_int_equal(am_stat(p.a, "am_refused_by_peer"), 4);
     /* The peer is still usable. */
     ctx_t tx = {0};
     am_fill(good, sizeof(good), 2);
@@ -523,7 +516,7 @@ static void test_sendi_refusals_reported(void **state)
     assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 3));
     assert_int_equal(tx.completion_errors, 0);
     assert_int_equal(log.n, 4);
-    assert_int_equal(stat_of(p.a, "chan_failures") + stat_of(p.b, "chan_failures"), 0);
+    assert_int_equal(am_stat(p.a, "chan_failures") + am_stat(p.b, "chan_failures"), 0);
     pair_free(&p);
 }
 
@@ -751,7 +744,7 @@ static uint64_t send_burst(const char *aggregate, bool last_plain)
     struct iovec iov0 = {buf[0], sizeof(buf[0])};
     assert_int_equal(sx_send(p.a_to_b, 5, &iov0, 1, on_done, &tx), SX_INPROGRESS);
     assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
-    uint64_t before = stat_of(p.a, "data_sent");
+    uint64_t before = am_stat(p.a, "data_sent");
 
     for (uint64_t i = 1; i <= 64; i++) {
         am_fill(buf[i - 1], sizeof(buf[i - 1]), i);
@@ -765,7 +758,7 @@ static uint64_t send_burst(const char *aggregate, bool last_plain)
     assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 65));
     assert_int_equal(rx.rx.errors, 0);
     assert_int_equal(tx.completion_errors, 0);
-    uint64_t packets = stat_of(p.a, "data_sent") - before;
+    uint64_t packets = am_stat(p.a, "data_sent") - before;
     pair_free(&p);
     return packets;
 }
@@ -819,8 +812,8 @@ static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p, bool *served_
     assert_int_equal(sx_send(p.a_to_b, 5, &iov, 1, on_done, &tx), SX_INPROGRESS);
     assert_true(am_progress_until(p.a, p.b, &tx.completions, 1));
     assert_true(am_progress_until(p.a, p.b, &rx.rx.received, 1));
-    uint64_t before = stat_of(p.a, "data_sent");
-    uint64_t served = stat_of(p.a, "svc_passes");
+    uint64_t before = am_stat(p.a, "data_sent");
+    uint64_t served = am_stat(p.a, "svc_passes");
 
     for (uint64_t i = 1; i <= 64; i++) {
         am_fill(buf, sizeof(buf), i);
@@ -828,15 +821,15 @@ static uint64_t sendi_burst(const char *hold_us, uint64_t *held_p, bool *served_
          * shard another thread works does (the service, in a slow run). */
         assert_int_equal(am_sendi(NULL, p.a_to_b, 5, &iov, 1), SX_OK);
     }
-    *served_p = stat_of(p.a, "svc_passes") != served;
+    *served_p = am_stat(p.a, "svc_passes") != served;
     /* The sender computes: only the receiver is progressed. */
     uint64_t start = sx_time_ns();
     while (rx.rx.received < 65 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
         sx_progress(p.b);
     assert_int_equal(rx.rx.received, 65);
     assert_int_equal(rx.rx.errors, 0);
-    uint64_t packets = stat_of(p.a, "data_sent") - before;
-    *held_p = stat_of(p.a, "sendi_held");
+    uint64_t packets = am_stat(p.a, "data_sent") - before;
+    *held_p = am_stat(p.a, "sendi_held");
     pair_free(&p);
     return packets;
 }
@@ -907,12 +900,12 @@ static void test_sendi_hold_beside_a_busy_shard(void **state)
     atomic_init(&busy.stop, false);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, busy_progress, &busy), 0);
-    uint64_t held = stat_of(p.a, "sendi_held");
+    uint64_t held = am_stat(p.a, "sendi_held");
     for (uint64_t i = 1; i <= 2; i++) {
         am_fill(buf, sizeof(buf), i);
         assert_int_equal(am_sendi(NULL, p.a_to_b, 5, &iov, 1), SX_OK);
     }
-    bool was_held = stat_of(p.a, "sendi_held") > held;
+    bool was_held = am_stat(p.a, "sendi_held") > held;
     uint64_t start = sx_time_ns();
     while (rx.rx.received < 3 && sx_time_ns() - start < AM_TEST_LIMIT_NS)
         sx_progress(p.b);
@@ -1201,8 +1194,8 @@ static void removed_peer_variant(int variant)
         assert_int_equal(sx_send(to_a, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
     assert_true(am_progress_until(a, b, &r.got, 3));
     assert_true(am_progress_until(a, b, &sent.ok, 3));
-    uint64_t unknown = stat_of(a, "drop_unknown_peer");
-    uint64_t kept = stat_of(a, "rx_kept_behind");
+    uint64_t unknown = am_stat(a, "drop_unknown_peer");
+    uint64_t kept = am_stat(a, "rx_kept_behind");
 
     const sx_send_params_t more = {.field_mask = SX_SEND_PARAM_FLAGS, .flags = SX_SEND_MORE};
     for (int i = 0; i < 3; i++) {
@@ -1215,7 +1208,7 @@ static void removed_peer_variant(int variant)
          * kept; a service pass runs no handler. */
         sx_shard_set_service_thread(true);
         bool in_time = true;
-        while (stat_of(a, "rx_kept_behind") < kept + 3 && in_time) {
+        while (am_stat(a, "rx_kept_behind") < kept + 3 && in_time) {
             in_time = sx_time_ns() - start < AM_TEST_LIMIT_NS;
             sx_progress(a);
             sx_progress(b); /* B's retransmissions, should one be lost */
@@ -1228,7 +1221,7 @@ static void removed_peer_variant(int variant)
      * a send credit or a retransmission (over libfabric under TSan beside
      * two busy loops, the wait for A's count never ended in 2 of 10
      * runs, with and without tail loss probes). */
-    while (stat_of(a, "drop_unknown_peer") == unknown) {
+    while (am_stat(a, "drop_unknown_peer") == unknown) {
         assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
         sx_progress(a);
         sx_progress(b);
@@ -1395,7 +1388,7 @@ static uint64_t sack_run(uint32_t pass, uint64_t *sack_p)
         assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
     }
     serve_until(b, c, base + 5, 0);
-    uint64_t before_big = stat_of(a, "tl_tx_datagrams");
+    uint64_t before_big = am_stat(a, "tl_tx_datagrams");
     am_fill(big, sizeof(big), 6);
     iov = (struct iovec){big, sizeof(big)};
     assert_int_equal(sx_send(to_b, 5, &iov, 1, tally_done, &sent), SX_INPROGRESS);
@@ -1565,7 +1558,7 @@ static void send_time_before_call(bool lone)
     iov = (struct iovec){msg, len};
     sx_tl_iface_t *iface = p.a->shards[0]->ifaces[SX_SHARD_TL_NET];
     sx_tl_fault_stats_t fs0, fs1;
-    uint64_t data0 = stat_of(p.a, "data_sent");
+    uint64_t data0 = am_stat(p.a, "data_sent");
     assert_int_equal(sx_tl_fault_stats_get(iface, &fs0), SX_OK);
     assert_int_equal(sx_send(p.a_to_b, 7, &iov, 1, on_done, &tx), SX_INPROGRESS);
     assert_true(am_progress_until(p.a, p.b, &tx.completions, 4));
@@ -1574,7 +1567,7 @@ static void send_time_before_call(bool lone)
     assert_int_equal(rx.rx.errors, 0);
     assert_int_equal(sx_tl_fault_stats_get(iface, &fs1), SX_OK);
     assert_true(fs1.stalled > fs0.stalled);
-    assert_int_equal(stat_of(p.a, "data_sent") - data0, lone ? 1 : 2);
+    assert_int_equal(am_stat(p.a, "data_sent") - data0, lone ? 1 : 2);
     uint64_t srtt1 = c->srtt_ns;
     uint64_t want = srtt0 < stall ? (7 * srtt0 + stall) / 8 : stall;
     if (srtt1 < want)

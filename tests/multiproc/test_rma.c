@@ -168,13 +168,6 @@ static void test_access_rights(void **state)
     rig_free(&wo);
 }
 
-static uint64_t stat_of(sx_engine_h e, const char *name)
-{
-    uint64_t v = 0;
-    assert_int_equal(sx_stats_value(e, name, &v), SX_OK);
-    return v;
-}
-
 /*
  * A GET's answer is sent from the target's region itself (shard/mem.h,
  * Pins). The target deregisters the region, overwrites and frees it while
@@ -220,7 +213,7 @@ static void get_outlives_deregistration(const char *fault, bool thread)
     assert_true(am_progress_until(a, b, &d.count, 1));
     assert_int_equal(d.last_status, SX_OK);
     assert_memory_equal(back, want, len);
-    uint64_t zc = stat_of(b, "region_zc_sent");
+    uint64_t zc = am_stat(b, "region_zc_sent");
     const char *tl = getenv("SX_TRANSPORTS");
     if (tl == NULL || strcmp(tl, "udp") == 0)
         assert_true(zc >= len / 65536); /* loopback's 65,000-byte datagrams: every chunk */
@@ -230,7 +223,7 @@ static void get_outlives_deregistration(const char *fault, bool thread)
          * answers are copied, and nothing here outlives a deregistration. */
         print_message("no answer sent from the region over %s: the rest is skipped\n", tl);
         assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
-        assert_int_equal(stat_of(b, "mem_shadow_bytes"), 0);
+        assert_int_equal(am_stat(b, "mem_shadow_bytes"), 0);
         free(region);
         free(back);
         free(want);
@@ -248,13 +241,13 @@ static void get_outlives_deregistration(const char *fault, bool thread)
     /* Every packet of the answer built (as many as the first answer's):
      * a chunk built after deregistration would fail the GET with
      * SX_ERR_ACCESS instead, as it should. Only b has faults. */
-    while (stat_of(b, "region_zc_sent") < 2 * zc) {
+    while (am_stat(b, "region_zc_sent") < 2 * zc) {
         sx_progress(b);
         assert_true(sx_time_ns() - start < AM_TEST_LIMIT_NS);
     }
     assert_int_equal(d.count, 1);
     assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
-    assert_int_equal(stat_of(b, "mem_shadow_bytes"), len);
+    assert_int_equal(am_stat(b, "mem_shadow_bytes"), len);
     memset(region, 0xee, len);
     free(region);
 
@@ -262,7 +255,7 @@ static void get_outlives_deregistration(const char *fault, bool thread)
     assert_int_equal(d.last_status, SX_OK);
     assert_memory_equal(back, want, len);
     if (fault != NULL)
-        assert_true(stat_of(b, "rtx_packets") > 0);
+        assert_true(am_stat(b, "rtx_packets") > 0);
 
     /* Acknowledged before deregistration: no copy. A small GET after it
      * (copied, no pin) carries a's acknowledgement of the whole answer. */
@@ -278,7 +271,7 @@ static void get_outlives_deregistration(const char *fault, bool thread)
                      SX_INPROGRESS);
     assert_true(am_progress_until(a, b, &d.count, 4));
     assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
-    assert_int_equal(stat_of(b, "mem_shadow_bytes"), len);
+    assert_int_equal(am_stat(b, "mem_shadow_bytes"), len);
     free(region);
     free(back);
     free(want);
@@ -357,8 +350,8 @@ static void test_fin_after_get_copies_nothing(void **state)
     /* Over udp the answers were sent from the region; ofi copies them. */
     const char *tl = getenv("SX_TRANSPORTS");
     if (tl == NULL || strcmp(tl, "udp") == 0)
-        assert_true(stat_of(b, "region_zc_sent") > 0);
-    assert_int_equal(stat_of(b, "mem_shadow_bytes"), 0);
+        assert_true(am_stat(b, "region_zc_sent") > 0);
+    assert_int_equal(am_stat(b, "mem_shadow_bytes"), 0);
     free(region);
     free(back);
     sx_engine_destroy(a);
@@ -453,13 +446,13 @@ static lands_t rma_lands(bool put, const char *fault, size_t nmsg)
     assert_true(am_progress_until(a, b, &sent.count, nmsg));
     assert_int_equal(rx.errors, 0);
     assert_int_equal(sent.errors, 0);
-    lands_t l = {stat_of(to, "rx_landed_bytes"), stat_of(to, "rx_land_missed"),
-                 stat_of(to, "drop_landed")};
+    lands_t l = {am_stat(to, "rx_landed_bytes"), am_stat(to, "rx_land_missed"),
+                 am_stat(to, "drop_landed")};
     print_message("%s, fault %s, %zu messages: %llu bytes landed, %llu datagrams copied back, "
                   "%llu landed chunks dropped, %llu bytes copied in\n",
                   put ? "PUT" : "GET", fault != NULL ? fault : "none", nmsg,
                   (unsigned long long)l.landed, (unsigned long long)l.missed,
-                  (unsigned long long)l.dropped, (unsigned long long)stat_of(to, "copy_rx_bytes"));
+                  (unsigned long long)l.dropped, (unsigned long long)am_stat(to, "copy_rx_bytes"));
     assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
     free(region);
     free(local);
@@ -554,8 +547,8 @@ static void test_get_lands_overlapping(void **state)
     assert_int_equal(d.errors, 0);
     assert_memory_equal(back, region + part, part);
     print_message("overlapping GETs: %llu bytes landed, %llu datagrams copied back\n",
-                  (unsigned long long)stat_of(a, "rx_landed_bytes"),
-                  (unsigned long long)stat_of(a, "rx_land_missed"));
+                  (unsigned long long)am_stat(a, "rx_landed_bytes"),
+                  (unsigned long long)am_stat(a, "rx_land_missed"));
     assert_int_equal(sx_mem_deregister(b, mem), SX_OK);
     free(region);
     free(back);
@@ -750,7 +743,7 @@ static uint64_t put_stops_at_deregistration(size_t chunk, unsigned puts, unsigne
     for (size_t i = 0; i < len; i++)
         if (region[i] != 0)
             fail_msg("byte %zu written after deregistration returned", i);
-    uint64_t landed = stat_of(b, "rx_landed_bytes");
+    uint64_t landed = am_stat(b, "rx_landed_bytes");
     sx_engine_destroy(a);
     sx_engine_destroy(b);
     free(region);
