@@ -14,7 +14,10 @@
  * leaves every call with its own policy; the service, asleep while a
  * caller computes, wakes for a retransmission timer that caller's send
  * arms, resends what was lost while it computes, and takes the
- * interfaces out of its epoll set once its caller is back.
+ * interfaces out of its epoll set once its caller is back; a caller that
+ * spins has its empty passes read again (SX_REPOLL), one that computes
+ * between calls or would give its core up does not, and a message found
+ * by reading again is delivered once.
  */
 #include <stdarg.h>
 #include <stddef.h>
