@@ -178,9 +178,10 @@
       "CPU a tenth of the time, by /proc/pressure/cpu); always; never: spin.")                 \
     X(REPOLL, UINT, repoll, "2", 0, 16, NULL,                                                  \
       "Reads an sx_progress call makes again when its first found nothing and its caller "     \
-      "came straight back from the last call (spinning): up to this many, with only a clock "  \
-      "read between two, before the rest of the pass. None while the caller would give its "   \
-      "core up (SX_YIELD), nor for a caller that computes between calls. 0: one read a call.") \
+      "spins (the last call found work, or the caller came back within three empty reads' "    \
+      "time of its end): up to this many, with only a clock read between two, before the "     \
+      "rest of the pass. None while the caller would give its core up (SX_YIELD), nor for a "  \
+      "caller that computes between calls. 0: one read a call.")                               \
     X(SPIN_US, UINT, spin_us, "50", 0, 1000000, NULL,                                          \
       "How long an idle progress thread polls before it sleeps; a sleep and wake-up "          \
       "costs tens of microseconds on a VM.")                                                   \

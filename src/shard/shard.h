@@ -426,9 +426,10 @@ int sx_shard_progress(sx_shard_t *shard);
  *  included) and tells a busy token apart: -1 if another thread holds it
  *  (sx_progress yields on that when oversubscribed), *passes_p untouched.
  *  When its read finds nothing and the caller is spinning on sx_progress
- *  (it came back within SX_REPOLL_GAP_READS reads of its last one), it
- *  reads up to @p repoll more times before it finishes (SX_REPOLL,
- *  shard.c says why); 0: one read. */
+ *  (the last home pass found work, or the caller came back within
+ *  SX_REPOLL_GAP_READS empty reads' time of its end), it reads up to
+ *  @p repoll more times before it finishes (SX_REPOLL, shard.c says
+ *  why); 0: one read. */
 int sx_shard_progress_home(sx_shard_t *shard, unsigned *passes_p, unsigned repoll);
 
 /**
