@@ -40,7 +40,10 @@
 # every test over every transport, so a change of load falls on all of
 # them alike. Each figure in the table, the JSON and the plot is the
 # median over the rounds; the JSON keeps each figure's min and max over
-# them ("spread") and the plot draws those as error bars.
+# them ("spread") and the plot draws those as error bars. Each target
+# ratio is also given round by round ("ratios_by_round"), shardx against
+# tcp of the same round: where the machine slowed down for a while, the
+# medians may set a slow round of one against a fast round of the other.
 #
 # Prints a table and the three ratios of the issue's targets; writes
 # BUILD_DIR/bench-results/mpi.json and, when gnuplot is installed, mpi.png
@@ -253,133 +256,172 @@ except (ValueError, KeyError, OSError):
     pass
 # Every figure's values over the rounds (the busy-loop runs have rounds
 # of their own), then the median of each.
+def figures(x, r):
+    """A result's figures: (key, value) pairs."""
+    if x["test"] == "pingpong":
+        return [(("pingpong", p["size"]), p["latency_us"]) for p in x["results"]]
+    if x["test"] == "rate":
+        return [("rate_msgs_per_s", x["messages_per_s"])]
+    if x["test"] == "mt" and r.get("busy"):
+        return [("mt%d_busy_latency_us" % x["threads"], x["latency_us"])]
+    if x["test"] == "mt" and x.get("size", 8) != 8:
+        return [("mt%d_%dB_latency_us" % (x["threads"], x["size"]), x["latency_us"])]
+    if x["test"] == "mt":
+        return [("mt%d_latency_us" % x["threads"], x["latency_us"])]
+    if x["test"] == "suite_np4":
+        return [("suite_np4_busy_s", x["seconds"])]
+    if x["test"] == "ring":
+        return [("ring_np4_busy_s", x["seconds"])]
+    if x["test"] == "coll":
+        how = "_bound" if r.get("bound") else "_steady" if r.get("steady") else ""
+        return [("%s_1MiB_np4%s_us" % (c, how), x["%s_us" % c])
+                for c in ("allreduce", "alltoall", "bcast")]
+    if x["test"] == "mtrate":
+        return [("mtrate%d_msgs_per_s" % x["threads"], x["messages_per_s"])]
+    return []
+
+# The same figures round by round, for the ratios of each round alone:
+# this VM has stretches of seconds in which every transport runs up to
+# twice as slow (memory copies most), and a median of shardx's rounds
+# over a median of tcp's can set a slow round against a fast one
+# (2026-12-07, two hosts at MTU 1500: 1 MiB bandwidth 0.44 of tcp's from
+# the medians, 0.84-0.86 in every pair of runs that fell in the same
+# stretch). A round's runs are minutes apart at most, a transport's runs
+# of one test seconds apart. Rows without a round (beside the busy
+# loops, where shardx and tcp alternate) are numbered in their order.
 samples = {}
+by_round = {}
+nth = {}
 for r in rows:
     t, x = r["transport"], r["result"]
-    d = samples.setdefault(t, {})
-    def add(k, v):
-        d.setdefault(k, []).append(v)
-    if x["test"] == "pingpong":
-        for p in x["results"]:
-            add(("pingpong", p["size"]), p["latency_us"])
-    elif x["test"] == "rate":
-        add("rate_msgs_per_s", x["messages_per_s"])
-    elif x["test"] == "mt" and r.get("busy"):
-        add("mt%d_busy_latency_us" % x["threads"], x["latency_us"])
-    elif x["test"] == "mt" and x.get("size", 8) != 8:
-        add("mt%d_%dB_latency_us" % (x["threads"], x["size"]), x["latency_us"])
-    elif x["test"] == "mt":
-        add("mt%d_latency_us" % x["threads"], x["latency_us"])
-    elif x["test"] == "suite_np4":
-        add("suite_np4_busy_s", x["seconds"])
-    elif x["test"] == "ring":
-        add("ring_np4_busy_s", x["seconds"])
-    elif x["test"] == "coll":
-        for c in ("allreduce", "alltoall", "bcast"):
-            how = "_bound" if r.get("bound") else "_steady" if r.get("steady") else ""
-            add("%s_1MiB_np4%s_us" % (c, how), x["%s_us" % c])
-    elif x["test"] == "mtrate":
-        add("mtrate%d_msgs_per_s" % x["threads"], x["messages_per_s"])
+    rnd = r.get("round")
+    if rnd is None:
+        k = (t, x["test"])
+        nth[k] = nth.get(k, 0) + 1
+        rnd = nth[k]
+    for key, v in figures(x, r):
+        samples.setdefault(t, {}).setdefault(key, []).append(v)
+        by_round.setdefault(rnd, {}).setdefault(t, {}).setdefault(key, []).append(v)
 
 def median(v):
     v = sorted(v)
     n = len(v)
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
-res = {}
-spread = {}
-for t, d in samples.items():
-    out = res.setdefault(t, {})
-    sp = spread.setdefault(t, {})
-    pp = sorted(k[1] for k in d if isinstance(k, tuple))
-    if pp:
-        out["pingpong"] = []
-        for size in pp:
-            v = d[("pingpong", size)]
-            lat = median(v)
-            out["pingpong"].append({"size": size, "latency_us": round(lat, 3),
-                                    "bandwidth_MBps": round(size / lat, 1) if lat > 0 else 0.0,
-                                    "latency_us_min": min(v), "latency_us_max": max(v),
-                                    "runs": len(v)})
-    for k, v in d.items():
-        if not isinstance(k, tuple):
-            out[k] = median(v)
-            sp[k] = {"min": min(v), "max": max(v), "runs": len(v)}
+def summarize(samples):
+    """Each figure's median over its runs, and its min and max."""
+    res, spread = {}, {}
+    for t, d in samples.items():
+        out = res.setdefault(t, {})
+        sp = spread.setdefault(t, {})
+        pp = sorted(k[1] for k in d if isinstance(k, tuple))
+        if pp:
+            out["pingpong"] = []
+            for size in pp:
+                v = d[("pingpong", size)]
+                lat = median(v)
+                out["pingpong"].append({"size": size, "latency_us": round(lat, 3),
+                                        "bandwidth_MBps": round(size / lat, 1) if lat > 0 else 0.0,
+                                        "latency_us_min": min(v), "latency_us_max": max(v),
+                                        "runs": len(v)})
+        for k, v in d.items():
+            if not isinstance(k, tuple):
+                out[k] = median(v)
+                sp[k] = {"min": min(v), "max": max(v), "runs": len(v)}
+    return res, spread
 
-def lat(t, size):
-    for p in res.get(t, {}).get("pingpong", []):
+def lat(t, size, res_=None):
+    for p in (res if res_ is None else res_).get(t, {}).get("pingpong", []):
         if p["size"] == size:
             return p["latency_us"]
     return None
 
-def lat8(t):
-    return lat(t, 8)
+def lat8(t, res_=None):
+    return lat(t, 8, res_)
 
-def ratio(a, b):
-    return round(a / b, 3) if a is not None and b else None
-
-sx, tcp = res.get("shardx", {}), res.get("tcp", {})
-def bw(t, size):
-    for p in res.get(t, {}).get("pingpong", []):
+def bw(t, size, res_=None):
+    for p in (res if res_ is None else res_).get(t, {}).get("pingpong", []):
         if p["size"] == size:
             return p["bandwidth_MBps"]
     return None
 
-ratios = {
-    "latency_8B_shardx_over_tcp": ratio(lat8("shardx"), lat8("tcp")),
-    "rate_8B_shardx_over_tcp": ratio(sx.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
-    "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8("shardx")),
-}
-if hosts:
-    # Issue 20's targets, two hosts: no mt ratio, a bandwidth one.
+def ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+def ratios_of(res):
+    """The target ratios and the ones for reference, from @res."""
+    sx, tcp = res.get("shardx", {}), res.get("tcp", {})
     ratios = {
-        "latency_8B_shardx_over_tcp": ratios["latency_8B_shardx_over_tcp"],
-        "rate_8B_shardx_over_tcp": ratios["rate_8B_shardx_over_tcp"],
-        "bandwidth_1MiB_shardx_over_tcp": ratio(bw("shardx", 1048576), bw("tcp", 1048576)),
+        "latency_8B_shardx_over_tcp": ratio(lat8("shardx", res), lat8("tcp", res)),
+        "rate_8B_shardx_over_tcp": ratio(sx.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
+        "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8("shardx", res)),
     }
+    if hosts:
+        # Issue 20's targets, two hosts: no mt ratio, a bandwidth one.
+        ratios = {
+            "latency_8B_shardx_over_tcp": ratios["latency_8B_shardx_over_tcp"],
+            "rate_8B_shardx_over_tcp": ratios["rate_8B_shardx_over_tcp"],
+            "bandwidth_1MiB_shardx_over_tcp": ratio(bw("shardx", 1048576, res),
+                                                    bw("tcp", 1048576, res)),
+        }
+    # The same 2-thread figure over the 1-thread run of the same test
+    # (MPI_THREAD_MULTIPLE, one thread), which carries ob1's own
+    # multithreaded costs; the target above is held against the plain
+    # ping-pong instead.
+    other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("mt1_latency_us")),
+             "mtrate2_shardx_over_tcp": ratio(sx.get("mtrate2_msgs_per_s"),
+                                              tcp.get("mtrate2_msgs_per_s")),
+             "mtrate2_over_mtrate1_shardx": ratio(sx.get("mtrate2_msgs_per_s"),
+                                                  sx.get("mtrate1_msgs_per_s")),
+             "suite_np4_busy_shardx_over_tcp": ratio(sx.get("suite_np4_busy_s"),
+                                                     tcp.get("suite_np4_busy_s")),
+             "ring_np4_busy_shardx_over_tcp": ratio(sx.get("ring_np4_busy_s"),
+                                                    tcp.get("ring_np4_busy_s"))}
+    if not hosts:
+        ratios["mt2_busy_latency_shardx_over_tcp"] = ratio(sx.get("mt2_busy_latency_us"),
+                                                           tcp.get("mt2_busy_latency_us"))
+        ratios["mt2_8KiB_over_mt2_4KiB"] = ratio(sx.get("mt2_8192B_latency_us"),
+                                                 sx.get("mt2_4096B_latency_us"))
+        # Issue 22's (the data path): large messages and collectives.
+        for size, name in ((8192, "8KiB"), (1048576, "1MiB"), (4194304, "4MiB")):
+            ratios["latency_%s_shardx_over_tcp" % name] = ratio(lat("shardx", size, res),
+                                                                lat("tcp", size, res))
+        ratios["bandwidth_1MiB_shardx_over_tcp"] = ratio(bw("shardx", 1048576, res),
+                                                         bw("tcp", 1048576, res))
+        for c in ("allreduce", "alltoall"):
+            k = "%s_1MiB_np4_us" % c
+            ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
+        other["bcast_1MiB_np4_shardx_over_tcp"] = ratio(sx.get("bcast_1MiB_np4_us"),
+                                                        tcp.get("bcast_1MiB_np4_us"))
+        # shardx against tcp with the ranks bound two to a core (mpirun
+        # --bind-to core:overload-allowed), and unbound after half a second
+        # of warm-up per collective (as far into a job as osu_allreduce's
+        # 1 MiB figure is).
+        for how in ("bound", "steady"):
+            for c in ("allreduce", "alltoall", "bcast"):
+                k = "%s_1MiB_np4_%s_us" % (c, how)
+                other["%s_1MiB_np4_%s_over_tcp" % (c, how)] = ratio(sx.get(k), tcp.get(k))
+        # Without the single copy between ranks of one host (btl_shardx_cma 0).
+        dg = res.get("shardx_dgram", {})
+        for size, name in ((1048576, "1MiB"), (4194304, "4MiB")):
+            other["latency_%s_dgram_over_tcp" % name] = ratio(lat("shardx_dgram", size, res),
+                                                              lat("tcp", size, res))
+        for c in ("allreduce", "alltoall", "bcast"):
+            k = "%s_1MiB_np4_us" % c
+            other["%s_1MiB_np4_dgram_over_tcp" % c] = ratio(dg.get(k), tcp.get(k))
+    return ratios, other
+
+res, spread = summarize(samples)
+ratios, other = ratios_of(res)
+# Each round's own ratios (above: the stretches of this VM), in round order.
+rounds_ratios = {}
+for rnd in sorted(by_round):
+    rr, _ = ratios_of(summarize(by_round[rnd])[0])
+    for k, v in rr.items():
+        rounds_ratios.setdefault(k, []).append(v)
+sx, tcp = res.get("shardx", {}), res.get("tcp", {})
 # What the raw-UDP floor itself scores on the two tcp ratios: the best a
 # transport sending one datagram per message could reach here.
-# The same 2-thread figure over the 1-thread run of the same test
-# (MPI_THREAD_MULTIPLE, one thread), which carries ob1's own multithreaded
-# costs; the target above is held against the plain ping-pong instead.
-other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("mt1_latency_us")),
-         "mtrate2_shardx_over_tcp": ratio(sx.get("mtrate2_msgs_per_s"), tcp.get("mtrate2_msgs_per_s")),
-         "mtrate2_over_mtrate1_shardx": ratio(sx.get("mtrate2_msgs_per_s"),
-                                              sx.get("mtrate1_msgs_per_s")),
-         "suite_np4_busy_shardx_over_tcp": ratio(sx.get("suite_np4_busy_s"),
-                                                 tcp.get("suite_np4_busy_s")),
-         "ring_np4_busy_shardx_over_tcp": ratio(sx.get("ring_np4_busy_s"),
-                                                tcp.get("ring_np4_busy_s"))}
-if not hosts:
-    ratios["mt2_busy_latency_shardx_over_tcp"] = ratio(sx.get("mt2_busy_latency_us"),
-                                                       tcp.get("mt2_busy_latency_us"))
-    ratios["mt2_8KiB_over_mt2_4KiB"] = ratio(sx.get("mt2_8192B_latency_us"),
-                                             sx.get("mt2_4096B_latency_us"))
-    # Issue 22's (the data path): large messages and collectives.
-    for size, name in ((8192, "8KiB"), (1048576, "1MiB"), (4194304, "4MiB")):
-        ratios["latency_%s_shardx_over_tcp" % name] = ratio(lat("shardx", size), lat("tcp", size))
-    ratios["bandwidth_1MiB_shardx_over_tcp"] = ratio(bw("shardx", 1048576), bw("tcp", 1048576))
-    for c in ("allreduce", "alltoall"):
-        k = "%s_1MiB_np4_us" % c
-        ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
-    other["bcast_1MiB_np4_shardx_over_tcp"] = ratio(sx.get("bcast_1MiB_np4_us"),
-                                                    tcp.get("bcast_1MiB_np4_us"))
-    # shardx against tcp with the ranks bound two to a core (mpirun
-    # --bind-to core:overload-allowed), and unbound after half a second of
-    # warm-up per collective (as far into a job as osu_allreduce's 1 MiB
-    # figure is).
-    for how in ("bound", "steady"):
-        for c in ("allreduce", "alltoall", "bcast"):
-            k = "%s_1MiB_np4_%s_us" % (c, how)
-            other["%s_1MiB_np4_%s_over_tcp" % (c, how)] = ratio(sx.get(k), tcp.get(k))
-    # Without the single copy between ranks of one host (btl_shardx_cma 0).
-    dg = res.get("shardx_dgram", {})
-    for size, name in ((1048576, "1MiB"), (4194304, "4MiB")):
-        other["latency_%s_dgram_over_tcp" % name] = ratio(lat("shardx_dgram", size),
-                                                          lat("tcp", size))
-    for c in ("allreduce", "alltoall", "bcast"):
-        k = "%s_1MiB_np4_us" % c
-        other["%s_1MiB_np4_dgram_over_tcp" % c] = ratio(dg.get(k), tcp.get(k))
 floor_ratios = {
     "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
     "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
@@ -407,6 +449,7 @@ load = os.getloadavg()
 doc = {"machine": {"cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2)},
        "hosts": hosts.split(",") if hosts else None, "rounds": int(os.environ.get("BENCH_REPEAT", "3")),
        "raw_udp_floor": floor, "results": res, "spread": spread, "ratios": ratios,
+       "ratios_by_round": rounds_ratios,
        "other_ratios": other, "floor_ratios": floor_ratios, "targets": targets}
 json.dump(doc, open(os.path.join(outdir, "mpi.json"), "w"), indent=2)
 
@@ -476,10 +519,12 @@ if not hosts:
                                                fmt(d.get("allreduce_1MiB_np4_%s_us" % how)),
                                                fmt(d.get("alltoall_1MiB_np4_%s_us" % how)),
                                                fmt(d.get("bcast_1MiB_np4_%s_us" % how))))
-print("\nratios (medians of %s rounds, load average %.2f on %d CPUs):"
+print("\nratios (medians of %s rounds, then each round's own; load average %.2f on %d CPUs):"
       % (os.environ.get("BENCH_REPEAT", "3"), load[0], os.cpu_count()))
 for k, v in ratios.items():
-    print("  %-34s %8s   target %s" % (k, fmt(v, "%.2f"), targets[k]))
+    print("  %-34s %8s   target %-6s  rounds %s" % (k, fmt(v, "%.2f"), targets[k],
+                                                   " ".join(fmt(x, "%.2f")
+                                                            for x in rounds_ratios.get(k, []))))
 for k, v in other.items():
     print("  %-34s %8s   (for reference)" % (k, fmt(v, "%.2f")))
 if floor:
