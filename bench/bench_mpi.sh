@@ -368,7 +368,8 @@ def ratios_of(res):
     # (MPI_THREAD_MULTIPLE, one thread), which carries ob1's own
     # multithreaded costs; the target above is held against the plain
     # ping-pong instead.
-    other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"), sx.get("mt1_latency_us")),
+    other = {"mt2_latency_over_shardx_mt1": ratio(sx.get("mt2_latency_us"),
+                                                  sx.get("mt1_latency_us")),
              "mtrate2_shardx_over_tcp": ratio(sx.get("mtrate2_msgs_per_s"),
                                               tcp.get("mtrate2_msgs_per_s")),
              "mtrate2_over_mtrate1_shardx": ratio(sx.get("mtrate2_msgs_per_s"),
