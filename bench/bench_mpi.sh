@@ -285,10 +285,11 @@ def figures(x, r):
 # twice as slow (memory copies most), and a median of shardx's rounds
 # over a median of tcp's can set a slow round against a fast one
 # (2026-12-07, two hosts at MTU 1500: 1 MiB bandwidth 0.44 of tcp's from
-# the medians, 0.84-0.86 in every pair of runs that fell in the same
-# stretch). A round's runs are minutes apart at most, a transport's runs
-# of one test seconds apart. Rows without a round (beside the busy
-# loops, where shardx and tcp alternate) are numbered in their order.
+# the medians of a run whose slow rounds were shardx's where tcp's were
+# fast; eight pairs run by hand, none slow, 0.75-0.92, median 0.84). A
+# round's runs are minutes apart at most, a transport's runs of one test
+# seconds apart. Rows without a round (beside the busy loops, where
+# shardx and tcp alternate) are numbered in their order.
 samples = {}
 by_round = {}
 nth = {}
@@ -330,17 +331,17 @@ def summarize(samples):
                 sp[k] = {"min": min(v), "max": max(v), "runs": len(v)}
     return res, spread
 
-def lat(t, size, res_=None):
-    for p in (res if res_ is None else res_).get(t, {}).get("pingpong", []):
+def lat(res, t, size):
+    for p in res.get(t, {}).get("pingpong", []):
         if p["size"] == size:
             return p["latency_us"]
     return None
 
-def lat8(t, res_=None):
-    return lat(t, 8, res_)
+def lat8(res, t):
+    return lat(res, t, 8)
 
-def bw(t, size, res_=None):
-    for p in (res if res_ is None else res_).get(t, {}).get("pingpong", []):
+def bw(res, t, size):
+    for p in res.get(t, {}).get("pingpong", []):
         if p["size"] == size:
             return p["bandwidth_MBps"]
     return None
@@ -352,17 +353,17 @@ def ratios_of(res):
     """The target ratios and the ones for reference, from @res."""
     sx, tcp = res.get("shardx", {}), res.get("tcp", {})
     ratios = {
-        "latency_8B_shardx_over_tcp": ratio(lat8("shardx", res), lat8("tcp", res)),
+        "latency_8B_shardx_over_tcp": ratio(lat8(res, "shardx"), lat8(res, "tcp")),
         "rate_8B_shardx_over_tcp": ratio(sx.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
-        "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8("shardx", res)),
+        "mt2_latency_over_shardx_1thread": ratio(sx.get("mt2_latency_us"), lat8(res, "shardx")),
     }
     if hosts:
         # Issue 20's targets, two hosts: no mt ratio, a bandwidth one.
         ratios = {
             "latency_8B_shardx_over_tcp": ratios["latency_8B_shardx_over_tcp"],
             "rate_8B_shardx_over_tcp": ratios["rate_8B_shardx_over_tcp"],
-            "bandwidth_1MiB_shardx_over_tcp": ratio(bw("shardx", 1048576, res),
-                                                    bw("tcp", 1048576, res)),
+            "bandwidth_1MiB_shardx_over_tcp": ratio(bw(res, "shardx", 1048576),
+                                                    bw(res, "tcp", 1048576)),
         }
     # The same 2-thread figure over the 1-thread run of the same test
     # (MPI_THREAD_MULTIPLE, one thread), which carries ob1's own
@@ -385,10 +386,10 @@ def ratios_of(res):
                                                  sx.get("mt2_4096B_latency_us"))
         # Issue 22's (the data path): large messages and collectives.
         for size, name in ((8192, "8KiB"), (1048576, "1MiB"), (4194304, "4MiB")):
-            ratios["latency_%s_shardx_over_tcp" % name] = ratio(lat("shardx", size, res),
-                                                                lat("tcp", size, res))
-        ratios["bandwidth_1MiB_shardx_over_tcp"] = ratio(bw("shardx", 1048576, res),
-                                                         bw("tcp", 1048576, res))
+            ratios["latency_%s_shardx_over_tcp" % name] = ratio(lat(res, "shardx", size),
+                                                                lat(res, "tcp", size))
+        ratios["bandwidth_1MiB_shardx_over_tcp"] = ratio(bw(res, "shardx", 1048576),
+                                                         bw(res, "tcp", 1048576))
         for c in ("allreduce", "alltoall"):
             k = "%s_1MiB_np4_us" % c
             ratios["%s_1MiB_np4_shardx_over_tcp" % c] = ratio(sx.get(k), tcp.get(k))
@@ -405,8 +406,8 @@ def ratios_of(res):
         # Without the single copy between ranks of one host (btl_shardx_cma 0).
         dg = res.get("shardx_dgram", {})
         for size, name in ((1048576, "1MiB"), (4194304, "4MiB")):
-            other["latency_%s_dgram_over_tcp" % name] = ratio(lat("shardx_dgram", size, res),
-                                                              lat("tcp", size, res))
+            other["latency_%s_dgram_over_tcp" % name] = ratio(lat(res, "shardx_dgram", size),
+                                                              lat(res, "tcp", size))
         for c in ("allreduce", "alltoall", "bcast"):
             k = "%s_1MiB_np4_us" % c
             other["%s_1MiB_np4_dgram_over_tcp" % c] = ratio(dg.get(k), tcp.get(k))
@@ -424,7 +425,7 @@ sx, tcp = res.get("shardx", {}), res.get("tcp", {})
 # What the raw-UDP floor itself scores on the two tcp ratios: the best a
 # transport sending one datagram per message could reach here.
 floor_ratios = {
-    "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8("tcp")),
+    "latency_8B_floor_over_tcp": ratio(floor.get("latency_8B_us"), lat8(res, "tcp")),
     "rate_8B_floor_over_tcp": ratio(floor.get("rate_msgs_per_s"), tcp.get("rate_msgs_per_s")),
 }
 targets = {
@@ -482,8 +483,8 @@ print("\n%-12s %12s %14s %14s %14s %14s %14s" % ("transport", "8 B lat us", "1 M
                                                 "mt2 lat us"))
 for t in res:
     d = res[t]
-    print("%-12s %12s %14s %14s %14s %14s %14s" % (t, fmt(lat8(t)), fmt(bw(t, 1048576)),
-                                             fmt(bw(t, 16777216)),
+    print("%-12s %12s %14s %14s %14s %14s %14s" % (t, fmt(lat8(res, t)), fmt(bw(res, t, 1048576)),
+                                             fmt(bw(res, t, 16777216)),
                                              fmt(d.get("rate_msgs_per_s"), "%.0f"),
                                              fmt(d.get("mt1_latency_us")),
                                              fmt(d.get("mt2_latency_us"))))
