@@ -421,7 +421,7 @@ for rnd in sorted(by_round):
     rr, _ = ratios_of(summarize(by_round[rnd])[0])
     for k, v in rr.items():
         rounds_ratios.setdefault(k, []).append(v)
-sx, tcp = res.get("shardx", {}), res.get("tcp", {})
+tcp = res.get("tcp", {})
 # What the raw-UDP floor itself scores on the two tcp ratios: the best a
 # transport sending one datagram per message could reach here.
 floor_ratios = {
