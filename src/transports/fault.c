@@ -12,6 +12,11 @@
  *   dup=P               send a datagram twice
  *   reorder=P           hold a datagram back until the next one to the same
  *                       destination has gone out (or the next poll)
+ *   reorder_us=N        ... instead for N microseconds, however many go out
+ *                       meanwhile (a post or a poll releases it once due):
+ *                       a datagram late by more than the reordering RACK
+ *                       allows, so that its resend was not needed (needs
+ *                       reorder)
  *   corrupt=P           flip one random bit of a private copy (never of the
  *                       caller's buffer); a 0-byte datagram has no bit to flip
  *   delay_us=N          hold every datagram N microseconds; poll releases it
@@ -99,7 +104,8 @@ typedef struct fault_pkt {
 typedef struct fault_spec {
     double loss, ctrl_loss, dup, reorder, corrupt, ce;
     uint64_t delay_ns;
-    uint64_t stall_ns; /* 0: off */
+    uint64_t reorder_ns; /* 0: until the next datagram */
+    uint64_t stall_ns;   /* 0: off */
     uint64_t seed;
     bool blackhole, ctrl_blackout;
     uint64_t path_mtu;       /* 0: off */
@@ -247,7 +253,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
     static const char *const keys[] = {
         "loss",       "ctrl_loss",      "dup",       "reorder",       "corrupt",
         "delay_us",   "seed",           "blackhole", "ctrl_blackout", "path_mtu",
-        "tx_credits", "path_mtu_after", "ce",        "stall_us"};
+        "tx_credits", "path_mtu_after", "ce",        "stall_us",      "reorder_us"};
     unsigned k;
 
     for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
@@ -258,7 +264,7 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         return fault_bad(key, value,
                          "the keys loss, ctrl_loss, dup, reorder, corrupt, delay_us, seed, "
                          "blackhole, ctrl_blackout, path_mtu, tx_credits, path_mtu_after, ce, "
-                         "stall_us");
+                         "stall_us, reorder_us");
     if (*seen & (1u << k))
         return fault_bad(key, value, "each key at most once");
     *seen |= 1u << k;
@@ -301,6 +307,8 @@ static int fault_parse_item(const char *key, const char *value, fault_spec_t *sp
         return fault_parse_prob(key, value, &spec->ce);
     case 13:
         return fault_parse_us(key, value, &spec->stall_ns);
+    case 14:
+        return fault_parse_us(key, value, &spec->reorder_ns);
     default:
         spec->ctrl_blackout = true;
         return fault_parse_window(key, value, &spec->ctrl_blackout_start_ns,
@@ -342,6 +350,11 @@ static int fault_parse(const char *text, fault_spec_t *spec)
     free(copy);
     if (status == SX_OK && (seen & (1u << 11)) && spec->path_mtu == 0) {
         sx_error("fault", "SX_FAULT: path_mtu_after in '%s' needs path_mtu (the size it applies)",
+                 text);
+        status = SX_ERR_INVALID_PARAM;
+    }
+    if (status == SX_OK && (seen & (1u << 14)) && spec->reorder <= 0.0) {
+        sx_error("fault", "SX_FAULT: reorder_us in '%s' needs reorder (which datagrams it holds)",
                  text);
         status = SX_ERR_INVALID_PARAM;
     }
@@ -430,14 +443,15 @@ static int fault_emit(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len, unsign
     return rc;
 }
 
-/* Releases held datagrams (all of them, or those for @p dest only). */
-static void fault_release_held(fault_iface_t *f, bool all, sx_tl_dest_t dest)
+/* Releases held datagrams (all of them, or those for @p dest only) that
+ * are due at @p now: any with reorder_us unset. */
+static void fault_release_held(fault_iface_t *f, bool all, sx_tl_dest_t dest, uint64_t now)
 {
     fault_pkt_t **pp = &f->held;
 
     while (*pp != NULL) {
         fault_pkt_t *p = *pp;
-        if (!all && p->dest != dest) {
+        if ((!all && p->dest != dest) || sx_u64_before(now, p->due_ns)) {
             pp = &p->next;
             continue;
         }
@@ -546,6 +560,7 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
     if (reorder && !have_prior) {
         if (pkt == NULL && (pkt = fault_copy(tx, len, copies)) == NULL)
             return SX_ERR_NO_MEMORY;
+        pkt->due_ns = sp->reorder_ns != 0 ? sx_time_ns() + sp->reorder_ns : 0;
         pkt->next = f->held;
         f->held = pkt;
         f->fstats.reordered++;
@@ -557,7 +572,7 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
         }
         /* This datagram has overtaken the one held for its destination. */
         if (have_prior)
-            fault_release_held(f, false, tx->dest);
+            fault_release_held(f, false, tx->dest, sp->reorder_ns != 0 ? sx_time_ns() : 0);
     }
     if (corrupt)
         f->fstats.corrupted++;
@@ -757,9 +772,10 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     fault_iface_t *f = (fault_iface_t *)iface;
 
     /* Nothing stays held forever: a reordered datagram goes out at the
-     * latest here, then whatever delay has run out. */
+     * latest here (once due, with reorder_us), then whatever delay has
+     * run out. */
     if (f->held != NULL)
-        fault_release_held(f, true, 0);
+        fault_release_held(f, true, 0, f->spec.reorder_ns != 0 ? sx_time_ns() : 0);
     if (f->delay_head != NULL)
         fault_release_delayed(f, sx_time_ns());
     int rc = f->inner->ops->poll(f->inner, events, max);

@@ -132,6 +132,10 @@ static void test_bad_specs_rejected(void **state)
         "stall_us=0.5",
         "stall_us=60000001",
         "stall_us=1,stall_us=2",
+        "reorder_us=100",
+        "reorder=0,reorder_us=100",
+        "reorder=1,reorder_us=-1",
+        "reorder=1,reorder_us=60000001",
         "seed=x",
         "seed=-1",
         "blackhole=5",
@@ -168,7 +172,8 @@ static void test_bad_specs_rejected(void **state)
         "ctrl_loss=.5",
         "blackhole=0+0,ctrl_blackout=10+20",
         "path_mtu=1500,path_mtu_after=0",
-        "stall_us=0,delay_us=5"};
+        "stall_us=0,delay_us=5",
+        "reorder=0.01,reorder_us=2000"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         sx_tl_iface_t *f = open_fault(&sx_tl_udp_ops, NULL, 0, good[i]);
         f->ops->close(f);
@@ -301,6 +306,39 @@ static void test_reorder_one_swaps(void **state)
     for (unsigned i = 0; i < 9; i++)
         assert_int_equal(rxlog.data[i][1], expect[i]);
     assert_int_equal(fstats(f).reordered, 5);
+    f->ops->close(f);
+    rx->ops->close(rx);
+}
+
+/* reorder_us: the held datagram waits its time however many overtake it,
+ * then a poll sends it. */
+static void test_reorder_us_holds_for_its_time(void **state)
+{
+    (void)state;
+    const uint64_t hold_ns = 20u * 1000000u;
+    sx_tl_iface_t *f = open_fault(&sx_tl_udp_ops, NULL, 0, "reorder=1,reorder_us=20000");
+    sx_tl_iface_t *rx = open_udp();
+    sx_tl_dest_t to_rx = connect_to(f, rx);
+    uint64_t held_at = sx_time_ns();
+
+    for (unsigned i = 0; i < 5; i++)
+        assert_int_equal(send_id(f, to_rx, (uint8_t)i, false), SX_OK);
+    uint64_t sent_all = sx_time_ns();
+    /* One held at a time per destination: the first. */
+    assert_int_equal(fstats(f).reordered, 1);
+    rx_until_also(rx, f, &rxlog, 5);
+    unsigned at = 5;
+    for (unsigned i = 0; i < 5; i++)
+        at = rxlog.data[i][1] == 0 ? i : at;
+    assert_true(at < 5);
+    assert_true(rxlog.at_ns[at] >= held_at + hold_ns);
+    /* The others went at once, so all before it, unless this machine took
+     * the whole hold to send four datagrams (then some went after it). */
+    if (sent_all - held_at < hold_ns) {
+        assert_int_equal(at, 4);
+        for (unsigned i = 0; i < 4; i++)
+            assert_int_equal(rxlog.data[i][1], i + 1);
+    }
     f->ops->close(f);
     rx->ops->close(rx);
 }
@@ -541,6 +579,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dup_one_duplicates_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_flips_one_bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reorder_one_swaps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reorder_us_holds_for_its_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_seed_same_pattern, setup, teardown),
