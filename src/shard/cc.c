@@ -203,14 +203,18 @@ void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now)
 
 /* Takes the round trip after cut_ns for a decrease: true when this caller
  * is the one to make it (a signal from a packet sent after the last cut,
- * and no other shard cut meanwhile). */
-static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now)
+ * and no other shard cut meanwhile); *prev_p is the cut it followed, or
+ * the one that stood. */
+static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now, uint64_t *prev_p)
 {
     uint64_t cut = atomic_load_explicit(&cc->cut_ns, RELAXED);
 
+    *prev_p = cut;
     if (sent_ns <= cut)
         return false;
-    return atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED);
+    bool won = atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED);
+    *prev_p = cut;
+    return won;
 }
 
 static void cc_set_window(sx_cc_t *cc, uint64_t cwnd, uint64_t now)
@@ -329,7 +333,7 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
     return cc_round_exit(cc, rtt, delay_ns, now);
 }
 
-int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
+int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_ns, uint64_t now)
 {
     if (persistent) {
         /* RFC 9002 section 7.6: the path may have changed; start over
@@ -343,32 +347,69 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now)
         atomic_store_explicit(&cc->undo_ssthresh, atomic_load_explicit(&cc->ssthresh, RELAXED),
                               RELAXED);
         atomic_store_explicit(&cc->cut_ns, now, RELAXED);
+        atomic_store_explicit(&cc->undo_ok_ns, 0, RELAXED); /* the halving's state is gone */
         atomic_store_explicit(&cc->ssthresh, cwnd / 2 > floor ? cwnd / 2 : floor, RELAXED);
         atomic_store_explicit(&cc->cwnd, floor, RELAXED);
         atomic_store_explicit(&cc->grow_ns, now, RELAXED);
         return 2;
     }
-    if (!cc_claim_cut(cc, sent_ns, now))
+    uint64_t prev;
+    if (!cc_claim_cut(cc, sent_ns, now, &prev)) {
+        /* The same round as the cut that stands: evidence its maker's
+         * duplicate reports cannot answer, unless it is the maker's. */
+        if (prev != own_cut_ns)
+            sx_cc_undo_veto(cc);
         return 0;
-    cc_set_window(cc, atomic_load_explicit(&cc->cwnd, RELAXED) / 2, now); /* RFC 5681 (4) */
+    }
+    /* What sx_cc_undo_loss gives back; only the claimer knows now is the
+     * cut, and it asks after storing these. */
+    uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
+    atomic_store_explicit(&cc->undo_cwnd, cwnd, RELAXED);
+    atomic_store_explicit(&cc->undo_ssthresh, atomic_load_explicit(&cc->ssthresh, RELAXED),
+                          RELAXED);
+    atomic_store_explicit(&cc->undo_prev_cut_ns, prev, RELAXED);
+    atomic_store_explicit(&cc->undo_ok_ns, now, RELAXED);
+    cc_set_window(cc, cwnd / 2, now); /* RFC 5681 (4) */
     return 1;
 }
 
-bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns)
+/* An undo's return: the window and threshold saved at the cut; the window
+ * keeps what it grew since, if that is more (Linux's
+ * tcp_undo_cwnd_reduction); pacing spreads what the return lets go. */
+static void cc_restore(sx_cc_t *cc)
 {
-    /* Another decrease since (a loss, a mark, another collapse) stands:
-     * the CAS makes the undo once, and loses to a cut made meanwhile. The
-     * window keeps what it grew since, if that is more (Linux's
-     * tcp_undo_cwnd_reduction); pacing spreads what the return lets go. */
-    uint64_t expect = cut_ns;
-    if (cut_ns == 0 || !atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, cut_ns - 1,
-                                                                RELAXED, RELAXED))
-        return false;
     uint64_t cwnd = atomic_load_explicit(&cc->undo_cwnd, RELAXED);
     if (cwnd > atomic_load_explicit(&cc->cwnd, RELAXED))
         atomic_store_explicit(&cc->cwnd, cwnd, RELAXED);
     atomic_store_explicit(&cc->ssthresh, atomic_load_explicit(&cc->undo_ssthresh, RELAXED),
                           RELAXED);
+}
+
+bool sx_cc_undo_loss(sx_cc_t *cc, uint64_t cut_ns)
+{
+    /* Vetoed, or another decrease since (whose CAS on cut_ns came first).
+     * cut_ns goes back to the cut before, so that a packet sent between
+     * the two that is lost after all is a new event, not the undone one. */
+    uint64_t expect = cut_ns;
+    if (cut_ns == 0 || atomic_load_explicit(&cc->undo_ok_ns, RELAXED) != cut_ns ||
+        !atomic_compare_exchange_strong_explicit(
+            &cc->cut_ns, &expect, atomic_load_explicit(&cc->undo_prev_cut_ns, RELAXED), RELAXED,
+            RELAXED))
+        return false;
+    atomic_store_explicit(&cc->undo_ok_ns, 0, RELAXED);
+    cc_restore(cc);
+    return true;
+}
+
+bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns)
+{
+    /* Another decrease since (a loss, a mark, another collapse) stands:
+     * the CAS makes the undo once, and loses to a cut made meanwhile. */
+    uint64_t expect = cut_ns;
+    if (cut_ns == 0 || !atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, cut_ns - 1,
+                                                                RELAXED, RELAXED))
+        return false;
+    cc_restore(cc);
     return true;
 }
 
@@ -397,8 +438,13 @@ bool sx_cc_ecn(sx_cc_t *cc, uint32_t ect, uint32_t ce, uint64_t sent_ns, uint64_
         alpha = alpha - (alpha >> SX_CC_ALPHA_SHIFT) + (uint32_t)(f >> SX_CC_ALPHA_SHIFT);
         atomic_store_explicit(&cc->alpha, alpha, RELAXED);
     }
-    if (ce == 0 || !cc_claim_cut(cc, sent_ns, now))
+    if (ce == 0)
         return false;
+    uint64_t prev;
+    if (!cc_claim_cut(cc, sent_ns, now, &prev)) {
+        sx_cc_undo_veto(cc); /* congestion in that round: its halving stands */
+        return false;
+    }
     /* cwnd = cwnd (1 - alpha / 2) (RFC 8257 section 3.3). */
     uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
     uint64_t alpha = atomic_load_explicit(&cc->alpha, RELAXED);

@@ -35,6 +35,20 @@
  *     incast collapsed 9-10 times in 5 s, on timeouts that F-RTO then
  *     found spurious (43-46 a sender); test_liveness stops a receiver
  *     until its sender's window collapsed and requires the undo;
+ *   - a halving that duplicate reports show spurious: every packet the
+ *     loss episode sent again arrived twice (D-SACK, RFC 2883; detection
+ *     as RFC 3708 section 3 has it, the response RFC 4015's, as Linux's
+ *     tcp_try_undo_dsack): the window and threshold come back, unless
+ *     another decrease came since or another channel lost a packet of
+ *     the same round (sx_cc_undo_veto). A path that delays a datagram
+ *     past RACK's reordering allowance (a route change, a bonded link)
+ *     costs a resend, not half the window: with one datagram in a
+ *     hundred 2 ms late over loopback (SX_FAULT=reorder=0.01,
+ *     reorder_us=2000), sx_bench bw's sender halved its window 342
+ *     times in 100,000 messages of 8 KiB and took none back, and its
+ *     window stopped 11,768 flushes; with the undo, 292 of 295 halvings
+ *     went back and 63 flushes stopped (docs/tuning.md, "Late
+ *     datagrams"; chan_cc.c keeps the episode);
  *   - delay, in the first slow start (HyStart++, RFC 9406): the smallest
  *     of a round trip's samples (eight at least), more than
  *     SX_CONGESTION_DELAY_US above the smallest of the round before (or an
@@ -127,13 +141,15 @@ typedef struct sx_cc {
                                  * up to here */
     _Atomic uint64_t cut_ns;    /* the last decrease; losses of packets sent before
                                  * it are the same event */
-    _Atomic uint64_t undo_cwnd; /* before the last collapse (sx_cc_undo) */
+    _Atomic uint64_t undo_cwnd; /* before the last decrease that may be undone */
     _Atomic uint64_t undo_ssthresh;
-    _Atomic uint64_t limited_ns;      /* a sender last found the window full */
-    _Atomic uint64_t srtt_ns;         /* smoothed over every channel's samples */
-    _Atomic uint64_t srtt_at_ns;      /* ... the last of which came then */
-    _Atomic uint64_t min_rtt_ns;      /* smallest sample since min_rtt_at_ns (dump) ... */
-    _Atomic uint64_t min_rtt_next_ns; /* ... and since half a window after it */
+    _Atomic uint64_t undo_prev_cut_ns; /* cut_ns before the last halving ... */
+    _Atomic uint64_t undo_ok_ns;       /* ... and that halving's, until vetoed (0) */
+    _Atomic uint64_t limited_ns;       /* a sender last found the window full */
+    _Atomic uint64_t srtt_ns;          /* smoothed over every channel's samples */
+    _Atomic uint64_t srtt_at_ns;       /* ... the last of which came then */
+    _Atomic uint64_t min_rtt_ns;       /* smallest sample since min_rtt_at_ns (dump) ... */
+    _Atomic uint64_t min_rtt_next_ns;  /* ... and since half a window after it */
     _Atomic uint64_t min_rtt_at_ns;
     /* HyStart++'s rounds (RFC 9406 section 4.2), in the first slow start:
      * the current one began then (an ACK of a packet sent after it ends
@@ -216,13 +232,30 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now);
 /** A packet last sent at @p sent_ns was lost (RACK, duplicate ACKs, a
  *  timeout); @p persistent: a timeout backed off twice. Returns 0 (the
  *  same event as an earlier cut), 1 (the window halved), 2 (it fell to
- *  its minimum). */
-int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t now);
+ *  its minimum). @p own_cut_ns: the halving whose loss episode the caller
+ *  keeps (0: none); a loss of the same round as another halving vetoes
+ *  that one's undo (sx_cc_undo_loss). */
+int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_ns, uint64_t now);
 
 /** The collapse sx_cc_lost made at @p cut_ns (it returned 2) was
  *  spurious: the window and threshold go back to what they were, unless
  *  another decrease came since. Returns whether they did. */
 bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns);
+
+/** The halving sx_cc_lost made at @p cut_ns (it returned 1) was
+ *  spurious, as duplicate reports showed (chan_cc.c): the window and
+ *  threshold go back to what they were, and losses of packets sent before
+ *  it count again, unless another decrease came since or a loss of the
+ *  same round was reported that this one's evidence does not cover
+ *  (sx_cc_undo_veto). Returns whether they did. */
+bool sx_cc_undo_loss(sx_cc_t *cc, uint64_t cut_ns);
+
+/** A loss or a CE mark of the last halving's round that the channel which
+ *  made it does not track: that halving stays (sx_cc_undo_loss). */
+static inline void sx_cc_undo_veto(sx_cc_t *cc)
+{
+    atomic_store_explicit(&cc->undo_ok_ns, 0, memory_order_relaxed);
+}
 
 /** An ACK raised the peer's ECN counts by @p ect (datagrams that came
  *  unmarked but ECN-capable) and @p ce (marked CE); @p sent_ns is when

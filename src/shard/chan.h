@@ -258,6 +258,13 @@ typedef struct sx_chan {
      * (sx_cc_lost's time), for sx_cc_undo when F-RTO finds them spurious;
      * 0 when none or the recovery ended otherwise. */
     uint64_t cc_collapse_ns;
+    /* Our last halving of cc's window (sx_cc_lost's time) while duplicate
+     * reports may still show it spurious (sx_chan_cc_dsack_locked), 0:
+     * none; and the packets its loss episode sent again that no report
+     * has covered yet, bit i for seq undo_base + i. */
+    uint64_t undo_cut_ns;
+    uint64_t undo_bits;
+    uint32_t undo_base;
     /* ECN (wire.h): the running counts of ECT and CE data datagrams
      * received, which every ACK echoes, and the peer's counts as its
      * newest ACK gave them. */

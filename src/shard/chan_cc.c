@@ -5,6 +5,7 @@
  * window and pacing clock, and the signals the ACK path gives it.
  */
 #include "common/hot.h"
+#include "common/log.h"
 #include "common/time.h"
 #include "shard/cc.h"
 #include "shard/chan.h"
@@ -126,19 +127,79 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint
     if (c->cc == NULL)
         return;
     sx_chan_cc_out_locked(c, pkt);
-    sx_chan_cc_cut_locked(c, pkt->last_sent_ns, persistent, now);
+    sx_chan_cc_cut_locked(c, pkt->last_sent_ns, pkt->seq, false, persistent, now);
 }
 
-void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, bool persistent, uint64_t now)
+/*
+ * Undoing a halving that was not needed. The loss episode of a halving
+ * this channel made is every packet it sends again from then on, up to
+ * SX_WIRE_SACK_BITS past the first one lost (a bit each in undo_bits; the
+ * probe's, already sent, for a tail loss probe's repair). When the peer
+ * has reported each of them twice (D-SACK, RFC 2883), every copy of the
+ * first transmission arrived: the packets were late, not lost, and the
+ * halving goes back (RFC 3708 section 3's test, RFC 4015's response;
+ * Linux counts undo_retrans down the same way, tcp_try_undo_dsack). A
+ * resend the peer got only once, a report lost on the way, a resend
+ * outside the span, another decrease since, or another channel's loss of
+ * the same round (sx_cc_lost's veto) leaves the halving as it was: undo
+ * errs towards the cut. RACK widens its reordering allowance on the same
+ * reports (chan_retransmit.c), so the next delay as long costs no resend.
+ */
+static void chan_cc_episode(sx_chan_t *c, uint32_t seq, bool resent, uint64_t cut_ns)
+{
+    c->undo_cut_ns = cut_ns;
+    c->undo_base = seq;
+    c->undo_bits = resent ? 1 : 0;
+}
+
+void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool resent,
+                           bool persistent, uint64_t now)
 {
     if (c->cc == NULL)
         return;
-    int cut = sx_cc_lost(c->cc, sent_ns, persistent, now);
+    int cut = sx_cc_lost(c->cc, sent_ns, persistent, c->undo_cut_ns, now);
     if (cut == 1) {
         sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
+        chan_cc_episode(c, seq, resent, now);
     } else if (cut == 2) {
         sx_stat_add(&c->shard->stats.cc_collapses, 1);
         c->cc_collapse_ns = now;
+        c->undo_cut_ns = 0;
+    } else if (resent) {
+        sx_chan_cc_resent_locked(c, seq); /* the same round: one more copy to hear of */
+    }
+}
+
+void sx_chan_cc_resent_locked(sx_chan_t *c, uint32_t seq)
+{
+    if (c->undo_cut_ns == 0)
+        return;
+    uint32_t off = seq - c->undo_base;
+    if (off >= SX_WIRE_SACK_BITS)
+        c->undo_cut_ns = 0; /* a copy it cannot follow: the halving stands */
+    else
+        c->undo_bits |= 1ull << off;
+}
+
+void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq)
+{
+    uint32_t off = seq - c->undo_base;
+
+    if (c->undo_cut_ns == 0 || off >= SX_WIRE_SACK_BITS || !(c->undo_bits & (1ull << off)))
+        return;
+    c->undo_bits &= ~(1ull << off);
+    /* Copies still to go, or to be reported, or a timeout's recovery
+     * that may resend more: not yet. */
+    if (c->undo_bits != 0 || c->rtx != NULL || c->in_rto_recovery)
+        return;
+    uint64_t cut_ns = c->undo_cut_ns;
+    c->undo_cut_ns = 0;
+    if (sx_cc_undo_loss(c->cc, cut_ns)) {
+        sx_stat_add(&c->shard->stats.cc_loss_undos, 1);
+        sx_debug("chan",
+                 "%s: the window's halving was spurious: every packet its episode "
+                 "resent arrived twice (D-SACK); undone",
+                 c->peer->name);
     }
 }
 

@@ -206,9 +206,18 @@ void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
  *  count the window's cuts in the shard's stats. A lost packet leaves
  *  the pipe. */
 void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now);
-/** The same signal for a loss of a packet sent at @p sent_ns that is no
- *  longer in the pipe (a tail loss probe repaired it). */
-void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, bool persistent, uint64_t now);
+/** The same signal for a loss of packet @p seq, sent at @p sent_ns, that
+ *  is no longer in the pipe: a tail loss probe, which sent it again
+ *  (@p resent), repaired it. */
+void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool resent,
+                           bool persistent, uint64_t now);
+/** Packet @p seq goes again: one more copy the loss episode of our last
+ *  halving must see reported twice before that halving is undone. */
+void sx_chan_cc_resent_locked(sx_chan_t *c, uint32_t seq);
+/** The peer reported packet @p seq twice (SX_PKTF_DSACK): where that was
+ *  the last resend of our halving's episode not yet reported, the halving
+ *  was spurious and is undone (sx_cc_undo_loss). */
+void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq);
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
 
 /** F-RTO found this channel's timeout recovery spurious: a collapse of

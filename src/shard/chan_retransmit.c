@@ -564,6 +564,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             sx_chan_tlp_dsack_locked(c);
         else
             chan_dsack(c, h->seq);
+        sx_chan_cc_dsack_locked(c, h->seq); /* a halving it shows spurious goes back */
     }
     if (sx_u32_before(c->snd_una, h->ack)) {
         uint64_t sample = 0, sample_sent = 0;

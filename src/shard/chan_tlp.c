@@ -160,7 +160,7 @@ static void chan_tlp_repaired(sx_chan_t *c, uint64_t now)
     if (c->tlp_slow > 0)
         c->tlp_slow--;
     sx_stat_add(&c->shard->stats.tlp_repairs, 1);
-    sx_chan_cc_cut_locked(c, c->tlp_sent_ns, false, now);
+    sx_chan_cc_cut_locked(c, c->tlp_sent_ns, c->tlp_seq, true, false, now);
 }
 
 /*

@@ -546,6 +546,7 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
             chan_stage(c, pkt->data, pkt->len, pkt);
         pkt->transmissions++;
         pkt->last_sent_ns = now;
+        sx_chan_cc_resent_locked(c, pkt->seq); /* a copy our halving must hear of */
         sx_stat_add(&c->shard->stats.rtx_bytes, pkt->len);
         sx_stat_add(&c->shard->stats.rtx_packets, 1);
         sx_chan_cc_in_locked(c, pkt); /* it takes its time; it never waits */

@@ -103,6 +103,8 @@ struct sx_shard_guest {
     X(cc_delay_exits, "slow starts ended by a queue the round trips showed (HyStart++)")         \
     X(cc_collapses, "congestion window falls to its minimum (persistent congestion)")            \
     X(cc_undos, "collapses undone: an ACK showed their timeouts spurious (F-RTO)")               \
+    X(cc_loss_undos,                                                                             \
+      "halvings undone: the peer got every packet their loss resent twice (D-SACK)")             \
     X(cc_ecn_cuts, "congestion window cuts by CE marks the peer echoed (ECN, DCTCP)")            \
     X(rx_ecn_ce, "data datagrams received marked CE (ECN: a router's congestion signal)")        \
     X(hotel_full, "packets that waited for a hotel room")                                        \

@@ -113,19 +113,19 @@ static void test_loss_halves_once_per_round_trip(void **state)
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
     atomic_store(&cc->cwnd, 64 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 50 * US, false, now), 1);
+    assert_int_equal(sx_cc_lost(cc, now - 50 * US, false, 0, now), 1);
     assert_int_equal(cwnd(cc), 32 * MSS);
     assert_int_equal(atomic_load(&cc->ssthresh), 32 * MSS);
     /* Another packet of the same flight (sent before the cut): the same
      * event. */
-    assert_int_equal(sx_cc_lost(cc, now - 10 * US, false, now + 20 * US), 0);
+    assert_int_equal(sx_cc_lost(cc, now - 10 * US, false, 0, now + 20 * US), 0);
     assert_int_equal(cwnd(cc), 32 * MSS);
     /* One sent after it: congestion again. */
-    assert_int_equal(sx_cc_lost(cc, now + 30 * US, false, now + 200 * US), 1);
+    assert_int_equal(sx_cc_lost(cc, now + 30 * US, false, 0, now + 200 * US), 1);
     assert_int_equal(cwnd(cc), 16 * MSS);
     /* Never below two datagrams. */
     for (uint64_t i = 1; i < 10; i++)
-        (void)sx_cc_lost(cc, now + 1000 * US * i, false, now + 1000 * US * i + 1);
+        (void)sx_cc_lost(cc, now + 1000 * US * i, false, 0, now + 1000 * US * i + 1);
     assert_int_equal(cwnd(cc), 2 * MSS);
     sx_cc_table_fini(&t);
 }
@@ -206,7 +206,7 @@ static void test_congestion_avoidance(void **state)
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
     atomic_store(&cc->cwnd, 20 * MSS);
-    (void)sx_cc_lost(cc, now - 1, false, now);
+    (void)sx_cc_lost(cc, now - 1, false, 0, now);
     assert_int_equal(cwnd(cc), 10 * MSS);
     /* A window acknowledged a datagram at a time over one round trip:
      * one datagram more, at the round trip's end and not before. */
@@ -259,11 +259,11 @@ static void test_persistent_congestion(void **state)
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
     atomic_store(&cc->cwnd, 40 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, 0, now), 2);
     assert_int_equal(cwnd(cc), 2 * MSS);
     assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
     /* Once: at the minimum, a further timeout changes nothing. */
-    assert_int_equal(sx_cc_lost(cc, now + 1, true, now + 2), 0);
+    assert_int_equal(sx_cc_lost(cc, now + 1, true, 0, now + 2), 0);
     assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
     /* Slow start back up to the threshold. */
     assert_int_equal(fill(cc, MSS, now + 1), 2 * MSS);
@@ -285,30 +285,99 @@ static void test_undo_collapse(void **state)
 
     atomic_store(&cc->cwnd, 40 * MSS);
     atomic_store(&cc->ssthresh, 60 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, 0, now), 2);
     assert_int_equal(cwnd(cc), 2 * MSS);
     assert_true(sx_cc_undo(cc, now));
     assert_int_equal(cwnd(cc), 40 * MSS);
     assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
     assert_false(sx_cc_undo(cc, now)); /* once */
     /* Losses of packets sent before the collapse are still its event. */
-    assert_int_equal(sx_cc_lost(cc, now - 5, false, now + 10 * US), 0);
+    assert_int_equal(sx_cc_lost(cc, now - 5, false, 0, now + 10 * US), 0);
     assert_false(sx_cc_undo(cc, 0));
 
     /* A halving after the collapse stands: no undo. */
     now += 1000 * US;
-    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, 0, now), 2);
     uint64_t collapse = now;
-    assert_int_equal(sx_cc_lost(cc, now + 10 * US, false, now + 500 * US), 1);
+    assert_int_equal(sx_cc_lost(cc, now + 10 * US, false, 0, now + 500 * US), 1);
     assert_false(sx_cc_undo(cc, collapse));
     assert_int_equal(cwnd(cc), 2 * MSS);
 
     /* A window that grew past the old one since keeps what it has. */
     now += 1000 * US;
     atomic_store(&cc->cwnd, 10 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, true, now), 2);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, 0, now), 2);
     atomic_store(&cc->cwnd, 12 * MSS);
     assert_true(sx_cc_undo(cc, now));
+    assert_int_equal(cwnd(cc), 12 * MSS);
+    sx_cc_table_fini(&t);
+}
+
+/* A halving that duplicate reports show spurious comes back once, unless
+ * another decrease came since or another channel's loss or a CE mark of
+ * the same round vetoed it (RFC 3708's detection, RFC 4015's response);
+ * the caller's own losses of the round do not veto it. */
+static void test_undo_loss(void **state)
+{
+    (void)state;
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US;
+    sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+
+    atomic_store(&cc->cwnd, 40 * MSS);
+    atomic_store(&cc->ssthresh, 60 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    assert_int_equal(cwnd(cc), 20 * MSS);
+    assert_false(sx_cc_undo_loss(cc, now - 1)); /* not that cut */
+    assert_false(sx_cc_undo_loss(cc, 0));
+    assert_true(sx_cc_undo_loss(cc, now));
+    assert_int_equal(cwnd(cc), 40 * MSS);
+    assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
+    assert_false(sx_cc_undo_loss(cc, now)); /* once */
+    /* The cut before it stands again: a packet of that round lost after
+     * all is a new event. */
+    assert_int_equal(sx_cc_lost(cc, now - 2, false, 0, now + 10 * US), 1);
+    assert_int_equal(cwnd(cc), 20 * MSS);
+
+    /* The maker's own losses of the round leave it undoable. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    assert_int_equal(sx_cc_lost(cc, now - 5, false, now, now + 10 * US), 0);
+    assert_true(sx_cc_undo_loss(cc, now));
+    assert_int_equal(cwnd(cc), 40 * MSS);
+
+    /* Another channel's loss of the same round vetoes it. */
+    now += 1000 * US;
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    assert_int_equal(sx_cc_lost(cc, now - 5, false, 0, now + 10 * US), 0);
+    assert_false(sx_cc_undo_loss(cc, now));
+    assert_int_equal(cwnd(cc), 20 * MSS);
+
+    /* So does a CE mark of that round. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    assert_false(sx_cc_ecn(cc, 0, 1, now - 5, now + 10 * US));
+    assert_false(sx_cc_undo_loss(cc, now));
+    assert_int_equal(cwnd(cc), 20 * MSS);
+
+    /* A collapse since stands. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    uint64_t halving = now;
+    assert_int_equal(sx_cc_lost(cc, now + 10 * US, true, halving, now + 500 * US), 2);
+    assert_false(sx_cc_undo_loss(cc, halving));
+    assert_int_equal(cwnd(cc), 2 * MSS);
+
+    /* A window that grew past the old one since keeps what it has. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 10 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    atomic_store(&cc->cwnd, 12 * MSS);
+    assert_true(sx_cc_undo_loss(cc, now));
     assert_int_equal(cwnd(cc), 12 * MSS);
     sx_cc_table_fini(&t);
 }
@@ -368,7 +437,7 @@ static void test_delay_signal(void **state)
     assert_int_equal(cwnd(cc), 100 * MSS);
     /* Nor in a slow start after persistent congestion (RFC 9406 section
      * 4.3: the first slow start only). */
-    assert_int_equal(sx_cc_lost(cc, now + 40000 * US, true, now + 45000 * US), 2);
+    assert_int_equal(sx_cc_lost(cc, now + 40000 * US, true, 0, now + 45000 * US), 2);
     assert_int_equal(round_of(cc, 8, 100 * US, 500 * US, now + 50000 * US, NULL), 0);
     assert_int_equal(round_of(cc, 8, 10100 * US, 500 * US, now + 60000 * US, NULL), 0);
     assert_int_equal(atomic_load(&cc->ssthresh), 50 * MSS);
@@ -538,7 +607,7 @@ static void *hammer(void *arg)
         sx_cc_forget(cc, MSS);
         sx_cc_acked(cc, MSS, 1000 + (uint64_t)i);
         if (i % 1000 == 0)
-            (void)sx_cc_lost(cc, (uint64_t)i, false, 1000 + (uint64_t)i);
+            (void)sx_cc_lost(cc, (uint64_t)i, false, 0, 1000 + (uint64_t)i);
     }
     return NULL;
 }
@@ -570,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_congestion_avoidance),
         cmocka_unit_test(test_persistent_congestion),
         cmocka_unit_test(test_undo_collapse),
+        cmocka_unit_test(test_undo_loss),
         cmocka_unit_test(test_delay_signal),
         cmocka_unit_test(test_delay_threshold_eighth),
         cmocka_unit_test(test_pacing),
