@@ -39,8 +39,8 @@
  *     loss episode sent again arrived twice (D-SACK, RFC 2883; detection
  *     as RFC 3708 section 3 has it, the response RFC 4015's, as Linux's
  *     tcp_try_undo_dsack): the window and threshold come back, unless
- *     another decrease came since or another channel lost a packet of
- *     the same round (sx_cc_undo_veto). A path that delays a datagram
+ *     another decrease came since, or another channel lost a packet or a
+ *     CE mark came in the same round (sx_cc_undo_veto). A path that delays a datagram
  *     past RACK's reordering allowance (a route change, a bonded link)
  *     costs a resend, not half the window: with one datagram in a
  *     hundred 2 ms late over loopback (SX_FAULT=reorder=0.01,

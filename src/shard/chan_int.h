@@ -206,9 +206,9 @@ void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
  *  count the window's cuts in the shard's stats. A lost packet leaves
  *  the pipe. */
 void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now);
-/** The same signal for a loss of packet @p seq, sent at @p sent_ns, that
- *  is no longer in the pipe: a tail loss probe, which sent it again
- *  (@p resent), repaired it. */
+/** The same signal for a loss of packet @p seq, last sent at @p sent_ns,
+ *  that is not in the pipe; @p resent: a copy of it already went again
+ *  (a tail loss probe's, which repaired it). */
 void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool resent,
                            bool persistent, uint64_t now);
 /** Packet @p seq goes again: one more copy the loss episode of our last
