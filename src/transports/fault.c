@@ -526,7 +526,8 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
     bool corrupt = fault_draw(f, sp->corrupt) && len > 0;
     uint64_t bit = sp->corrupt > 0.0 ? fault_next(f) : 0;
 
-    uint64_t elapsed = fault_elapsed(f, sx_time_ns());
+    uint64_t now = sx_time_ns();
+    uint64_t elapsed = fault_elapsed(f, now);
     if (sp->blackhole && fault_in_window(elapsed, sp->blackhole_start_ns, sp->blackhole_end_ns))
         lost = true;
     if (ctrl && sp->ctrl_blackout &&
@@ -560,7 +561,7 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
     if (reorder && !have_prior) {
         if (pkt == NULL && (pkt = fault_copy(tx, len, copies)) == NULL)
             return SX_ERR_NO_MEMORY;
-        pkt->due_ns = sp->reorder_ns != 0 ? sx_time_ns() + sp->reorder_ns : 0;
+        pkt->due_ns = sp->reorder_ns != 0 ? now + sp->reorder_ns : 0;
         pkt->next = f->held;
         f->held = pkt;
         f->fstats.reordered++;
@@ -572,7 +573,7 @@ static int fault_send_one(fault_iface_t *f, const sx_tl_tx_t *tx, size_t len)
         }
         /* This datagram has overtaken the one held for its destination. */
         if (have_prior)
-            fault_release_held(f, false, tx->dest, sp->reorder_ns != 0 ? sx_time_ns() : 0);
+            fault_release_held(f, false, tx->dest, sp->reorder_ns != 0 ? now : 0);
     }
     if (corrupt)
         f->fstats.corrupted++;
@@ -774,10 +775,11 @@ static int fault_poll(sx_tl_iface_t *iface, sx_tl_event_t *events, unsigned max)
     /* Nothing stays held forever: a reordered datagram goes out at the
      * latest here (once due, with reorder_us), then whatever delay has
      * run out. */
+    uint64_t now = f->held != NULL || f->delay_head != NULL ? sx_time_ns() : 0;
     if (f->held != NULL)
-        fault_release_held(f, true, 0, f->spec.reorder_ns != 0 ? sx_time_ns() : 0);
+        fault_release_held(f, true, 0, f->spec.reorder_ns != 0 ? now : 0);
     if (f->delay_head != NULL)
-        fault_release_delayed(f, sx_time_ns());
+        fault_release_delayed(f, now);
     int rc = f->inner->ops->poll(f->inner, events, max);
     if (f->t0_ns == 0 && rc > 0) {
         for (int i = 0; i < rc; i++) {
