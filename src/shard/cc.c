@@ -204,7 +204,8 @@ void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now)
 /* Takes the round trip after cut_ns for a decrease: true when this caller
  * is the one to make it (a signal from a packet sent after the last cut,
  * and no other shard cut meanwhile); *prev_p is the cut it followed, or
- * the one that stood. */
+ * the one that stood (SX_CC_CUT_UNDOING while an undo restores the
+ * window: no packet was sent after that). */
 static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now, uint64_t *prev_p)
 {
     uint64_t cut = atomic_load_explicit(&cc->cut_ns, RELAXED);
@@ -358,7 +359,7 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_
         /* The same round as the cut that stands: evidence its maker's
          * duplicate reports cannot answer, unless it is the maker's. */
         if (prev != own_cut_ns)
-            sx_cc_undo_veto(cc);
+            sx_cc_undo_veto(cc, prev);
         return 0;
     }
     /* What sx_cc_undo_loss gives back; only the claimer knows now is the
@@ -388,16 +389,27 @@ static void cc_restore(sx_cc_t *cc)
 bool sx_cc_undo_loss(sx_cc_t *cc, uint64_t cut_ns)
 {
     /* Vetoed, or another decrease since (whose CAS on cut_ns came first).
-     * cut_ns goes back to the cut before, so that a packet sent between
-     * the two that is lost after all is a new event, not the undone one. */
+     * While the window is restored cut_ns reads SX_CC_CUT_UNDOING, which
+     * every loss counts as of the round being undone (cc_claim_cut), so
+     * that no halving claimed meanwhile has its window overwritten by the
+     * restore. */
     uint64_t expect = cut_ns;
     if (cut_ns == 0 || atomic_load_explicit(&cc->undo_ok_ns, RELAXED) != cut_ns ||
-        !atomic_compare_exchange_strong_explicit(
-            &cc->cut_ns, &expect, atomic_load_explicit(&cc->undo_prev_cut_ns, RELAXED), RELAXED,
-            RELAXED))
+        atomic_load_explicit(&cc->undo_veto_ns, RELAXED) == cut_ns ||
+        !atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, SX_CC_CUT_UNDOING, RELAXED,
+                                                 RELAXED))
         return false;
     atomic_store_explicit(&cc->undo_ok_ns, 0, RELAXED);
     cc_restore(cc);
+    /* Back to just before the cut before, so that a packet sent between
+     * the two that is lost after all is a new event, not the undone one;
+     * just before, so that this never reads as that cut itself, whose
+     * own undo (a collapse's, sx_cc_undo) would then restore what this
+     * halving saved. A collapse stored meanwhile keeps its own. */
+    uint64_t prev = atomic_load_explicit(&cc->undo_prev_cut_ns, RELAXED);
+    expect = SX_CC_CUT_UNDOING;
+    atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, prev != 0 ? prev - 1 : 0, RELAXED,
+                                            RELAXED);
     return true;
 }
 
@@ -442,7 +454,7 @@ bool sx_cc_ecn(sx_cc_t *cc, uint32_t ect, uint32_t ce, uint64_t sent_ns, uint64_
         return false;
     uint64_t prev;
     if (!cc_claim_cut(cc, sent_ns, now, &prev)) {
-        sx_cc_undo_veto(cc); /* congestion in that round: its halving stands */
+        sx_cc_undo_veto(cc, prev); /* congestion in that round: its halving stands */
         return false;
     }
     /* cwnd = cwnd (1 - alpha / 2) (RFC 8257 section 3.3). */

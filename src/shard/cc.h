@@ -42,9 +42,9 @@
  *     another decrease came since, or another channel lost a packet or a
  *     CE mark came in the same round (sx_cc_undo_veto). A path that delays a datagram
  *     past RACK's reordering allowance (a route change, a bonded link)
- *     costs a resend, not half the window: with one datagram in a
- *     hundred 2 ms late over loopback (SX_FAULT=reorder=0.01,
- *     reorder_us=2000), sx_bench bw's sender halved its window 342
+ *     costs a resend, not half the window: with datagrams 2 ms late over
+ *     loopback (SX_FAULT=reorder=0.01,reorder_us=2000: one held at a
+ *     time, about one in 300), sx_bench bw's sender halved its window 342
  *     times in 100,000 messages of 8 KiB and took none back, and its
  *     window stopped 11,768 flushes; with the undo, 292 of 295 halvings
  *     went back and 63 flushes stopped (docs/tuning.md, "Late
@@ -125,6 +125,7 @@
 #define SX_CC_ALPHA_ONE           1024u          /* alpha's fixed point: 1.0 */
 #define SX_CC_ALPHA_SHIFT         4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
 #define SX_CC_GROW_CATCHUP        4              /* round trips of growth made up at once */
+#define SX_CC_CUT_UNDOING         UINT64_MAX     /* cut_ns while an undo restores the window */
 #define SX_CC_ROUND_SAMPLES       8              /* HyStart++'s N_RTT_SAMPLE (RFC 9406 4.3) */
 #define SX_CC_ROUND_THRESH_MAX_NS 16000000       /* ... and MAX_RTT_THRESH */
 
@@ -144,7 +145,8 @@ typedef struct sx_cc {
     _Atomic uint64_t undo_cwnd; /* before the last decrease that may be undone */
     _Atomic uint64_t undo_ssthresh;
     _Atomic uint64_t undo_prev_cut_ns; /* cut_ns before the last halving ... */
-    _Atomic uint64_t undo_ok_ns;       /* ... and that halving's, until vetoed (0) */
+    _Atomic uint64_t undo_ok_ns;       /* ... and that halving's (0: none) */
+    _Atomic uint64_t undo_veto_ns;     /* the cut a loss or a mark of its round vetoed */
     _Atomic uint64_t limited_ns;       /* a sender last found the window full */
     _Atomic uint64_t srtt_ns;          /* smoothed over every channel's samples */
     _Atomic uint64_t srtt_at_ns;       /* ... the last of which came then */
@@ -250,11 +252,15 @@ bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns);
  *  (sx_cc_undo_veto). Returns whether they did. */
 bool sx_cc_undo_loss(sx_cc_t *cc, uint64_t cut_ns);
 
-/** A loss or a CE mark of the last halving's round that the channel which
- *  made it does not track: that halving stays (sx_cc_undo_loss). */
-static inline void sx_cc_undo_veto(sx_cc_t *cc)
+/** A loss or a CE mark of the round of the cut made at @p cut_ns that the
+ *  channel which made it does not track: that halving stays
+ *  (sx_cc_undo_loss). A field of its own, not undo_ok_ns cleared: the
+ *  shard that won the cut's CAS stores undo_ok_ns after it, and would
+ *  overwrite a veto that another shard's loss of the same round made
+ *  in between. */
+static inline void sx_cc_undo_veto(sx_cc_t *cc, uint64_t cut_ns)
 {
-    atomic_store_explicit(&cc->undo_ok_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&cc->undo_veto_ns, cut_ns, memory_order_relaxed);
 }
 
 /** An ACK raised the peer's ECN counts by @p ect (datagrams that came

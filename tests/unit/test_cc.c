@@ -379,6 +379,40 @@ static void test_undo_loss(void **state)
     atomic_store(&cc->cwnd, 12 * MSS);
     assert_true(sx_cc_undo_loss(cc, now));
     assert_int_equal(cwnd(cc), 12 * MSS);
+
+    /* A veto that another shard stored between the cut's CAS and the
+     * cut's own bookkeeping (here: before the call that makes the cut)
+     * still holds. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    sx_cc_undo_veto(cc, now);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    assert_false(sx_cc_undo_loss(cc, now));
+    assert_int_equal(cwnd(cc), 20 * MSS);
+    /* A veto of an older cut does not reach a newer one. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    assert_true(sx_cc_undo_loss(cc, now));
+    assert_int_equal(cwnd(cc), 40 * MSS);
+
+    /* A halving undone after a collapse: the collapse's cut does not
+     * stand again as itself, or the collapse's own undo (F-RTO) would
+     * give back what the halving had saved. */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, 0, now), 2);
+    uint64_t collapse = now;
+    atomic_store(&cc->cwnd, 8 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now + 10 * US, false, 0, now + 500 * US), 1);
+    assert_true(sx_cc_undo_loss(cc, now + 500 * US));
+    assert_int_equal(cwnd(cc), 8 * MSS);
+    assert_false(sx_cc_undo(cc, collapse));
+    assert_int_equal(cwnd(cc), 8 * MSS);
+    /* ... and a packet sent between the two, lost after all, is a new
+     * event. */
+    assert_int_equal(sx_cc_lost(cc, now + 10 * US, false, 0, now + 600 * US), 1);
+    assert_int_equal(cwnd(cc), 4 * MSS);
     sx_cc_table_fini(&t);
 }
 
