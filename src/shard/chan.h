@@ -260,11 +260,14 @@ typedef struct sx_chan {
     uint64_t cc_collapse_ns;
     /* Our last halving of cc's window (sx_cc_lost's time) while duplicate
      * reports may still show it spurious (sx_chan_cc_dsack_locked), 0:
-     * none; and the packets its loss episode sent again that no report
-     * has covered yet, bit i for seq undo_base + i. */
+     * none; the packets its loss episode sent again that no report has
+     * covered yet, bit i for seq undo_base + i; and whether a report has
+     * covered one (the undo waits for the end of an ACK's processing,
+     * sx_chan_cc_undo_try_locked). */
     uint64_t undo_cut_ns;
     uint64_t undo_bits;
     uint32_t undo_base;
+    bool undo_heard;
     /* ECN (wire.h): the running counts of ECT and CE data datagrams
      * received, which every ACK echoes, and the peer's counts as its
      * newest ACK gave them. */

@@ -150,6 +150,7 @@ static void chan_cc_episode(sx_chan_t *c, uint32_t seq, bool resent, uint64_t cu
     c->undo_cut_ns = cut_ns;
     c->undo_base = seq;
     c->undo_bits = resent ? 1 : 0;
+    c->undo_heard = false;
 }
 
 void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool resent,
@@ -175,8 +176,13 @@ void sx_chan_cc_resent_locked(sx_chan_t *c, uint32_t seq)
     if (c->undo_cut_ns == 0)
         return;
     uint32_t off = seq - c->undo_base;
-    if (off >= SX_WIRE_SACK_BITS)
-        c->undo_cut_ns = 0; /* a copy it cannot follow: the halving stands */
+    /* A copy it cannot follow, or a third copy of a packet whose second
+     * no report covered yet: a duplicate report would then say that two
+     * of its copies arrived, not that the first did (a probe on top of
+     * a resend whose ACK came late, a timeout after one whose ACK was
+     * lost). The halving stands. */
+    if (off >= SX_WIRE_SACK_BITS || (c->undo_bits & (1ull << off)))
+        c->undo_cut_ns = 0;
     else
         c->undo_bits |= 1ull << off;
 }
@@ -188,9 +194,17 @@ void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq)
     if (c->undo_cut_ns == 0 || off >= SX_WIRE_SACK_BITS || !(c->undo_bits & (1ull << off)))
         return;
     c->undo_bits &= ~(1ull << off);
-    /* Copies still to go, or to be reported, or a timeout's recovery
-     * that may resend more: not yet. */
-    if (c->undo_bits != 0 || c->rtx != NULL || c->in_rto_recovery)
+    c->undo_heard = true;
+}
+
+void sx_chan_cc_undo_try_locked(sx_chan_t *c)
+{
+    /* Copies still to be reported, or to go (the same ACK may have found
+     * more lost), or a timeout's recovery that may resend more: not yet.
+     * The ACK that ends the recovery or takes the last queued packet
+     * out tries again. */
+    if (c->undo_cut_ns == 0 || !c->undo_heard || c->undo_bits != 0 || c->rtx != NULL ||
+        c->in_rto_recovery)
         return;
     uint64_t cut_ns = c->undo_cut_ns;
     c->undo_cut_ns = 0;

@@ -212,12 +212,17 @@ void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint
 void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool resent,
                            bool persistent, uint64_t now);
 /** Packet @p seq goes again: one more copy the loss episode of our last
- *  halving must see reported twice before that halving is undone. */
+ *  halving must see reported twice before that halving is undone; a
+ *  packet it resent already ends the episode (the halving stands). */
 void sx_chan_cc_resent_locked(sx_chan_t *c, uint32_t seq);
-/** The peer reported packet @p seq twice (SX_PKTF_DSACK): where that was
- *  the last resend of our halving's episode not yet reported, the halving
- *  was spurious and is undone (sx_cc_undo_loss). */
+/** The peer reported packet @p seq twice (SX_PKTF_DSACK): one resend of
+ *  our halving's episode fewer to hear of. */
 void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq);
+/** At the end of an ACK's processing: where reports have covered every
+ *  resend of our halving's episode, and nothing waits to be resent nor a
+ *  timeout's recovery runs, the halving was spurious and is undone
+ *  (sx_cc_undo_loss); the episode ends either way once covered. */
+void sx_chan_cc_undo_try_locked(sx_chan_t *c);
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
 
 /** F-RTO found this channel's timeout recovery spurious: a collapse of

@@ -564,7 +564,7 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
             sx_chan_tlp_dsack_locked(c);
         else
             chan_dsack(c, h->seq);
-        sx_chan_cc_dsack_locked(c, h->seq); /* a halving it shows spurious goes back */
+        sx_chan_cc_dsack_locked(c, h->seq); /* a halving it shows spurious: below */
     }
     if (sx_u32_before(c->snd_una, h->ack)) {
         uint64_t sample = 0, sample_sent = 0;
@@ -764,4 +764,8 @@ SX_HOT void sx_chan_process_ack_locked(sx_chan_t *c, const sx_wire_hdr_t *h, boo
     if (c->tlp_out)
         sx_chan_tlp_ack_locked(c, now);
     sx_chan_cc_ecn_ack_locked(c, h, now);
+    /* Last: this ACK's losses, its marks' veto and the end of a timeout's
+     * recovery are known. */
+    if (c->undo_cut_ns != 0)
+        sx_chan_cc_undo_try_locked(c);
 }
