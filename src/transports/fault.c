@@ -11,12 +11,15 @@
  *   ctrl_loss=P         also drop a control datagram with probability P
  *   dup=P               send a datagram twice
  *   reorder=P           hold a datagram back until the next one to the same
- *                       destination has gone out (or the next poll)
- *   reorder_us=N        ... instead for N microseconds, however many go out
- *                       meanwhile (a post or a poll releases it once due):
- *                       a datagram late by more than the reordering RACK
- *                       allows, so that its resend was not needed (needs
- *                       reorder)
+ *                       destination has gone out (or the next poll); with
+ *                       probability P while none to that destination is
+ *                       held (one at a time: the draws of a hold's datagrams
+ *                       are spent), so fewer than a share P come late
+ *   reorder_us=N        ... instead for N microseconds or a little longer,
+ *                       however many go out meanwhile (the first post or
+ *                       poll once it is due releases it): a datagram late
+ *                       by more than the reordering RACK allows, so that
+ *                       its resend was not needed (needs reorder)
  *   corrupt=P           flip one random bit of a private copy (never of the
  *                       caller's buffer); a 0-byte datagram has no bit to flip
  *   delay_us=N          hold every datagram N microseconds; poll releases it
@@ -72,6 +75,10 @@
  * wait_fds are the inner ones: they do not wake for a delayed or held
  * datagram falling due. An owner that sleeps on them must also wake for its
  * timers (the shard's timer wheel does), or poll now and then.
+ *
+ * Datagrams held or delayed when their destination is removed, or when
+ * the interface closes, are dropped, as a network drops what is in flight
+ * to a host that left: the destination's slot may go to another peer.
  */
 #include "transports/transport.h"
 
@@ -759,12 +766,33 @@ static bool fault_src_matches(sx_tl_iface_t *iface, sx_tl_dest_t dest, const voi
     return inner->ops->src_matches == NULL || inner->ops->src_matches(inner, dest, src, src_len);
 }
 
+/* Drops what @p list holds for @p dest; returns the new last element. */
+static fault_pkt_t *fault_drop_dest(fault_pkt_t **list, sx_tl_dest_t dest)
+{
+    fault_pkt_t **pp = list, *last = NULL;
+
+    while (*pp != NULL) {
+        fault_pkt_t *p = *pp;
+        if (p->dest == dest) {
+            *pp = p->next;
+            free(p);
+        } else {
+            last = p;
+            pp = &p->next;
+        }
+    }
+    return last;
+}
+
 static void fault_addr_remove(sx_tl_iface_t *iface, sx_tl_dest_t dest)
 {
     fault_iface_t *f = (fault_iface_t *)iface;
 
     if (dest < f->nlive)
         f->live[dest] = 0;
+    /* The inner transport may give the slot to the next peer inserted. */
+    (void)fault_drop_dest(&f->held, dest);
+    f->delay_tail = fault_drop_dest(&f->delay_head, dest);
     f->inner->ops->addr_remove(f->inner, dest);
 }
 
@@ -924,7 +952,8 @@ const sx_tl_ops_t sx_tl_fault_ops = {
     .land = fault_land,
     .addr_next = fault_addr_next,
     .src_matches = fault_src_matches,
-    /* Delegates; held datagrams to it are dropped on release; token holder. */
+    /* Drops the datagrams held or delayed for it, then delegates; token
+     * holder. */
     .addr_remove = fault_addr_remove,
     /* Applies the faults per datagram and passes the survivors on; copies
      * only what it holds or corrupts, so the caller owns its buffers again

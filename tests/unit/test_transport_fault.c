@@ -343,6 +343,41 @@ static void test_reorder_us_holds_for_its_time(void **state)
     rx->ops->close(rx);
 }
 
+/* What is held or delayed for a destination that is removed is dropped:
+ * udp gives the slot to the next address inserted, which must not get it.
+ * Each receiver's first datagram is the one sent to it, its second a
+ * marker from another socket sent after everything else. */
+static void test_removed_dest_drops_what_it_kept(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"reorder=1", "delay_us=1000"};
+
+    for (unsigned k = 0; k < 2; k++) {
+        sx_tl_iface_t *f = open_fault(&sx_tl_udp_ops, NULL, 0, specs[k]);
+        sx_tl_iface_t *gone = open_udp(), *next = open_udp(), *plain = open_udp();
+        sx_tl_dest_t to_gone = connect_to(f, gone), marker_to_next = connect_to(plain, next);
+
+        assert_int_equal(send_id(f, to_gone, 1, false), SX_OK);
+        assert_int_equal(fstats(f).reordered + fstats(f).delayed, 1);
+        f->ops->addr_remove(f, to_gone);
+        sx_tl_dest_t to_next = connect_to(f, next);
+        assert_int_equal(to_next, to_gone); /* the slot comes back */
+        /* A datagram to the slot would release a held one, and a delayed
+         * one falls due first. */
+        assert_int_equal(send_id(f, to_next, 2, false), SX_OK);
+        rx_until_also(next, f, &rxlog, 1);
+        assert_int_equal(rxlog.data[0][1], 2);
+        assert_int_equal(send_one(plain, marker_to_next, "marker", 6), SX_OK);
+        rx_until_also(next, f, &rxlog, 2);
+        assert_int_equal(rxlog.len[1], 6);
+        rx_log_free(&rxlog);
+        f->ops->close(f);
+        gone->ops->close(gone);
+        next->ops->close(next);
+        plain->ops->close(plain);
+    }
+}
+
 static void test_delay(void **state)
 {
     (void)state;
@@ -580,6 +615,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_flips_one_bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reorder_one_swaps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reorder_us_holds_for_its_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_removed_dest_drops_what_it_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_seed_same_pattern, setup, teardown),
