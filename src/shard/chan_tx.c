@@ -426,6 +426,11 @@ static void chan_send_ack(sx_chan_t *c)
     chan_send_ack_flags(c, 0, 0);
 }
 
+void sx_chan_send_dsack_locked(sx_chan_t *c, uint32_t seq)
+{
+    chan_send_ack_flags(c, SX_PKTF_DSACK, seq);
+}
+
 void sx_chan_send_probe_locked(sx_chan_t *c)
 {
     chan_send_ack_flags(c, SX_PKTF_PROBE, 0);
