@@ -313,6 +313,18 @@ static void test_undo_collapse(void **state)
     sx_cc_table_fini(&t);
 }
 
+/* A new round for test_undo_loss: @p *now moves on 1 ms, the window is
+ * @p mss datagrams, and a loss of the round before halves it; returns the
+ * cut's time. */
+static uint64_t halve(sx_cc_t *cc, uint64_t *now, uint64_t mss)
+{
+    *now += 1000 * US;
+    atomic_store(&cc->cwnd, mss * MSS);
+    assert_int_equal(sx_cc_lost(cc, *now - 1, false, 0, *now), 1);
+    assert_int_equal(cwnd(cc), mss / 2 * MSS);
+    return *now;
+}
+
 /* A halving that duplicate reports show spurious comes back once, unless
  * another decrease came since or another channel's loss or a CE mark of
  * the same round vetoed it (RFC 3708's detection, RFC 4015's response);
@@ -325,76 +337,59 @@ static void test_undo_loss(void **state)
     uint64_t now = 1000000 * US;
     sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
 
-    atomic_store(&cc->cwnd, 40 * MSS);
     atomic_store(&cc->ssthresh, 60 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    assert_int_equal(cwnd(cc), 20 * MSS);
-    assert_false(sx_cc_undo_loss(cc, now - 1)); /* not that cut */
+    uint64_t cut = halve(cc, &now, 40);
+    assert_false(sx_cc_undo_loss(cc, cut - 1)); /* not that cut */
     assert_false(sx_cc_undo_loss(cc, 0));
-    assert_true(sx_cc_undo_loss(cc, now));
+    assert_true(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 40 * MSS);
     assert_int_equal(atomic_load(&cc->ssthresh), 60 * MSS);
-    assert_false(sx_cc_undo_loss(cc, now)); /* once */
+    assert_false(sx_cc_undo_loss(cc, cut)); /* once */
     /* The cut before it stands again: a packet of that round lost after
      * all is a new event. */
-    assert_int_equal(sx_cc_lost(cc, now - 2, false, 0, now + 10 * US), 1);
+    assert_int_equal(sx_cc_lost(cc, cut - 2, false, 0, cut + 10 * US), 1);
     assert_int_equal(cwnd(cc), 20 * MSS);
 
     /* The maker's own losses of the round leave it undoable. */
-    now += 1000 * US;
-    atomic_store(&cc->cwnd, 40 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    assert_int_equal(sx_cc_lost(cc, now - 5, false, now, now + 10 * US), 0);
-    assert_true(sx_cc_undo_loss(cc, now));
+    cut = halve(cc, &now, 40);
+    assert_int_equal(sx_cc_lost(cc, cut - 5, false, cut, cut + 10 * US), 0);
+    assert_true(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 40 * MSS);
 
     /* Another channel's loss of the same round vetoes it. */
-    now += 1000 * US;
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    assert_int_equal(sx_cc_lost(cc, now - 5, false, 0, now + 10 * US), 0);
-    assert_false(sx_cc_undo_loss(cc, now));
+    cut = halve(cc, &now, 40);
+    assert_int_equal(sx_cc_lost(cc, cut - 5, false, 0, cut + 10 * US), 0);
+    assert_false(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 20 * MSS);
 
     /* So does a CE mark of that round. */
-    now += 1000 * US;
-    atomic_store(&cc->cwnd, 40 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    assert_false(sx_cc_ecn(cc, 0, 1, now - 5, now + 10 * US));
-    assert_false(sx_cc_undo_loss(cc, now));
+    cut = halve(cc, &now, 40);
+    assert_false(sx_cc_ecn(cc, 0, 1, cut - 5, cut + 10 * US));
+    assert_false(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 20 * MSS);
 
+    /* So does a veto that another shard stored between the cut's CAS and
+     * the cut's own bookkeeping (here: before the call that makes it). */
+    sx_cc_undo_veto(cc, now + 1000 * US);
+    cut = halve(cc, &now, 40);
+    assert_false(sx_cc_undo_loss(cc, cut));
+    assert_int_equal(cwnd(cc), 20 * MSS);
+    /* A veto of an older cut does not reach a newer one. */
+    cut = halve(cc, &now, 40);
+    assert_true(sx_cc_undo_loss(cc, cut));
+    assert_int_equal(cwnd(cc), 40 * MSS);
+
     /* A collapse since stands. */
-    now += 1000 * US;
-    atomic_store(&cc->cwnd, 40 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    uint64_t halving = now;
-    assert_int_equal(sx_cc_lost(cc, now + 10 * US, true, halving, now + 500 * US), 2);
-    assert_false(sx_cc_undo_loss(cc, halving));
+    cut = halve(cc, &now, 40);
+    assert_int_equal(sx_cc_lost(cc, cut + 10 * US, true, cut, cut + 500 * US), 2);
+    assert_false(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 2 * MSS);
 
     /* A window that grew past the old one since keeps what it has. */
-    now += 1000 * US;
-    atomic_store(&cc->cwnd, 10 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
+    cut = halve(cc, &now, 10);
     atomic_store(&cc->cwnd, 12 * MSS);
-    assert_true(sx_cc_undo_loss(cc, now));
+    assert_true(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 12 * MSS);
-
-    /* A veto that another shard stored between the cut's CAS and the
-     * cut's own bookkeeping (here: before the call that makes the cut)
-     * still holds. */
-    now += 1000 * US;
-    atomic_store(&cc->cwnd, 40 * MSS);
-    sx_cc_undo_veto(cc, now);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    assert_false(sx_cc_undo_loss(cc, now));
-    assert_int_equal(cwnd(cc), 20 * MSS);
-    /* A veto of an older cut does not reach a newer one. */
-    now += 1000 * US;
-    atomic_store(&cc->cwnd, 40 * MSS);
-    assert_int_equal(sx_cc_lost(cc, now - 1, false, 0, now), 1);
-    assert_true(sx_cc_undo_loss(cc, now));
-    assert_int_equal(cwnd(cc), 40 * MSS);
 
     /* A halving undone after a collapse: the collapse's cut does not
      * stand again as itself, or the collapse's own undo (F-RTO) would
