@@ -93,9 +93,10 @@ void sx_chan_pkt_materialize_locked(sx_chan_t *c, sx_txpkt_t *pkt);
 
 /** Sends a probe: a standalone ACK asking for an ACK at once. */
 void sx_chan_send_probe_locked(sx_chan_t *c);
-/** Sends a standalone ACK that reports packet @p seq as received twice
- *  (SX_PKTF_DSACK); it goes with the shard's next post. */
-void sx_chan_send_dsack_locked(sx_chan_t *c, uint32_t seq);
+/** Sends the duplicate's report still owed (dsack_owed): a standalone ACK
+ *  flagged SX_PKTF_DSACK naming dsack_seq; it goes with the shard's next
+ *  post. */
+void sx_chan_send_owed_dsack_locked(sx_chan_t *c);
 
 /** Fills @p h's acknowledgement fields (ack, sack, the receive window) and
  *  records the window as advertised. */

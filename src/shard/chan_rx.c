@@ -488,14 +488,15 @@ static void chan_update_sack(sx_chan_t *c)
  * so that the sender learns its retransmission was not needed (RFC 2883,
  * section 4). A report names one packet, so one still owed from an
  * earlier duplicate goes now, as Linux acknowledges every duplicate at
- * once: the sender's undo of a halving needs a report of each packet its
+ * once (sx_chan_send_owed_dsack_locked, as the flush sends the last):
+ * the sender's undo of a halving needs a report of each packet its
  * episode resent (chan_cc.c), and with the later duplicate replacing
  * the earlier report, a third of them never came (test_reliability's
  * "dup 5%, every duplicate reported"). */
 static void chan_owe_dsack(sx_chan_t *c, uint32_t seq)
 {
     if (c->dsack_owed)
-        sx_chan_send_dsack_locked(c, c->dsack_seq);
+        sx_chan_send_owed_dsack_locked(c);
     c->dsack_owed = true;
     c->dsack_seq = seq;
 }

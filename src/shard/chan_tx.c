@@ -426,9 +426,10 @@ static void chan_send_ack(sx_chan_t *c)
     chan_send_ack_flags(c, 0, 0);
 }
 
-void sx_chan_send_dsack_locked(sx_chan_t *c, uint32_t seq)
+void sx_chan_send_owed_dsack_locked(sx_chan_t *c)
 {
-    chan_send_ack_flags(c, SX_PKTF_DSACK, seq);
+    c->dsack_owed = false;
+    chan_send_ack_flags(c, SX_PKTF_DSACK, c->dsack_seq);
 }
 
 void sx_chan_send_probe_locked(sx_chan_t *c)
@@ -603,8 +604,7 @@ SX_HOT unsigned sx_chan_flush_locked(sx_chan_t *c)
     if (c->dsack_owed) {
         /* A standalone ACK whatever else went: a data packet's seq is
          * its own. */
-        c->dsack_owed = false;
-        chan_send_ack_flags(c, SX_PKTF_DSACK, c->dsack_seq);
+        sx_chan_send_owed_dsack_locked(c);
     } else if (c->ack_now || c->ack_pending >= p->ack_every) {
         chan_send_ack(c);
     }
