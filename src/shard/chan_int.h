@@ -19,6 +19,7 @@
 
 #include "common/time.h"
 #include "shard/chan.h"
+#include "shard/chan_undo.h"
 
 static inline uint32_t sx_chan_window(const sx_chan_t *c)
 {
@@ -210,23 +211,7 @@ void sx_chan_cc_post_locked(sx_chan_t *c, uint64_t now);
  *  count the window's cuts in the shard's stats. A lost packet leaves
  *  the pipe. */
 void sx_chan_cc_lost_locked(sx_chan_t *c, sx_txpkt_t *pkt, bool persistent, uint64_t now);
-/** The same signal for a loss of packet @p seq, last sent at @p sent_ns,
- *  that is not in the pipe; @p resent: a copy of it already went again
- *  (a tail loss probe's, which repaired it). */
-void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool resent,
-                           bool persistent, uint64_t now);
-/** Packet @p seq goes again: one more copy the loss episode of our last
- *  halving must see reported twice before that halving is undone; a
- *  packet it resent already ends the episode (the halving stands). */
-void sx_chan_cc_resent_locked(sx_chan_t *c, uint32_t seq);
-/** The peer reported packet @p seq twice (SX_PKTF_DSACK): one resend of
- *  our halving's episode fewer to hear of. */
-void sx_chan_cc_dsack_locked(sx_chan_t *c, uint32_t seq);
-/** At the end of an ACK's processing: where reports have covered every
- *  resend of our halving's episode, and nothing waits to be resent nor a
- *  timeout's recovery runs, the halving was spurious and is undone
- *  (sx_cc_undo_loss); the episode ends either way once covered. */
-void sx_chan_cc_undo_try_locked(sx_chan_t *c);
+/* sx_chan_cc_cut_locked and the loss episode's calls: chan_undo.h. */
 void sx_chan_cc_rtt_locked(sx_chan_t *c, uint64_t rtt, uint64_t now);
 
 /** F-RTO found this channel's timeout recovery spurious: a collapse of

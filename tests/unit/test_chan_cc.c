@@ -29,8 +29,7 @@
 
 #include "common/stat.h"
 #include "shard/cc.h"
-#include "shard/chan.h"
-#include "shard/chan_int.h"
+#include "shard/chan_undo.h"
 #include "shard/peer.h"
 #include "shard/shard.h"
 #include "shard/wire.h"
@@ -94,12 +93,26 @@ static uint64_t undos(void)
     return sx_stat_read(&g.shard->stats.cc_loss_undos);
 }
 
+/* The window is @p mss datagrams, after @p n undos in all. */
+static void expect(uint64_t mss, uint64_t n)
+{
+    assert_int_equal(cwnd(), mss * MSS);
+    assert_int_equal(undos(), n);
+}
+
 /* RACK finds packet @p seq lost (sx_chan_cc_lost_locked, less the pipe):
  * the first loss of a round halves the window and opens the episode. */
 static void lost(uint32_t seq)
 {
     g.now += 10 * US;
     sx_chan_cc_cut_locked(g.chan, g.now - 200 * US, seq, false, false, g.now);
+}
+
+/* ... and the flush sends it again. */
+static void lost_resent(uint32_t seq)
+{
+    lost(seq);
+    sx_chan_cc_resent_locked(g.chan, seq);
 }
 
 /* One ACK: reports @p seq twice, and ends (the undo decides). */
@@ -114,20 +127,19 @@ static void test_every_resend_reported(void **state)
 {
     (void)state;
     lost(SEQ);
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);
     lost(SEQ + 2); /* the same round: no second halving */
     sx_chan_cc_resent_locked(g.chan, SEQ);
     sx_chan_cc_resent_locked(g.chan, SEQ + 2);
     dsack_ack(SEQ + 2);
-    assert_int_equal(cwnd(), 20 * MSS); /* SEQ's copy is still to hear of */
-    dsack_ack(SEQ + 1);                 /* never resent: no evidence */
-    dsack_ack(SEQ + 2);                 /* heard already */
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);      /* SEQ's copy is still to hear of */
+    dsack_ack(SEQ + 1); /* never resent: no evidence */
+    dsack_ack(SEQ + 2); /* heard already */
+    expect(20, 0);
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 40 * MSS);
-    assert_int_equal(undos(), 1);
+    expect(40, 1);
     dsack_ack(SEQ);
-    assert_int_equal(undos(), 1);
+    expect(40, 1);
 }
 
 /* A tail loss probe sends the resent packet a third time (its resend's
@@ -137,13 +149,11 @@ static void test_every_resend_reported(void **state)
 static void test_third_copy_keeps_the_halving(void **state)
 {
     (void)state;
-    lost(SEQ);
-    sx_chan_cc_resent_locked(g.chan, SEQ);
+    lost_resent(SEQ);
     sx_chan_cc_resent_locked(g.chan, SEQ); /* the probe */
     dsack_ack(SEQ);
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 20 * MSS);
-    assert_int_equal(undos(), 0);
+    expect(20, 0);
 }
 
 /* A copy sent again after a report covered its last one is evidence of
@@ -158,10 +168,9 @@ static void test_copy_after_its_report(void **state)
     dsack_ack(SEQ);
     sx_chan_cc_resent_locked(g.chan, SEQ); /* a timeout's copy */
     dsack_ack(SEQ + 1);
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 40 * MSS);
-    assert_int_equal(undos(), 1);
+    expect(40, 1);
 }
 
 /* The last report arrives in an ACK whose cumulative part the channel
@@ -171,15 +180,13 @@ static void test_copy_after_its_report(void **state)
 static void test_undo_waits_for_the_recovery(void **state)
 {
     (void)state;
-    lost(SEQ);
-    sx_chan_cc_resent_locked(g.chan, SEQ);
+    lost_resent(SEQ);
     g.chan->in_rto_recovery = true;
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);
     g.chan->in_rto_recovery = false; /* the next ACK ends the recovery */
     sx_chan_cc_undo_try_locked(g.chan);
-    assert_int_equal(cwnd(), 40 * MSS);
-    assert_int_equal(undos(), 1);
+    expect(40, 1);
 }
 
 /* The same ACK found another packet lost: while it waits to go, and once
@@ -189,18 +196,16 @@ static void test_undo_waits_for_a_queued_loss(void **state)
     (void)state;
     sx_txpkt_t queued = {0};
 
-    lost(SEQ);
-    sx_chan_cc_resent_locked(g.chan, SEQ);
+    lost_resent(SEQ);
     g.chan->rtx = &queued;
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);
     g.chan->rtx = NULL;
     sx_chan_cc_resent_locked(g.chan, SEQ + 3); /* the flush sends it */
     sx_chan_cc_undo_try_locked(g.chan);
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);
     dsack_ack(SEQ + 3);
-    assert_int_equal(cwnd(), 40 * MSS);
-    assert_int_equal(undos(), 1);
+    expect(40, 1);
 }
 
 /* A tail loss probe that repaired a loss (chan_tlp.c) cuts with its copy
@@ -212,33 +217,29 @@ static void test_probe_repair_and_a_new_round(void **state)
     (void)state;
     g.now += 10 * US;
     sx_chan_cc_cut_locked(g.chan, g.now - 200 * US, SEQ, true, false, g.now);
-    assert_int_equal(cwnd(), 20 * MSS);
+    expect(20, 0);
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 40 * MSS);
+    expect(40, 1);
 
-    lost(SEQ + 5);
-    sx_chan_cc_resent_locked(g.chan, SEQ + 5);
+    lost_resent(SEQ + 5);
     g.now += 1000 * US;
     sx_chan_cc_cut_locked(g.chan, g.now - 1, SEQ + 9, false, false, g.now);
-    assert_int_equal(cwnd(), 10 * MSS);
+    expect(10, 1);
     dsack_ack(SEQ + 5); /* the first episode's: it ended */
-    assert_int_equal(cwnd(), 10 * MSS);
+    expect(10, 1);
     sx_chan_cc_resent_locked(g.chan, SEQ + 9);
     dsack_ack(SEQ + 9);
-    assert_int_equal(cwnd(), 20 * MSS);
-    assert_int_equal(undos(), 2);
+    expect(20, 2);
 }
 
 /* A resend past the span the episode can follow ends it. */
 static void test_resend_outside_the_span(void **state)
 {
     (void)state;
-    lost(SEQ);
-    sx_chan_cc_resent_locked(g.chan, SEQ);
+    lost_resent(SEQ);
     sx_chan_cc_resent_locked(g.chan, SEQ + SX_WIRE_SACK_BITS);
     dsack_ack(SEQ);
-    assert_int_equal(cwnd(), 20 * MSS);
-    assert_int_equal(undos(), 0);
+    expect(20, 0);
 }
 
 int main(void)
