@@ -5,7 +5,10 @@
  */
 #include "shard/cc.h"
 
+#include <sched.h>
 #include <stdlib.h>
+
+#include <ck_pr.h>
 
 #define RELAXED memory_order_relaxed
 
@@ -201,21 +204,71 @@ void sx_cc_acked(sx_cc_t *cc, size_t len, uint64_t now)
         atomic_fetch_add_explicit(&cc->cwnd, n * atomic_load_explicit(&cc->mss, RELAXED), RELAXED);
 }
 
+/*
+ * cut_ns once no undo is restoring the window. An undo holds
+ * SX_CC_CUT_UNDOING over its few stores (cc_undo_take, cc_undo_give), and
+ * every decrease waits for it: one that counted as of the undone round
+ * was lost (a halving), and one stored over it had its window restored
+ * over (a collapse). The wait spins, then gives the core up, so that an
+ * undo preempted mid-restore (more threads than cores) can finish. The
+ * acquire pairs with cc_undo_give's release: what the undo restored is
+ * what the decrease then cuts.
+ */
+static uint64_t cc_cut_settled(sx_cc_t *cc)
+{
+    uint64_t cut;
+    unsigned spins = 0;
+
+    while ((cut = atomic_load_explicit(&cc->cut_ns, memory_order_acquire)) == SX_CC_CUT_UNDOING) {
+        if (++spins < 64)
+            ck_pr_stall();
+        else
+            (void)sched_yield();
+    }
+    return cut;
+}
+
 /* Takes the round trip after cut_ns for a decrease: true when this caller
  * is the one to make it (a signal from a packet sent after the last cut,
  * and no other shard cut meanwhile); *prev_p is the cut it followed, or
- * the one that stood (SX_CC_CUT_UNDOING while an undo restores the
- * window: no packet was sent after that). */
+ * the one that stood. @p now is a cut's name (sx_cc_cut_name). A veto of
+ * the same cut meanwhile is no other cut, and an undo meanwhile moves the
+ * last cut back: try again. */
 static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now, uint64_t *prev_p)
 {
-    uint64_t cut = atomic_load_explicit(&cc->cut_ns, RELAXED);
+    uint64_t cut = cc_cut_settled(cc);
 
-    *prev_p = cut;
-    if (sent_ns <= cut)
+    for (;;) {
+        *prev_p = cut;
+        if (sent_ns <= cut)
+            return false;
+        uint64_t seen = cut;
+        if (atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED))
+            return true;
+        if (cut == SX_CC_CUT_UNDOING)
+            cut = cc_cut_settled(cc);
+        else if (cut != (seen | SX_CC_CUT_VETOED))
+            return *prev_p = cut, false;
+    }
+}
+
+bool sx_cc_undo_veto(sx_cc_t *cc, uint64_t cut_ns)
+{
+    /* Vetoed already (SX_CC_CUT_UNDOING is odd too, and never a cut's
+     * name). */
+    if (cut_ns == 0 || (cut_ns & SX_CC_CUT_VETOED))
         return false;
-    bool won = atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED);
-    *prev_p = cut;
-    return won;
+    uint64_t expect = cut_ns;
+    return atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, cut_ns | SX_CC_CUT_VETOED,
+                                                   RELAXED, RELAXED);
+}
+
+/* The cut_ns an undo leaves: just before the cut @p prev (2 ns, so that
+ * the name stays even: no veto's mark). */
+static uint64_t cc_before(uint64_t prev)
+{
+    prev = sx_cc_cut_name(prev);
+    return prev > 2 ? prev - 2 : 0;
 }
 
 static void cc_set_window(sx_cc_t *cc, uint64_t cwnd, uint64_t now)
@@ -336,18 +389,25 @@ bool sx_cc_rtt(sx_cc_t *cc, uint64_t rtt, uint64_t delay_ns, uint64_t now)
 
 int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_ns, uint64_t now)
 {
+    now = sx_cc_cut_name(now);
     if (persistent) {
         /* RFC 9002 section 7.6: the path may have changed; start over
          * from the minimum, with half the old window as the threshold.
          * Once: a window at its minimum has nowhere to fall. */
-        uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
         uint64_t floor = cc_min_window(cc);
-        if (cwnd <= floor)
+        if (atomic_load_explicit(&cc->cwnd, RELAXED) <= floor)
             return 0;
+        /* Whatever cut stood, unless an undo is restoring it (a CAS, not
+         * a store, so that an undo's restore never comes after). */
+        uint64_t cut = cc_cut_settled(cc);
+        while (!atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED)) {
+            if (cut == SX_CC_CUT_UNDOING)
+                cut = cc_cut_settled(cc);
+        }
+        uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
         atomic_store_explicit(&cc->undo_cwnd, cwnd, RELAXED);
         atomic_store_explicit(&cc->undo_ssthresh, atomic_load_explicit(&cc->ssthresh, RELAXED),
                               RELAXED);
-        atomic_store_explicit(&cc->cut_ns, now, RELAXED);
         atomic_store_explicit(&cc->undo_ok_ns, 0, RELAXED); /* the halving's state is gone */
         atomic_store_explicit(&cc->ssthresh, cwnd / 2 > floor ? cwnd / 2 : floor, RELAXED);
         atomic_store_explicit(&cc->cwnd, floor, RELAXED);
@@ -358,8 +418,8 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_
     if (!cc_claim_cut(cc, sent_ns, now, &prev)) {
         /* The same round as the cut that stands: evidence its maker's
          * duplicate reports cannot answer, unless it is the maker's. */
-        if (prev != own_cut_ns)
-            sx_cc_undo_veto(cc, prev);
+        if (sx_cc_cut_name(prev) != own_cut_ns)
+            (void)sx_cc_undo_veto(cc, prev);
         return 0;
     }
     /* What sx_cc_undo_loss gives back; only the claimer knows now is the
@@ -374,54 +434,55 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_
     return 1;
 }
 
+/* An undo takes cut_ns from @p cut (its value, the cut's name or that
+ * vetoed) to SX_CC_CUT_UNDOING: the CAS makes the undo once, and loses to
+ * a decrease made since (whose own CAS came first); decreases then wait
+ * for cc_undo_give (cc_cut_settled). */
+static bool cc_undo_take(sx_cc_t *cc, uint64_t cut)
+{
+    return cut != 0 && atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, SX_CC_CUT_UNDOING,
+                                                               RELAXED, RELAXED);
+}
+
 /* An undo's return: the window and threshold saved at the cut; the window
  * keeps what it grew since, if that is more (Linux's
- * tcp_undo_cwnd_reduction); pacing spreads what the return lets go. */
-static void cc_restore(sx_cc_t *cc)
+ * tcp_undo_cwnd_reduction); pacing spreads what the return lets go. Then
+ * cut_ns becomes @p back_to, which releases the waiting decreases. */
+static void cc_undo_give(sx_cc_t *cc, uint64_t back_to)
 {
     uint64_t cwnd = atomic_load_explicit(&cc->undo_cwnd, RELAXED);
     if (cwnd > atomic_load_explicit(&cc->cwnd, RELAXED))
         atomic_store_explicit(&cc->cwnd, cwnd, RELAXED);
     atomic_store_explicit(&cc->ssthresh, atomic_load_explicit(&cc->undo_ssthresh, RELAXED),
                           RELAXED);
+    atomic_store_explicit(&cc->cut_ns, back_to, memory_order_release);
 }
 
 bool sx_cc_undo_loss(sx_cc_t *cc, uint64_t cut_ns)
 {
-    /* Vetoed, or another decrease since (whose CAS on cut_ns came first).
-     * While the window is restored cut_ns reads SX_CC_CUT_UNDOING, which
-     * every loss counts as of the round being undone (cc_claim_cut), so
-     * that no halving claimed meanwhile has its window overwritten by the
-     * restore. */
-    uint64_t expect = cut_ns;
-    if (cut_ns == 0 || atomic_load_explicit(&cc->undo_ok_ns, RELAXED) != cut_ns ||
-        atomic_load_explicit(&cc->undo_veto_ns, RELAXED) == cut_ns ||
-        !atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, SX_CC_CUT_UNDOING, RELAXED,
-                                                 RELAXED))
+    /* Vetoed (its low bit set: no CAS from the name matches), or another
+     * decrease since. */
+    if (atomic_load_explicit(&cc->undo_ok_ns, RELAXED) != cut_ns || !cc_undo_take(cc, cut_ns))
         return false;
     atomic_store_explicit(&cc->undo_ok_ns, 0, RELAXED);
-    cc_restore(cc);
     /* Back to just before the cut before, so that a packet sent between
      * the two that is lost after all is a new event, not the undone one;
      * just before, so that this never reads as that cut itself, whose
      * own undo (a collapse's, sx_cc_undo) would then restore what this
-     * halving saved. A collapse stored meanwhile keeps its own. */
-    uint64_t prev = atomic_load_explicit(&cc->undo_prev_cut_ns, RELAXED);
-    expect = SX_CC_CUT_UNDOING;
-    atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, prev != 0 ? prev - 1 : 0, RELAXED,
-                                            RELAXED);
+     * halving saved. */
+    cc_undo_give(cc, cc_before(atomic_load_explicit(&cc->undo_prev_cut_ns, RELAXED)));
     return true;
 }
 
 bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns)
 {
-    /* Another decrease since (a loss, a mark, another collapse) stands:
-     * the CAS makes the undo once, and loses to a cut made meanwhile. */
-    uint64_t expect = cut_ns;
-    if (cut_ns == 0 || !atomic_compare_exchange_strong_explicit(&cc->cut_ns, &expect, cut_ns - 1,
-                                                                RELAXED, RELAXED))
+    /* Another decrease since (a loss, a mark, another collapse) stands. A
+     * veto is for halvings (sx_cc_undo_veto): F-RTO's evidence is the ACK
+     * of an original transmission, which another channel's loss of the
+     * round does not answer, so a collapse goes back vetoed or not. */
+    if (cut_ns == 0 || (!cc_undo_take(cc, cut_ns) && !cc_undo_take(cc, cut_ns | SX_CC_CUT_VETOED)))
         return false;
-    cc_restore(cc);
+    cc_undo_give(cc, cc_before(cut_ns));
     return true;
 }
 
@@ -452,9 +513,10 @@ bool sx_cc_ecn(sx_cc_t *cc, uint32_t ect, uint32_t ce, uint64_t sent_ns, uint64_
     }
     if (ce == 0)
         return false;
+    now = sx_cc_cut_name(now);
     uint64_t prev;
     if (!cc_claim_cut(cc, sent_ns, now, &prev)) {
-        sx_cc_undo_veto(cc, prev); /* congestion in that round: its halving stands */
+        (void)sx_cc_undo_veto(cc, prev); /* congestion in that round: its halving stands */
         return false;
     }
     /* cwnd = cwnd (1 - alpha / 2) (RFC 8257 section 3.3). */

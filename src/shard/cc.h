@@ -92,20 +92,24 @@
  * peer's receive window bound it.
  *
  * Synchronization: a controller is shared by shards, so every field is
- * atomic and each call takes any thread (the callers are token holders of
- * their shards); updates that read and write several fields (a decrease)
- * race benignly: two shards cutting at once cut once (the CAS on cut_ns
- * decides), and growth may lose an increment to a concurrent one, never
- * more. Channels put what a flush sent on the flight and the pacing
- * clock once per flush, and what an ACK took out once per ACK
- * (chan_cc.c), counting their own unposted share meanwhile: per datagram,
- * 16 shards' atomics on these shared lines held sx_bench mt's
- * injection-only run over the sink to 3.2-3.9 M sends/s at 16 threads of
- * a 16-core machine, 6.8-8.0 M so with sx_cc_rtt's samples thinned
- * (28-33 M without congestion control: the flush's and the ACK's one
- * write each, and the reads, cost the rest). The
- * table (sx_cc_table_t) adds controllers under a mutex, at
- * channel creation only, and frees them at engine destruction.
+ * atomic and each call takes any thread (the callers are token holders
+ * of their shards); updates that read and write several fields (a
+ * decrease) race benignly: two shards cutting at once cut once (the CAS
+ * on cut_ns decides; a veto is its low bit, set by a CAS too, so that a
+ * veto and an undo of one halving never both win), and growth may lose
+ * an increment to a concurrent one, never more. The one wait: an undo
+ * marks cut_ns SX_CC_CUT_UNDOING while it restores the window, a few
+ * stores, and a decrease meanwhile spins (then yields) until it is
+ * done, so that neither overwrites the other. Channels put what a flush
+ * sent on the flight and the pacing clock once per flush, and what an
+ * ACK took out once per ACK (chan_cc.c), counting their own unposted
+ * share meanwhile: per datagram, 16 shards' atomics on these shared
+ * lines held sx_bench mt's injection-only run over the sink to 3.2-3.9
+ * M sends/s at 16 threads of a 16-core machine, 6.8-8.0 M so with
+ * sx_cc_rtt's samples thinned (28-33 M without congestion control: the
+ * flush's and the ACK's one write each, and the reads, cost the rest).
+ * The table (sx_cc_table_t) adds controllers under a mutex, at channel
+ * creation only, and frees them at engine destruction.
  */
 #ifndef SX_SHARD_CC_H
 #define SX_SHARD_CC_H
@@ -126,6 +130,7 @@
 #define SX_CC_ALPHA_SHIFT         4              /* its gain, g = 1/16 (RFC 8257 section 4.2) */
 #define SX_CC_GROW_CATCHUP        4              /* round trips of growth made up at once */
 #define SX_CC_CUT_UNDOING         UINT64_MAX     /* cut_ns while an undo restores the window */
+#define SX_CC_CUT_VETOED          1ull           /* cut_ns's low bit: its halving stays */
 #define SX_CC_ROUND_SAMPLES       8              /* HyStart++'s N_RTT_SAMPLE (RFC 9406 4.3) */
 #define SX_CC_ROUND_THRESH_MAX_NS 16000000       /* ... and MAX_RTT_THRESH */
 
@@ -141,12 +146,12 @@ typedef struct sx_cc {
     _Atomic uint64_t grow_ns;   /* congestion avoidance: time counted towards growth
                                  * up to here */
     _Atomic uint64_t cut_ns;    /* the last decrease; losses of packets sent before
-                                 * it are the same event */
+                                 * it are the same event (sx_cc_cut_name; the low
+                                 * bit: SX_CC_CUT_VETOED) */
     _Atomic uint64_t undo_cwnd; /* before the last decrease that may be undone */
     _Atomic uint64_t undo_ssthresh;
     _Atomic uint64_t undo_prev_cut_ns; /* cut_ns before the last halving ... */
     _Atomic uint64_t undo_ok_ns;       /* ... and that halving's (0: none) */
-    _Atomic uint64_t undo_veto_ns;     /* the cut a loss or a mark of its round vetoed */
     _Atomic uint64_t limited_ns;       /* a sender last found the window full */
     _Atomic uint64_t srtt_ns;          /* smoothed over every channel's samples */
     _Atomic uint64_t srtt_at_ns;       /* ... the last of which came then */
@@ -252,16 +257,24 @@ bool sx_cc_undo(sx_cc_t *cc, uint64_t cut_ns);
  *  (sx_cc_undo_veto). Returns whether they did. */
 bool sx_cc_undo_loss(sx_cc_t *cc, uint64_t cut_ns);
 
+/** The name of a cut made at @p now: the time with the low bit clear,
+ *  which a veto sets (SX_CC_CUT_VETOED). sx_cc_lost and sx_cc_ecn store
+ *  it; a caller that keeps a cut for its undo keeps this name. */
+static inline uint64_t sx_cc_cut_name(uint64_t now)
+{
+    return now & ~SX_CC_CUT_VETOED;
+}
+
 /** A loss or a CE mark of the round of the cut made at @p cut_ns that the
  *  channel which made it does not track: that halving stays
- *  (sx_cc_undo_loss). A field of its own, not undo_ok_ns cleared: the
- *  shard that won the cut's CAS stores undo_ok_ns after it, and would
- *  overwrite a veto that another shard's loss of the same round made
- *  in between. */
-static inline void sx_cc_undo_veto(sx_cc_t *cc, uint64_t cut_ns)
-{
-    atomic_store_explicit(&cc->undo_veto_ns, cut_ns, memory_order_relaxed);
-}
+ *  (sx_cc_undo_loss). The mark is cut_ns's low bit, set by a CAS on the
+ *  field the undo's CAS takes, so that of a veto and an undo of the same
+ *  cut exactly one wins, whatever the order of the shards making them
+ *  (a field of its own, read before the undo's CAS, let a veto stored
+ *  between the two be lost). Returns whether this call vetoed @p cut_ns:
+ *  false when it was vetoed already, or is no longer the last cut (an
+ *  undo or a newer cut came first). */
+bool sx_cc_undo_veto(sx_cc_t *cc, uint64_t cut_ns);
 
 /** An ACK raised the peer's ECN counts by @p ect (datagrams that came
  *  unmarked but ECN-capable) and @p ce (marked CE); @p sent_ns is when

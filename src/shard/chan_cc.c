@@ -161,10 +161,10 @@ void sx_chan_cc_cut_locked(sx_chan_t *c, uint64_t sent_ns, uint32_t seq, bool re
     int cut = sx_cc_lost(c->cc, sent_ns, persistent, c->undo_cut_ns, now);
     if (cut == 1) {
         sx_stat_add(&c->shard->stats.cc_loss_cuts, 1);
-        chan_cc_episode(c, seq, resent, now);
+        chan_cc_episode(c, seq, resent, sx_cc_cut_name(now));
     } else if (cut == 2) {
         sx_stat_add(&c->shard->stats.cc_collapses, 1);
-        c->cc_collapse_ns = now;
+        c->cc_collapse_ns = sx_cc_cut_name(now);
         c->undo_cut_ns = 0;
     } else if (resent) {
         sx_chan_cc_resent_locked(c, seq); /* the same round: one more copy to hear of */

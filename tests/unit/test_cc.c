@@ -4,10 +4,12 @@
  * window, slow start and its RFC 7661 guard, congestion avoidance, one
  * halving per round trip, ECN's DCTCP cut, persistent congestion, the
  * delay signal (HyStart++), the
- * pacing clock, the per-host table and its atomics under two threads.
+ * pacing clock, the per-host table and its atomics under two threads,
+ * and an undo racing a veto, a later round's loss and a collapse.
  * The clock is the test's: every call takes `now`.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -368,16 +370,28 @@ static void test_undo_loss(void **state)
     assert_false(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 20 * MSS);
 
-    /* So does a veto that another shard stored between the cut's CAS and
-     * the cut's own bookkeeping (here: before the call that makes it). */
-    sx_cc_undo_veto(cc, now + 1000 * US);
+    /* A veto marks the cut once; it does not reach a newer cut, and a
+     * newer cut's loss is not taken for the vetoed cut's round. */
     cut = halve(cc, &now, 40);
+    assert_true(sx_cc_undo_veto(cc, cut));
+    assert_false(sx_cc_undo_veto(cc, cut));
     assert_false(sx_cc_undo_loss(cc, cut));
-    assert_int_equal(cwnd(cc), 20 * MSS);
-    /* A veto of an older cut does not reach a newer one. */
+    assert_int_equal(sx_cc_lost(cc, cut + 10 * US, false, 0, cut + 500 * US), 1);
+    assert_int_equal(cwnd(cc), 10 * MSS);
+    assert_false(sx_cc_undo_veto(cc, cut));
     cut = halve(cc, &now, 40);
     assert_true(sx_cc_undo_loss(cc, cut));
     assert_int_equal(cwnd(cc), 40 * MSS);
+    assert_false(sx_cc_undo_veto(cc, cut)); /* undone: nothing to veto */
+
+    /* A collapse goes back vetoed or not (F-RTO's evidence is its own). */
+    now += 1000 * US;
+    atomic_store(&cc->cwnd, 40 * MSS);
+    assert_int_equal(sx_cc_lost(cc, now - 1, true, 0, now), 2);
+    assert_int_equal(sx_cc_lost(cc, now - 5, false, 0, now + 10 * US), 0);
+    assert_true(sx_cc_undo(cc, now));
+    assert_int_equal(cwnd(cc), 40 * MSS);
+    assert_false(sx_cc_undo(cc, now));
 
     /* A collapse since stands. */
     cut = halve(cc, &now, 40);
@@ -657,6 +671,181 @@ static void test_shared_by_threads(void **state)
     sx_cc_table_fini(&t);
 }
 
+/* A second shard that acts on each round's cut while the first undoes
+ * it (test_*_races_undo). */
+typedef struct undo_race {
+    sx_cc_t *cc;
+    int (*act)(sx_cc_t *cc, uint64_t cut);
+    pthread_barrier_t go, done;
+    _Atomic uint64_t cut;
+    int result;
+} undo_race_t;
+
+static void *undo_racer(void *arg)
+{
+    undo_race_t *r = arg;
+    for (;;) {
+        pthread_barrier_wait(&r->go);
+        uint64_t cut = atomic_load(&r->cut);
+        if (cut == 0)
+            return NULL;
+        r->result = r->act(r->cc, cut);
+        pthread_barrier_wait(&r->done);
+    }
+}
+
+/* @p rounds halvings, each undone by this thread while the racer acts on
+ * it; @p check gets whether the undo won, the racer's result and the
+ * window. Returns how many undos won. */
+static unsigned undo_race(int (*act)(sx_cc_t *, uint64_t), unsigned rounds,
+                          void (*check)(bool undone, int result, uint64_t cwnd))
+{
+    sx_cc_table_t t;
+    sx_cc_table_init(&t);
+    uint64_t now = 1000000 * US;
+    undo_race_t r = {.cc = cc_new(&t, MSS, 100 * US, now), .act = act};
+    pthread_t th;
+    unsigned undone = 0;
+
+    assert_int_equal(pthread_barrier_init(&r.go, NULL, 2), 0);
+    assert_int_equal(pthread_barrier_init(&r.done, NULL, 2), 0);
+    assert_int_equal(pthread_create(&th, NULL, undo_racer, &r), 0);
+    for (unsigned i = 0; i < rounds; i++) {
+        atomic_store(&r.cut, halve(r.cc, &now, 40));
+        pthread_barrier_wait(&r.go);
+        bool u = sx_cc_undo_loss(r.cc, atomic_load(&r.cut));
+        pthread_barrier_wait(&r.done);
+        check(u, r.result, cwnd(r.cc));
+        undone += u;
+    }
+    atomic_store(&r.cut, 0);
+    pthread_barrier_wait(&r.go);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    pthread_barrier_destroy(&r.go);
+    pthread_barrier_destroy(&r.done);
+    sx_cc_table_fini(&t);
+    return undone;
+}
+
+static int act_veto(sx_cc_t *cc, uint64_t cut)
+{
+    return sx_cc_undo_veto(cc, cut);
+}
+
+static void check_veto(bool undone, int vetoed, uint64_t w)
+{
+    assert_int_equal(undone + vetoed, 1);
+    assert_int_equal(w, (undone ? 40 : 20) * MSS);
+}
+
+/* Another channel's loss of a later round: a halving of its own. */
+static int act_later_loss(sx_cc_t *cc, uint64_t cut)
+{
+    return sx_cc_lost(cc, cut + 10 * US, false, 0, cut + 500 * US);
+}
+
+static void check_later_loss(bool undone, int cut, uint64_t w)
+{
+    assert_int_equal(cut, 1);
+    assert_int_equal(w, (undone ? 20 : 10) * MSS);
+}
+
+static int act_collapse(sx_cc_t *cc, uint64_t cut)
+{
+    return sx_cc_lost(cc, cut + 10 * US, true, 0, cut + 500 * US);
+}
+
+static void check_collapse(bool undone, int cut, uint64_t w)
+{
+    (void)undone;
+    assert_int_equal(cut, 2);
+    assert_int_equal(w, 2 * MSS);
+}
+
+/* Two shards at once on one halving, each order as likely: a veto and an
+ * undo, exactly one wins (a veto read before the undo's CAS could be
+ * stored after it, and both won); a loss of a later round halves the
+ * window the undo leaves or the one it could not undo (one that met the
+ * undo mid-restore counted as of the undone round, and was lost); a
+ * collapse leaves the minimum (one stored mid-restore had it restored
+ * over). */
+static void test_races_with_undo(void **state)
+{
+    (void)state;
+    unsigned rounds = 4000;
+    unsigned v = undo_race(act_veto, rounds, check_veto);
+    unsigned l = undo_race(act_later_loss, rounds, check_later_loss);
+    unsigned c = undo_race(act_collapse, rounds, check_collapse);
+    print_message("[ races with undo ] %u rounds each: undone beside a veto %u, a later loss %u, "
+                  "a collapse %u\n",
+                  rounds, v, l, c);
+}
+
+/* test_decrease_waits_for_undo's second shard. */
+typedef struct waiter {
+    sx_cc_t *cc;
+    int (*act)(sx_cc_t *cc, uint64_t cut);
+    uint64_t cut;
+    _Atomic bool started, returned;
+    int result;
+} waiter_t;
+
+static void *waiter_run(void *arg)
+{
+    waiter_t *w = arg;
+    atomic_store(&w->started, true);
+    w->result = w->act(w->cc, w->cut);
+    atomic_store(&w->returned, true);
+    return NULL;
+}
+
+/* A decrease that comes while an undo restores the window (cut_ns reads
+ * SX_CC_CUT_UNDOING; here the test is the undo) waits until it is done,
+ * then cuts what the undo restored. It used to count as of the undone
+ * round and return at once (a halving lost), or store its cut and have
+ * its window restored over (a collapse). The test yields up to 1000
+ * times for it to return too early, so a loaded machine can only make
+ * it miss a regression, never fail a good build. */
+static void test_decrease_waits_for_undo(void **state)
+{
+    (void)state;
+    int (*acts[2])(sx_cc_t *, uint64_t) = {act_later_loss, act_collapse};
+
+    for (int k = 0; k < 2; k++) {
+        sx_cc_table_t t;
+        sx_cc_table_init(&t);
+        uint64_t now = 1000000 * US;
+        sx_cc_t *cc = cc_new(&t, MSS, 100 * US, now);
+        waiter_t w = {.cc = cc, .act = acts[k]};
+        pthread_t th;
+
+        atomic_store(&cc->ssthresh, 60 * MSS);
+        w.cut = halve(cc, &now, 40);
+        atomic_store(&cc->cut_ns, SX_CC_CUT_UNDOING);
+        assert_int_equal(pthread_create(&th, NULL, waiter_run, &w), 0);
+        while (!atomic_load(&w.started))
+            sched_yield();
+        for (int i = 0; i < 1000 && !atomic_load(&w.returned); i++)
+            sched_yield();
+        assert_false(atomic_load(&w.returned));
+        /* The undo's restore, and its release of cut_ns. */
+        atomic_store(&cc->cwnd, 40 * MSS);
+        atomic_store(&cc->ssthresh, 60 * MSS);
+        atomic_store(&cc->cut_ns, w.cut - 1000 * US);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        if (k == 0) {
+            assert_int_equal(w.result, 1);
+            assert_int_equal(cwnd(cc), 20 * MSS);
+        } else {
+            assert_int_equal(w.result, 2);
+            assert_int_equal(cwnd(cc), 2 * MSS);
+            assert_int_equal(atomic_load(&cc->ssthresh), 20 * MSS);
+        }
+        assert_int_equal(atomic_load(&cc->cut_ns), w.cut + 500 * US);
+        sx_cc_table_fini(&t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -669,6 +858,8 @@ int main(void)
         cmocka_unit_test(test_persistent_congestion),
         cmocka_unit_test(test_undo_collapse),
         cmocka_unit_test(test_undo_loss),
+        cmocka_unit_test(test_races_with_undo),
+        cmocka_unit_test(test_decrease_waits_for_undo),
         cmocka_unit_test(test_delay_signal),
         cmocka_unit_test(test_delay_threshold_eighth),
         cmocka_unit_test(test_pacing),
