@@ -231,9 +231,11 @@ static uint64_t cc_cut_settled(sx_cc_t *cc)
 /* Takes the round trip after cut_ns for a decrease: true when this caller
  * is the one to make it (a signal from a packet sent after the last cut,
  * and no other shard cut meanwhile); *prev_p is the cut it followed, or
- * the one that stood. @p now is a cut's name (sx_cc_cut_name). A veto of
- * the same cut meanwhile is no other cut, and an undo meanwhile moves the
- * last cut back: try again. */
+ * the one that stood. @p now is a cut's name (sx_cc_cut_name). A CAS
+ * that fails tests the packet against what it found: another shard's
+ * cut (made after the packet left: the same event), a veto's mark on
+ * the same cut, or an undo that moved the last cut back (a new event
+ * after all; test_cc's races caught one that had returned "the same"). */
 static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now, uint64_t *prev_p)
 {
     uint64_t cut = cc_cut_settled(cc);
@@ -242,13 +244,10 @@ static bool cc_claim_cut(sx_cc_t *cc, uint64_t sent_ns, uint64_t now, uint64_t *
         *prev_p = cut;
         if (sent_ns <= cut)
             return false;
-        uint64_t seen = cut;
         if (atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED))
             return true;
         if (cut == SX_CC_CUT_UNDOING)
             cut = cc_cut_settled(cc);
-        else if (cut != (seen | SX_CC_CUT_VETOED))
-            return *prev_p = cut, false;
     }
 }
 
