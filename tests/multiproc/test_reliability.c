@@ -675,7 +675,6 @@ static void rl_execute(rl_run_t *r)
         }
         mp_write_msg(r->child[i].to_fd, MSG_FIN, NULL, 0);
         uint32_t type, len;
-        r->child_last[i] = *res;
         if (mp_read_msg(r->child[i].from_fd, RL_SETUP_MS, &type, &r->child_last[i],
                         sizeof(r->child_last[i]), &len) != 1 ||
             type != MSG_FIN || len != sizeof(r->child_last[i]))
