@@ -396,13 +396,11 @@ int sx_cc_lost(sx_cc_t *cc, uint64_t sent_ns, bool persistent, uint64_t own_cut_
         uint64_t floor = cc_min_window(cc);
         if (atomic_load_explicit(&cc->cwnd, RELAXED) <= floor)
             return 0;
-        /* Whatever cut stood, unless an undo is restoring it (a CAS, not
-         * a store, so that an undo's restore never comes after). */
-        uint64_t cut = cc_cut_settled(cc);
-        while (!atomic_compare_exchange_strong_explicit(&cc->cut_ns, &cut, now, RELAXED, RELAXED)) {
-            if (cut == SX_CC_CUT_UNDOING)
-                cut = cc_cut_settled(cc);
-        }
+        /* Whatever cut stood (a packet "sent" after every cut), once no
+         * undo is restoring it: a CAS, not a store, so that an undo's
+         * restore never comes after. */
+        uint64_t prev;
+        (void)cc_claim_cut(cc, UINT64_MAX, now, &prev);
         uint64_t cwnd = atomic_load_explicit(&cc->cwnd, RELAXED);
         atomic_store_explicit(&cc->undo_cwnd, cwnd, RELAXED);
         atomic_store_explicit(&cc->undo_ssthresh, atomic_load_explicit(&cc->ssthresh, RELAXED),
