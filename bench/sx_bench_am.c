@@ -903,9 +903,9 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         printf("\n# unidirectional bandwidth: %s, window %u; MB/s = 10^6 payload "
                "bytes/s\n# from %s; udp: raw-UDP one-way stream of "
                "the same datagrams\n# (above 65,000 B: each message as the fewest equal "
-               "datagrams; lost ones not counted; -: fewer than\n# two arrived); ratio = shardx / "
-               "udp; copies/B: payload bytes both engines copied in user space\n# per byte "
-               "delivered (the kernel adds two)\n"
+               "datagrams; lost ones not counted; -: fewer than\n# two arrived, or 0 B, which "
+               "has no bytes to compare); ratio = shardx / udp;\n# copies/B: payload bytes both "
+               "engines copied in user space per byte delivered (the kernel\n# adds two)\n"
                "%9s %8s %10s %12s %10s %7s %9s\n",
                what[opts->op], opts->window, timed[opts->op], "size",
                opts->op == SXB_OP_AM ? "messages" : "ops", "MB_per_s",
@@ -972,11 +972,18 @@ int sxb_bench_bw(const sxb_ctl_t *ctl, const sxb_opts_t *opts)
         if (human) {
             printf("%9zu %8llu %10.1f %12.0f", sizes[s], (unsigned long long)count, mbps[s],
                    rates[s]);
+            /* A 0-byte stream moves no bytes: no ratio, no copies a byte
+             * (its rates are in the msgs_per_s column and `rate`). */
             if (isnan(floor_rate))
                 printf(" %10s %7s", "-", "-");
+            else if (sizes[s] == 0)
+                printf(" %10.1f %7s", floor_mbps, "-");
             else
-                printf(" %10.1f %7.2f", floor_mbps, sizes[s] ? mbps[s] / floor_mbps : NAN);
-            printf(" %9.2f\n", copies[s]);
+                printf(" %10.1f %7.2f", floor_mbps, mbps[s] / floor_mbps);
+            if (isnan(copies[s]))
+                printf(" %9s\n", "-");
+            else
+                printf(" %9.2f\n", copies[s]);
             fflush(stdout);
         }
     }
